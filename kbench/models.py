@@ -1,0 +1,29 @@
+"""Named attention head configurations (per tensor-parallel rank, as the kernel sees them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+
+    @property
+    def group(self) -> int:
+        return self.num_qo_heads // self.num_kv_heads
+
+    def label(self) -> str:
+        return f"{self.num_qo_heads}/{self.num_kv_heads}x{self.head_dim}"
+
+
+MODELS: dict[str, HeadConfig] = {
+    "llama3-8b": HeadConfig(32, 8, 128),  # GQA 4
+    "llama3-70b-tp8": HeadConfig(8, 1, 128),  # 64/8 heads split over 8 ranks: GQA 8
+    "llama3.2-1b": HeadConfig(32, 8, 64),  # GQA 4, head_dim 64
+    "qwen3-30b-a3b": HeadConfig(32, 4, 128),  # GQA 8
+    "qwen2.5-7b": HeadConfig(28, 4, 128),  # GQA 7
+    "gqa8-d64": HeadConfig(16, 2, 64),  # synthetic: GQA 8 at head_dim 64
+    "gemma2-9b": HeadConfig(16, 8, 256),  # GQA 2, head_dim 256
+}

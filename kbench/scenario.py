@@ -1,0 +1,299 @@
+"""Scenarios: a grid of shapes plus the settings to measure them, read from TOML.
+
+A scenario file (see scenarios/*.toml)::
+
+    name = "draft-extend"
+    description = "..."
+    model = "llama3-8b"            # or a [heads] table: num_qo_heads, num_kv_heads, head_dim
+    kernels = ["all"]              # or names from `kbench kernels`
+
+    [grid]                         # every axis takes a value, a list or a range (see kbench.axes)
+    batch_size = "1..256*2"
+    q_len = "1..16"
+    kv_len = "512..32768*2"
+    page_size = 64
+    kv_layout = "HND"
+    dtype = "bf16"
+    kv_dtype = "bf16"              # optional; defaults to dtype; "fp8" for an fp8 KV cache
+
+    [timing]
+    spread_target = 0.01           # stop when the relative spread of the median is below this
+    budget_s = 2.0                 # ... or when one measurement has spent this long
+    l2 = "rotate"                  # rotate input copies for L2-sized shapes ("rotate"), or "warm"
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+
+from kbench.axes import parse_int_axis, parse_str_axis
+from kbench.case import DTYPES, HEAD_DIMS, KV_DTYPES, LAYOUTS, PAGE_SIZES, Case
+from kbench.errors import BadInput
+from kbench.models import MODELS, HeadConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TOP_KEYS = {"name", "description", "model", "heads", "kernels", "grid", "timing"}
+GRID_KEYS = {"batch_size", "q_len", "kv_len", "page_size", "kv_layout", "dtype", "kv_dtype"}
+HEAD_KEYS = {"num_qo_heads", "num_kv_heads", "head_dim"}
+TIMING_KEYS = {"spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms"}
+L2_MODES = ("rotate", "warm")
+MAX_CASES = 200_000
+
+
+@dataclass
+class Timing:
+    spread_target: float = 0.01
+    budget_s: float = 2.0
+    min_samples: int = 10
+    max_samples: int = 400
+    l2: str = "rotate"
+    warmup_ms: float = 25.0
+
+
+@dataclass
+class Scenario:
+    name: str
+    heads: HeadConfig
+    batch_size: list[int]
+    q_len: list[int]
+    kv_len: list[int]
+    page_size: list[int] = field(default_factory=lambda: [64])
+    kv_layout: list[str] = field(default_factory=lambda: ["HND"])
+    dtype: list[str] = field(default_factory=lambda: ["bf16"])
+    kv_dtype: list[str] | None = None  # None: same as dtype
+    kernels: list[str] = field(default_factory=lambda: ["all"])
+    timing: Timing = field(default_factory=Timing)
+    description: str = ""
+    model: str | None = None
+    source: str = "<python>"
+
+    def cases(self) -> list[Case]:
+        out = []
+        for bs, q, kv, ps, lay, dt in itertools.product(
+            self.batch_size, self.q_len, self.kv_len, self.page_size, self.kv_layout, self.dtype
+        ):
+            for kvd in self.kv_dtype or [dt]:
+                out.append(
+                    Case(bs, q, kv, self.heads.num_qo_heads, self.heads.num_kv_heads, self.heads.head_dim,
+                         ps, lay, dt, kvd)
+                )
+        return out
+
+    def validate(self) -> "Scenario":
+        where = self.source
+        h = self.heads
+        for name in ("num_qo_heads", "num_kv_heads", "head_dim"):
+            v = getattr(h, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise BadInput(f"{where}: heads.{name}: expected a positive integer, got {v!r}")
+        if h.num_qo_heads % h.num_kv_heads:
+            raise BadInput(f"{where}: heads: num_qo_heads ({h.num_qo_heads}) must be a multiple of num_kv_heads ({h.num_kv_heads})")
+        if h.head_dim not in HEAD_DIMS:
+            raise BadInput(f"{where}: heads.head_dim: {h.head_dim} is taken by no kernel (use one of {', '.join(map(str, HEAD_DIMS))})")
+        for axis in ("batch_size", "q_len", "kv_len"):
+            vals = getattr(self, axis)
+            if not vals:
+                raise BadInput(f"{where}: grid.{axis}: empty")
+            if min(vals) < 1:
+                raise BadInput(f"{where}: grid.{axis}: values must be >= 1, got {min(vals)}")
+        if max(self.q_len) > 64:
+            raise BadInput(f"{where}: grid.q_len: {max(self.q_len)} is beyond draft-extend shapes (at most 64)")
+        if max(self.q_len) > min(self.kv_len):
+            raise BadInput(
+                f"{where}: grid.q_len: q_len {max(self.q_len)} exceeds kv_len {min(self.kv_len)} "
+                "(kv_len includes the new tokens, so it must be >= q_len)"
+            )
+        for ps in self.page_size:
+            if ps not in PAGE_SIZES:
+                raise BadInput(f"{where}: grid.page_size: {ps} is taken by no kernel (use one of {', '.join(map(str, PAGE_SIZES))})")
+        if self.timing.l2 not in L2_MODES:
+            raise BadInput(f"{where}: timing.l2: {self.timing.l2!r} is not one of {', '.join(L2_MODES)}")
+        if not (0 < self.timing.spread_target < 1):
+            raise BadInput(f"{where}: timing.spread_target: expected a fraction in (0, 1), got {self.timing.spread_target}")
+        if self.timing.budget_s <= 0:
+            raise BadInput(f"{where}: timing.budget_s: must be > 0")
+        if self.timing.min_samples < 3 or self.timing.max_samples < self.timing.min_samples:
+            raise BadInput(f"{where}: timing: need 3 <= min_samples <= max_samples")
+        n = len(self.batch_size) * len(self.q_len) * len(self.kv_len) * len(self.page_size) * len(self.kv_layout) * len(self.dtype) * len(self.kv_dtype or [0])
+        if n > MAX_CASES:
+            raise BadInput(f"{where}: grid: {n} cases is more than {MAX_CASES}; narrow an axis")
+        from kbench.kernels.registry import kernel_names
+
+        known = kernel_names()
+        for k in self.kernels:
+            if k != "all" and k not in known:
+                raise BadInput(f"{where}: kernels: unknown kernel {k!r} (known: {', '.join(known)})")
+        return self
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "description": self.description, "model": self.model,
+            "heads": vars(self.heads) if not hasattr(self.heads, "__dataclass_fields__") else {
+                "num_qo_heads": self.heads.num_qo_heads, "num_kv_heads": self.heads.num_kv_heads,
+                "head_dim": self.heads.head_dim},
+            "grid": {"batch_size": self.batch_size, "q_len": self.q_len, "kv_len": self.kv_len,
+                     "page_size": self.page_size, "kv_layout": self.kv_layout, "dtype": self.dtype,
+                     "kv_dtype": self.kv_dtype},
+            "kernels": self.kernels, "timing": vars(self.timing), "source": self.source,
+        }
+
+
+def _resolve_heads(model, heads, where: str) -> tuple[HeadConfig, str | None]:
+    if model is not None and heads is not None:
+        raise BadInput(f"{where}: give model or [heads], not both")
+    if model is not None:
+        if not isinstance(model, str) or model not in MODELS:
+            raise BadInput(f"{where}: model: unknown model {model!r} (known: {', '.join(MODELS)})")
+        return MODELS[model], model
+    if heads is None:
+        raise BadInput(f"{where}: needs model = NAME or a [heads] table")
+    if not isinstance(heads, dict):
+        raise BadInput(f"{where}: heads: expected a table with {', '.join(sorted(HEAD_KEYS))}")
+    unknown = set(heads) - HEAD_KEYS
+    if unknown:
+        raise BadInput(f"{where}: heads: unknown key {sorted(unknown)[0]!r}")
+    missing = HEAD_KEYS - set(heads)
+    if missing:
+        raise BadInput(f"{where}: heads: missing {sorted(missing)[0]!r}")
+    vals = {}
+    for k in HEAD_KEYS:
+        v = heads[k]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise BadInput(f"{where}: heads.{k}: expected an integer, got {v!r}")
+        vals[k] = v
+    return HeadConfig(vals["num_qo_heads"], vals["num_kv_heads"], vals["head_dim"]), None
+
+
+def parse_heads_flag(text: str) -> HeadConfig:
+    """`--heads 32/8/128` (q heads / kv heads / head_dim)."""
+    parts = text.replace("x", "/").split("/")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise BadInput(f"--heads: expected Q/KV/D such as 32/8/128, got {text!r}")
+    return HeadConfig(*(int(p) for p in parts))
+
+
+def scenario_from_dict(data: dict, where: str) -> Scenario:
+    if not isinstance(data, dict):
+        raise BadInput(f"{where}: expected a table at the top level")
+    unknown = set(data) - TOP_KEYS
+    if unknown:
+        raise BadInput(f"{where}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(TOP_KEYS))})")
+    grid = data.get("grid", {})
+    if not isinstance(grid, dict):
+        raise BadInput(f"{where}: grid: expected a table")
+    unknown = set(grid) - GRID_KEYS
+    if unknown:
+        raise BadInput(f"{where}: grid: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(GRID_KEYS))})")
+    for req in ("batch_size", "q_len", "kv_len"):
+        if req not in grid:
+            raise BadInput(f"{where}: grid.{req}: missing")
+    heads, model = _resolve_heads(data.get("model"), data.get("heads"), where)
+    timing_d = data.get("timing", {})
+    if not isinstance(timing_d, dict):
+        raise BadInput(f"{where}: timing: expected a table")
+    unknown = set(timing_d) - TIMING_KEYS
+    if unknown:
+        raise BadInput(f"{where}: timing: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(TIMING_KEYS))})")
+    timing = Timing()
+    for k, v in timing_d.items():
+        default = getattr(timing, k)
+        if isinstance(default, str):
+            if not isinstance(v, str):
+                raise BadInput(f"{where}: timing.{k}: expected a string, got {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise BadInput(f"{where}: timing.{k}: expected a number, got {v!r}")
+        elif isinstance(default, int) and not isinstance(v, int):
+            raise BadInput(f"{where}: timing.{k}: expected an integer, got {v!r}")
+        setattr(timing, k, v)
+    name = data.get("name", Path(where).stem)
+    if not isinstance(name, str) or not name:
+        raise BadInput(f"{where}: name: expected a string")
+    kernels = data.get("kernels", ["all"])
+    if isinstance(kernels, str):
+        kernels = [kernels]
+    if not isinstance(kernels, list) or not all(isinstance(k, str) for k in kernels):
+        raise BadInput(f"{where}: kernels: expected a list of kernel names")
+    desc = data.get("description", "")
+    if not isinstance(desc, str):
+        raise BadInput(f"{where}: description: expected a string")
+    sc = Scenario(
+        name=name,
+        heads=heads,
+        model=model,
+        description=desc,
+        batch_size=parse_int_axis(grid["batch_size"], "grid.batch_size", where),
+        q_len=parse_int_axis(grid["q_len"], "grid.q_len", where),
+        kv_len=parse_int_axis(grid["kv_len"], "grid.kv_len", where),
+        page_size=parse_int_axis(grid.get("page_size", 64), "grid.page_size", where),
+        kv_layout=parse_str_axis(grid.get("kv_layout", "HND"), "grid.kv_layout", where, LAYOUTS),
+        dtype=parse_str_axis(grid.get("dtype", "bf16"), "grid.dtype", where, DTYPES),
+        kv_dtype=parse_str_axis(grid["kv_dtype"], "grid.kv_dtype", where, KV_DTYPES) if "kv_dtype" in grid else None,
+        kernels=kernels,
+        timing=timing,
+        source=where,
+    )
+    return sc.validate()
+
+
+def builtin_names() -> list[str]:
+    root = resources.files("kbench.scenarios")
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A built-in scenario by name, or a TOML file by path."""
+    p = Path(name_or_path)
+    if name_or_path.endswith(".toml") or p.exists():
+        if not p.is_file():
+            raise BadInput(f"scenario file {name_or_path!r} does not exist")
+        where = str(p)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadInput(f"{where}: cannot read: {e}") from None
+    else:
+        names = builtin_names()
+        if name_or_path not in names:
+            raise BadInput(f"unknown scenario {name_or_path!r} (built-in: {', '.join(names)}; or give a .toml path)")
+        where = f"scenarios/{name_or_path}.toml"
+        text = resources.files("kbench.scenarios").joinpath(f"{name_or_path}.toml").read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{where}: not valid TOML: {e}") from None
+    return scenario_from_dict(data, where)
+
+
+def apply_overrides(sc: Scenario, **axes) -> Scenario:
+    """CLI flags override any axis: values are strings in the axis syntax, None leaves an axis alone."""
+    changes = {}
+    for axis in ("batch_size", "q_len", "kv_len", "page_size"):
+        if axes.get(axis) is not None:
+            changes[axis] = parse_int_axis(axes[axis], f"--{axis.replace('_', '-')}", "command line")
+    for axis, allowed in (("kv_layout", LAYOUTS), ("dtype", DTYPES), ("kv_dtype", KV_DTYPES)):
+        if axes.get(axis) is not None:
+            changes[axis] = parse_str_axis(axes[axis], f"--{axis.replace('_', '-')}", "command line", allowed)
+    if axes.get("kernels") is not None:
+        changes["kernels"] = [k.strip() for k in axes["kernels"].split(",") if k.strip()]
+    if axes.get("model") is not None:
+        if axes["model"] not in MODELS:
+            raise BadInput(f"--model: unknown model {axes['model']!r} (known: {', '.join(MODELS)})")
+        changes["heads"], changes["model"] = MODELS[axes["model"]], axes["model"]
+    if axes.get("heads") is not None:
+        changes["heads"], changes["model"] = parse_heads_flag(axes["heads"]), None
+    timing = replace(sc.timing)
+    for k in ("spread_target", "budget_s", "l2"):
+        if axes.get(k) is not None:
+            setattr(timing, k, axes[k])
+    changes["timing"] = timing
+    out = replace(sc, **changes)
+    if any(v is not None for v in axes.values()):
+        out.source = f"{sc.source} + command line"
+    return out.validate()

@@ -1,0 +1,243 @@
+"""Run folders: manifest.json plus rows, written row by row so a killed run keeps what it measured.
+
+    RUN/manifest.json   command line, scenario, versions, device, timer settings, start/end, status
+    RUN/rows.jsonl      the journal: one JSON row per line, flushed and fsynced as each row is measured
+    RUN/rows.parquet    the rows for tools (pandas, pyarrow, DuckDB), rewritten from the journal at the end
+    RUN/rows.csv        the same as CSV (list columns as JSON)
+
+Readers take the journal when it is there (it is the truth after a kill), else the Parquet, else the CSV.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from kbench import RESULT_SCHEMA_VERSION
+from kbench.errors import BadInput
+from kbench.rows import COLUMNS, Row
+
+MANIFEST = "manifest.json"
+JOURNAL = "rows.jsonl"
+PARQUET = "rows.parquet"
+CSV = "rows.csv"
+# Row kinds: a sweep run holds kernel rows; other commands (server-bench) register their own columns.
+ROW_KINDS: dict[str, tuple[list[str], tuple[str, ...]]] = {"sweep": (COLUMNS, ("samples_us",))}
+REQUIRED = ("case_id",)
+
+
+def register_row_kind(kind: str, columns: list[str], list_columns: tuple[str, ...] = ()) -> None:
+    ROW_KINDS[kind] = (list(columns), tuple(list_columns))
+
+
+def _kind_of(manifest: dict) -> str:
+    kind = manifest.get("kind", "sweep")
+    if kind not in ROW_KINDS:
+        raise BadInput(f"unknown run kind {kind!r} (known: {', '.join(ROW_KINDS)})")
+    return kind
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe single path component: nothing can point outside the output folder."""
+    s = _SAFE.sub("-", name).strip(".-")
+    return (s or "run")[:120]
+
+
+def new_run_dir(out_dir: str | Path, name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(out_dir) / f"{safe_name(name)}-{stamp}"
+    p, n = base, 1
+    while p.exists():
+        n += 1
+        p = Path(f"{base}-{n}")
+    return p
+
+
+def _clean(v):
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    return v
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class RunWriter:
+    """Appends rows to a run folder's journal; finalize() writes Parquet/CSV and closes the manifest."""
+
+    def __init__(self, run_dir: str | Path, manifest: dict, resume: bool = False):
+        self.dir = Path(run_dir)
+        if resume:
+            if not (self.dir / MANIFEST).is_file():
+                raise BadInput(f"{self.dir}: not a kbench run (no {MANIFEST})")
+            self.manifest = read_manifest(self.dir)
+            self.manifest.setdefault("resumed_at", []).append(now_iso())
+        else:
+            if self.dir.exists() and any(self.dir.iterdir()):
+                raise BadInput(f"{self.dir}: already exists and is not empty (use --resume to finish it)")
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.manifest = dict(manifest)
+            self.manifest.setdefault("kind", "sweep")
+            self.manifest.setdefault("schema_version", RESULT_SCHEMA_VERSION)
+            self.manifest.setdefault("start_time", now_iso())
+        self.kind = _kind_of(self.manifest)
+        self.manifest["status"] = "running"
+        _write_json_atomic(self.dir / MANIFEST, self.manifest)
+        self._journal = open(self.dir / JOURNAL, "a", encoding="utf-8")
+
+    def append(self, row: Row | dict) -> None:
+        d = row.to_dict() if isinstance(row, Row) else dict(row)
+        self._journal.write(json.dumps({k: _clean(v) for k, v in d.items()}) + "\n")
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+
+    def update_manifest(self, **fields) -> None:
+        self.manifest.update(fields)
+        _write_json_atomic(self.dir / MANIFEST, self.manifest)
+
+    def finalize(self, status: str = "complete") -> Path:
+        if not self._journal.closed:
+            self._journal.close()
+        rows = read_journal(self.dir / JOURNAL, self.kind)
+        write_tables(self.dir, rows, self.kind)
+        self.manifest["status"] = status
+        self.manifest["end_time"] = now_iso()
+        self.manifest["num_rows"] = len(rows)
+        _write_json_atomic(self.dir / MANIFEST, self.manifest)
+        return self.dir
+
+
+def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None:
+    """Parquet and CSV beside the journal (atomically replaced)."""
+    rows = normalize(rows, kind)
+    list_columns = ROW_KINDS[kind][1]
+    tmp = run_dir / (PARQUET + ".tmp")
+    rows.to_parquet(tmp, index=False)
+    os.replace(tmp, run_dir / PARQUET)
+    csv_rows = rows.copy()
+    for c in list_columns:
+        if c in csv_rows:
+            csv_rows[c] = csv_rows[c].map(lambda v: json.dumps(list(v)) if v is not None else "[]")
+    tmp = run_dir / (CSV + ".tmp")
+    csv_rows.to_csv(tmp, index=False)
+    os.replace(tmp, run_dir / CSV)
+
+
+def normalize(df: pd.DataFrame, kind: str = "sweep") -> pd.DataFrame:
+    """Columns in schema order; missing ones added empty (rows from older writers of the same schema)."""
+    columns, list_columns = ROW_KINDS[kind]
+    df = df.copy()
+    for c in columns:
+        if c not in df:
+            df[c] = [[] for _ in range(len(df))] if c in list_columns else None
+    extra = [c for c in df.columns if c not in columns]
+    df = df[columns + extra].reset_index(drop=True)
+    for c in list_columns:
+        df[c] = df[c].map(lambda v: [float(x) for x in v] if v is not None and not isinstance(v, float) else [])
+    return df
+
+
+def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
+    records = []
+    if path.exists():
+        lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                if i >= len(lines) - 2:  # the row being written when the process was killed
+                    continue
+                raise BadInput(f"{path}: line {i + 1} is not valid JSON") from None
+            if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
+                raise BadInput(f"{path}: line {i + 1} is not a kbench row")
+            records.append(rec)
+    columns = ROW_KINDS[kind][0]
+    return normalize(pd.DataFrame.from_records(records, columns=None if records else columns), kind)
+
+
+def read_manifest(run_dir: Path) -> dict:
+    p = Path(run_dir) / MANIFEST
+    if not p.is_file():
+        raise BadInput(f"{run_dir}: not a kbench run (no {MANIFEST})")
+    try:
+        m = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{p}: not valid JSON ({e})") from None
+    if not isinstance(m, dict):
+        raise BadInput(f"{p}: expected a JSON object")
+    ver = m.get("schema_version")
+    if ver != RESULT_SCHEMA_VERSION:
+        raise BadInput(f"{p}: result schema version {ver!r} is not {RESULT_SCHEMA_VERSION} (this kbench)")
+    return m
+
+
+@dataclass
+class Run:
+    path: Path
+    manifest: dict
+    rows: pd.DataFrame
+
+    @property
+    def kind(self) -> str:
+        return self.manifest.get("kind", "sweep")
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def load_rows(run_dir: Path, kind: str = "sweep") -> pd.DataFrame:
+    run_dir = Path(run_dir)
+    if (run_dir / JOURNAL).exists():
+        return read_journal(run_dir / JOURNAL, kind)
+    if (run_dir / PARQUET).exists():
+        try:
+            return normalize(pd.read_parquet(run_dir / PARQUET), kind)
+        except Exception as e:
+            raise BadInput(f"{run_dir / PARQUET}: unreadable Parquet ({type(e).__name__})") from None
+    if (run_dir / CSV).exists():
+        try:
+            df = pd.read_csv(run_dir / CSV)
+        except Exception as e:
+            raise BadInput(f"{run_dir / CSV}: unreadable CSV ({type(e).__name__})") from None
+        missing = set(REQUIRED) - set(df.columns)
+        if missing:
+            raise BadInput(f"{run_dir / CSV}: missing column {sorted(missing)[0]!r}")
+        for c in ROW_KINDS[kind][1]:
+            if c in df:
+                try:
+                    df[c] = df[c].map(lambda s: json.loads(s) if isinstance(s, str) else [])
+                except json.JSONDecodeError:
+                    raise BadInput(f"{run_dir / CSV}: column {c} is not JSON lists") from None
+        return normalize(df.astype(object).where(pd.notna(df), None), kind)
+    raise BadInput(f"{run_dir}: no rows ({JOURNAL}, {PARQUET} or {CSV})")
+
+
+def load_run(path: str | Path) -> Run:
+    p = Path(path)
+    if not p.is_dir():
+        raise BadInput(f"{path}: no such run folder")
+    manifest = read_manifest(p)
+    kind = _kind_of(manifest)
+    rows = load_rows(p, kind)
+    required = {"kernel", "case_id", "status"} if kind == "sweep" else set(REQUIRED)
+    missing = required - set(rows.columns)
+    if missing:
+        raise BadInput(f"{p}: rows lack column {sorted(missing)[0]!r}")
+    return Run(p, manifest, rows)

@@ -1,0 +1,46 @@
+"""FlashInfer's paged prefill wrapper, with the backend always named (auto picks fa3 on SM90)."""
+from __future__ import annotations
+
+import torch
+
+from kbench.kernels.base import Kernel, KernelFn, needs_cuda
+from kbench.kernels.inputs import Inputs, torch_dtype
+
+
+class FaPrefill(Kernel):
+    path = "context"
+
+    def __init__(self, backend: str):
+        self.fa = backend
+        self.name = f"{backend}-prefill"
+        self.description = f"BatchPrefillWithPagedKVCacheWrapper(backend={backend!r}), causal"
+        # fa3 on fp8 KV wants an fp8 query too; kbench keeps the query in bf16/fp16
+        self.kv_dtypes = ("bf16", "fp16", "fp8") if backend == "fa2" else ("bf16", "fp16")
+
+    def supports(self, device, case):
+        if self.fa == "fa3":
+            return needs_cuda(device, only_sm=(90,), label=" (FA3 is Hopper-only)")
+        return needs_cuda(device, min_sm=80)
+
+    def jit_key(self, case):
+        return (case.dtype, case.kv_dtype, case.head_dim)
+
+    def prepare(self, inputs: Inputs) -> KernelFn:
+        import flashinfer
+
+        c = inputs.case
+        ws = self._workspace(inputs.device)
+        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, c.kv_layout, backend=self.fa)
+        w.plan(
+            inputs.host("qo_indptr"), inputs.host("kv_indptr"), inputs.host("kv_indices"),
+            inputs.host("last_page_len"), c.num_qo_heads, c.num_kv_heads, c.head_dim, c.page_size,
+            causal=True, sm_scale=inputs.sm_scale, q_data_type=torch_dtype(c.dtype),
+            kv_data_type=torch_dtype(c.kv_dtype), o_data_type=torch_dtype(c.dtype),
+        )
+        out = torch.full_like(inputs.q, float("nan"))
+
+        def run(i: int) -> torch.Tensor:
+            cp = inputs.copies[i]
+            return w.run(cp.q, cp.kv_cache, out=out)
+
+        return run

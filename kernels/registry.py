@@ -1,0 +1,54 @@
+"""The one piece of global state: which kernels exist. Order is the order of the summary table."""
+from __future__ import annotations
+
+from kbench.errors import BadInput
+from kbench.kernels.base import Kernel
+
+_REGISTRY: dict[str, Kernel] = {}
+
+
+def register(kernel: Kernel) -> Kernel:
+    _REGISTRY[kernel.name] = kernel
+    return kernel
+
+
+def _load() -> None:
+    if _REGISTRY:
+        return
+    from kbench.kernels.decode_wrapper import DecodeWrapper
+    from kbench.kernels.fa_prefill import FaPrefill
+    from kbench.kernels.reference import ReferenceKernel
+    from kbench.kernels.trtllm_context import TrtllmContext
+    from kbench.kernels.trtllm_decode import TrtllmDecode
+    from kbench.kernels.trtllm_fmha_v2 import TrtllmFmhaV2
+
+    for k in (TrtllmDecode(), DecodeWrapper(), TrtllmContext(), TrtllmFmhaV2(), FaPrefill("fa2"),
+              FaPrefill("fa3"), ReferenceKernel()):
+        register(k)
+
+
+def kernel_names() -> list[str]:
+    _load()
+    return list(_REGISTRY)
+
+
+def all_kernels() -> list[Kernel]:
+    _load()
+    return list(_REGISTRY.values())
+
+
+def get_kernel(name: str) -> Kernel:
+    _load()
+    if name not in _REGISTRY:
+        raise BadInput(f"unknown kernel {name!r} (known: {', '.join(_REGISTRY)})")
+    return _REGISTRY[name]
+
+
+def select(names: list[str]) -> list[Kernel]:
+    """'all' means every registered kernel; otherwise the named ones, in registry order."""
+    _load()
+    if "all" in names:
+        return all_kernels()
+    for n in names:
+        get_kernel(n)
+    return [k for k in _REGISTRY.values() if k.name in names]

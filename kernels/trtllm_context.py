@@ -1,0 +1,62 @@
+"""TRT-LLM context (prefill) kernel on a paged KV cache: Blackwell datacenter parts only."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from kbench.kernels.base import Kernel, KernelFn, needs_cuda
+from kbench.kernels.inputs import Inputs
+
+CONTEXT_SMS = (100, 103, 107)
+
+
+def cubin_problem() -> str | None:
+    """Why the cubins this kernel downloads at first use are not to be had, or None.
+
+    Offline, FlashInfer sleeps about 70 s in retries before failing, so kbench refuses up front."""
+    env_dir = os.environ.get("FLASHINFER_CUBIN_DIR")
+    if env_dir:
+        p = Path(env_dir)
+        if not p.is_dir() or not any(p.rglob("*.cubin")):
+            return f"FLASHINFER_CUBIN_DIR={env_dir} holds no cubins: point it at a pre-fetched cubin folder"
+        return None
+    if os.environ.get("FLASHINFER_NO_DOWNLOAD", "") not in ("", "0"):
+        try:
+            from flashinfer.jit.env import FLASHINFER_CUBIN_DIR as default_dir
+        except Exception:
+            default_dir = Path.home() / ".cache" / "flashinfer" / "cubins"
+        if not Path(default_dir).is_dir() or not any(Path(default_dir).rglob("*.cubin")):
+            return ("cubins are not on disk and FLASHINFER_NO_DOWNLOAD=1: set FLASHINFER_CUBIN_DIR "
+                    "to a pre-fetched cubin folder")
+    return None
+
+
+class TrtllmContext(Kernel):
+    name = "trtllm-context"
+    path = "context"
+    description = "flashinfer.prefill.trtllm_batch_context_with_kv_cache (trtllm-gen cubins)"
+
+    def supports(self, device, case):
+        # On SM90 it can never run ("Unsupported architecture"): never attempted there.
+        reason = needs_cuda(device, only_sm=CONTEXT_SMS)
+        return reason or cubin_problem()
+
+    def prepare(self, inputs: Inputs) -> KernelFn:
+        from flashinfer.prefill import trtllm_batch_context_with_kv_cache
+
+        c = inputs.case
+        ws = self._workspace(inputs.device)
+        out = torch.full_like(inputs.q, float("nan"))
+
+        def run(i: int) -> torch.Tensor:
+            cp = inputs.copies[i]
+            return trtllm_batch_context_with_kv_cache(
+                query=cp.q, kv_cache=cp.kv_cache, workspace_buffer=ws, block_tables=inputs.block_tables,
+                seq_lens=inputs.seq_lens, max_q_len=c.q_len, max_kv_len=c.kv_len, bmm1_scale=inputs.sm_scale,
+                bmm2_scale=1.0, batch_size=c.batch_size, cum_seq_lens_q=inputs.qo_indptr,
+                cum_seq_lens_kv=inputs.cum_seq_lens_kv, out=out, kv_layout=c.kv_layout,
+            )
+
+        return run
