@@ -1,0 +1,129 @@
+"""`kbench gate` and `kbench baseline`: thin click commands over kbench.gate and kbench.baselines."""
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kbench.errors import KbenchError
+
+GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
+
+\b
+Rows match on kernel, case, dtype and layout (server-bench runs: on case). Per row, with
+worse = (cand - base) / base for times and (base - cand) / base for throughputs:
+  regression   worse > threshold AND beyond noise: one-sided Mann-Whitney p < alpha when both rows
+               kept samples, else the spread intervals median*(1 +- rel_spread) (or p25..p75) do
+               not overlap, else the threshold alone
+  improvement  faster by more than the threshold and beyond noise: passes, listed
+  within-noise beyond the threshold but within noise: passes
+\b
+Also fails: a baseline-ok row now wrong or failed; now skipped or absent from the candidate (unless
+--allow-missing); a case whose decode-vs-context winner changed (unless --ignore-winner-change).
+Refuses (exit 2) runs from different GPU models, SM versions or result schema versions unless --force.
+Exit codes: 0 pass, 1 regression or failure, 2 bad input.
+"""
+
+
+def one_line_errors(fn):
+    """kbench errors -> `error: ...` and their exit code, also when the command runs outside the group."""
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except KbenchError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(e.exit_code)
+    return wrapper
+
+
+_STYLE = {"regression": "bold red", "wrong": "bold red", "failed": "bold red", "skipped": "red",
+          "missing": "red", "improvement": "green", "within-noise": "yellow", "new": "cyan",
+          "not-compared": "dim", "pass": ""}
+
+
+def render(res, console: Console, show_all: bool) -> None:
+    from kbench.gate.markdown import fmt_change, fmt_value
+
+    rows = res.rows if show_all else [r for r in res.rows if r.outcome not in ("pass",)]
+    table = Table(title=f"kbench gate: {res.baseline} -> {res.candidate}", show_lines=False)
+    for col, kw in (("kernel", {}), ("case", {}), ("metric", {}), ("baseline", {"justify": "right"}),
+                    ("candidate", {"justify": "right"}), ("change", {"justify": "right"}), ("outcome", {}),
+                    ("why", {})):
+        table.add_column(col, **kw)
+    for r in rows:
+        style = _STYLE.get(r.outcome, "")
+        table.add_row(r.kernel or "-", r.case_id, r.metric or "-", fmt_value(r.base_value),
+                      fmt_value(r.cand_value), fmt_change(r),
+                      f"[{style}]{r.outcome}[/]" if style else r.outcome, r.note)
+    if rows:
+        console.print(table)
+    hidden = len(res.rows) - len(rows)
+    if hidden:
+        console.print(f"[dim]{hidden} row(s) passed within the threshold (--show-all lists them)[/]")
+    for w in res.winner_changes:
+        tag = "[bold red]winner change[/]" if w.fails else "[yellow]winner change (allowed)[/]"
+        console.print(f"{tag} {w.case_id}: {w.base_path} ({w.base_winner}) -> {w.cand_path} ({w.cand_winner})")
+    for w in res.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    console.print(f"{res.baseline_hw} vs {res.candidate_hw}; threshold {res.threshold:.1%}, alpha {res.alpha:g}")
+    console.print(f"[{'bold green' if res.passed else 'bold red'}]{res.summary_line()}[/]")
+
+
+@click.command("gate", help=GATE_HELP)
+@click.option("--baseline", "baseline", required=True, metavar="BASELINE",
+              help="Baseline folder (results/baselines/NAME) or any run folder.")
+@click.option("--candidate", "candidate", required=True, metavar="RUN", help="The run to judge.")
+@click.option("--threshold", default="5%", show_default=True, help="Relative change that counts: 5% or 0.05.")
+@click.option("--alpha", type=float, default=0.01, show_default=True,
+              help="Significance level of the one-sided Mann-Whitney test.")
+@click.option("--ignore-winner-change", is_flag=True, help="A changed decode-vs-context winner does not fail.")
+@click.option("--allow-missing", is_flag=True, help="Baseline rows absent (or now skipped) in the candidate do not fail.")
+@click.option("--force", is_flag=True, help="Compare across GPU models, SM versions or result schema versions.")
+@click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False), help="Write the markdown summary here.")
+@click.option("--junit", "junit_file", type=click.Path(dir_okay=False), help="Write JUnit XML here.")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Write the result as JSON here.")
+@click.option("--show-all", is_flag=True, help="List every row in the terminal table, not only the notable ones.")
+@one_line_errors
+def gate(baseline, candidate, threshold, alpha, ignore_winner_change, allow_missing, force, markdown_file,
+         junit_file, json_file, show_all):
+    from kbench.gate import parse_threshold, run_gate, write_json, write_junit, write_markdown
+
+    res = run_gate(baseline, candidate, threshold=parse_threshold(threshold), alpha=alpha,
+                   ignore_winner_change=ignore_winner_change, allow_missing=allow_missing, force=force)
+    render(res, Console(), show_all)
+    try:
+        write_markdown(res, markdown_file)  # also appends to $GITHUB_STEP_SUMMARY when set
+        if junit_file:
+            write_junit(res, junit_file)
+        if json_file:
+            write_json(res, json_file)
+    except OSError as e:
+        from kbench.errors import BadInput
+        raise BadInput(f"cannot write the gate report: {e}") from None
+    sys.exit(res.exit_code)
+
+
+@click.command("baseline")
+@click.argument("run", metavar="RUN")
+@click.option("--name", required=True, help="Baseline name: results/baselines/NAME (one folder name).")
+@click.option("--root", default="results/baselines", show_default=True, type=click.Path(file_okay=False),
+              help="Folder that holds the baselines.")
+@one_line_errors
+def baseline(run, name, root):
+    """Write or refresh the baseline NAME from RUN (rows and manifest), meant to be committed."""
+    from kbench.baselines import write_baseline
+    from kbench.store import load_run
+
+    r = load_run(run)
+    if r.manifest.get("status") not in (None, "complete"):
+        click.echo(f"warning: {run} has status {r.manifest.get('status')!r}; the baseline holds only the rows "
+                   "it measured", err=True)
+    dest = write_baseline(r, name, root)
+    counts = r.rows["status"].value_counts().to_dict() if "status" in r.rows else {}
+    detail = ", ".join(f"{v} {k}" for k, v in counts.items())
+    click.echo(f"baseline {dest} written from {r.path} ({len(r.rows)} rows{': ' + detail if detail else ''}); "
+               f"commit it: git add {dest}")

@@ -1,0 +1,78 @@
+"""`kbench kernels` and `kbench env`: what is available here, and why not."""
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kbench.case import Case
+from kbench.kernels.device import probe_device
+from kbench.kernels.registry import all_kernels
+from kbench.models import MODELS
+from kbench.sweep import kernel_reason
+
+
+@click.command("kernels")
+@click.option("--models", is_flag=True, help="Also list the named head configurations.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def kernels_cmd(models, as_json):
+    """List every kernel with its availability on this machine and the reason when it is not."""
+    dev = probe_device()
+    probe = Case(8, 4, 4096, 32, 8, 128, 64, "HND", "bf16", "bf16")
+    data = []
+    for k in all_kernels():
+        reason = kernel_reason(k, dev, probe)
+        data.append({"kernel": k.name, "path": k.path, "backend": k.backend(dev) if dev.cuda else "",
+                     "available": reason is None, "reason": reason or "", "kv_dtypes": list(k.kv_dtypes),
+                     "call": k.description})
+    if as_json:
+        click.echo(json.dumps({"device": dev.to_dict(), "kernels": data}, indent=2))
+        return
+    c = Console()
+    t = Table(title=f"kernels on {dev.name} (SM{dev.sm}), checked at a Llama-3-8B bf16 HND shape", header_style="bold")
+    for col in ("kernel", "path", "backend", "available", "why not / call"):
+        t.add_column(col)
+    for d in data:
+        t.add_row(d["kernel"], d["path"], d["backend"], "[green]yes[/]" if d["available"] else "[red]no[/]",
+                  d["reason"] or f"[dim]{d['call']}[/]")
+    c.print(t)
+    if models:
+        m = Table(title="models (head config per rank)", header_style="bold")
+        for col in ("name", "q heads", "kv heads", "head_dim", "group"):
+            m.add_column(col)
+        for name, h in MODELS.items():
+            m.add_row(name, str(h.num_qo_heads), str(h.num_kv_heads), str(h.head_dim), str(h.group))
+        c.print(m)
+
+
+@click.command("env")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--no-bandwidth", is_flag=True, help="Skip the copy-bandwidth measurement.")
+def env_cmd(as_json, no_bandwidth):
+    """The device, SM, versions, clocks and measured copy bandwidth."""
+    from kbench import __version__
+    from kbench.hardware import clocks, copy_bandwidth_gbs
+
+    dev = probe_device()
+    info = {"kbench": __version__, **dev.to_dict()}
+    if dev.cuda:
+        info["clocks"] = clocks(dev.index)
+        if not no_bandwidth:
+            info["copy_bandwidth_gbs"] = copy_bandwidth_gbs(dev.torch_device)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, default=str))
+        return
+    t = Table(title="kbench env", show_header=False)
+    t.add_column("", style="bold")
+    t.add_column("")
+    for k, v in info.items():
+        if k == "total_memory" or k == "l2_bytes":
+            v = f"{v / 2**20:,.0f} MiB" if v else "-"
+        elif k == "copy_bandwidth_gbs" and v:
+            v = f"{v:,.0f} GB/s (device-to-device copy, bytes read + written)"
+        elif isinstance(v, dict):
+            v = ", ".join(f"{a} {b:.0f}" for a, b in v.items()) or "-"
+        t.add_row(k, "-" if v in (None, "") else str(v))
+    Console().print(t)

@@ -1,0 +1,135 @@
+"""Rich rendering shared by the commands: the sweep progress and the per-case summary tables."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from kbench.rows import Row
+from kbench.sweep import SweepObserver
+from kbench.winners import case_winners
+
+STATUS_STYLE = {"ok": "green", "skipped": "dim", "wrong": "bold red", "failed": "red"}
+
+
+def fmt_us(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:,.1f}" if v < 10_000 else f"{v:,.0f}"
+
+
+class RichSweepObserver(SweepObserver):
+    """A live progress bar per phase (compile, measure) with the case and kernel being worked on, and ETA."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}", overflow="ellipsis"),
+            console=console, transient=False,
+        )
+        self.task = None
+        self.counted = False
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+    def phase(self, name, total=None):
+        if self.task is not None:
+            self.progress.update(self.task, description="done")
+        self.task = self.progress.add_task("", total=total, phase=name)
+        self.counted = total is not None and name == "measuring"
+
+    def advance(self, description=""):
+        if self.task is None:
+            return
+        if description:
+            self.progress.update(self.task, description=description)
+            if not self.counted:  # compile phase: one step per module
+                self.progress.advance(self.task)
+        elif self.counted:
+            self.progress.advance(self.task)
+
+    def row(self, row: Row):
+        if row.status in ("wrong", "failed"):
+            self.console.print(f"[{STATUS_STYLE[row.status]}]{row.status}[/]: {row.kernel} {row.case_id}: {row.reason}")
+
+    def message(self, text):
+        self.console.print(f"[yellow]{text}[/]")
+
+
+def summary_tables(rows: pd.DataFrame, copy_bw: float | None, max_cases: int = 400) -> list[Table]:
+    """One table per (heads, dtype, layout, page) group: a line per case, a column per kernel
+    (median us; KV bandwidth and roofline fraction under it), the decode speedup and the winner."""
+    if rows.empty:
+        return []
+    kernels = [k for k in dict.fromkeys(rows["kernel"]) if k != "reference" or (rows[rows.kernel == k].status == "ok").any()]
+    win = case_winners(rows).set_index("case_id") if not rows.empty else pd.DataFrame()
+    tables = []
+    group_cols = ["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "kv_layout", "page_size"]
+    for gkey, g in rows.groupby(group_cols, sort=False):
+        hq, hkv, d, dt, kvd, lay, ps = gkey
+        kv_note = "" if kvd == dt else f" kv {kvd}"
+        t = Table(title=f"heads {hq}/{hkv}x{d}  {dt}{kv_note}  {lay}  page {ps}   (us per call; KV GB/s, % of copy bw {fmt_bw(copy_bw)})",
+                  show_lines=False, header_style="bold")
+        for c in ("bs", "q", "kv"):
+            t.add_column(c, justify="right")
+        # kernels skipped on every case of the group get no column: the skipped table lists them
+        present = [k for k in kernels if (g[g["kernel"] == k]["status"] != "skipped").any()]
+        for k in present:
+            t.add_column(k, justify="right")
+        t.add_column("decode speedup", justify="right")
+        t.add_column("winner")
+        for n, (case_id, c) in enumerate(g.groupby("case_id", sort=False)):
+            if n >= max_cases:
+                break
+            first = c.iloc[0]
+            cells = [str(first.batch_size), str(first.q_len), str(first.kv_len)]
+            by_k = {r.kernel: r for r in c.itertuples()}
+            w = win.loc[case_id] if case_id in win.index else None
+            for k in present:
+                r = by_k.get(k)
+                if r is None:
+                    cells.append("")
+                elif r.status == "ok":
+                    frac = f" {r.roofline_frac * 100:.0f}%" if r.roofline_frac and not math.isnan(r.roofline_frac) else ""
+                    style = "bold" if w is not None and w["winner"] == k else ""
+                    txt = f"{fmt_us(r.median_us)}\n[dim]{r.kv_bandwidth_gbs:,.0f}{frac}[/]"
+                    cells.append(f"[{style}]{txt}[/]" if style else txt)
+                elif r.status == "skipped":
+                    cells.append("[dim]skip[/]")
+                else:
+                    cells.append(f"[{STATUS_STYLE[r.status]}]{r.status.upper()}[/]")
+            if w is not None and w["decode_speedup"] is not None and not pd.isna(w["decode_speedup"]):
+                sp = w["decode_speedup"]
+                cells.append(f"[{'green' if sp >= 1 else 'yellow'}]{sp:.2f}x[/]")
+            else:
+                cells.append("-")
+            cells.append(str(w["winner"]) if w is not None else "-")
+            t.add_row(*cells)
+        tables.append(t)
+    return tables
+
+
+def fmt_bw(bw) -> str:
+    return f"{bw:,.0f} GB/s" if bw else "n/a"
+
+
+def skipped_reasons(rows: pd.DataFrame) -> Table | None:
+    s = rows[rows["status"] == "skipped"]
+    if s.empty:
+        return None
+    t = Table(title="skipped kernels", header_style="bold")
+    t.add_column("kernel")
+    t.add_column("cases", justify="right")
+    t.add_column("reason")
+    for (k, reason), g in s.groupby(["kernel", "reason"], sort=False):
+        t.add_row(k, str(len(g)), reason)
+    return t

@@ -1,0 +1,105 @@
+"""`kbench sweep`: expand the grid, check every kernel against the reference, time it, write a run."""
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+from rich.console import Console
+
+from kbench.errors import BadInput
+from kbench.scenario import apply_overrides, load_scenario
+from kbench.sweep import Sweep, SweepOptions, scenario_of_run
+from kbench.store import read_manifest
+
+from kbench.cli.render import RichSweepObserver, fmt_bw, skipped_reasons, summary_tables
+
+
+def _slow(values: tuple[str, ...]) -> dict[str, int]:
+    out = {}
+    for v in values:
+        name, sep, n = v.partition("=")
+        if not sep or not n.strip().isdigit() or int(n) < 2:
+            raise BadInput(f"--slow-kernel: expected KERNEL=N with N >= 2, got {v!r}")
+        out[name.strip()] = int(n)
+    return out
+
+
+@click.command("sweep")
+@click.option("--scenario", "-s", default="quick", show_default=True,
+              help="Built-in scenario name (quick, draft-extend, llama3-70b-tp8, gqa8-d64, qwen3-gqa8) or a TOML file.")
+@click.option("--batch-size", "-b", help="Override: list or range, e.g. 1,16,64 or 1..256*2.")
+@click.option("--q-len", "-q", help="Override: e.g. 1..16.")
+@click.option("--kv-len", "-k", help="Override: e.g. 512..32768*2 (kv_len includes the new tokens).")
+@click.option("--page-size", help="Override: 16, 32, 64 or 128 (a list is a grid axis).")
+@click.option("--kv-layout", help="Override: HND, NHD or both.")
+@click.option("--dtype", help="Override: bf16, fp16.")
+@click.option("--kv-dtype", help="Override: bf16, fp16, fp8 (defaults to --dtype).")
+@click.option("--model", help="Override the head config by model name (see `kbench kernels --models`).")
+@click.option("--heads", help="Override the head config: Q/KV/D, e.g. 32/8/128.")
+@click.option("--kernels", help="Comma-separated kernel names (see `kbench kernels`), or all.")
+@click.option("--spread-target", type=float, help="Stop timing when the 95% CI half-width of the median is below this fraction.")
+@click.option("--budget", "budget_s", type=float, help="Seconds of timing per (kernel, case) at most.")
+@click.option("--l2", type=click.Choice(["rotate", "warm"]), help="rotate input copies so L2 is cold (default), or warm.")
+@click.option("--out", "out_dir", default="results", show_default=True, help="Folder that receives the run folder.")
+@click.option("--name", "run_name", help="Run folder name prefix (default: the scenario name).")
+@click.option("--resume", "resume", type=click.Path(), help="Finish an interrupted run folder: measures only missing rows.")
+@click.option("--device", "device_index", default=0, show_default=True, help="CUDA device index.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--allow-wrong", is_flag=True, help="Exit 0 even when a kernel fails its check.")
+@click.option("--slow-kernel", multiple=True, metavar="KERNEL=N",
+              help="TEST ONLY: run KERNEL N times per timed call, to show that `kbench gate` catches a slow-down.")
+@click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
+def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_dtype, model, heads, kernels,
+          spread_target, budget_s, l2, out_dir, run_name, resume, device_index, seed, allow_wrong, slow_kernel,
+          max_table_cases):
+    """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
+
+    Each kernel's output is checked against a float32 torch reference before it is timed (CUDA-graph
+    replay, cold L2 by input rotation). Rows go to OUT/<scenario>-<time>/ as they are measured
+    (manifest.json, rows.jsonl, rows.parquet, rows.csv); Ctrl-C keeps them and --resume finishes the run.
+    Exit 1 if a kernel computed the wrong thing (unless --allow-wrong), 2 on bad input.
+    """
+    console = Console()
+    axes = dict(batch_size=batch_size, q_len=q_len, kv_len=kv_len, page_size=page_size, kv_layout=kv_layout,
+                dtype=dtype, kv_dtype=kv_dtype, model=model, heads=heads, kernels=kernels,
+                spread_target=spread_target, budget_s=budget_s, l2=l2)
+    if resume:
+        if any(v is not None for v in axes.values()):
+            raise BadInput("--resume takes the scenario from the run; drop the axis options")
+        sc = scenario_of_run(read_manifest(resume))
+    else:
+        sc = apply_overrides(load_scenario(scenario), **axes)
+    opts = SweepOptions(out_dir=out_dir, resume=resume, run_name=run_name, device_index=device_index, seed=seed,
+                        slow_kernel=_slow(slow_kernel), command_line=shlex.join(["kbench", *sys.argv[1:]]))
+    cases = sc.cases()
+    console.print(f"[bold]{sc.name}[/]: {len(cases)} cases x {len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels "
+                  f"({sc.source})")
+    runner = Sweep(sc, opts)
+    with RichSweepObserver(console) as obs:
+        runner.obs = obs
+        result = runner.run()
+    rows = result.rows
+    for t in summary_tables(rows, result.copy_bandwidth_gbs, max_table_cases):
+        console.print(t)
+    skipped = skipped_reasons(rows)
+    if skipped is not None:
+        console.print(skipped)
+    w = result.wall
+    counts = rows["status"].value_counts().to_dict()
+    console.print(
+        f"device: {result.device.name} (SM{result.device.sm})  copy bandwidth {fmt_bw(result.copy_bandwidth_gbs)}\n"
+        f"rows: {len(rows)} ({', '.join(f'{k} {v}' for k, v in counts.items())}); timed {result.measurements} this call\n"
+        f"wall {w.total_s:.1f} s: compile {w.compile_s:.1f}, inputs {w.inputs_s:.1f}, reference {w.reference_s:.1f}, "
+        f"check {w.check_s:.1f}, timing {w.timing_s:.1f}\n"
+        f"run: {result.run_dir}"
+    )
+    if result.status == "interrupted":
+        console.print(f"[yellow]interrupted: rows so far are kept; finish with kbench sweep --resume {result.run_dir}[/]")
+        sys.exit(130)
+    bad = rows[rows["status"] == "wrong"]
+    if len(bad):
+        console.print(f"[bold red]{len(bad)} kernel result(s) WRONG against the reference[/]"
+                      + ("" if allow_wrong else " (exit 1; --allow-wrong to accept)"))
+        if not allow_wrong:
+            sys.exit(1)

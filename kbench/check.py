@@ -1,0 +1,40 @@
+"""Comparing a kernel's output with the reference: relative L2 error, max abs error, a tolerance per dtype."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# relative L2 error allowed; bf16 rounding of the output alone is ~2e-3, kernels add softmax in low precision
+TOLERANCE = {"fp16": 1e-2, "bf16": 2e-2}
+FP8_KV_TOLERANCE = 6e-2
+
+
+def tolerance_for(dtype: str, kv_dtype: str) -> float:
+    return FP8_KV_TOLERANCE if kv_dtype == "fp8" else TOLERANCE[dtype]
+
+
+@dataclass
+class CheckResult:
+    rel_err: float
+    max_abs_err: float
+    tolerance: float
+    finite: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.finite and self.rel_err <= self.tolerance
+
+    def describe(self) -> str:
+        if not self.finite:
+            return "output has NaN/Inf (unwritten or overflowed elements)"
+        return f"rel err {self.rel_err:.3g} > tolerance {self.tolerance:.3g} (max abs err {self.max_abs_err:.3g})"
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tolerance: float) -> CheckResult:
+    o = out.float().reshape(ref.shape)
+    finite = bool(torch.isfinite(o).all())
+    diff = (o - ref).nan_to_num(nan=float("inf"))
+    denom = ref.norm().item() or 1.0
+    rel = diff.norm().item() / denom
+    return CheckResult(rel_err=rel, max_abs_err=diff.abs().max().item(), tolerance=tolerance, finite=finite)

@@ -1,0 +1,300 @@
+"""Match baseline and candidate rows and decide, per row, whether the candidate regressed.
+
+Decision rule (the same text is in ``kbench gate --help``):
+
+- A matched row whose baseline status is ok is compared on each metric. With ``worse`` the relative
+  change in the bad direction ((cand - base) / base for times, (base - cand) / base for throughputs):
+  **regression** iff ``worse > threshold`` AND the difference is beyond noise in that direction (one-sided
+  Mann-Whitney p < alpha when both rows kept samples, else the spread intervals do not overlap, else the
+  threshold alone); **improvement** iff ``-worse > threshold`` and beyond noise the other way (listed,
+  passes); beyond the threshold but within noise is **within-noise** (passes); anything else passes.
+- Status: baseline ok -> candidate wrong or failed fails (**wrong** / **failed**); ok -> skipped fails as
+  **skipped** unless ``allow_missing`` (the kernel no longer ran). A baseline row that was not ok is not
+  compared (**not-compared**, passes; "fixed" when the candidate is ok now).
+- A baseline row absent from the candidate fails as **missing** unless ``allow_missing``; candidate rows
+  absent from the baseline are listed as **new** (pass).
+- Sweep runs: the decode-vs-context winner of a case (kbench.winners.case_winners) changing between
+  decode and context fails unless ``ignore_winner_change``; reported separately from rows.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from kbench.errors import BadInput
+from kbench.gate.hardware import hardware_of, mismatches
+from kbench.gate.loading import load_for_gate
+from kbench.gate.metrics import Metric, key_columns, measurement, metrics_for
+from kbench.gate.stats import is_worse
+from kbench.winners import case_winners
+
+FAILING = ("regression", "wrong", "failed", "skipped", "missing")
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.01
+
+
+@dataclass
+class RowResult:
+    key: dict
+    kernel: str
+    case_id: str
+    metric: str | None
+    outcome: str  # pass | within-noise | improvement | regression | wrong | failed | skipped | missing | new | not-compared
+    fails: bool
+    base_status: str | None = None
+    cand_status: str | None = None
+    base_value: float | None = None
+    cand_value: float | None = None
+    change: float | None = None  # (cand - base) / base
+    method: str | None = None  # mann-whitney | spread | threshold-only
+    p_value: float | None = None
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        head = f"{self.kernel} / {self.case_id}" if self.kernel else self.case_id
+        return f"{head} [{self.metric}]" if self.metric and self.metric != "median_us" else head
+
+
+@dataclass
+class WinnerChange:
+    case_id: str
+    base_path: str
+    cand_path: str
+    base_winner: str | None
+    cand_winner: str | None
+    base_speedup: float | None  # best context time / best decode time
+    cand_speedup: float | None
+    fails: bool
+
+
+@dataclass
+class GateResult:
+    baseline: str
+    candidate: str
+    kind: str
+    threshold: float
+    alpha: float
+    rows: list[RowResult]
+    winner_changes: list[WinnerChange]
+    winners_compared: list[str]  # case ids whose winners were compared
+    baseline_hw: str
+    candidate_hw: str
+    warnings: list[str] = field(default_factory=list)
+    options: dict = field(default_factory=dict)
+
+    def with_outcome(self, *outcomes: str) -> list[RowResult]:
+        return [r for r in self.rows if r.outcome in outcomes]
+
+    @property
+    def failing_rows(self) -> list[RowResult]:
+        return [r for r in self.rows if r.fails]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failing_rows and not any(w.fails for w in self.winner_changes)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.rows:
+            out[r.outcome] = out.get(r.outcome, 0) + 1
+        out["winner-change"] = len(self.winner_changes)
+        return out
+
+    def summary_line(self) -> str:
+        c = self.counts()
+        order = ["regression", "wrong", "failed", "skipped", "missing", "winner-change", "improvement",
+                 "within-noise", "pass", "new", "not-compared"]
+        parts = [f"{c[k]} {k}" for k in order if c.get(k)]
+        return f"{'PASS' if self.passed else 'FAIL'}: " + (", ".join(parts) or "nothing compared")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["passed"], d["exit_code"], d["counts"] = self.passed, self.exit_code, self.counts()
+        for r, rd in zip(self.rows, d["rows"]):
+            rd["name"] = r.name
+        return d
+
+
+def parse_threshold(text) -> float:
+    """'5%' or '0.05' -> 0.05. A bare number of 1 or more is refused (5 is ambiguous: 5% or 500%?)."""
+    s = str(text).strip()
+    pct = s.endswith("%")
+    try:
+        v = float(s[:-1] if pct else s)
+    except ValueError:
+        raise BadInput(f"--threshold {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
+    if pct:
+        v /= 100
+    if not (0 <= v < 1) or v != v:
+        hint = f" (did you mean {s}%?)" if not pct and 1 <= v < 100 else ""
+        raise BadInput(f"--threshold {text!r}: must be between 0% and 100%{hint}")
+    return v
+
+
+def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str) -> dict[tuple, dict]:
+    rows = run.rows
+    if kind == "sweep" and "path" in rows:
+        rows = rows[rows["path"] != "reference"]
+    out: dict[tuple, dict] = {}
+    dupes = 0
+    for rec in rows.to_dict("records"):
+        k = tuple("" if rec.get(c) is None else str(rec.get(c)) for c in key_cols)
+        dupes += k in out
+        out[k] = rec  # a resumed run may repeat a row: the last one measured counts
+    if dupes:
+        warnings.append(f"{role} has {dupes} duplicate row(s); the last of each counts")
+    return out
+
+
+def _status(rec: dict) -> str:
+    s = rec.get("status")
+    return "ok" if s is None or s != s else str(s)
+
+
+def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: float) -> RowResult:
+    base = RowResult(key, str(key.get("kernel", "")), str(rec_b.get("case_id")), metric.name, "pass", False,
+                     "ok", "ok")
+    mb, mc = measurement(rec_b, metric), measurement(rec_c, metric)
+    if mb is None or mc is None:
+        base.outcome, base.note = "not-compared", f"no {metric.column} on the {'baseline' if mb is None else 'candidate'} side"
+        base.base_value, base.cand_value = (mb.value if mb else None), (mc.value if mc else None)
+        return base
+    base.base_value, base.cand_value = mb.value, mc.value
+    base.change = (mc.value - mb.value) / mb.value
+    worse = -base.change if metric.higher_is_better else base.change
+    if abs(worse) <= threshold:
+        base.note = "within threshold"
+        return base
+    direction = "worse" if worse > 0 else "better"
+    verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
+    base.method, base.p_value = verdict.method, verdict.p_value
+    if not verdict.beyond_noise:
+        base.outcome, base.note = "within-noise", f"{direction} by {abs(worse):.1%} but {verdict.describe()}"
+    elif direction == "worse":
+        base.outcome, base.fails = "regression", True
+        base.note = f"worse by {worse:.1%} > {threshold:.1%}, {verdict.describe()}"
+    else:
+        base.outcome, base.note = "improvement", f"better by {-worse:.1%}, {verdict.describe()}"
+    return base
+
+
+def compare_rows(base_recs: dict, cand_recs: dict, key_cols, metrics: list[Metric], threshold: float,
+                 alpha: float, allow_missing: bool) -> list[RowResult]:
+    results = []
+    for k, rb in base_recs.items():
+        key = dict(zip(key_cols, k))
+        kernel, case_id = str(key.get("kernel", "")), str(rb.get("case_id"))
+        sb = _status(rb)
+        rc = cand_recs.get(k)
+        if rc is None:
+            results.append(RowResult(key, kernel, case_id, None, "missing", not allow_missing, sb, None,
+                                     note="not in the candidate" + (" (allowed)" if allow_missing else "")))
+            continue
+        sc = _status(rc)
+        if sb != "ok":
+            note = f"baseline status {sb}" + ("; fixed in the candidate" if sc == "ok" else "")
+            results.append(RowResult(key, kernel, case_id, None, "not-compared", False, sb, sc, note=note))
+            continue
+        if sc in ("wrong", "failed"):
+            reason = str(rc.get("reason") or "")
+            results.append(RowResult(key, kernel, case_id, None, sc, True, sb, sc,
+                                     note=f"was ok, now {sc}" + (f": {reason}" if reason else "")))
+            continue
+        if sc != "ok":
+            reason = str(rc.get("reason") or "")
+            results.append(RowResult(key, kernel, case_id, None, "skipped", not allow_missing, sb, sc,
+                                     note=f"was ok, now {sc}" + (f": {reason}" if reason else "")
+                                     + (" (allowed)" if allow_missing else "")))
+            continue
+        for m in metrics:
+            results.append(_compare_metric(key, rb, rc, m, threshold, alpha))
+    for k, rc in cand_recs.items():
+        if k not in base_recs:
+            key = dict(zip(key_cols, k))
+            results.append(RowResult(key, str(key.get("kernel", "")), str(rc.get("case_id")), None, "new", False,
+                                     None, _status(rc), note="not in the baseline"))
+    return results
+
+
+def _missing(v) -> bool:
+    return v is None or v != v
+
+
+def _path(rec: dict):
+    """path_verdict (decode | context | tie, when winners.py gives it: ties within spread) else winner_path."""
+    v = rec.get("path_verdict")
+    return rec.get("winner_path") if _missing(v) else v
+
+
+def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bool
+                    ) -> tuple[list[WinnerChange], list[str]]:
+    """Winner path changes between decode and context, per case measured on both paths in both runs.
+    A tie (best decode and best context within their spreads, winners.py's path_verdict) is not a change."""
+    wb, wc = case_winners(base_rows), case_winners(cand_rows)
+    if wb.empty or wc.empty:
+        return [], []
+    cand_by_case = {r["case_id"]: r for r in wc.to_dict("records")}
+    changes, compared = [], []
+    for b in wb.to_dict("records"):
+        c = cand_by_case.get(b["case_id"])
+        if c is None:
+            continue
+        if _missing(b.get("decode_us")) or _missing(b.get("context_us")):
+            continue  # a case that had only one path cannot change winner
+        pb, pc = _path(b), _path(c)
+        compared.append(str(b["case_id"]))
+        if pb not in ("decode", "context") or pc not in ("decode", "context"):
+            continue  # a tie on either side (or one path gone) is not a change of winner
+        if pb != pc:
+            changes.append(WinnerChange(str(b["case_id"]), pb, pc, b.get("winner"), c.get("winner"),
+                                        b.get("decode_speedup"), c.get("decode_speedup"), not ignore))
+    return changes, compared
+
+
+def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: float = DEFAULT_THRESHOLD,
+             alpha: float = DEFAULT_ALPHA, ignore_winner_change: bool = False, allow_missing: bool = False,
+             force: bool = False) -> GateResult:
+    """Compare a candidate run with a baseline. Raises BadInput for unusable input or incomparable runs."""
+    if not (0 <= threshold < 1):
+        raise BadInput(f"threshold {threshold!r}: must be a fraction between 0 and 1")
+    if not (0 < alpha < 1):
+        raise BadInput(f"--alpha {alpha!r}: must be between 0 and 1")
+    warnings: list[str] = []
+    base = load_for_gate(baseline_path, "baseline", force, warnings)
+    cand = load_for_gate(candidate_path, "candidate", force, warnings)
+    if base.kind != cand.kind:
+        raise BadInput(f"cannot compare a {base.kind} run (baseline) with a {cand.kind} run (candidate)")
+    vb, vc = base.manifest.get("schema_version"), cand.manifest.get("schema_version")
+    if vb != vc:
+        warnings.append(f"result schema versions differ (baseline {vb!r}, candidate {vc!r})")
+    hb, hc = hardware_of(base), hardware_of(cand)
+    reasons, hw_warnings = mismatches(hb, hc)
+    if reasons and not force:
+        raise BadInput(f"refusing to compare: {'; '.join(reasons)}; pass --force to compare anyway")
+    warnings += [f"{r}; compared anyway (--force)" for r in reasons] + hw_warnings
+
+    kind = base.kind
+    key_cols = key_columns(kind, set(base.rows.columns) & set(cand.rows.columns))
+    if "case_id" not in key_cols:
+        raise BadInput("rows lack a case_id column")
+    metrics = metrics_for(kind, base.rows.columns, cand.rows.columns)
+    if not metrics:
+        raise BadInput(f"no metric the gate knows in both {kind} runs")
+    base_recs = _records(base, kind, key_cols, warnings, "baseline")
+    cand_recs = _records(cand, kind, key_cols, warnings, "candidate")
+    if not base_recs:
+        raise BadInput(f"baseline {baseline_path}: no rows to compare")
+    rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing)
+    changes, compared = ([], []) if kind != "sweep" else compare_winners(base.rows, cand.rows,
+                                                                          ignore_winner_change)
+    return GateResult(str(baseline_path), str(candidate_path), kind, threshold, alpha, rows, changes, compared,
+                      hb.describe(), hc.describe(), warnings,
+                      {"ignore_winner_change": ignore_winner_change, "allow_missing": allow_missing,
+                       "force": force})

@@ -1,0 +1,58 @@
+"""JUnit XML: one test case per compared row (CI test-report UIs show them), one per winner comparison."""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from kbench.gate.compare import GateResult
+from kbench.gate.markdown import fmt_change, fmt_value
+
+
+def to_junit(res: GateResult) -> ET.ElementTree:
+    root = ET.Element("testsuites", name="kbench gate")
+    suite = ET.SubElement(root, "testsuite", name="kbench-gate.rows")
+    fails = skips = 0
+    for r in res.rows:
+        classname = f"kbench.gate.{r.kernel}" if r.kernel else f"kbench.gate.{res.kind}"
+        name = r.case_id + (f" [{r.metric}]" if r.metric and r.metric != "median_us" else "")
+        tc = ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
+        detail = (f"baseline {fmt_value(r.base_value)}, candidate {fmt_value(r.cand_value)}, "
+                  f"change {fmt_change(r)}; {r.note}")
+        if r.fails:
+            fails += 1
+            ET.SubElement(tc, "failure", type=r.outcome, message=f"{r.outcome}: {r.note}").text = detail
+        elif r.outcome in ("not-compared", "new", "missing", "skipped"):
+            skips += 1
+            ET.SubElement(tc, "skipped", message=f"{r.outcome}: {r.note}")
+        else:
+            ET.SubElement(tc, "system-out").text = f"{r.outcome}: {detail}"
+    suite.set("tests", str(len(res.rows)))
+    suite.set("failures", str(fails))
+    suite.set("skipped", str(skips))
+    suite.set("errors", "0")
+
+    wsuite = ET.SubElement(root, "testsuite", name="kbench-gate.winners")
+    changed = {w.case_id: w for w in res.winner_changes}
+    wfails = 0
+    for case_id in res.winners_compared:
+        tc = ET.SubElement(wsuite, "testcase", classname="kbench.gate.winner", name=case_id, time="0")
+        w = changed.get(case_id)
+        if w is None:
+            continue
+        msg = f"winner changed from {w.base_path} ({w.base_winner}) to {w.cand_path} ({w.cand_winner})"
+        if w.fails:
+            wfails += 1
+            ET.SubElement(tc, "failure", type="winner-change", message=msg).text = msg
+        else:
+            ET.SubElement(tc, "system-out").text = msg + " (allowed by --ignore-winner-change)"
+    wsuite.set("tests", str(len(res.winners_compared)))
+    wsuite.set("failures", str(wfails))
+    wsuite.set("errors", "0")
+    root.set("tests", str(len(res.rows) + len(res.winners_compared)))
+    root.set("failures", str(fails + wfails))
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def write_junit(res: GateResult, path: str | Path) -> None:
+    to_junit(res).write(path, encoding="utf-8", xml_declaration=True)

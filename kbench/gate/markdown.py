@@ -1,0 +1,79 @@
+"""The gate's markdown summary: the file for the PR comment and $GITHUB_STEP_SUMMARY."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kbench.gate.compare import GateResult, RowResult
+
+
+def _cell(v) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def fmt_value(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g}"
+
+
+def fmt_change(r: RowResult) -> str:
+    return "-" if r.change is None else f"{r.change:+.1%}"
+
+
+def _row_table(rows: list[RowResult]) -> list[str]:
+    out = ["| kernel | case | metric | baseline | candidate | change | outcome | why |",
+           "|---|---|---|---:|---:|---:|---|---|"]
+    for r in rows:
+        out.append("| " + " | ".join(_cell(x) for x in (
+            r.kernel or "-", r.case_id, r.metric or "-", fmt_value(r.base_value), fmt_value(r.cand_value),
+            fmt_change(r), r.outcome, r.note)) + " |")
+    return out
+
+
+def to_markdown(res: GateResult) -> str:
+    icon = "✅" if res.passed else "❌"
+    lines = [f"## {icon} kbench gate: {res.summary_line()}", "",
+             f"Baseline `{res.baseline}` ({res.baseline_hw}) vs candidate `{res.candidate}` ({res.candidate_hw}); "
+             f"threshold {res.threshold:.1%}, Mann-Whitney alpha {res.alpha:g}.", ""]
+    for w in res.warnings:
+        lines.append(f"> ⚠️ {w}")
+    if res.warnings:
+        lines.append("")
+    failing = res.failing_rows
+    if failing:
+        lines += ["### Failures", "", *_row_table(failing), ""]
+    if res.winner_changes:
+        lines += ["### Decode-vs-context winner changes"
+                  + ("" if any(w.fails for w in res.winner_changes) else " (allowed by --ignore-winner-change)"),
+                  "", "| case | baseline winner | candidate winner | decode speedup (base -> cand) |",
+                  "|---|---|---|---|"]
+        for w in res.winner_changes:
+            sp = f"{fmt_value(w.base_speedup)} -> {fmt_value(w.cand_speedup)}"
+            lines.append(f"| {_cell(w.case_id)} | {w.base_path} ({_cell(w.base_winner)}) | "
+                         f"{w.cand_path} ({_cell(w.cand_winner)}) | {sp} |")
+        lines.append("")
+    improved = res.with_outcome("improvement")
+    if improved:
+        lines += ["### Improvements", "",
+                  f"Refresh the baseline to keep them: `kbench baseline {res.candidate} --name NAME`.", "",
+                  *_row_table(improved), ""]
+    allowed_missing = [r for r in res.with_outcome("missing", "skipped") if not r.fails]
+    info = res.with_outcome("within-noise", "new", "not-compared") + allowed_missing
+    if info:
+        lines += ["<details><summary>Other rows worth a look "
+                  f"({len(info)}: within noise, new, not compared, allowed missing)</summary>", "",
+                  *_row_table(info), "", "</details>", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(res: GateResult, path: str | Path | None) -> str:
+    """Writes the summary to ``path`` (if given) and appends it to $GITHUB_STEP_SUMMARY (if set)."""
+    text = to_markdown(res)
+    if path:
+        Path(path).write_text(text, encoding="utf-8")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return text

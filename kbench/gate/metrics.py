@@ -1,0 +1,81 @@
+"""What the gate compares for each kind of run: the row key and the metrics with their direction.
+
+Sweep runs: one metric, ``median_us`` (lower is better), with ``samples_us`` for the noise test and
+``rel_spread`` / ``p25_us``..``p75_us`` as the spread. Rows match on kernel, case, dtype and layout (the
+case id already holds dtype, layout, page size and heads; the explicit columns guard against rows whose
+case id was built differently). The reference path is the correctness oracle, not a product, and is not gated.
+
+Server-bench runs: per case, latency and TTFT (lower is better) and the throughputs (higher is better),
+as SGLang's bench_one_batch_server names them. Per-repeat values, when the row has a list column
+``<metric>_samples``, feed the noise test; without them the threshold alone decides.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kbench.gate.stats import Measurement
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    column: str
+    higher_is_better: bool = False
+    samples_column: str | None = None
+    unit: str = ""
+
+
+SWEEP_KEY = ("kernel", "case_id", "dtype", "kv_layout")
+SERVER_KEY = ("case_id",)
+SWEEP_METRICS = (Metric("median_us", "median_us", False, "samples_us", "us"),)
+SERVER_METRICS = (
+    Metric("latency", "latency", False, "latency_samples", "s"),
+    Metric("ttft", "last_ttft", False, "last_ttft_samples", "s"),
+    Metric("ttft", "ttft", False, "ttft_samples", "s"),
+    Metric("input_throughput", "input_throughput", True, "input_throughput_samples", "tok/s"),
+    Metric("output_throughput", "output_throughput", True, "output_throughput_samples", "tok/s"),
+    Metric("overall_throughput", "overall_throughput", True, "overall_throughput_samples", "tok/s"),
+)
+
+
+def key_columns(kind: str, columns) -> tuple[str, ...]:
+    key = SWEEP_KEY if kind == "sweep" else SERVER_KEY
+    return tuple(c for c in key if c in columns)
+
+
+def metrics_for(kind: str, base_columns, cand_columns) -> list[Metric]:
+    if kind == "sweep":
+        return list(SWEEP_METRICS)
+    both = set(base_columns) & set(cand_columns)
+    seen, out = set(), []
+    for m in SERVER_METRICS:  # last_ttft wins over ttft when a row has both
+        if m.column in both and m.name not in seen:
+            seen.add(m.name)
+            out.append(m)
+    return out
+
+
+def num(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def measurement(row: dict, metric: Metric) -> Measurement | None:
+    """The metric of one row, its samples and its spread interval; None when the row has no value."""
+    value = num(row.get(metric.column))
+    if value is None or value <= 0:  # SGLang writes -1 for "not available"
+        return None
+    raw = row.get(metric.samples_column) if metric.samples_column else None
+    samples = [f for f in (num(x) for x in (list(raw) if raw is not None and not isinstance(raw, (str, float))
+                                            else [])) if f is not None]
+    low = high = None
+    spread = num(row.get("rel_spread")) if metric.column == "median_us" else None
+    if spread is not None and spread >= 0:
+        low, high = value * (1 - spread), value * (1 + spread)
+    elif metric.column == "median_us" and num(row.get("p25_us")) is not None and num(row.get("p75_us")) is not None:
+        low, high = num(row.get("p25_us")), num(row.get("p75_us"))
+    return Measurement(value, samples, low, high)

@@ -1,0 +1,307 @@
+"""The kernel-selection policy: a JSON file mapping shape ranges to the kernel to use.
+
+Schema ``kbench.policy/1`` (documented for users in docs/policy-schema.md; bump the number when a field
+changes meaning, readers refuse other versions)::
+
+    {
+      "schema": "kbench.policy/1",
+      "kbench_version": "0.1.0", "created_at": "2025-...+00:00",
+      "device": {"name": "NVIDIA H200", "sm": 90},
+      "built_from": [{"run": "draft-extend-2025...", "path": "...", "start_time": "...", "cases": 1008}],
+      "holdout": null | {"fraction": 0.2, "seed": 0, "held_out_cases": 201},
+      "tie_rule": "...", "lookup": "...",             # the rules below, in words
+      "groups": [{                                    # one per head config / dtype / page size / layout
+        "heads": "32/8/128", "num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128,
+        "dtype": "bf16", "kv_dtype": "bf16", "page_size": 64, "kv_layout": "HND",
+        "label": "32/8/128 bf16 p64 HND",
+        "grid": {"batch_size": [1, 2, ...], "kv_len": [512, ...], "q_len": [1, ..., 16]},  # measured values
+        "rules": [{                                   # tile the measured box; bounds inclusive
+          "batch_size": [lo, hi], "kv_len": [lo, hi], "q_len": [lo, hi],
+          "kernel": "trtllm-decode", "path": "decode",
+          "expected_speedup": 1.8,                    # geometric mean of best-context / best-decode time
+          "min_speedup": 1.5,                         # over the rule's cases (null: a path is missing)
+          "ties": 0,                                  # cases where decode and context tie
+          "cases": 3,                                 # measured cases behind the rule
+          "measured": {"batch_size": 8, "kv_len": 4096, "q_len": [1, 2, 3]}}],
+        "cells": [{"batch_size": 8, "q_len": 1, "kv_len": 4096, "kernel": "...", "path": "...",
+                   "time_us": 12.3, "expected_speedup": 1.9, "verdict": "decode", "tie": false}]
+      }]
+    }
+
+Kernel choice per measured case: the fastest ok kernel (either path; a tie keeps the faster median and is
+flagged). ``expected_speedup`` is always decode versus context (> 1: the decode path is faster), whichever
+kernel is chosen.
+
+Lookup (``lookup()``) between grid points uses the nearest measured neighbour, per axis: log2 distance in
+batch_size and kv_len, linear in q_len; a point exactly half-way goes to the smaller value. q_len is matched
+among the q values measured at the chosen (batch_size, kv_len). If that (batch_size, kv_len) has no measured
+case at all, the nearest measured case by sqrt(dlog2(bs)^2 + dlog2(kv)^2 + dq^2) is used. The rules are the
+same partition written as ranges: every integer point of the measured box lies in exactly one rule, and
+that rule's kernel is what lookup answers. A point outside the measured box is refused (BadInput, exit 2)
+unless ``extrapolate``: then each axis is clamped to the box and the answer says so.
+"""
+from __future__ import annotations
+
+import json
+import math
+from math import isqrt
+from pathlib import Path
+
+import pandas as pd
+
+from kbench import __version__
+from kbench.errors import BadInput
+from kbench.report.runs import GROUP_COLUMNS, group_label
+from kbench.store import now_iso
+from kbench.winners import TIE
+
+POLICY_SCHEMA = "kbench.policy/1"
+TIE_RULE = ("two kernels tie when |m1 - m2| <= h1 + h2, h = median_us * rel_spread (95% CI half-width of the "
+            "median), else iqr_us / 2")
+LOOKUP_RULE = ("nearest measured neighbour per axis: log2 distance in batch_size and kv_len, linear in q_len, "
+               "half-way goes to the smaller value; outside the measured box only with extrapolate (clamped)")
+AXES = ("batch_size", "kv_len", "q_len")
+LOG_AXES = ("batch_size", "kv_len")
+
+
+# ---- nearest neighbour on one axis, and the ranges it implies -------------------------------------------
+def _upper_edge(a: int, b: int, axis: str) -> int:
+    """Largest integer that is nearer to a than to b (a < b; half-way counts as a)."""
+    return isqrt(a * b) if axis in LOG_AXES else (a + b) // 2
+
+
+def nearest(values: list[int], x: int, axis: str) -> int:
+    vals = sorted(values)
+    for a, b in zip(vals, vals[1:]):
+        if x <= _upper_edge(a, b, axis):
+            return a
+    return vals[-1]
+
+
+def edges(values: list[int], axis: str, lo: int | None = None, hi: int | None = None) -> dict[int, tuple[int, int]]:
+    """value -> inclusive integer range of points nearest to it, within [lo, hi] (default: the values' span)."""
+    vals = sorted(set(values))
+    lo = vals[0] if lo is None else lo
+    hi = vals[-1] if hi is None else hi
+    out = {}
+    for i, v in enumerate(vals):
+        start = lo if i == 0 else _upper_edge(vals[i - 1], v, axis) + 1
+        end = hi if i == len(vals) - 1 else _upper_edge(v, vals[i + 1], axis)
+        out[v] = (start, end)
+    return out
+
+
+def _bracket(values: list[int], x: int) -> list[int]:
+    below = [v for v in values if v <= x]
+    above = [v for v in values if v >= x]
+    return sorted({max(below) if below else min(values), min(above) if above else max(values)})
+
+
+def _dist(cell: dict, point: dict) -> float:
+    d = 0.0
+    for ax in AXES:
+        a, b = cell[ax], point[ax]
+        d += (math.log2(a / b) if ax in LOG_AXES else a - b) ** 2
+    return math.sqrt(d)
+
+
+# ---- build -----------------------------------------------------------------------------------------------
+def _f(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def _rules(cells: list[dict], grid: dict[str, list[int]]) -> list[dict]:
+    bs_edges, kv_edges = edges(grid["batch_size"], "batch_size"), edges(grid["kv_len"], "kv_len")
+    qmin, qmax = min(grid["q_len"]), max(grid["q_len"])
+    by_point: dict[tuple[int, int], list[dict]] = {}
+    for c in cells:
+        by_point.setdefault((c["batch_size"], c["kv_len"]), []).append(c)
+    rules = []
+    for (bs, kv), cs in sorted(by_point.items()):
+        cs = sorted(cs, key=lambda c: c["q_len"])
+        q_edges = edges([c["q_len"] for c in cs], "q_len", qmin, qmax)
+        runs: list[list[dict]] = []
+        for c in cs:
+            if runs and runs[-1][-1]["kernel"] == c["kernel"]:
+                runs[-1].append(c)
+            else:
+                runs.append([c])
+        for run in runs:
+            sp = [c["expected_speedup"] for c in run]
+            known = [s for s in sp if s is not None]
+            rules.append({
+                "batch_size": list(bs_edges[bs]), "kv_len": list(kv_edges[kv]),
+                "q_len": [q_edges[run[0]["q_len"]][0], q_edges[run[-1]["q_len"]][1]],
+                "kernel": run[0]["kernel"], "path": run[0]["path"],
+                "expected_speedup": _geomean(known) if len(known) == len(sp) else None,
+                "min_speedup": min(known) if known and len(known) == len(sp) else None,
+                "ties": sum(c["tie"] for c in run), "cases": len(run),
+                "measured": {"batch_size": bs, "kv_len": kv, "q_len": [c["q_len"] for c in run]},
+            })
+    return rules
+
+
+def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], holdout: dict | None = None) -> dict:
+    """cases: case_winners() output (ok rows only, one line per case)."""
+    groups = []
+    if not cases.empty:
+        for key, g in cases.groupby(GROUP_COLUMNS, sort=True):
+            meta = {c: (int(v) if c not in ("dtype", "kv_dtype", "kv_layout") else str(v))
+                    for c, v in zip(GROUP_COLUMNS, key)}
+            cells = [{"batch_size": int(r.batch_size), "q_len": int(r.q_len), "kv_len": int(r.kv_len),
+                      "kernel": str(r.winner), "path": str(r.winner_path), "time_us": float(r.winner_us),
+                      "expected_speedup": _f(r.decode_speedup), "verdict": str(r.path_verdict),
+                      "tie": r.path_verdict == TIE}
+                     for r in g.sort_values(["batch_size", "kv_len", "q_len"]).itertuples()]
+            grid = {ax: sorted({c[ax] for c in cells}) for ax in AXES}
+            groups.append({"heads": f"{meta['num_qo_heads']}/{meta['num_kv_heads']}/{meta['head_dim']}", **meta,
+                           "label": group_label(meta), "grid": grid, "rules": _rules(cells, grid),
+                           "cells": cells})
+    return {"schema": POLICY_SCHEMA, "kbench_version": __version__, "created_at": now_iso(),
+            "device": {"name": device.get("name"), "sm": device.get("sm")}, "built_from": built_from,
+            "holdout": holdout, "tie_rule": TIE_RULE, "lookup": LOOKUP_RULE, "groups": groups}
+
+
+# ---- save / load -----------------------------------------------------------------------------------------
+def save_policy(policy: dict, path: str | Path) -> Path:
+    p = Path(path)
+    p.write_text(json.dumps(policy, indent=2) + "\n", encoding="utf-8")
+    return p
+
+
+def _need(obj, key: str, types, where: str):
+    if not isinstance(obj, dict) or key not in obj:
+        raise BadInput(f"{where}: missing {key!r}")
+    v = obj[key]
+    if not isinstance(v, types) or isinstance(v, bool):  # a JSON true is not an integer here
+        raise BadInput(f"{where}: {key!r} has the wrong type ({type(v).__name__})")
+    return v
+
+
+def validate_policy(policy, where: str = "policy") -> dict:
+    if not isinstance(policy, dict):
+        raise BadInput(f"{where}: expected a JSON object")
+    schema = policy.get("schema")
+    if schema != POLICY_SCHEMA:
+        raise BadInput(f"{where}: schema {schema!r} is not {POLICY_SCHEMA!r} (not a kbench policy, or another version)")
+    groups = _need(policy, "groups", list, where)
+    for i, g in enumerate(groups):
+        w = f"{where}: groups[{i}]"
+        for c in GROUP_COLUMNS:
+            _need(g, c, str if c in ("dtype", "kv_dtype", "kv_layout") else int, w)
+        grid = _need(g, "grid", dict, w)
+        for ax in AXES:
+            vals = _need(grid, ax, list, f"{w}.grid")
+            if not vals or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in vals):
+                raise BadInput(f"{w}.grid: {ax!r} must be a non-empty list of positive integers")
+        cells = _need(g, "cells", list, w)
+        if not cells:
+            raise BadInput(f"{w}: no cells")
+        for j, c in enumerate(cells):
+            for ax in AXES:
+                _need(c, ax, int, f"{w}.cells[{j}]")
+            _need(c, "kernel", str, f"{w}.cells[{j}]")
+            _need(c, "path", str, f"{w}.cells[{j}]")
+            sp = c.get("expected_speedup")
+            if sp is not None and (isinstance(sp, bool) or not isinstance(sp, (int, float))):
+                raise BadInput(f"{w}.cells[{j}]: 'expected_speedup' must be a number or null")
+        _need(g, "rules", list, w)
+    return policy
+
+
+def load_policy(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise BadInput(f"{path}: no such policy file")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{path}: not valid JSON ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
+    return validate_policy(data, str(path))
+
+
+# ---- lookup ----------------------------------------------------------------------------------------------
+def parse_heads(s: str) -> tuple[int, int, int]:
+    """'32/8/128' -> (32, 8, 128)."""
+    parts = s.replace("x", "/").split("/")
+    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise BadInput(f"--heads {s!r}: expected QO/KV/DIM, e.g. 32/8/128")
+    return tuple(int(p) for p in parts)
+
+
+def select_group(policy: dict, heads: str | None = None, dtype: str | None = None, kv_dtype: str | None = None,
+                 page_size: int | None = None, kv_layout: str | None = None) -> dict:
+    want = {}
+    if heads:
+        want.update(zip(("num_qo_heads", "num_kv_heads", "head_dim"), parse_heads(heads)))
+    for k, v in (("dtype", dtype), ("kv_dtype", kv_dtype), ("page_size", page_size), ("kv_layout", kv_layout)):
+        if v is not None:
+            want[k] = v
+    groups = [g for g in policy["groups"] if all(g[k] == v for k, v in want.items())]
+    have = "; ".join(g.get("label") or group_label(g) for g in policy["groups"]) or "none"
+    if not groups:
+        raise BadInput(f"no measured group matches {want or 'the query'} (policy has: {have})")
+    if len(groups) > 1:
+        raise BadInput(f"{len(groups)} groups match; narrow with --heads/--dtype/--kv-dtype/--page-size/--layout "
+                       f"(policy has: {have})")
+    return groups[0]
+
+
+def lookup(policy: dict, batch_size: int, q_len: int, kv_len: int, extrapolate: bool = False, **group) -> dict:
+    """The kernel for one shape. group: heads='32/8/128', dtype, kv_dtype, page_size, kv_layout filters."""
+    g = select_group(policy, **group)
+    grid = g["grid"]
+    query = {"batch_size": int(batch_size), "q_len": int(q_len), "kv_len": int(kv_len)}
+    for ax, v in query.items():
+        if v < 1:
+            raise BadInput(f"{ax} must be >= 1, got {v}")
+    point, clamped = dict(query), []
+    for ax in AXES:
+        lo, hi = min(grid[ax]), max(grid[ax])
+        if not lo <= point[ax] <= hi:
+            clamped.append(f"{ax} {point[ax]} -> {min(max(point[ax], lo), hi)}")
+            point[ax] = min(max(point[ax], lo), hi)
+    if clamped and not extrapolate:
+        outside = "; ".join(f"{ax} {query[ax]} not in {min(grid[ax])}..{max(grid[ax])}" for ax in AXES
+                            if not min(grid[ax]) <= query[ax] <= max(grid[ax]))
+        raise BadInput(f"outside the measured range ({outside}); pass --extrapolate to answer anyway")
+    cells = g["cells"]
+    bs, kv = nearest(grid["batch_size"], point["batch_size"], "batch_size"), nearest(grid["kv_len"], point["kv_len"], "kv_len")
+    here = [c for c in cells if c["batch_size"] == bs and c["kv_len"] == kv]
+    if here:
+        q = nearest([c["q_len"] for c in here], point["q_len"], "q_len")
+        used = next(c for c in here if c["q_len"] == q)
+        how = "nearest"
+    else:  # a hole in the grid: the nearest measured case overall
+        used = min(cells, key=lambda c: (_dist(c, point), c["batch_size"], c["kv_len"], c["q_len"]))
+        how = "nearest-available"
+    exact = all(used[ax] == query[ax] for ax in AXES)
+    brackets = {ax: _bracket(grid[ax], point[ax]) for ax in AXES}
+    neighbours = [c for c in cells if all(c[ax] in brackets[ax] for ax in AXES)]
+    if not exact and used not in neighbours:
+        neighbours.append(used)
+    return {
+        "query": query, "group": g.get("label") or group_label(g),
+        "kernel": used["kernel"], "path": used["path"], "expected_speedup": used.get("expected_speedup"),
+        "tie": bool(used.get("tie", False)),
+        "interpolated": not exact, "extrapolated": bool(clamped), "clamped": clamped,
+        "method": "measured" if exact else how,
+        "used": {ax: used[ax] for ax in AXES},
+        "neighbours": [] if exact else [{**{ax: c[ax] for ax in AXES}, "kernel": c["kernel"],
+                                         "expected_speedup": c.get("expected_speedup")} for c in neighbours],
+        "neighbours_agree": len({c["kernel"] for c in neighbours}) <= 1 if not exact else True,
+    }
+
+
+def rule_for(group: dict, batch_size: int, q_len: int, kv_len: int) -> dict | None:
+    """The rule whose ranges hold the point (None in a hole of the grid)."""
+    pt = {"batch_size": batch_size, "q_len": q_len, "kv_len": kv_len}
+    for r in group["rules"]:
+        if all(r[ax][0] <= pt[ax] <= r[ax][1] for ax in AXES):
+            return r
+    return None

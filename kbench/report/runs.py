@@ -1,0 +1,84 @@
+"""Several sweep runs as one set of rows.
+
+Rows are concatenated. When the same (kernel, case_id) appears more than once, the row from the run that
+started last (manifest ``start_time``; runs without one count as oldest, then command-line order) wins, so
+re-measuring a few shapes in a newer run replaces the old numbers. Within one run the last row wins
+(a resumed sweep may repeat a row). Runs from different devices are refused: one policy is for one GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from kbench.errors import BadInput
+from kbench.store import Run, load_run
+
+GROUP_COLUMNS = ["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout"]
+
+
+@dataclass
+class RunSet:
+    runs: list[Run]  # oldest first
+    rows: pd.DataFrame  # deduplicated, with a "run" column (the run folder's name)
+    device: dict  # {"name": ..., "sm": ...}
+    copy_bandwidth_gbs: float | None
+
+    def sources(self) -> list[dict]:
+        counts = self.rows.groupby("run")["case_id"].nunique().to_dict() if len(self.rows) else {}
+        return [{"run": r.name, "path": str(r.path), "start_time": r.manifest.get("start_time"),
+                 "cases": int(counts.get(r.name, 0))} for r in self.runs]
+
+
+def group_label(g: dict | pd.Series) -> str:
+    """'32/8/128 bf16 p64 HND' (kv dtype added when it differs from the query dtype)."""
+    kv = "" if g["kv_dtype"] == g["dtype"] else f"-kv{g['kv_dtype']}"
+    return (f"{int(g['num_qo_heads'])}/{int(g['num_kv_heads'])}/{int(g['head_dim'])} {g['dtype']}{kv} "
+            f"p{int(g['page_size'])} {g['kv_layout']}")
+
+
+def _device(run: Run) -> dict:
+    d = run.manifest.get("device") or {}
+    if not isinstance(d, dict):
+        d = {"name": str(d)}
+    return {"name": str(d.get("name", "unknown")), "sm": d.get("sm")}
+
+
+def combine(runs: list[Run | str | Path]) -> RunSet:
+    if not runs:
+        raise BadInput("no run given")
+    loaded = [r if isinstance(r, Run) else load_run(r) for r in runs]
+    for r in loaded:
+        if r.kind != "sweep":
+            raise BadInput(f"{r.path}: a {r.kind!r} run, not a sweep")
+    names = [r.name for r in loaded]
+    if len(set(names)) != len(names):
+        raise BadInput(f"run {next(n for n in names if names.count(n) > 1)!r} given twice")
+    devices = {(d["name"], d["sm"]) for d in map(_device, loaded)}
+    if len(devices) > 1:
+        raise BadInput("runs come from different devices: " + ", ".join(f"{n} (SM{s})" for n, s in sorted(devices, key=str)))
+    order = sorted(range(len(loaded)), key=lambda i: (str(loaded[i].manifest.get("start_time") or ""), i))
+    loaded = [loaded[i] for i in order]
+    frames = []
+    for r in loaded:
+        df = r.rows.copy()
+        missing = [c for c in ("path", "median_us", *GROUP_COLUMNS, "batch_size", "q_len", "kv_len")
+                   if c not in df.columns]
+        if missing:
+            raise BadInput(f"{r.path}: rows lack column {missing[0]!r}")
+        df["run"] = r.name
+        frames.append(df)
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    rows = rows.drop_duplicates(subset=["kernel", "case_id"], keep="last").reset_index(drop=True)
+    for c in ("batch_size", "q_len", "kv_len", "num_qo_heads", "num_kv_heads", "head_dim", "page_size"):
+        try:
+            rows[c] = pd.to_numeric(rows[c]).astype(int)
+        except (TypeError, ValueError):
+            raise BadInput(f"rows have a non-integer {c}") from None
+    for c in ("median_us", "rel_spread", "iqr_us", "p25_us", "p75_us", "kv_bandwidth_gbs", "roofline_frac"):
+        if c in rows:
+            rows[c] = pd.to_numeric(rows[c], errors="coerce")
+    bws = [r.manifest.get("copy_bandwidth_gbs") for r in loaded]
+    bw = next((float(b) for b in reversed(bws) if isinstance(b, (int, float)) and b > 0), None)
+    return RunSet(loaded, rows, _device(loaded[-1]), bw)

@@ -1,0 +1,240 @@
+"""HTTP to the server under test: small JSON calls, a bounded SSE stream reader, the cache flush with retry.
+
+Everything here is bounded: every call has a timeout, a stream has a total deadline, a maximum line length
+and a maximum size, so a misbehaving server turns into a ServerError with one clear line, never a hang.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import requests
+import urllib3.exceptions
+
+# Bounds on what the server may send back
+MAX_JSON_BYTES = 16 << 20  # a /server_info or /metrics reply
+MAX_LINE_BYTES = 4 << 20  # one SSE line
+MAX_STREAM_BYTES = 1 << 30  # a whole streamed batch
+READ_CHUNK = 64 << 10
+
+
+class ServerError(Exception):
+    """The server (or the way to it) failed; str() is one line naming what was asked and what came back."""
+
+
+class StreamError(ServerError):
+    """The generation stream was unusable: truncated, malformed, an error chunk, too slow or too big."""
+
+
+def snippet(body: str | bytes, limit: int = 200) -> str:
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    body = " ".join(body.split())
+    return body if len(body) <= limit else body[: limit - 3] + "..."
+
+
+# what reading a response body directly from urllib3 can raise (requests wraps these only in iter_content)
+TRANSPORT_ERRORS = (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError)
+
+
+def describe_exception(e: BaseException) -> str:
+    """A one-line name for a transport failure (connection refused, timeout, ...)."""
+    if isinstance(e, (urllib3.exceptions.ReadTimeoutError, TimeoutError)):
+        return "read timeout"
+    if isinstance(e, urllib3.exceptions.ProtocolError):
+        return f"connection broken ({snippet(str(e), 120)})"
+    if isinstance(e, requests.exceptions.ConnectTimeout):
+        return "connect timeout"
+    if isinstance(e, requests.exceptions.ReadTimeout):
+        return "read timeout"
+    if isinstance(e, requests.exceptions.ConnectionError):
+        text = str(e)
+        for needle, name in (("Connection refused", "connection refused"), ("Connection reset", "connection reset"),
+                             ("RemoteDisconnected", "connection closed by server"),
+                             ("Name or service not known", "unknown host")):
+            if needle in text:
+                return name
+        return "connection error"
+    return f"{type(e).__name__}: {snippet(str(e), 120)}"
+
+
+@dataclass
+class FlushResult:
+    ok: bool
+    attempts: int
+    seconds: float
+    message: str  # on failure: one line naming the endpoint, the status and the body
+
+
+class ServerClient:
+    """A session bound to one base URL. ``timeout`` bounds small calls (connect and each read)."""
+
+    def __init__(self, base_url: str, timeout: float = 30.0, session: requests.Session | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session = session or requests.Session()
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    # ---- small calls ------------------------------------------------------------------------------------
+    def request(self, method: str, path: str, *, json_body=None, params=None, timeout: float | None = None):
+        """(status, text). Raises ServerError on a transport failure; reads at most MAX_JSON_BYTES."""
+        t = self.timeout if timeout is None else timeout
+        try:
+            with self.session.request(method, self.url(path), json=json_body, params=params, stream=True,
+                                      timeout=(min(t, 10.0), t)) as r:
+                body = _read_bounded(r, MAX_JSON_BYTES, time.monotonic() + t + 5.0)
+                return r.status_code, body.decode("utf-8", errors="replace")
+        except TRANSPORT_ERRORS as e:
+            raise ServerError(f"{method} {self.url(path)}: {describe_exception(e)}") from None
+        except ServerError as e:
+            raise ServerError(f"{method} {self.url(path)}: {e}") from None
+
+    def get_json(self, path: str, timeout: float | None = None):
+        """Parsed JSON of a 200 reply, else None (the endpoint is absent or broken). Transport errors raise."""
+        status, text = self.request("GET", path, timeout=timeout)
+        if status != 200:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return None
+
+    def post(self, path: str, json_body=None, timeout: float | None = None) -> tuple[int, str]:
+        return self.request("POST", path, json_body=json_body, timeout=timeout)
+
+    # ---- cache flush ------------------------------------------------------------------------------------
+    def flush_with_retry(self, path: str, *, attempts: int, wait: float, params: dict | None = None,
+                         timeout: float = 30.0, sleep: Callable[[float], None] = time.sleep,
+                         on_retry: Callable[[int, str, float], None] | None = None) -> FlushResult:
+        """POST ``path`` up to ``attempts`` times in all (SGLang's _flush_cache_with_retry: 3 tries, 2 s apart).
+
+        Retries on 400 (SGLang's "not idle"), 5xx and transport errors, sleeping ``wait`` seconds between
+        tries; any other status (404: the endpoint is off, e.g. vLLM without VLLM_SERVER_DEV_MODE=1) fails at
+        once because asking again cannot help.
+        """
+        t0 = time.monotonic()
+        shown = path + ("?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else "")
+        last = ""
+        for attempt in range(1, attempts + 1):
+            try:
+                status, body = self.request("POST", path, params=params, timeout=timeout)
+            except ServerError as e:
+                last = f"POST {shown} -> {str(e).split(': ', 1)[-1]}"
+                retryable = True
+            else:
+                if status == 200:
+                    return FlushResult(True, attempt, time.monotonic() - t0, "")
+                last = f"POST {shown} -> {status} {snippet(body)!r}"
+                retryable = status == 400 or 500 <= status < 600
+                if not retryable:
+                    hint = (" (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)"
+                            if status == 404 and "reset_prefix_cache" in path else "")
+                    return FlushResult(False, attempt, time.monotonic() - t0,
+                                       f"cache flush failed: {last}{hint}")
+            if attempt < attempts:
+                if on_retry:
+                    on_retry(attempt, last, wait)
+                sleep(wait)
+        return FlushResult(False, attempts, time.monotonic() - t0,
+                           f"cache flush failed after {attempts} attempt{'s' if attempts != 1 else ''}: {last}")
+
+    # ---- the streamed batch -----------------------------------------------------------------------------
+    def stream_events(self, path: str, body: dict, *, timeout: float,
+                      max_bytes: int = MAX_STREAM_BYTES) -> Iterator[tuple[float, dict | None]]:
+        """POST ``body`` and yield (arrival time.perf_counter(), parsed chunk) per SSE ``data:`` line.
+
+        The final yield is (time, None) for ``data: [DONE]``. ``timeout`` bounds the whole exchange. Raises
+        StreamError for a non-200 reply, a malformed line, an ``error`` chunk, a stream that ends before
+        [DONE], or one that outlives the deadline or max_bytes.
+        """
+        deadline = time.monotonic() + timeout
+        try:
+            resp = self.session.post(self.url(path), json=body, stream=True, timeout=(min(timeout, 10.0), timeout))
+        except TRANSPORT_ERRORS as e:
+            raise StreamError(f"POST {self.url(path)}: {describe_exception(e)}") from None
+        with resp:
+            if resp.status_code != 200:
+                try:
+                    text = _read_bounded(resp, 64 << 10, deadline, truncate=True)
+                except (*TRANSPORT_ERRORS, ServerError):
+                    text = b""
+                raise StreamError(f"POST {self.url(path)} -> {resp.status_code} {snippet(text)!r}")
+            n_lines = 0
+            try:
+                for t, line in _iter_lines(resp, deadline, max_bytes):
+                    n_lines += 1
+                    if not line.startswith(b"data:"):
+                        continue  # blank separators, comments, event:/id: fields
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        yield t, None
+                        return
+                    try:
+                        chunk = json.loads(payload)
+                    except (json.JSONDecodeError, UnicodeDecodeError):
+                        raise StreamError(f"malformed SSE data (line {n_lines}): {snippet(payload, 120)!r}") from None
+                    if not isinstance(chunk, dict):
+                        raise StreamError(f"malformed SSE data (line {n_lines}): not a JSON object")
+                    if chunk.get("error") is not None:
+                        raise StreamError(f"server sent an error chunk: {snippet(json.dumps(chunk['error']), 200)}")
+                    yield t, chunk
+            except TRANSPORT_ERRORS as e:
+                raise StreamError(f"stream from {path} broke after {n_lines} lines: {describe_exception(e)}") from None
+            raise StreamError(f"stream from {path} ended before [DONE] after {n_lines} lines")
+
+
+def _raw_chunks(resp: requests.Response) -> Iterator[bytes]:
+    """Bytes as they arrive (not buffered up to a fixed size, which would blur the arrival times)."""
+    raw = resp.raw
+    if getattr(raw, "chunked", False) and hasattr(raw, "read_chunked"):
+        yield from raw.read_chunked(READ_CHUNK, decode_content=True)
+        return
+    read1 = getattr(raw, "read1", None)
+    while True:
+        data = read1(READ_CHUNK) if read1 else raw.read(1)
+        if not data:
+            return
+        yield data
+
+
+def _check_deadline(deadline: float) -> None:
+    if time.monotonic() > deadline:
+        raise StreamError("request timeout: the server did not finish in time")
+
+
+def _iter_lines(resp, deadline: float, max_bytes: int) -> Iterator[tuple[float, bytes]]:
+    buf = b""
+    total = 0
+    for data in _raw_chunks(resp):
+        t = time.perf_counter()
+        _check_deadline(deadline)
+        total += len(data)
+        if total > max_bytes:
+            raise StreamError(f"stream larger than {max_bytes} bytes")
+        buf += data
+        while True:
+            i = buf.find(b"\n")
+            if i < 0:
+                break
+            line, buf = buf[:i].rstrip(b"\r"), buf[i + 1:]
+            yield t, line
+        if len(buf) > MAX_LINE_BYTES:
+            raise StreamError(f"an SSE line is longer than {MAX_LINE_BYTES} bytes")
+    if buf.strip():
+        yield time.perf_counter(), buf.rstrip(b"\r")
+
+
+def _read_bounded(resp, limit: int, deadline: float, truncate: bool = False) -> bytes:
+    out = b""
+    for data in _raw_chunks(resp):
+        _check_deadline(deadline)
+        out += data
+        if len(out) > limit:
+            if truncate:
+                return out[:limit]
+            raise ServerError(f"reply from {resp.url} is larger than {limit} bytes")
+    return out

@@ -1,0 +1,364 @@
+"""The sweep runner: Scenario -> Cases -> Inputs -> each Kernel -> check -> time -> Row, appended as measured.
+
+Usable from Python without the CLI; progress goes to an optional observer (see SweepObserver).
+"""
+from __future__ import annotations
+
+import math
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from kbench import RESULT_SCHEMA_VERSION, __version__
+from kbench.case import Case
+from kbench.check import compare, tolerance_for
+from kbench.errors import BadInput
+from kbench.kernels.base import Kernel
+from kbench.kernels.device import DeviceInfo, probe_device
+from kbench.kernels.inputs import build_inputs, copy_bytes
+from kbench.kernels.reference import reference_attention
+from kbench.kernels.registry import select
+from kbench.kernels.timer import GraphTimer, StopRule, WallClockTimer
+from kbench.rows import Row
+from kbench.scenario import Scenario, Timing, scenario_from_dict
+from kbench.store import RunWriter, new_run_dir, now_iso, read_journal
+
+# input copies rotate until they cover this many times the L2 (cold-L2 is what an engine sees)
+L2_COVER = 3
+MAX_COPIES = 64
+# device memory kept free beyond what a case needs (reference temporaries, workspaces, allocator slack)
+HEADROOM_BYTES = 6 << 30
+
+
+class SweepObserver:
+    """Receives progress; the CLI renders it with rich. Every method is optional."""
+
+    def phase(self, name: str, total: int | None = None) -> None: ...
+    def advance(self, description: str = "") -> None: ...
+    def row(self, row: Row) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+@dataclass
+class WallSplit:
+    compile_s: float = 0.0
+    inputs_s: float = 0.0
+    reference_s: float = 0.0
+    check_s: float = 0.0
+    timing_s: float = 0.0
+    total_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {k: round(v, 3) for k, v in vars(self).items()}
+
+
+@dataclass
+class SweepResult:
+    run_dir: Path
+    rows: pd.DataFrame
+    wall: WallSplit
+    status: str  # complete | interrupted
+    device: DeviceInfo
+    copy_bandwidth_gbs: float | None = None
+    measurements: int = 0
+
+    @property
+    def wrong(self) -> pd.DataFrame:
+        return self.rows[self.rows["status"] == "wrong"]
+
+
+@dataclass
+class SweepOptions:
+    out_dir: str | Path = "results"
+    resume: str | Path | None = None
+    run_name: str | None = None
+    device_index: int = 0
+    seed: int = 0
+    # test-only: {kernel: n} runs that kernel n times per timed call, to prove the gate catches slow-downs
+    slow_kernel: dict[str, int] = field(default_factory=dict)
+    command_line: str = ""
+
+
+def kernel_reason(kernel: Kernel, device: DeviceInfo, case: Case) -> str | None:
+    if case.kv_dtype not in kernel.kv_dtypes:
+        return f"KV dtype {case.kv_dtype} not supported by {kernel.name} in kbench"
+    return kernel.supports(device, case)
+
+
+def copies_for(case: Case, device: DeviceInfo, timing: Timing) -> int:
+    if not device.cuda or timing.l2 != "rotate" or not device.l2_bytes:
+        return 1
+    return max(1, min(MAX_COPIES, math.ceil(L2_COVER * device.l2_bytes / max(copy_bytes(case), 1))))
+
+
+def fits(case: Case, copies: int, device: DeviceInfo) -> str | None:
+    """Why the case cannot fit on the device (checked before anything is allocated), or None."""
+    if not device.cuda:
+        return None
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device.index)
+    need = copies * copy_bytes(case) + HEADROOM_BYTES
+    if need > free:
+        return f"needs {need / 2**30:.1f} GiB of device memory, {free / 2**30:.1f} GiB free"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _slowed(fn, n: int):
+    def run(i: int):
+        out = None
+        for _ in range(n):
+            out = fn(i)
+        return out
+
+    return run
+
+
+class Sweep:
+    def __init__(self, scenario: Scenario, options: SweepOptions | None = None,
+                 observer: SweepObserver | None = None):
+        self.sc = scenario
+        self.opt = options or SweepOptions()
+        self.obs = observer or SweepObserver()
+        self.kernels = select(scenario.kernels)
+        for name in self.opt.slow_kernel:
+            if name not in [k.name for k in self.kernels]:
+                raise BadInput(f"--slow-kernel: {name!r} is not among this sweep's kernels")
+        self.wall = WallSplit()
+        self.measurements = 0
+
+    # -- set-up -----------------------------------------------------------------------------------
+    def _device(self) -> DeviceInfo:
+        import torch
+
+        if torch.cuda.is_available():
+            if self.opt.device_index >= torch.cuda.device_count():
+                raise BadInput(f"--device {self.opt.device_index}: this machine has {torch.cuda.device_count()} GPU(s)")
+            torch.cuda.set_device(self.opt.device_index)
+        return probe_device(self.opt.device_index)
+
+    def _manifest(self, dev: DeviceInfo, bw: float | None) -> dict:
+        from kbench.hardware import clocks
+
+        t = self.sc.timing
+        return {
+            "kind": "sweep", "schema_version": RESULT_SCHEMA_VERSION, "kbench_version": __version__,
+            "command_line": self.opt.command_line, "scenario": self.sc.to_dict(), "device": dev.to_dict(),
+            "python": platform.python_version(), "copy_bandwidth_gbs": bw,
+            "clocks_start": clocks(dev.index) if dev.cuda else {},
+            "timer": {"kind": "cuda-graph" if dev.cuda else "wall-clock", "spread_target": t.spread_target,
+                      "budget_s": t.budget_s, "min_samples": t.min_samples, "max_samples": t.max_samples,
+                      "l2": t.l2, "l2_cover": L2_COVER, "warmup_ms": t.warmup_ms,
+                      "spread": "relative half-width of the 95% order-statistic CI of the median"},
+            "slow_kernel": self.opt.slow_kernel, "seed": self.opt.seed,
+        }
+
+    def _timer(self, dev: DeviceInfo):
+        t = self.sc.timing
+        rule = StopRule(t.spread_target, t.budget_s, t.min_samples, t.max_samples)
+        return GraphTimer(rule, warmup_ms=t.warmup_ms) if dev.cuda else WallClockTimer(rule)
+
+    # -- the run -----------------------------------------------------------------------------------
+    def run(self) -> SweepResult:
+        t_start = time.perf_counter()
+        dev = self._device()
+        done: set[tuple[str, str]] = set()
+        if self.opt.resume:
+            writer = RunWriter(self.opt.resume, {}, resume=True)
+            prev = read_journal(writer.dir / "rows.jsonl")
+            done = set(zip(prev["kernel"], prev["case_id"]))
+            bw = writer.manifest.get("copy_bandwidth_gbs")
+        else:
+            bw = None
+            if dev.cuda:
+                self.obs.phase("measuring copy bandwidth")
+                bw = __import__("kbench.hardware", fromlist=["x"]).copy_bandwidth_gbs(dev.torch_device)
+            run_dir = new_run_dir(self.opt.out_dir, self.opt.run_name or self.sc.name)
+            writer = RunWriter(run_dir, self._manifest(dev, bw))
+        status = "complete"
+        try:
+            cases = self.sc.cases()
+            todo = [c for c in cases if any((k.name, c.case_id) not in done for k in self.kernels)]
+            self._compile(dev, todo, done)
+            self.obs.phase("measuring", total=sum(
+                1 for c in todo for k in self.kernels if (k.name, c.case_id) not in done))
+            timer = self._timer(dev)
+            for case in todo:
+                self._run_case(case, dev, timer, writer, done, bw)
+        except KeyboardInterrupt:
+            status = "interrupted"
+        finally:
+            self.wall.total_s = time.perf_counter() - t_start
+            if dev.cuda:
+                from kbench.hardware import clocks
+
+                writer.manifest["clocks_end"] = clocks(dev.index)
+            prev_wall = writer.manifest.get("wall_s")
+            writer.manifest["wall_s"] = self.wall.as_dict()
+            if prev_wall:
+                writer.manifest.setdefault("wall_s_earlier", []).append(prev_wall)
+            writer.manifest["measurements"] = self.measurements
+            run_dir = writer.finalize(status)
+        rows = read_journal(run_dir / "rows.jsonl")
+        return SweepResult(run_dir, rows, self.wall, status, dev, bw, self.measurements)
+
+    def _compile(self, dev: DeviceInfo, cases: list[Case], done) -> None:
+        """Compile every JIT module the sweep needs before the first measurement: each distinct
+        (kernel, jit_key) once, on a small case with the same key."""
+        if not dev.cuda:
+            return
+        import torch
+
+        jobs: dict[tuple, tuple[Kernel, Case]] = {}
+        for case in cases:
+            for k in self.kernels:
+                if k.path == "reference" or (k.name, case.case_id) in done or kernel_reason(k, dev, case):
+                    continue
+                jobs.setdefault((k.name, k.jit_key(case)), (k, case))
+        if not jobs:
+            return
+        self.obs.phase("compiling JIT modules", total=len(jobs))
+        t0 = time.perf_counter()
+        for (name, key), (k, case) in jobs.items():
+            self.obs.advance(f"{name} {case.dtype} q{case.q_len} group{case.group} d{case.head_dim} p{case.page_size}")
+            small = Case(1, case.q_len, max(case.q_len, 2 * case.page_size), case.num_qo_heads, case.num_kv_heads,
+                         case.head_dim, case.page_size, case.kv_layout, case.dtype, case.kv_dtype)
+            try:
+                inp = build_inputs(small, dev.torch_device, seed=self.opt.seed)
+                k.prepare(inp)(0)
+                torch.cuda.synchronize()
+            except Exception as e:  # the check of each case records the failure on its own row
+                self.obs.message(f"compile of {name} failed: {_first_line(e)}")
+        self.wall.compile_s += time.perf_counter() - t0
+
+    def _row(self, k: Kernel, dev: DeviceInfo, case: Case, status: str, **kw) -> Row:
+        return Row.for_case(k.name, k.path, k.backend(dev) if dev.cuda else k.name, case, status,
+                            kv_bytes=case.kv_bytes(), device=dev.name, sm=dev.sm, measured_at=now_iso(), **kw)
+
+    def _emit(self, writer: RunWriter, row: Row, done) -> None:
+        writer.append(row)
+        done.add(row.key())
+        self.obs.row(row)
+        self.obs.advance()
+
+    def _run_case(self, case: Case, dev: DeviceInfo, timer, writer: RunWriter, done, bw) -> None:
+        kernels = [k for k in self.kernels if (k.name, case.case_id) not in done]
+        runnable = []
+        for k in kernels:
+            reason = kernel_reason(k, dev, case)
+            if reason is None and k.path == "reference" and dev.cuda and "reference" not in self.sc.kernels:
+                reason = "the oracle: not timed on a GPU unless named in --kernels"
+            if reason:
+                self._emit(writer, self._row(k, dev, case, "skipped", reason=reason), done)
+            else:
+                runnable.append(k)
+        if not runnable:
+            return
+        copies = copies_for(case, dev, self.sc.timing)
+        no_fit = fits(case, 1, dev)
+        if no_fit:
+            for k in runnable:
+                self._emit(writer, self._row(k, dev, case, "skipped", reason=no_fit), done)
+            return
+        while copies > 1 and fits(case, copies, dev):
+            copies //= 2
+        import torch
+
+        self.obs.advance(f"{case.case_id}: building inputs")
+        t0 = time.perf_counter()
+        inputs = build_inputs(case, dev.torch_device, copies=copies, seed=self.opt.seed)
+        self.wall.inputs_s += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ref = reference_attention(inputs)
+        if dev.cuda:
+            torch.cuda.synchronize()
+        self.wall.reference_s += time.perf_counter() - t0
+        tol = tolerance_for(case.dtype, case.kv_dtype)
+        l2 = f"rotate-{copies}" if copies > 1 else ("warm" if dev.cuda else "cpu")
+        for k in runnable:
+            self.obs.advance(f"{case.case_id}: {k.name}")
+            if dev.cuda:
+                torch.cuda.reset_peak_memory_stats(dev.index)
+            t0 = time.perf_counter()
+            try:
+                fn = k.prepare(inputs)
+                out = fn(0)
+                if dev.cuda:
+                    torch.cuda.synchronize()
+                chk = compare(out, ref, tol)
+            except Exception as e:
+                self.wall.check_s += time.perf_counter() - t0
+                self._emit(writer, self._row(k, dev, case, "failed", reason=_first_line(e)), done)
+                continue
+            self.wall.check_s += time.perf_counter() - t0
+            errs = dict(rel_err=chk.rel_err, max_abs_err=chk.max_abs_err, tolerance=chk.tolerance)
+            if not chk.ok:
+                self._emit(writer, self._row(k, dev, case, "wrong", reason=chk.describe(), **errs), done)
+                continue
+            if k.name in self.opt.slow_kernel:
+                fn = _slowed(fn, self.opt.slow_kernel[k.name])
+            t0 = time.perf_counter()
+            try:
+                m = timer.measure(fn, copies)
+            except Exception as e:
+                self.wall.timing_s += time.perf_counter() - t0
+                self._emit(writer, self._row(k, dev, case, "failed", reason="timing: " + _first_line(e), **errs), done)
+                continue
+            self.wall.timing_s += time.perf_counter() - t0
+            self.measurements += 1
+            kv_bw = case.kv_bytes() / (m.median_us * 1e-6) / 1e9
+            extra = {}
+            if dev.cuda:
+                from kbench.hardware import sm_clock_mhz
+
+                extra = dict(sm_clock_mhz=sm_clock_mhz(dev.index), peak_mem_bytes=torch.cuda.max_memory_allocated(dev.index))
+            row = self._row(
+                k, dev, case, "ok", median_us=m.median_us, p25_us=m.p25_us, p75_us=m.p75_us, iqr_us=m.iqr_us,
+                min_us=m.min_us, rel_spread=m.rel_spread, num_samples=len(m.samples_us),
+                calls_per_sample=m.calls_per_sample, samples_us=m.samples_us, timer=m.timer, l2=l2, stop=m.stop,
+                kv_bandwidth_gbs=kv_bw, roofline_frac=(kv_bw / bw) if bw else None, **errs, **extra,
+            )
+            self._emit(writer, row, done)
+        del inputs, ref
+        if dev.cuda:
+            torch.cuda.empty_cache()
+
+
+def scenario_of_run(manifest: dict) -> Scenario:
+    d = manifest.get("scenario")
+    if not isinstance(d, dict):
+        raise BadInput("the run's manifest holds no scenario to resume")
+    data = {"name": d["name"], "description": d.get("description", ""), "kernels": d["kernels"],
+            "grid": {k: v for k, v in d["grid"].items() if v is not None},
+            "timing": d.get("timing", {})}
+    if d.get("model"):
+        data["model"] = d["model"]
+    else:
+        data["heads"] = d["heads"]
+    return scenario_from_dict(data, f"{manifest.get('scenario', {}).get('source', 'manifest')} (resumed)")
+
+
+def run_sweep(scenario: Scenario, out_dir: str | Path = "results", observer: SweepObserver | None = None,
+              **options) -> SweepResult:
+    """Run a scenario and write a run folder under out_dir. See SweepOptions for the options."""
+    return Sweep(scenario, SweepOptions(out_dir=out_dir, **options), observer).run()
+
+
+def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, **options) -> SweepResult:
+    from kbench.store import read_manifest
+
+    manifest = read_manifest(Path(run_dir))
+    return Sweep(scenario_of_run(manifest), SweepOptions(resume=run_dir, **options), observer).run()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use the kbench command")

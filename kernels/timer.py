@@ -1,0 +1,178 @@
+"""Timing a kernel the way an engine pays for it: many calls captured in one CUDA graph, replays timed
+with events, repeated until the median is known well enough (nvbench's idea) or the budget is spent.
+
+Stopping criterion: the relative half-width of a distribution-free 95% confidence interval of the
+median (order statistics) is below `spread_target`, after at least `min_samples` samples.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Measurement:
+    samples_us: list[float]  # one per graph replay, divided by the calls it holds
+    timer: str  # cuda-graph | cuda-events | wall-clock
+    calls_per_sample: int
+    stop: str  # spread | budget | max-samples
+    wall_s: float
+    median_us: float = field(init=False)
+    p25_us: float = field(init=False)
+    p75_us: float = field(init=False)
+    min_us: float = field(init=False)
+    rel_spread: float = field(init=False)
+
+    def __post_init__(self):
+        s = sorted(self.samples_us)
+        self.median_us = quantile(s, 0.5)
+        self.p25_us = quantile(s, 0.25)
+        self.p75_us = quantile(s, 0.75)
+        self.min_us = s[0]
+        self.rel_spread = median_ci_halfwidth(s) / self.median_us if self.median_us > 0 else math.inf
+
+    @property
+    def iqr_us(self) -> float:
+        return self.p75_us - self.p25_us
+
+
+def quantile(sorted_vals: list[float], q: float) -> float:
+    n = len(sorted_vals)
+    pos = q * (n - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def median_ci_halfwidth(sorted_vals: list[float]) -> float:
+    """Half-width of the order-statistic 95% CI of the median: ranks n/2 -+ 0.98*sqrt(n)."""
+    n = len(sorted_vals)
+    if n < 3:
+        return math.inf
+    d = 0.98 * math.sqrt(n)
+    lo = max(0, int(math.floor(n / 2 - d)))
+    hi = min(n - 1, int(math.ceil(n / 2 + d)))
+    return (sorted_vals[hi] - sorted_vals[lo]) / 2
+
+
+@dataclass
+class StopRule:
+    spread_target: float = 0.01
+    budget_s: float = 2.0
+    min_samples: int = 10
+    max_samples: int = 400
+
+    def check(self, samples: list[float], started: float) -> str | None:
+        n = len(samples)
+        if n >= self.max_samples:
+            return "max-samples"
+        if n >= self.min_samples:
+            s = sorted(samples)
+            med = quantile(s, 0.5)
+            if med > 0 and median_ci_halfwidth(s) / med <= self.spread_target:
+                return "spread"
+        if time.perf_counter() - started >= self.budget_s and n >= 3:
+            return "budget"
+        return None
+
+
+class GraphTimer:
+    """CUDA-graph replay timer. `fn(i)` runs the kernel on input copy i; copies rotate inside the graph."""
+
+    def __init__(self, rule: StopRule, warmup_ms: float = 25.0, target_replay_us: float = 1000.0,
+                 max_calls_per_graph: int = 256):
+        self.rule = rule
+        self.warmup_ms = warmup_ms
+        self.target_replay_us = target_replay_us
+        self.max_calls = max_calls_per_graph
+
+    def measure(self, fn: Callable[[int], object], copies: int = 1) -> Measurement:
+        import torch
+
+        t0 = time.perf_counter()
+        # warm-up, eagerly: module load, lazy allocations, clocks ramp
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        n, i = 0, 0
+        start.record()
+        while True:
+            fn(i % copies)
+            i += 1
+            n += 1
+            if n % 8 == 0:
+                end.record()
+                end.synchronize()
+                if start.elapsed_time(end) >= self.warmup_ms:
+                    break
+        eager_us = start.elapsed_time(end) * 1000 / n
+        # enough calls per replay that the replay dwarfs the graph launch, a multiple of the copies
+        calls = max(copies, min(self.max_calls, math.ceil(self.target_replay_us / max(eager_us, 1.0))))
+        calls = math.ceil(calls / copies) * copies
+        try:
+            graph = self._capture(fn, calls, copies)
+            run, timer = graph.replay, "cuda-graph"
+        except Exception:
+            # some ops refuse capture; fall back to a timed loop (host overhead included: label it)
+            torch.cuda.synchronize()
+
+            def run():
+                for j in range(calls):
+                    fn(j % copies)
+
+            timer = "cuda-events"
+        run()
+        torch.cuda.synchronize()
+        samples: list[float] = []
+        started = time.perf_counter()
+        batch = 5
+        while True:
+            evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
+            for a, b in evs:
+                a.record()
+                run()
+                b.record()
+            evs[-1][1].synchronize()
+            samples.extend(a.elapsed_time(b) * 1000 / calls for a, b in evs)
+            stop = self.rule.check(samples, started)
+            if stop:
+                break
+        return Measurement(samples, timer, calls, stop, time.perf_counter() - t0)
+
+    @staticmethod
+    def _capture(fn, calls: int, copies: int):
+        import torch
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn(0)  # one call on the capture stream first, as torch recommends
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for j in range(calls):
+                fn(j % copies)
+        torch.cuda.synchronize()
+        return graph
+
+
+class WallClockTimer:
+    """Without CUDA: host wall clock around each call (labelled so; only the reference runs there)."""
+
+    def __init__(self, rule: StopRule):
+        self.rule = rule
+
+    def measure(self, fn: Callable[[int], object], copies: int = 1) -> Measurement:
+        t0 = time.perf_counter()
+        fn(0)
+        samples: list[float] = []
+        started = time.perf_counter()
+        i = 0
+        while True:
+            a = time.perf_counter()
+            fn(i % copies)
+            samples.append((time.perf_counter() - a) * 1e6)
+            i += 1
+            stop = self.rule.check(samples, started)
+            if stop:
+                break
+        return Measurement(samples, "wall-clock", 1, stop, time.perf_counter() - t0)
