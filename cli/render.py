@@ -28,7 +28,7 @@ class RichSweepObserver(SweepObserver):
         self.console = console
         self.progress = Progress(
             SpinnerColumn(), TextColumn("[bold]{task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}", overflow="ellipsis"),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}"),
             console=console, transient=False,
         )
         self.task = None
