@@ -14,6 +14,7 @@ COMMAND_MODULES = {
     "kbench.cli.sweep_cmd": ["sweep"],
     "kbench.cli.info_cmd": ["kernels_cmd", "env_cmd"],
     "kbench.cli.gate_cmd": ["gate", "baseline"],
+    "kbench.cli.report_cmd": ["report_cmd", "select_cmd"],
 }
 
 

@@ -49,10 +49,12 @@ def _slow(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--allow-wrong", is_flag=True, help="Exit 0 even when a kernel fails its check.")
 @click.option("--slow-kernel", multiple=True, metavar="KERNEL=N",
               help="TEST ONLY: run KERNEL N times per timed call, to show that `kbench gate` catches a slow-down.")
+@click.option("--compile-workers", type=click.IntRange(1, 64), help="Parallel JIT compile processes (default: cores/2, at most 8).")
+@click.option("--jit-cache", type=click.Path(file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
 @click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
 def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_dtype, model, heads, kernels,
           spread_target, budget_s, l2, out_dir, run_name, resume, device_index, seed, allow_wrong, slow_kernel,
-          max_table_cases):
+          compile_workers, jit_cache, max_table_cases):
     """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
 
     Each kernel's output is checked against a float32 torch reference before it is timed (CUDA-graph
@@ -61,6 +63,11 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
     Exit 1 if a kernel computed the wrong thing (unless --allow-wrong), 2 on bad input.
     """
     console = Console()
+    if jit_cache:
+        import os
+
+        os.makedirs(jit_cache, exist_ok=True)
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(jit_cache)
     axes = dict(batch_size=batch_size, q_len=q_len, kv_len=kv_len, page_size=page_size, kv_layout=kv_layout,
                 dtype=dtype, kv_dtype=kv_dtype, model=model, heads=heads, kernels=kernels,
                 spread_target=spread_target, budget_s=budget_s, l2=l2)
@@ -71,7 +78,7 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
     else:
         sc = apply_overrides(load_scenario(scenario), **axes)
     opts = SweepOptions(out_dir=out_dir, resume=resume, run_name=run_name, device_index=device_index, seed=seed,
-                        slow_kernel=_slow(slow_kernel), command_line=shlex.join(["kbench", *sys.argv[1:]]))
+                        slow_kernel=_slow(slow_kernel), compile_workers=compile_workers, command_line=shlex.join(["kbench", *sys.argv[1:]]))
     cases = sc.cases()
     console.print(f"[bold]{sc.name}[/]: {len(cases)} cases x {len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels "
                   f"({sc.source})")

@@ -81,6 +81,7 @@ class SweepOptions:
     # test-only: {kernel: n} runs that kernel n times per timed call, to prove the gate catches slow-downs
     slow_kernel: dict[str, int] = field(default_factory=dict)
     command_line: str = ""
+    compile_workers: int | None = None  # None: kbench.jit.default_workers()
 
 
 def kernel_reason(kernel: Kernel, device: DeviceInfo, case: Case) -> str | None:
@@ -213,31 +214,28 @@ class Sweep:
 
     def _compile(self, dev: DeviceInfo, cases: list[Case], done) -> None:
         """Compile every JIT module the sweep needs before the first measurement: each distinct
-        (kernel, jit_key) once, on a small case with the same key."""
+        (kernel, jit_key) once, on a small case with the same key, in parallel processes."""
         if not dev.cuda:
             return
-        import torch
+        from kbench.jit import CompileJob, compile_all
 
-        jobs: dict[tuple, tuple[Kernel, Case]] = {}
+        jobs: dict[tuple, CompileJob] = {}
         for case in cases:
             for k in self.kernels:
                 if k.path == "reference" or (k.name, case.case_id) in done or kernel_reason(k, dev, case):
                     continue
-                jobs.setdefault((k.name, k.jit_key(case)), (k, case))
+                jobs.setdefault((k.name, k.jit_key(case)), CompileJob(k.name, case))
         if not jobs:
             return
-        self.obs.phase("compiling JIT modules", total=len(jobs))
+        self.obs.phase(f"compiling JIT modules ({self.opt.compile_workers or 'auto'} workers)", total=len(jobs))
         t0 = time.perf_counter()
-        for (name, key), (k, case) in jobs.items():
-            self.obs.advance(f"{name} {case.dtype} q{case.q_len} group{case.group} d{case.head_dim} p{case.page_size}")
-            small = Case(1, case.q_len, max(case.q_len, 2 * case.page_size), case.num_qo_heads, case.num_kv_heads,
-                         case.head_dim, case.page_size, case.kv_layout, case.dtype, case.kv_dtype)
-            try:
-                inp = build_inputs(small, dev.torch_device, seed=self.opt.seed)
-                k.prepare(inp)(0)
-                torch.cuda.synchronize()
-            except Exception as e:  # the check of each case records the failure on its own row
-                self.obs.message(f"compile of {name} failed: {_first_line(e)}")
+
+        def done_one(job, secs, err):
+            self.obs.advance(f"{job.label()} {secs:.0f} s" + (" FAILED" if err else ""))
+
+        errors = compile_all(list(jobs.values()), dev.index, self.opt.compile_workers, done_one)
+        for label, err in errors.items():  # each case's check records the failure on its own row
+            self.obs.message(f"compile of {label} failed: {err}")
         self.wall.compile_s += time.perf_counter() - t0
 
     def _row(self, k: Kernel, dev: DeviceInfo, case: Case, status: str, **kw) -> Row:

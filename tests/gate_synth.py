@@ -25,7 +25,8 @@ def timed_row(kernel, path, case, median, sd=0.005, n=60, seed=0, status="ok", s
               rel_spread=None) -> Row:
     """A row whose samples are median * (1 + N(0, sd)); stats computed from them as the timer would."""
     rng = np.random.default_rng(seed)
-    s = median * (1 + rng.normal(0.0, sd, n))
+    s = 1 + rng.normal(0.0, sd, n)
+    s = np.abs(s) * (median / np.median(np.abs(s)))  # the sample median is exactly ``median``
     med, p25, p75 = float(np.median(s)), float(np.percentile(s, 25)), float(np.percentile(s, 75))
     rs = rel_spread if rel_spread is not None else 1.57 * (p75 - p25) / np.sqrt(n) / med
     return Row.for_case(kernel, path, "synthetic", case, status, median_us=med, p25_us=p25, p75_us=p75,
@@ -41,16 +42,18 @@ def write_run(path: Path, rows, device=H200, kind="sweep", **manifest) -> Path:
     return w.finalize()
 
 
-def sweep_rows(times=None, seed=0, overrides=None, drop=(), sd=0.005, samples=True, device=H200, rel_spread=None):
+def sweep_rows(times=None, seed=0, overrides=None, drop=(), sd=0.005, samples=True, device=H200, rel_spread=None,
+               sd_of=None):
     """Rows for BASE_TIMES (or ``times``) plus a reference row per case. overrides: (kernel, case) -> dict of
-    Row fields (e.g. status) applied after timing; drop: (kernel, case) to leave out."""
+    Row fields (e.g. status) applied after timing; drop: (kernel, case) to leave out; sd_of: (kernel, case)
+    -> sample spread for that row instead of ``sd``."""
     times = times or BASE_TIMES
     overrides = overrides or {}
     rows = []
     for i, ((kernel, path, case), t) in enumerate(times.items()):
         if (kernel, case) in drop:
             continue
-        r = timed_row(kernel, path, case, t, sd=sd, seed=seed * 100 + i, samples=samples, device=device,
+        r = timed_row(kernel, path, case, t, sd=(sd_of or {}).get((kernel, case), sd), seed=seed * 100 + i, samples=samples, device=device,
                       rel_spread=rel_spread)
         for k, v in overrides.get((kernel, case), {}).items():
             setattr(r, k, v)

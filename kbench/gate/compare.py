@@ -246,8 +246,8 @@ def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bo
         c = cand_by_case.get(b["case_id"])
         if c is None:
             continue
-        if _missing(b.get("decode_us")) or _missing(b.get("context_us")):
-            continue  # a case that had only one path cannot change winner
+        if any(_missing(r.get(f"{p}_us")) for r in (b, c) for p in ("decode", "context")):
+            continue  # a path gone (wrong, missing) fails as a row; a winner needs both paths
         pb, pc = _path(b), _path(c)
         compared.append(str(b["case_id"]))
         if pb not in ("decode", "context") or pc not in ("decode", "context"):

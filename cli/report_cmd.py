@@ -1,0 +1,98 @@
+"""`kbench report` and `kbench select`: thin click wrappers over kbench.report, rendered with rich."""
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kbench.errors import BadInput
+from kbench.report import build_report, load_policy, lookup
+from kbench.report import crossovers as xo
+from kbench.report.document import case_table, regret_table
+
+
+def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str | None = None) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for h in headers:
+        t.add_column(h, overflow="fold")
+    for r in rows:
+        # markup=False via Text-free strings: rich would otherwise read "[...]" in result strings as markup
+        style = "yellow" if highlight and any(highlight in c for c in r) else None
+        t.add_row(*[c.replace("[", "\\[") for c in r], style=style)
+    return t
+
+
+@click.command("report")
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Output folder [default: FIRST_RUN/report].")
+@click.option("--holdout", type=float, default=None, metavar="FRACTION",
+              help="Also build a policy without this random fraction of the cases and report its regret on them.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the holdout draw.")
+@click.option("--plot-batch", type=int, multiple=True, help="Batch size of a time-vs-q_len plot (pairs with --plot-kv).")
+@click.option("--plot-kv", type=int, multiple=True, help="kv_len of a time-vs-q_len plot (pairs with --plot-batch).")
+@click.option("--max-rows", type=int, default=40, show_default=True,
+              help="Per-case rows shown on screen (all are in cases.csv and the reports).")
+def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows):
+    """Winners per case, crossovers along q_len, a selection policy, regret and plots from sweep RUNs.
+
+    With several RUNs the rows are merged; a (kernel, case) measured in more than one run takes the row of
+    the run that started last.
+    """
+    if len(plot_batch) != len(plot_kv):
+        raise BadInput("--plot-batch and --plot-kv must be given the same number of times (they pair up)")
+    res = build_report(list(runs), out_dir, holdout=holdout, seed=seed,
+                       plot_points=list(zip(plot_batch, plot_kv)) or None)
+    con = Console()
+    headers, rows = case_table(res.cases)
+    shown = rows[:max_rows] if max_rows >= 0 else rows
+    con.print(_table(f"Per case ({len(rows)} cases; ties marked)", headers, shown, highlight="tie"))
+    if len(shown) < len(rows):
+        con.print(f"... {len(rows) - len(shown)} more cases in {res.out_dir / 'cases.csv'}", markup=False)
+    con.print(_table("Crossovers: q_len ranges per path", *xo.table(res.crossovers)))
+    con.print(_table("Regret of the policy", *regret_table(res.regrets)))
+    con.print(f"wrote {len(res.files)} files to {res.out_dir}: report.md, report.html, policy.json, "
+              f"{sum(p.suffix == '.png' for p in res.files)} plots", markup=False)
+
+
+def _fmt_point(p: dict) -> str:
+    return f"bs {p['batch_size']} q {p['q_len']} kv {p['kv_len']}"
+
+
+@click.command("select")
+@click.option("--policy", "policy_file", required=True, type=click.Path(), help="policy.json from `kbench report`.")
+@click.option("--batch-size", type=click.IntRange(min=1), required=True)
+@click.option("--q-len", type=click.IntRange(min=1), required=True)
+@click.option("--kv-len", type=click.IntRange(min=1), required=True)
+@click.option("--heads", default=None, help="QO/KV/DIM heads, e.g. 32/8/128 (needed when the policy has several).")
+@click.option("--dtype", default=None)
+@click.option("--kv-dtype", default=None)
+@click.option("--page-size", type=int, default=None)
+@click.option("--layout", "kv_layout", default=None)
+@click.option("--extrapolate", is_flag=True, help="Answer outside the measured range (clamped to its edge).")
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+def select_cmd(policy_file, batch_size, q_len, kv_len, heads, dtype, kv_dtype, page_size, kv_layout, extrapolate,
+               as_json):
+    """The kernel to use for one shape, from a policy file. Between grid points it uses the nearest measured
+    neighbour (and says so); outside the measured range it refuses (exit 2) unless --extrapolate."""
+    ans = lookup(load_policy(policy_file), batch_size, q_len, kv_len, extrapolate=extrapolate, heads=heads,
+                 dtype=dtype, kv_dtype=kv_dtype, page_size=page_size, kv_layout=kv_layout)
+    if as_json:
+        click.echo(json.dumps(ans, indent=2))
+        return
+    sp = ans["expected_speedup"]
+    click.echo(f"{ans['kernel']} ({ans['path']} path) for {_fmt_point(ans['query'])}, {ans['group']}")
+    click.echo("expected decode speedup over the best context kernel: "
+               + (f"{sp:.2f}x" if sp is not None else "unknown (one path not measured)")
+               + (" (decode and context tie here)" if ans["tie"] else ""))
+    if ans["extrapolated"]:
+        click.echo(f"EXTRAPOLATED: outside the measured range, clamped ({'; '.join(ans['clamped'])})")
+    if ans["interpolated"]:
+        click.echo(f"interpolated: not a measured point; used the nearest measured neighbour "
+                   f"{_fmt_point(ans['used'])} ({ans['method']})")
+        click.echo("neighbours: " + "; ".join(f"{_fmt_point(n)} -> {n['kernel']}" for n in ans["neighbours"])
+                   + ("" if ans["neighbours_agree"] else "  (they disagree: measure this shape)"))
+    else:
+        click.echo("measured: this exact shape is in the policy")

@@ -1,0 +1,86 @@
+"""Compiling every JIT module a sweep needs before the first measurement.
+
+FlashInfer locks each module by name (a file lock), so different modules can compile at the same time in
+different processes: kbench runs up to `workers` compile processes, then loads the results in-process
+(which only reads the cached .so files).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from kbench.case import Case
+
+
+def small_case(case: Case) -> Case:
+    """A one-request case that needs the same compiled modules as `case`."""
+    return Case(1, case.q_len, max(case.q_len, 2 * case.page_size), case.num_qo_heads, case.num_kv_heads,
+                case.head_dim, case.page_size, case.kv_layout, case.dtype, case.kv_dtype)
+
+
+@dataclass
+class CompileJob:
+    kernel: str
+    case: Case
+
+    def label(self) -> str:
+        c = self.case
+        return f"{self.kernel} {c.dtype}/{c.kv_dtype} q{c.q_len} group{c.group} d{c.head_dim} p{c.page_size} {c.kv_layout}"
+
+
+def run_job(kernel: str, case: Case, device_index: int = 0) -> tuple[float, str | None]:
+    """Build, prepare and call one small case; returns (seconds, error or None)."""
+    import torch
+
+    from kbench.kernels.inputs import build_inputs
+    from kbench.kernels.registry import get_kernel
+
+    t0 = time.perf_counter()
+    try:
+        torch.cuda.set_device(device_index)
+        inp = build_inputs(small_case(case), f"cuda:{device_index}")
+        get_kernel(kernel).prepare(inp)(0)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0, None
+    except Exception as e:
+        lines = str(e).strip().splitlines()
+        return time.perf_counter() - t0, f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def _worker_init(max_jobs: int) -> None:
+    os.environ["MAX_JOBS"] = str(max_jobs)
+
+
+def default_workers() -> int:
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+def compile_all(jobs: list[CompileJob], device_index: int = 0, workers: int | None = None, on_done=None) -> dict:
+    """Compile in parallel processes, then load in this one. Returns {label: error} for failures."""
+    workers = default_workers() if workers is None else workers
+    errors: dict[str, str] = {}
+    if workers > 1 and len(jobs) > 1:
+        n = min(workers, len(jobs))
+        max_jobs = max(2, (os.cpu_count() or 2) // n)
+        ctx = mp.get_context("spawn")
+        with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init, initargs=(max_jobs,)) as ex:
+            futs = {ex.submit(run_job, j.kernel, j.case, device_index): j for j in jobs}
+            for f in as_completed(futs):
+                j = futs[f]
+                try:
+                    secs, err = f.result()
+                except Exception as e:  # a worker died (CUDA fault, OOM): the in-process pass retries it
+                    secs, err = 0.0, f"worker died: {type(e).__name__}"
+                if on_done:
+                    on_done(j, secs, err)
+    # in-process: loads what the workers built (or compiles it here when a worker failed)
+    for j in jobs:
+        secs, err = run_job(j.kernel, j.case, device_index)
+        if err:
+            errors[j.label()] = err
+        if on_done and (workers <= 1 or len(jobs) <= 1):
+            on_done(j, secs, err)
+    return errors

@@ -1,0 +1,94 @@
+"""One entry point: runs in, report folder out.
+
+    OUT/report.md  OUT/report.html  OUT/policy.json  [OUT/policy-holdout.json]  OUT/cases.csv
+    OUT/crossovers.csv  OUT/regret.csv  OUT/*.png
+
+OUT defaults to RUN/report for the first RUN given. policy.json is built from every case; with ``holdout``
+a second policy (policy-holdout.json) is built without a seeded random fraction of the cases and its regret
+is measured on exactly those cases.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from kbench.errors import BadInput
+from kbench.report import crossovers as xo
+from kbench.report import html as html_out
+from kbench.report import markdown as md_out
+from kbench.report import plots
+from kbench.report.document import build_document
+from kbench.report.policy import build_policy, save_policy
+from kbench.report.regret import Regret, holdout_split, regret
+from kbench.report.runs import RunSet, combine
+from kbench.store import Run
+from kbench.winners import case_winners, measured
+
+
+@dataclass
+class ReportResult:
+    out_dir: Path
+    runset: RunSet
+    cases: pd.DataFrame  # case_winners() lines
+    crossovers: list[xo.Crossover]
+    policy: dict
+    regrets: list[Regret]  # in-sample first, then the holdout one if asked
+    holdout_policy: dict | None = None
+    plots: list[tuple[Path, str]] = field(default_factory=list)  # (png, caption)
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def regret(self) -> Regret:
+        return self.regrets[0]
+
+    @property
+    def holdout_regret(self) -> Regret | None:
+        return self.regrets[1] if len(self.regrets) > 1 else None
+
+
+def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None, holdout: float | None = None,
+                 seed: int = 0, plot_points: list[tuple[int, int]] | None = None) -> ReportResult:
+    rs = combine(runs)
+    first = runs[0].path if isinstance(runs[0], Run) else Path(runs[0])
+    out = Path(out_dir) if out_dir is not None else first / "report"
+    cases = case_winners(rs.rows)
+    if cases.empty:
+        raise BadInput("no row with status ok to report on (every kernel skipped, failed or was wrong)")
+    ok = measured(rs.rows)
+    policy = build_policy(cases, rs.device, rs.sources())
+    regrets = [regret(policy, ok, cases, "all cases (in-sample)")]
+    holdout_policy = None
+    if holdout is not None:
+        train, test = holdout_split(cases["case_id"].tolist(), holdout, seed)
+        holdout_policy = build_policy(cases[cases["case_id"].isin(train)], rs.device, rs.sources(),
+                                      {"fraction": holdout, "seed": seed, "held_out_cases": len(test),
+                                       "held_out": test})
+        regrets.append(regret(holdout_policy, ok, cases[cases["case_id"].isin(test)],
+                              f"holdout {holdout:.0%} (seed {seed}, {len(test)} cases)"))
+    result = ReportResult(out, rs, cases, xo.crossovers(cases), policy, regrets, holdout_policy)
+
+    out.mkdir(parents=True, exist_ok=True)
+    pts = plot_points or None
+    result.plots += [(p, f"Decode/context speedup over batch x kv_len per q_len: {p.stem}")
+                     for p in plots.speedup_heatmaps(cases, out)]
+    result.plots += [(p, f"Time against q_len per kernel: {p.stem}") for p in plots.time_vs_q(ok, pts, out)]
+    roof = plots.roofline(ok, rs.copy_bandwidth_gbs, out)
+    if roof:
+        result.plots.append((roof, "Fraction of the copy-bandwidth roofline per kernel"))
+    files = [p for p, _ in result.plots]
+    files.append(save_policy(policy, out / "policy.json"))
+    if holdout_policy is not None:
+        files.append(save_policy(holdout_policy, out / "policy-holdout.json"))
+    cases.to_csv(out / "cases.csv", index=False)
+    headers, rows = xo.table(result.crossovers)
+    pd.DataFrame(rows, columns=headers).to_csv(out / "crossovers.csv", index=False)
+    pd.concat([r.per_case.assign(judged_on=r.label) for r in regrets]).to_csv(out / "regret.csv", index=False)
+    files += [out / "cases.csv", out / "crossovers.csv", out / "regret.csv"]
+    doc = build_document(result)
+    (out / "report.md").write_text(md_out.render(doc, out), encoding="utf-8")
+    (out / "report.html").write_text(html_out.render(doc), encoding="utf-8")
+    files += [out / "report.md", out / "report.html"]
+    result.files = files
+    return result

@@ -1,0 +1,95 @@
+"""The report's content as plain blocks, so the markdown and HTML writers render the same thing.
+
+Blocks: ("h", level, text) | ("p", text) | ("list", [text]) | ("table", headers, rows) | ("img", path, caption).
+Text here is raw (it may hold anything a result file held); each writer escapes it for its format.
+"""
+from __future__ import annotations
+
+import math
+
+from kbench.report import crossovers as xo
+from kbench.report.runs import group_label
+
+
+def _has(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _num(v, fmt: str, unit: str = "") -> str:
+    return format(v, fmt) + unit if _has(v) else "-"
+
+
+def _s(v) -> str:
+    return str(v) if _has(v) and v != "" else "-"
+
+
+def case_table(cases) -> tuple[list[str], list[list[str]]]:
+    """Per-case winners table: ties are written as ties (in winner, margin and verdict)."""
+    headers = ["group", "batch", "q_len", "kv_len", "winner", "µs", "runner-up", "margin", "decode speedup",
+               "decode vs context", "excluded"]
+    rows = []
+    for r in cases.sort_values(["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "page_size", "batch_size",
+                                "kv_len", "q_len"]).itertuples():
+        winner = f"tie: {r.winner} = {r.tied_with}" if r.winner_tie else str(r.winner)
+        margin = "tie" if r.winner_tie else _num(r.margin_pct, ".1f", "%")
+        rows.append([group_label(r._asdict()), str(r.batch_size), str(r.q_len), str(r.kv_len), winner,
+                     _num(r.winner_us, ".2f"), _s(r.runner_up), margin, _num(r.decode_speedup, ".2f", "x"),
+                     str(r.path_verdict), _s(r.excluded)])
+    return headers, rows
+
+
+def rules_table(policy: dict) -> tuple[list[str], list[list[str]]]:
+    headers = ["group", "batch", "kv_len", "q_len", "kernel", "path", "expected speedup", "min speedup", "ties",
+               "cases"]
+    rows = []
+    for g in policy["groups"]:
+        for r in g["rules"]:
+            rows.append([g["label"], "{}-{}".format(*r["batch_size"]), "{}-{}".format(*r["kv_len"]),
+                         "{}-{}".format(*r["q_len"]), r["kernel"], r["path"],
+                         _num(r["expected_speedup"], ".2f"), _num(r["min_speedup"], ".2f"), str(r["ties"]),
+                         str(r["cases"])])
+    return headers, rows
+
+
+def regret_table(regrets) -> tuple[list[str], list[list[str]]]:
+    headers = ["judged on", "cases", "mean regret", "worst regret", "worst case", "policy kernel unavailable",
+               "extrapolated"]
+    rows = [[r.label, str(r.cases), _num(r.mean_pct, ".2f", "%"), _num(r.worst_pct, ".2f", "%"),
+             _s(r.worst_case), str(r.unavailable), str(r.extrapolated)] for r in regrets]
+    return headers, rows
+
+
+def build_document(result) -> list[tuple]:
+    rs, cases, policy = result.runset, result.cases, result.policy
+    verdicts = cases["path_verdict"].value_counts().to_dict()
+    kernels = sorted(rs.rows.loc[rs.rows["path"] != "reference", "kernel"].dropna().astype(str).unique())
+    status = rs.rows[rs.rows["path"] != "reference"]["status"].value_counts().to_dict()
+    doc: list[tuple] = [
+        ("h", 1, "kbench report"),
+        ("list", [f"device: {rs.device['name']} (SM{rs.device['sm']})",
+                  "runs: " + ", ".join(f"{s['run']} ({s['cases']} cases)" for s in rs.sources()),
+                  f"copy bandwidth (roofline ceiling): {_num(rs.copy_bandwidth_gbs, '.0f')} GB/s",
+                  f"kernels: {', '.join(kernels)}",
+                  "rows by status: " + ", ".join(f"{k} {v}" for k, v in sorted(status.items())),
+                  f"{len(cases)} cases with an ok row; decode wins {verdicts.get('decode', 0)}, context wins "
+                  f"{verdicts.get('context', 0)}, ties {verdicts.get('tie', 0)}, one path only "
+                  f"{verdicts.get('decode-only', 0) + verdicts.get('context-only', 0)}"]),
+        ("p", "Only rows whose check passed (status ok) compete; wrong and failed kernels are listed under "
+              "'excluded'. Tie rule: " + policy["tie_rule"] + "."),
+        ("h", 2, "Regret of the policy"),
+        ("table", *regret_table(result.regrets)),
+        ("p", "regret = policy kernel's time / best measured time - 1. In-sample it is 0 by construction; "
+              "the holdout row (with --holdout) judges a policy built without those cases."),
+        ("h", 2, "Crossovers along q_len"),
+        ("p", "q_len ranges per (group, batch, kv_len) in which each path wins; 'flips' counts changes of the "
+              "served path along q_len."),
+        ("table", *xo.table(result.crossovers)),
+        ("h", 2, "Selection policy"),
+        ("p", f"policy.json, schema {policy['schema']}. Lookup: {policy['lookup']}."),
+        ("table", *rules_table(policy)),
+        ("h", 2, "Plots"),
+    ]
+    for p, caption in result.plots:
+        doc.append(("img", p, caption))
+    doc += [("h", 2, "Per case"), ("table", *case_table(cases))]
+    return doc

@@ -1,0 +1,173 @@
+"""PNG plots of a report (matplotlib, Agg backend, Figure objects: no pyplot global state).
+
+- speedup heatmap, one file per group: decode/context speedup over batch x kv_len, one panel per q_len,
+  every cell annotated (``=`` marks a decode/context tie, grey ``-`` a case without both paths);
+- time against q_len per kernel for chosen (batch, kv_len): median with p25..p75 bars, log time, and the
+  q_len x group = 16 / 32 lines where fa2 and the decode kernel step up;
+- roofline: achieved KV bandwidth as a fraction of the run's measured copy bandwidth, against KV bytes.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.colors import TwoSlopeNorm  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from kbench.errors import BadInput  # noqa: E402
+from kbench.report.runs import GROUP_COLUMNS, group_label  # noqa: E402
+from kbench.store import safe_name  # noqa: E402
+from kbench.winners import TIE  # noqa: E402
+
+DPI = 110
+
+
+def _groups(df: pd.DataFrame):
+    for key, g in df.groupby(GROUP_COLUMNS, sort=True):
+        yield group_label(dict(zip(GROUP_COLUMNS, key))), g
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    return path
+
+
+def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path) -> list[Path]:
+    out = []
+    for label, g in _groups(cases):
+        bss, kvs, qs = sorted(g["batch_size"].unique()), sorted(g["kv_len"].unique()), sorted(g["q_len"].unique())
+        sp = g["decode_speedup"].astype(float)
+        finite = np.log2(sp[sp > 0].to_numpy()) if (sp > 0).any() else np.array([0.0])
+        lim = max(0.25, float(np.nanmax(np.abs(finite))))
+        norm = TwoSlopeNorm(vmin=-lim, vcenter=0.0, vmax=lim)
+        ncols = min(4, len(qs))
+        nrows = math.ceil(len(qs) / ncols)
+        cw, ch = max(3.2, 0.55 * len(kvs) + 1.2), max(2.6, 0.38 * len(bss) + 1.2)
+        fig = Figure(figsize=(cw * ncols + 1.0, ch * nrows + 0.8), layout="constrained")
+        axes = fig.subplots(nrows, ncols, squeeze=False)
+        font = 8 if len(kvs) <= 6 else 6.5
+        im = None
+        for i, q in enumerate(qs):
+            ax = axes[i // ncols][i % ncols]
+            m = np.full((len(bss), len(kvs)), np.nan)
+            cell = g[g["q_len"] == q]
+            for r in cell.itertuples():
+                y, x = bss.index(r.batch_size), kvs.index(r.kv_len)
+                s = r.decode_speedup
+                if s is not None and not (isinstance(s, float) and math.isnan(s)) and s > 0:
+                    m[y, x] = math.log2(s)
+                    txt = f"{s:.2f}" + ("=" if r.path_verdict == TIE else "")
+                    ax.text(x, y, txt, ha="center", va="center", fontsize=font,
+                            color="white" if abs(m[y, x]) > 0.6 * lim else "black")
+                else:
+                    ax.text(x, y, "-", ha="center", va="center", fontsize=font, color="0.4")
+            ax.set_facecolor("0.85")
+            im = ax.imshow(m, cmap="RdBu", norm=norm, aspect="auto", origin="lower")
+            ax.set_title(f"q_len {q}", fontsize=10)
+            ax.set_xticks(range(len(kvs)), [str(k) for k in kvs], rotation=45, fontsize=7)
+            ax.set_yticks(range(len(bss)), [str(b) for b in bss], fontsize=7)
+            if i % ncols == 0:
+                ax.set_ylabel("batch size")
+            if i // ncols == nrows - 1 or i + ncols >= len(qs):
+                ax.set_xlabel("kv_len")
+        for j in range(len(qs), nrows * ncols):
+            axes[j // ncols][j % ncols].set_visible(False)
+        cb = fig.colorbar(im, ax=axes, shrink=0.8, label="decode speedup (best context / best decode time)")
+        ticks = [t for t in (-3, -2, -1, -0.5, 0, 0.5, 1, 2, 3) if -lim <= t <= lim]
+        cb.set_ticks(ticks, labels=[f"{2 ** t:.2g}x" for t in ticks])
+        fig.suptitle(f"Decode vs context speedup, {label}   (blue: decode faster, red: context faster, "
+                     f"'=' tie, '-' one path missing)", fontsize=11)
+        out.append(_save(fig, out_dir / f"{safe_name('speedup-heatmap-' + label)}.png"))
+    return out
+
+
+def default_points(cases: pd.DataFrame) -> list[tuple[int, int]]:
+    """A middle and the largest (batch, kv_len) of the grid."""
+    bss, kvs = sorted(cases["batch_size"].unique()), sorted(cases["kv_len"].unique())
+    pts = [(int(bss[len(bss) // 2]), int(kvs[len(kvs) // 2])), (int(bss[-1]), int(kvs[-1]))]
+    return list(dict.fromkeys(pts))
+
+
+def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_dir: Path) -> list[Path]:
+    out, asked = [], points is not None
+    hit = set()
+    for label, g in _groups(ok_rows):
+        group = int(g["num_qo_heads"].iloc[0]) // max(1, int(g["num_kv_heads"].iloc[0]))
+        for bs, kv in (points if asked else default_points(g)):
+            sel = g[(g["batch_size"] == bs) & (g["kv_len"] == kv)]
+            if sel.empty:
+                continue
+            hit.add((bs, kv))
+            fig = Figure(figsize=(7.5, 4.6), layout="constrained")
+            ax = fig.subplots()
+            for kernel, k in sel.sort_values("q_len").groupby("kernel", sort=True):
+                q, med = k["q_len"].to_numpy(), k["median_us"].to_numpy(dtype=float)
+                p25 = pd.to_numeric(k["p25_us"], errors="coerce").fillna(k["median_us"]).to_numpy(dtype=float)
+                p75 = pd.to_numeric(k["p75_us"], errors="coerce").fillna(k["median_us"]).to_numpy(dtype=float)
+                lo, hi = np.clip(med - p25, 0, None), np.clip(p75 - med, 0, None)
+                style = "-" if k["path"].iloc[0] == "decode" else "--"
+                ax.errorbar(q, med, yerr=[lo, hi], fmt="o" + style, ms=4, capsize=2, lw=1.4,
+                            label=f"{kernel} ({k['path'].iloc[0]})")
+            qmin, qmax = sel["q_len"].min(), sel["q_len"].max()
+            for qg, what in ((16, "fa2 step"), (32, "decode step")):
+                if qmin < qg / group <= qmax:
+                    ax.axvline(qg / group, color="0.5", ls=":", lw=1)
+                    ax.text(qg / group, 0.98, f" q·G={qg}\n ({what})", transform=ax.get_xaxis_transform(),
+                            va="top", fontsize=7, color="0.3")
+            ax.set_yscale("log")
+            ax.set_xlabel(f"q_len (tokens per request; GQA group G = {group})")
+            ax.set_ylabel("median time per call (µs, log)")
+            ax.set_xticks(sorted(sel["q_len"].unique()))
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            ax.set_title(f"Time vs q_len, batch {bs}, kv_len {kv}, {label}\n(solid: decode path, dashed: "
+                         f"context path, bars: p25..p75)", fontsize=10)
+            out.append(_save(fig, out_dir / f"{safe_name(f'time-vs-q-bs{bs}-kv{kv}-{label}')}.png"))
+    if asked and (missing := [p for p in points if p not in hit]):
+        bs, kv = missing[0]
+        raise BadInput(f"--plot-batch {bs} --plot-kv {kv}: not measured (batch sizes "
+                       f"{sorted(ok_rows['batch_size'].unique().tolist())}, kv_len {sorted(ok_rows['kv_len'].unique().tolist())})")
+    return out
+
+
+def roofline_fraction(ok_rows: pd.DataFrame, copy_bw_gbs: float | None) -> pd.Series:
+    """roofline_frac as recorded, else KV bandwidth / copy bandwidth, else KV bytes / time / copy bandwidth."""
+    frac = pd.to_numeric(ok_rows.get("roofline_frac"), errors="coerce") if "roofline_frac" in ok_rows else \
+        pd.Series(np.nan, index=ok_rows.index)
+    if copy_bw_gbs:
+        bw = pd.to_numeric(ok_rows["kv_bandwidth_gbs"], errors="coerce")
+        nbytes = pd.to_numeric(ok_rows["kv_bytes"], errors="coerce")
+        derived = (nbytes / (ok_rows["median_us"] * 1e-6) / 1e9).where(nbytes > 0)
+        frac = frac.fillna(bw / copy_bw_gbs).fillna(derived / copy_bw_gbs)
+    return frac
+
+
+def roofline(ok_rows: pd.DataFrame, copy_bw_gbs: float | None, out_dir: Path) -> Path | None:
+    frac = roofline_fraction(ok_rows, copy_bw_gbs)
+    nbytes = pd.to_numeric(ok_rows["kv_bytes"], errors="coerce")
+    keep = frac.notna() & (nbytes > 0)
+    if not keep.any():
+        return None
+    d = ok_rows[keep].assign(frac=frac[keep], mb=nbytes[keep] / 1e6)
+    fig = Figure(figsize=(7.5, 4.6), layout="constrained")
+    ax = fig.subplots()
+    markers = "os^vDP*X"
+    for i, (kernel, k) in enumerate(d.groupby("kernel", sort=True)):
+        ax.scatter(k["mb"], k["frac"], s=14, alpha=0.75, marker=markers[i % len(markers)],
+                   label=f"{kernel} ({k['path'].iloc[0]})")
+    ax.axhline(1.0, color="0.3", ls="--", lw=1)
+    bw = f"{copy_bw_gbs:.0f} GB/s" if copy_bw_gbs else "recorded ceiling"
+    ax.text(d["mb"].min(), 1.01, f"copy bandwidth ({bw})", fontsize=8, va="bottom")
+    ax.set_xscale("log")
+    ax.set_ylim(0, max(1.15, float(d["frac"].max()) * 1.05))
+    ax.set_xlabel("KV bytes read per call (MB, log)")
+    ax.set_ylabel("achieved KV bandwidth / copy bandwidth")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title("Fraction of the copy-bandwidth roofline (memory-bound: 1.0 is the ceiling)", fontsize=10)
+    return _save(fig, out_dir / "roofline.png")

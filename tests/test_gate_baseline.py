@@ -1,0 +1,66 @@
+"""kbench baseline RUN --name NAME: a committed copy of the run under results/baselines/NAME."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from gate_synth import CASE_A, CONTEXT, DECODE, gate_json, sweep_rows, with_time, write_run
+
+from kbench.baselines import write_baseline
+from kbench.cli.gate_cmd import baseline
+from kbench.store import load_run
+
+
+def _baseline(*args):
+    return CliRunner().invoke(baseline, [str(a) for a in args])
+
+
+def test_baseline_written_and_gateable(tmp_path):
+    run = write_run(tmp_path / "run", sweep_rows(seed=1, overrides={(CONTEXT, CASE_A): {"status": "wrong"}}))
+    root = tmp_path / "results" / "baselines"
+    res = _baseline(run, "--name", "h200 quick", "--root", root)
+    assert res.exit_code == 0, res.output
+    dest = root / "h200-quick"
+    assert sorted(p.name for p in dest.iterdir()) == ["manifest.json", "rows.csv", "rows.parquet"]
+    m = json.loads((dest / "manifest.json").read_text())
+    assert m["baseline"]["source_run"] == str(run) and m["baseline"]["num_rows"] == 6
+    assert m["device"] == {"name": "NVIDIA H200", "sm": 90} and m["kind"] == "sweep"
+    loaded, src = load_run(dest), load_run(run)
+    assert len(loaded.rows) == len(src.rows)
+    assert sorted(loaded.rows["status"]) == sorted(src.rows["status"])  # wrong rows are kept too
+    assert list(loaded.rows["samples_us"].iloc[0]) == list(src.rows["samples_us"].iloc[0])
+    assert gate_json(tmp_path, dest, run)[0].exit_code == 0
+
+
+def test_baseline_refresh_after_improvement(tmp_path):
+    root = tmp_path / "baselines"
+    old = write_run(tmp_path / "old", sweep_rows(seed=1))
+    new = write_run(tmp_path / "new", sweep_rows(with_time(DECODE, CASE_A, 0.7), seed=2))
+    dest = write_baseline(load_run(old), "main", root)
+    res, data = gate_json(tmp_path, dest, new)
+    assert res.exit_code == 0 and data["counts"]["improvement"] == 1
+    write_baseline(load_run(new), "main", root)
+    assert json.loads((dest / "manifest.json").read_text())["baseline"]["source_run"] == str(new)
+    # against the refreshed baseline the old, slower run is now a regression
+    assert gate_json(tmp_path, dest, old)[0].exit_code == 1
+
+
+def test_baseline_name_cannot_escape(tmp_path):
+    run = write_run(tmp_path / "run", sweep_rows(seed=1))
+    root = tmp_path / "baselines"
+    for bad in ("../evil", "a/b", "..", "/abs", ""):
+        res = _baseline(run, "--name", bad, "--root", root)
+        assert res.exit_code == 2, (bad, res.output)
+        assert res.stderr.startswith("error: ") and "Traceback" not in res.output
+    assert not (tmp_path / "evil").exists() and not root.exists()
+
+
+def test_baseline_refuses_foreign_folder_and_bad_run(tmp_path):
+    run = write_run(tmp_path / "run", sweep_rows(seed=1))
+    root = tmp_path / "baselines"
+    (root / "taken").mkdir(parents=True)
+    (root / "taken" / "notes.txt").write_text("not a baseline")
+    res = _baseline(run, "--name", "taken", "--root", root)
+    assert res.exit_code == 2 and "not a kbench baseline" in res.stderr
+    res = _baseline(tmp_path / "nope", "--name", "x", "--root", root)
+    assert res.exit_code == 2 and "no such run" in res.stderr

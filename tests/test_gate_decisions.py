@@ -1,0 +1,175 @@
+"""kbench gate decisions on synthetic sweep runs: pass, regression, noise, improvement, wrong, winner, missing."""
+from __future__ import annotations
+
+from gate_synth import (BASE_TIMES, CASE_A, CASE_B, CONTEXT, DECODE, gate_json, outcomes, sweep_rows,
+                        with_time, write_run)
+
+from kbench.gate import run_gate
+
+
+def _base(tmp_path, **kw):
+    return write_run(tmp_path / "base", sweep_rows(seed=1, **kw))
+
+
+def test_identical_stats_different_samples_pass(tmp_path):
+    base = _base(tmp_path)
+    cand = write_run(tmp_path / "cand", sweep_rows(seed=2))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 0, res.output
+    assert data["passed"] is True and data["exit_code"] == 0
+    # four kernel rows compared, the reference rows are not gated
+    assert sorted(outcomes(data).values()) == ["pass"] * 4
+    assert all(r["kernel"] != "reference" for r in data["rows"])
+    assert "PASS" in res.output
+
+
+def test_slow_regression_fails_and_names_the_kernel(tmp_path):
+    base = _base(tmp_path)
+    cand = write_run(tmp_path / "cand", sweep_rows(with_time(DECODE, CASE_A, 1.10), seed=2))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 1, res.output
+    reg = [r for r in data["rows"] if r["outcome"] == "regression"]
+    assert [(r["kernel"], r["case_id"]) for r in reg] == [(DECODE, CASE_A.case_id)]
+    assert reg[0]["method"] == "mann-whitney" and reg[0]["p_value"] < 0.01
+    assert 0.08 < reg[0]["change"] < 0.12
+    assert DECODE in res.output and CASE_A.case_id in res.output and "regression" in res.output
+    # the other rows still pass
+    assert sum(1 for o in outcomes(data).values() if o == "pass") == 3
+
+
+def test_regression_uses_spread_when_no_samples(tmp_path):
+    base = write_run(tmp_path / "base", sweep_rows(seed=1, samples=False))
+    cand = write_run(tmp_path / "cand", sweep_rows(with_time(DECODE, CASE_A, 1.10), seed=2, samples=False))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 1
+    reg = [r for r in data["rows"] if r["outcome"] == "regression"]
+    assert len(reg) == 1 and reg[0]["method"] == "spread"
+
+
+def test_noise_only_difference_passes(tmp_path):
+    # medians exactly 6% apart (beyond the 5% threshold), samples spread by 40%: Mann-Whitney cannot tell
+    noisy = {(DECODE, CASE_A): 0.4}
+    base = write_run(tmp_path / "base", sweep_rows(seed=1, sd_of=noisy))
+    cand = write_run(tmp_path / "cand", sweep_rows(with_time(DECODE, CASE_A, 1.06), seed=2, sd_of=noisy))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 0, res.output
+    row = next(r for r in data["rows"] if r["kernel"] == DECODE and r["case_id"] == CASE_A.case_id)
+    assert abs(row["change"] - 0.06) < 1e-9
+    assert row["outcome"] == "within-noise" and row["method"] == "mann-whitney" and row["p_value"] >= 0.01
+    # the same 6% with tight samples is a regression: the noise test is what made the first one pass
+    cand2 = write_run(tmp_path / "cand2", sweep_rows(with_time(DECODE, CASE_A, 1.06), seed=2))
+    base3 = write_run(tmp_path / "base3", sweep_rows(seed=1))
+    res3, data3 = gate_json(tmp_path, base3, cand2)
+    assert res3.exit_code == 1
+    assert outcomes(data3)[(DECODE, CASE_A.case_id, "median_us")] == "regression"
+
+
+def test_noise_only_by_spread_interval_passes_but_tight_spread_fails(tmp_path):
+    # no samples: rel_spread 20% on both sides overlaps a 6% difference -> within noise
+    base = write_run(tmp_path / "base", sweep_rows(seed=1, samples=False, rel_spread=0.2))
+    cand = write_run(tmp_path / "cand", sweep_rows(with_time(DECODE, CASE_A, 1.06), seed=1, samples=False,
+                                                   rel_spread=0.2))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 0, res.output
+    assert outcomes(data)[(DECODE, CASE_A.case_id, "median_us")] == "within-noise"
+    # the same 6% with a 1% spread is a regression: the noise test is what made the first one pass
+    base2 = write_run(tmp_path / "base2", sweep_rows(seed=1, samples=False, rel_spread=0.01))
+    cand2 = write_run(tmp_path / "cand2", sweep_rows(with_time(DECODE, CASE_A, 1.06), seed=1, samples=False,
+                                                     rel_spread=0.01))
+    res2, data2 = gate_json(tmp_path, base2, cand2)
+    assert res2.exit_code == 1
+    assert outcomes(data2)[(DECODE, CASE_A.case_id, "median_us")] == "regression"
+
+
+def test_significant_but_below_threshold_passes(tmp_path):
+    base = _base(tmp_path)
+    cand = write_run(tmp_path / "cand", sweep_rows(with_time(DECODE, CASE_A, 1.02), seed=2, sd=0.001))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 0
+    row = next(r for r in data["rows"] if r["kernel"] == DECODE and r["case_id"] == CASE_A.case_id)
+    assert row["outcome"] == "pass" and 0.01 < row["change"] < 0.03
+    # a lower threshold turns the same difference into a regression
+    res2, _ = gate_json(tmp_path, base, cand, "--threshold", "1%")
+    assert res2.exit_code == 1
+
+
+def test_improvement_is_listed_and_passes(tmp_path):
+    base = _base(tmp_path)
+    cand = write_run(tmp_path / "cand", sweep_rows(with_time(CONTEXT, CASE_B, 0.85), seed=2))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 0, res.output
+    imp = [r for r in data["rows"] if r["outcome"] == "improvement"]
+    assert [(r["kernel"], r["case_id"]) for r in imp] == [(CONTEXT, CASE_B.case_id)]
+    assert imp[0]["change"] < -0.1
+    assert "improvement" in res.output
+
+
+def test_ok_to_wrong_fails(tmp_path):
+    base = _base(tmp_path)
+    cand = write_run(tmp_path / "cand", sweep_rows(seed=2, overrides={
+        (CONTEXT, CASE_A): {"status": "wrong", "reason": "rel_err 0.3 > tolerance 0.02"}}))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 1
+    row = next(r for r in data["rows"] if r["kernel"] == CONTEXT and r["case_id"] == CASE_A.case_id)
+    assert row["outcome"] == "wrong" and row["fails"] and "rel_err" in row["note"]
+
+
+def test_ok_to_failed_fails_and_wrong_baseline_is_not_compared(tmp_path):
+    base = write_run(tmp_path / "base", sweep_rows(seed=1, overrides={(DECODE, CASE_B): {"status": "wrong"}}))
+    cand = write_run(tmp_path / "cand", sweep_rows(seed=2, overrides={(CONTEXT, CASE_A): {"status": "failed"}}))
+    res, data = gate_json(tmp_path, base, cand, "--ignore-winner-change")
+    assert res.exit_code == 1
+    o = outcomes(data)
+    assert o[(CONTEXT, CASE_A.case_id, None)] == "failed"
+    assert o[(DECODE, CASE_B.case_id, None)] == "not-compared"
+
+
+def test_ok_to_skipped_fails_unless_allow_missing(tmp_path):
+    base = _base(tmp_path)
+    cand = write_run(tmp_path / "cand", sweep_rows(seed=2, overrides={
+        (DECODE, CASE_B): {"status": "skipped", "reason": "needs SM100"}}))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 1 and outcomes(data)[(DECODE, CASE_B.case_id, None)] == "skipped"
+    res2, _ = gate_json(tmp_path, base, cand, "--allow-missing")
+    assert res2.exit_code == 0
+
+
+def test_winner_change_fails_unless_ignored(tmp_path):
+    base = _base(tmp_path)
+    # case A: decode 10 us beat context 14 us; the context kernel now takes 8 us (an improvement of its
+    # own row, so only the winner change can fail the gate)
+    cand = write_run(tmp_path / "cand", sweep_rows(with_time(CONTEXT, CASE_A, 8 / 14), seed=2))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 1, res.output
+    assert not [r for r in data["rows"] if r["fails"]]
+    assert [(w["case_id"], w["base_path"], w["cand_path"]) for w in data["winner_changes"]] == [
+        (CASE_A.case_id, "decode", "context")]
+    assert "winner change" in res.output
+    res2, data2 = gate_json(tmp_path, base, cand, "--ignore-winner-change")
+    assert res2.exit_code == 0
+    assert data2["winner_changes"][0]["fails"] is False
+
+
+def test_missing_rows_fail_unless_allowed_and_new_rows_listed(tmp_path):
+    base = _base(tmp_path)
+    extra = dict(BASE_TIMES)
+    extra[("xqa-decode", "decode", CASE_A)] = 12.0
+    cand = write_run(tmp_path / "cand", sweep_rows(extra, seed=2, drop={(CONTEXT, CASE_B)}))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 1
+    o = outcomes(data)
+    assert o[(CONTEXT, CASE_B.case_id, None)] == "missing"
+    assert o[("xqa-decode", CASE_A.case_id, None)] == "new"
+    res2, data2 = gate_json(tmp_path, base, cand, "--allow-missing")
+    assert res2.exit_code == 0, res2.output
+    assert outcomes(data2)[(CONTEXT, CASE_B.case_id, None)] == "missing"
+
+
+def test_rows_match_on_dtype_and_layout(tmp_path):
+    from dataclasses import replace
+    base = _base(tmp_path)
+    nhd = {(k, p, replace(c, kv_layout="NHD")): t for (k, p, c), t in BASE_TIMES.items()}
+    cand = write_run(tmp_path / "cand", sweep_rows(nhd, seed=2))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 1  # every HND row is missing, the NHD ones are new
+    assert sorted(set(outcomes(data).values())) == ["missing", "new"]
