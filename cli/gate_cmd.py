@@ -6,6 +6,7 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kbench.errors import KbenchError
@@ -49,16 +50,16 @@ def render(res, console: Console, show_all: bool) -> None:
     from kbench.gate.markdown import fmt_change, fmt_value
 
     rows = res.rows if show_all else [r for r in res.rows if r.outcome not in ("pass",)]
-    table = Table(title=f"kbench gate: {res.baseline} -> {res.candidate}", show_lines=False)
+    table = Table(title=escape(f"kbench gate: {res.baseline} -> {res.candidate}"), show_lines=False)
     for col, kw in (("kernel", {}), ("case", {}), ("metric", {}), ("baseline", {"justify": "right"}),
                     ("candidate", {"justify": "right"}), ("change", {"justify": "right"}), ("outcome", {}),
                     ("why", {})):
         table.add_column(col, **kw)
     for r in rows:
         style = _STYLE.get(r.outcome, "")
-        table.add_row(r.kernel or "-", r.case_id, r.metric or "-", fmt_value(r.base_value),
+        table.add_row(escape(r.kernel or "-"), escape(r.case_id), r.metric or "-", fmt_value(r.base_value),
                       fmt_value(r.cand_value), fmt_change(r),
-                      f"[{style}]{r.outcome}[/]" if style else r.outcome, r.note)
+                      f"[{style}]{r.outcome}[/]" if style else r.outcome, escape(r.note))
     if rows:
         console.print(table)
     hidden = len(res.rows) - len(rows)
@@ -66,10 +67,12 @@ def render(res, console: Console, show_all: bool) -> None:
         console.print(f"[dim]{hidden} row(s) passed within the threshold (--show-all lists them)[/]")
     for w in res.winner_changes:
         tag = "[bold red]winner change[/]" if w.fails else "[yellow]winner change (allowed)[/]"
-        console.print(f"{tag} {w.case_id}: {w.base_path} ({w.base_winner}) -> {w.cand_path} ({w.cand_winner})")
+        console.print(f"{tag} " + escape(f"{w.case_id}: {w.base_path} ({w.base_winner}) -> {w.cand_path} "
+                                         f"({w.cand_winner})"))
     for w in res.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
-    console.print(f"{res.baseline_hw} vs {res.candidate_hw}; threshold {res.threshold:.1%}, alpha {res.alpha:g}")
+        console.print("[yellow]warning:[/] " + escape(w))
+    console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; threshold {res.threshold:.1%}, "
+                         f"alpha {res.alpha:g}"))
     console.print(f"[{'bold green' if res.passed else 'bold red'}]{res.summary_line()}[/]")
 
 

@@ -52,6 +52,8 @@ class RichSweepObserver(SweepObserver):
             return
         if description:
             self.progress.update(self.task, description=description)
+            if not self.console.is_terminal and not self.counted:  # logs: one line per compiled module
+                self.console.print(f"  compiled {description}")
             if not self.counted:  # compile phase: one step per module
                 self.progress.advance(self.task)
         elif self.counted:

@@ -5,6 +5,7 @@ import json
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kbench.errors import BadInput
@@ -18,9 +19,9 @@ def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str
     for h in headers:
         t.add_column(h, overflow="fold")
     for r in rows:
-        # markup=False via Text-free strings: rich would otherwise read "[...]" in result strings as markup
+        # result strings are data, not rich markup ("[...]" in a reason must print as is)
         style = "yellow" if highlight and any(highlight in c for c in r) else None
-        t.add_row(*[c.replace("[", "\\[") for c in r], style=style)
+        t.add_row(*map(escape, r), style=style)
     return t
 
 

@@ -64,7 +64,9 @@ def compile_all(jobs: list[CompileJob], device_index: int = 0, workers: int | No
     errors: dict[str, str] = {}
     if workers > 1 and len(jobs) > 1:
         n = min(workers, len(jobs))
-        max_jobs = max(2, (os.cpu_count() or 2) // n)
+        # every worker may use all cores: most modules are one translation unit (xqa), a few are many
+        # (fmha-v2, fa3), and splitting the cores evenly starves those few (seen: fmha-v2 > 5 min at 2 jobs)
+        max_jobs = os.cpu_count() or 2
         ctx = mp.get_context("spawn")
         with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init, initargs=(max_jobs,)) as ex:
             futs = {ex.submit(run_job, j.kernel, j.case, device_index): j for j in jobs}

@@ -4,8 +4,6 @@ from __future__ import annotations
 from gate_synth import (BASE_TIMES, CASE_A, CASE_B, CONTEXT, DECODE, gate_json, outcomes, sweep_rows,
                         with_time, write_run)
 
-from kbench.gate import run_gate
-
 
 def _base(tmp_path, **kw):
     return write_run(tmp_path / "base", sweep_rows(seed=1, **kw))

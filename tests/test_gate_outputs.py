@@ -91,6 +91,15 @@ def test_markdown_escapes_pipes(tmp_path):
     assert len(cells) == 8  # the pipe in the reason did not add a column
 
 
+def test_terminal_table_survives_markup_in_reasons(tmp_path):
+    base = write_run(tmp_path / "base", sweep_rows(seed=1))
+    cand = write_run(tmp_path / "cand", sweep_rows(seed=2, overrides={
+        (DECODE, CASE_B): {"status": "wrong", "reason": "out[0] [/] [bold]mismatch"}}))
+    res = gate_cli("--baseline", base, "--candidate", cand)
+    assert res.exit_code == 1, res.output
+    assert "out[0] [/] [bold]mismatch" in res.output
+
+
 def test_main_cli_registers_gate_and_baseline():
     import pytest
     try:
@@ -98,3 +107,34 @@ def test_main_cli_registers_gate_and_baseline():
     except ImportError as e:  # another command module of the group is not written yet
         pytest.skip(f"kbench.cli.main not importable yet: {e}")
     assert {"gate", "baseline"} <= set(cli.commands)
+
+
+def test_end_to_end_through_the_kbench_entry_point(tmp_path):
+    """The installed CLI in a fresh process: server-bench kind registered by the gate itself, exit codes."""
+    import subprocess
+    import sys
+
+    import pytest
+    try:
+        import kbench.cli.main  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"kbench.cli.main not importable yet: {e}")
+    import test_gate_server as ts
+    ts.ensure_server_kind()
+    base = write_run(tmp_path / "base", [ts.server_row(c, samples=False) for c in ts.CASES], kind="server-bench")
+    slow = write_run(tmp_path / "slow", [ts.server_row(ts.CASES[0], samples=False, latency=2.4),
+                                         ts.server_row(ts.CASES[1], samples=False)], kind="server-bench")
+
+    def kbench(*args):
+        return subprocess.run([sys.executable, "-m", "kbench.cli.main", *map(str, args)], capture_output=True,
+                              text=True, timeout=120, env={**__import__("os").environ, "COLUMNS": "200"})
+
+    ok = kbench("gate", "--baseline", base, "--candidate", base)
+    assert ok.returncode == 0, ok.stderr
+    bad = kbench("gate", "--baseline", base, "--candidate", slow, "--json", tmp_path / "g.json")
+    assert bad.returncode == 1, bad.stderr
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert {(r["case_id"], r["metric"]) for r in data["rows"] if r["outcome"] == "regression"} >= {
+        (ts.CASES[0], "latency")}
+    err = kbench("gate", "--baseline", base, "--candidate", tmp_path / "missing")
+    assert err.returncode == 2 and err.stderr.strip().startswith("error: ") and "Traceback" not in err.stderr

@@ -34,9 +34,15 @@ def server_row(case_id, latency=2.0, ttft=0.2, scale=None, samples=True, seed=0,
     for k, f in (scale or {}).items():
         vals[k] *= f
     rng = np.random.default_rng(seed)
-    row = {"run_name": "synthetic", "case_id": case_id, "batch_size": bs, "input_len": inp, "output_len": out,
-           "status": "ok", "reason": "", **vals, "last_gen_throughput": -1, "acc_length": -1}
-    if samples:
+    try:  # the real row when the server-bench module is there
+        from kbench.server.rows import ServerBenchRow
+        row = ServerBenchRow(case_id=case_id, run_name="synthetic", backend="sglang", url="http://127.0.0.1:30000",
+                             model="synthetic", batch_size=bs, input_len=inp, output_len=out, status="ok",
+                             **vals).to_dict()
+    except ImportError:
+        row = {"run_name": "synthetic", "case_id": case_id, "batch_size": bs, "input_len": inp, "output_len": out,
+               "status": "ok", "reason": "", **vals, "last_gen_throughput": -1, "acc_length": -1}
+    if samples:  # per-repeat values: not written by server-bench today, used by the gate when present
         for m, v in vals.items():
             s = 1 + rng.normal(0, sd, n)
             row[f"{m}_samples"] = [float(x) for x in s * (v / np.median(s))]

@@ -59,11 +59,19 @@ def regret_table(regrets) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def excluded_table(rows) -> tuple[list[str], list[list[str]]]:
+    """Kernels that ran but could not compete (wrong, failed), with their reason and how many cases."""
+    bad = rows[rows["status"].isin(["wrong", "failed"]) & (rows["path"] != "reference")]
+    agg = bad.fillna({"reason": ""}).groupby(["kernel", "status", "reason"], sort=True)["case_id"].nunique()
+    return ["kernel", "status", "reason", "cases"], [[k, s, _s(r), str(n)] for (k, s, r), n in agg.items()]
+
+
 def build_document(result) -> list[tuple]:
     rs, cases, policy = result.runset, result.cases, result.policy
     verdicts = cases["path_verdict"].value_counts().to_dict()
     kernels = sorted(rs.rows.loc[rs.rows["path"] != "reference", "kernel"].dropna().astype(str).unique())
     status = rs.rows[rs.rows["path"] != "reference"]["status"].value_counts().to_dict()
+    excluded = excluded_table(rs.rows)
     doc: list[tuple] = [
         ("h", 1, "kbench report"),
         ("list", [f"device: {rs.device['name']} (SM{rs.device['sm']})",
@@ -76,6 +84,8 @@ def build_document(result) -> list[tuple]:
                   f"{verdicts.get('decode-only', 0) + verdicts.get('context-only', 0)}"]),
         ("p", "Only rows whose check passed (status ok) compete; wrong and failed kernels are listed under "
               "'excluded'. Tie rule: " + policy["tie_rule"] + "."),
+        ("h", 3, "Excluded (check did not pass)"),
+        ("table", *excluded) if excluded[1] else ("p", "none"),
         ("h", 2, "Regret of the policy"),
         ("table", *regret_table(result.regrets)),
         ("p", "regret = policy kernel's time / best measured time - 1. In-sample it is 0 by construction; "

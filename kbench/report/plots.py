@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from kbench.errors import BadInput  # noqa: E402
 from kbench.report.runs import GROUP_COLUMNS, group_label  # noqa: E402
@@ -120,6 +121,10 @@ def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_d
                     ax.text(qg / group, 0.98, f" q·G={qg}\n ({what})", transform=ax.get_xaxis_transform(),
                             va="top", fontsize=7, color="0.3")
             ax.set_yscale("log")
+            plain = FuncFormatter(lambda v, _: f"{v:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)
+            ax.tick_params(axis="y", which="minor", labelsize=7)
             ax.set_xlabel(f"q_len (tokens per request; GQA group G = {group})")
             ax.set_ylabel("median time per call (µs, log)")
             ax.set_xticks(sorted(sel["q_len"].unique()))

@@ -23,7 +23,7 @@ class Regret:
     cases: int
     mean_pct: float | None
     worst_pct: float | None
-    worst_case: str | None
+    worst_case: str | None  # None when no case has regret > 0
     unavailable: int
     extrapolated: int
     per_case: pd.DataFrame  # case_id, chosen, chosen_us, best, best_us, regret_pct, interpolated, ...
@@ -68,7 +68,8 @@ def regret(policy: dict, ok_rows: pd.DataFrame, cases: pd.DataFrame, label: str)
                                      "interpolated", "extrapolated"])
     known = df.dropna(subset=["regret_pct"])
     worst = known.loc[known["regret_pct"].idxmax()] if len(known) else None
+    worst_case = str(worst["case_id"]) if worst is not None and worst["regret_pct"] > 0 else None
     return Regret(label, len(df), float(known["regret_pct"].mean()) if len(known) else None,
                   float(worst["regret_pct"]) if worst is not None else None,
-                  str(worst["case_id"]) if worst is not None else None,
+                  worst_case,
                   int(df["regret_pct"].isna().sum()), int((df["extrapolated"] == True).sum()), df)  # noqa: E712

@@ -17,7 +17,7 @@ FALLBACK_VOCAB = 1000
 
 @dataclass
 class TokenEvent:
-    index: int  # request of the batch
+    index: int | None  # request of the batch; None: a batch-level usage record
     completion_tokens: int | None  # tokens generated so far for it (None: count one per event)
     finish_reason: str | None  # None while running; "length" when max tokens were produced
     cached_tokens: int | None = None
@@ -230,6 +230,11 @@ class VllmBackend(Backend):
         if not isinstance(choices, list):
             raise StreamError(f"chunk without choices: {json.dumps(chunk)[:120]}")
         usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else None
+        if not choices and usage:  # the closing usage chunk: totals over the batch
+            details = usage.get("prompt_tokens_details")
+            cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+            return [TokenEvent(index=None, completion_tokens=None, finish_reason=None, cached_tokens=cached,
+                               prompt_tokens=_int(usage.get("prompt_tokens")))]
         out = []
         for c in choices:
             per_request = usage if (usage and len(choices) == 1) else None

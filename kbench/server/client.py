@@ -112,7 +112,8 @@ class ServerClient:
                          on_retry: Callable[[int, str, float], None] | None = None) -> FlushResult:
         """POST ``path`` up to ``attempts`` times in all (SGLang's _flush_cache_with_retry: 3 tries, 2 s apart).
 
-        Retries on 400 (SGLang's "not idle"), 5xx and transport errors, sleeping ``wait`` seconds between
+        Retries on 400 (SGLang's "not idle"), 200 {"success": false} (vLLM's "blocks still held"), 5xx and
+        transport errors, sleeping ``wait`` seconds between
         tries; any other status (404: the endpoint is off, e.g. vLLM without VLLM_SERVER_DEV_MODE=1) fails at
         once because asking again cannot help.
         """
@@ -126,10 +127,11 @@ class ServerClient:
                 last = f"POST {shown} -> {str(e).split(': ', 1)[-1]}"
                 retryable = True
             else:
-                if status == 200:
+                if status == 200 and not _says_not_done(body):
                     return FlushResult(True, attempt, time.monotonic() - t0, "")
                 last = f"POST {shown} -> {status} {snippet(body)!r}"
-                retryable = status == 400 or 500 <= status < 600
+                # vLLM answers 200 {"success": false} while blocks are held by running requests: retry it
+                retryable = status in (200, 400) or 500 <= status < 600
                 if not retryable:
                     hint = (" (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)"
                             if status == 404 and "reset_prefix_cache" in path else "")
@@ -185,6 +187,14 @@ class ServerClient:
             except TRANSPORT_ERRORS as e:
                 raise StreamError(f"stream from {path} broke after {n_lines} lines: {describe_exception(e)}") from None
             raise StreamError(f"stream from {path} ended before [DONE] after {n_lines} lines")
+
+
+def _says_not_done(body: str) -> bool:
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("success") is False
 
 
 def _raw_chunks(resp: requests.Response) -> Iterator[bytes]:

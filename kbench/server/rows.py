@@ -46,7 +46,9 @@ class ServerBenchRow:
     # what the stream said
     num_chunks: int = 0
     completion_tokens: int = 0  # over the batch
-    cached_tokens: int | None = None  # over the batch, when the server reports it
+    # prefix-cache hits the server reported: SGLang per request (summed); vLLM only in its closing usage,
+    # which for a prompt list carries one request's count (vLLM overwrites it per request), not the sum
+    cached_tokens: int | None = None
     # per request of the batch (index order), seconds from sending the batch
     req_ttft_s: list[float] = field(default_factory=list)
     req_latency_s: list[float] = field(default_factory=list)  # arrival of the request's last chunk

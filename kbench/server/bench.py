@@ -1,0 +1,342 @@
+"""The case loop of `kbench server-bench`: flush, (warm up), send one batch, time its stream, write the row.
+
+Usable without click::
+
+    from kbench.server import ServerBenchConfig, run_server_bench
+    result = run_server_bench(ServerBenchConfig(url="http://127.0.0.1:30000", batch_sizes=(1, 8)))
+
+A case that fails is a row (status failed, reason) and the run goes on unless fail_fast; a Ctrl-C finalizes
+the run folder as "interrupted" with every row measured so far, then raises ServerBenchInterrupted.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlparse
+
+import requests
+
+from kbench import __version__
+from kbench.errors import BadInput, KbenchError
+from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
+from kbench.server.client import ServerClient, ServerError, StreamError
+from kbench.server.metrics import BatchTrace, metrics_from_trace
+from kbench.server.rows import ROW_KIND, ServerBenchRow, case_id
+from kbench.store import RunWriter, new_run_dir, now_iso
+
+RESULT_JSONL = "result.jsonl"  # SGLang-style lines, always written inside the run folder too
+WARMUP_INPUT_LEN, WARMUP_OUTPUT_LEN = 1024, 16  # SGLang's warm-up case
+
+
+@dataclass(frozen=True)
+class ServerCase:
+    batch_size: int
+    input_len: int
+    output_len: int
+
+    @property
+    def case_id(self) -> str:
+        return case_id(self.batch_size, self.input_len, self.output_len)
+
+
+@dataclass
+class ServerBenchConfig:
+    url: str
+    backend: str = "auto"  # sglang | vllm | auto
+    batch_sizes: tuple[int, ...] = (1,)
+    input_lens: tuple[int, ...] = (1024,)
+    output_lens: tuple[int, ...] = (16,)
+    run_name: str = "default"
+    temperature: float = 0.0
+    skip_warmup: bool = False
+    flush_retries: int = 3  # total flush attempts per case (SGLang: 3 tries)
+    flush_retry_wait: float = 2.0  # seconds between attempts (SGLang: 2)
+    flush_timeout: float = 30.0  # ?timeout= for servers that wait for idle themselves
+    request_timeout: float = 600.0  # the whole streamed batch, from sending to [DONE]
+    profile: bool = False
+    model: str | None = None
+    seed: int = 1
+    out_dir: str | Path = "results"
+    result_filename: str | Path | None = None
+    fail_fast: bool = False
+    vocab_size: int | None = None  # token ids are drawn from [0, vocab_size); found from the server if None
+    command: list[str] | None = None  # for the manifest
+
+    def cases(self) -> list[ServerCase]:
+        return [ServerCase(b, i, o) for b, i, o in itertools.product(self.batch_sizes, self.input_lens,
+                                                                       self.output_lens)]
+
+    def validate(self) -> None:
+        u = urlparse(self.url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise BadInput(f"--url {self.url!r}: expected http://HOST:PORT or https://HOST:PORT")
+        if self.backend not in ("auto", *BACKENDS):
+            raise BadInput(f"--backend {self.backend!r}: expected sglang, vllm or auto")
+        for name, vals in (("--batch-size", self.batch_sizes), ("--input-len", self.input_lens),
+                           ("--output-len", self.output_lens)):
+            if not vals:
+                raise BadInput(f"{name}: give at least one value")
+            for v in vals:
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    raise BadInput(f"{name}: {v!r} is not a positive integer")
+        if not isinstance(self.flush_retries, int) or self.flush_retries < 1:
+            raise BadInput(f"--flush-retries {self.flush_retries!r}: must be at least 1 (it counts attempts)")
+        for name, v, lo in (("--flush-retry-wait", self.flush_retry_wait, 0.0),
+                            ("--flush-timeout", self.flush_timeout, 0.0),
+                            ("--request-timeout", self.request_timeout, None), ("--temperature", self.temperature, 0.0)):
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (lo is None and v <= 0):
+                raise BadInput(f"{name} {v!r}: must be a finite number {'> 0' if lo is None else '>= 0'}")
+        if self.vocab_size is not None and (not isinstance(self.vocab_size, int) or self.vocab_size < 2):
+            raise BadInput(f"--vocab-size {self.vocab_size!r}: must be an integer >= 2")
+        if self.result_filename is not None:
+            p = Path(self.result_filename)
+            if p.is_dir():
+                raise BadInput(f"--result-filename {p}: is a folder")
+            if not p.parent.is_dir():
+                raise BadInput(f"--result-filename {p}: folder {p.parent} does not exist")
+
+
+class Listener:
+    """What the loop reports as it goes (the CLI draws progress bars from it). All methods are optional."""
+
+    def run_started(self, run_dir: Path, backend: str, facts: ServerFacts, cases: list[ServerCase]) -> None: ...
+
+    def case_started(self, case: ServerCase, warmup: bool) -> None: ...
+
+    def tokens(self, case: ServerCase, done: int, total: int) -> None: ...
+
+    def flush_retry(self, case: ServerCase, attempt: int, message: str, wait: float) -> None: ...
+
+    def case_finished(self, case: ServerCase, row: ServerBenchRow, warmup: bool) -> None: ...
+
+    def warning(self, message: str) -> None: ...
+
+
+@dataclass
+class ServerBenchResult:
+    run_dir: Path
+    status: str  # complete | stopped (fail-fast) | interrupted
+    backend: str
+    facts: ServerFacts
+    rows: list[ServerBenchRow] = field(default_factory=list)
+    traces: dict[str, BatchTrace] = field(default_factory=dict)  # case_id -> the timed stream
+    warmups: list[ServerBenchRow] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[ServerBenchRow]:
+        return [r for r in self.rows if r.status == "failed"]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+
+class ServerBenchInterrupted(KbenchError):
+    """Ctrl-C: the rows measured so far are kept (the run folder is finalized as interrupted)."""
+
+    exit_code = 130
+
+    def __init__(self, result: ServerBenchResult):
+        super().__init__(f"interrupted; {len(result.rows)} row(s) kept in {result.run_dir}")
+        self.result = result
+
+
+def random_ids(rng: random.Random, batch_size: int, input_len: int, vocab: int) -> list[list[int]]:
+    return [[rng.randrange(vocab) for _ in range(input_len)] for _ in range(batch_size)]
+
+
+class _Runner:
+    def __init__(self, cfg: ServerBenchConfig, listener: Listener, sleep: Callable[[float], None],
+                 session: requests.Session | None):
+        self.cfg = cfg
+        self.ls = listener
+        self.sleep = sleep
+        self.client = ServerClient(cfg.url, timeout=min(30.0, cfg.request_timeout), session=session)
+        self.backend: Backend | None = None
+        self.vocab = FALLBACK_VOCAB
+
+    def connect(self) -> tuple[str, ServerFacts]:
+        cfg = self.cfg
+        try:
+            name = detect_backend(self.client) if cfg.backend == "auto" else cfg.backend
+            self.backend = BACKENDS[name](self.client)
+            facts = self.backend.discover(cfg.model, cfg.vocab_size)
+        except ServerError as e:
+            raise KbenchError(f"cannot use the server: {e}") from None
+        if facts.vocab_size:
+            self.vocab = facts.vocab_size
+        else:
+            self.ls.warning(f"vocabulary size not found (pass --vocab-size); drawing token ids from "
+                            f"[0, {FALLBACK_VOCAB})")
+            facts.vocab_size, facts.vocab_source = FALLBACK_VOCAB, "fallback"
+        return name, facts
+
+    def _row(self, case: ServerCase, status: str, reason: str = "", **kw) -> ServerBenchRow:
+        warmup = kw.pop("warmup", False)
+        return ServerBenchRow(case_id=case.case_id, run_name=self.cfg.run_name, backend=self.backend.name,
+                              url=self.cfg.url, model=self.backend.facts.model, batch_size=case.batch_size,
+                              input_len=case.input_len, output_len=case.output_len, status=status, reason=reason,
+                              temperature=float(self.cfg.temperature), seed=self.cfg.seed,
+                              profile=self.cfg.profile and not warmup,
+                              measured_at=now_iso(), **kw)
+
+    def run_case(self, case: ServerCase, warmup: bool = False) -> tuple[ServerBenchRow, BatchTrace | None]:
+        cfg, be = self.cfg, self.backend
+        self.ls.case_started(case, warmup)
+        flush = self.client.flush_with_retry(
+            be.flush_path, attempts=cfg.flush_retries, wait=cfg.flush_retry_wait,
+            params=be.flush_params(cfg.flush_timeout), timeout=cfg.flush_timeout + 10.0, sleep=self.sleep,
+            on_retry=lambda a, m, w: self.ls.flush_retry(case, a, m, w))
+        fkw = dict(flush_attempts=flush.attempts, flush_seconds=round(flush.seconds, 4), warmup=warmup)
+        if not flush.ok:
+            return self._row(case, "failed", flush.message, **fkw), None
+        profiling = cfg.profile and not warmup
+        if profiling:
+            status, body = self._post_quiet("/start_profile")
+            if status != 200:
+                return self._row(case, "failed", f"POST /start_profile -> {status} {body!r}", **fkw), None
+        seed_key = f"{cfg.seed}-{'warmup-' if warmup else ''}{case.case_id}"
+        ids = random_ids(random.Random(seed_key), case.batch_size, case.input_len, self.vocab)
+        path, body = be.batch_request(ids, case.output_len, cfg.temperature, cfg.seed)
+        trace = BatchTrace.empty(case.batch_size)
+        total = case.batch_size * case.output_len
+        done = 0
+        reason = ""
+        tic = time.perf_counter()
+        try:
+            for t, chunk in self.client.stream_events(path, body, timeout=cfg.request_timeout):
+                if chunk is None:
+                    trace.end_s = t - tic
+                    break
+                trace.num_chunks += 1
+                for ev in be.events(chunk):
+                    trace.add(t - tic, ev)
+                new_done = sum(r.completion_tokens for r in trace.requests)
+                if new_done != done:
+                    done = new_done
+                    self.ls.tokens(case, min(done, total), total)
+            trace.check(case.output_len)
+        except StreamError as e:
+            reason = str(e)
+        finally:
+            if profiling:
+                status, pbody = self._post_quiet("/stop_profile")
+                if status != 200 and not reason:
+                    reason = f"POST /stop_profile -> {status} {pbody!r}"
+        per_req = dict(num_chunks=trace.num_chunks, completion_tokens=sum(r.completion_tokens for r in trace.requests),
+                       cached_tokens=trace.cached_tokens,
+                       req_ttft_s=[r.first_token_s for r in trace.requests if r.first_token_s is not None],
+                       req_latency_s=[r.chunk_times[-1] for r in trace.requests if r.chunk_times],
+                       req_output_tokens=[float(r.completion_tokens) for r in trace.requests])
+        if reason:
+            return self._row(case, "failed", reason, **fkw, **per_req), trace
+        m = metrics_from_trace(trace, case.input_len, case.output_len)
+        gen, acc = be.after_case() if not warmup else (-1.0, -1.0)
+        row = self._row(case, "ok", latency=m.latency, last_ttft=m.last_ttft, input_throughput=m.input_throughput,
+                        output_throughput=m.output_throughput, overall_throughput=m.overall_throughput,
+                        itl_ms=m.itl_ms, last_gen_throughput=gen, acc_length=acc, **fkw, **per_req)
+        return row, trace
+
+    def _post_quiet(self, path: str) -> tuple[int | str, str]:
+        try:
+            status, body = self.client.post(path, json_body={})
+            return status, body[:200]
+        except ServerError as e:
+            return "no reply", str(e)
+
+    def warmup_case(self, bs: int) -> ServerCase | None:
+        """SGLang's warm-up (input 1024, output 16) for this batch size, or the smallest case of it that the
+        server takes when 1024 would be skipped; None when every case of this batch size is skipped."""
+        first = ServerCase(bs, WARMUP_INPUT_LEN, WARMUP_OUTPUT_LEN)
+        if self.backend.skip_reason(bs, first.input_len, first.output_len) is None:
+            return first
+        fits = [c for c in self.cfg.cases() if c.batch_size == bs
+                and self.backend.skip_reason(bs, c.input_len, c.output_len) is None]
+        return min(fits, key=lambda c: (c.input_len + c.output_len)) if fits else None
+
+
+def _append_lines(paths: list[Path], line: dict) -> None:
+    text = json.dumps(line) + "\n"
+    for p in paths:
+        with open(p, "a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+
+
+def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None, *,
+                     sleep: Callable[[float], None] = time.sleep,
+                     session: requests.Session | None = None) -> ServerBenchResult:
+    """Run every case of ``config`` against the server and write a run folder under ``config.out_dir``.
+
+    ``sleep`` is what waits between flush attempts (tests pass a recorder). Raises BadInput for a bad
+    config, KbenchError when the server cannot be used at all, ServerBenchInterrupted on Ctrl-C.
+    """
+    config.validate()
+    ls = listener or Listener()
+    runner = _Runner(config, ls, sleep, session)
+    backend, facts = runner.connect()
+    cases = config.cases()
+    run_dir = new_run_dir(config.out_dir, f"server-bench-{config.run_name}")
+    manifest = {
+        "kind": ROW_KIND,
+        "command": config.command if config.command is not None else sys.argv,
+        "kbench_version": __version__,
+        "url": config.url,
+        "backend": backend,
+        "model": facts.model,
+        "server": facts.info,
+        "vocab_size": facts.vocab_size,
+        "vocab_source": facts.vocab_source,
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items() if k != "command"},
+        "cases": [c.case_id for c in cases],
+    }
+    writer = RunWriter(run_dir, manifest)
+    result = ServerBenchResult(run_dir, "running", backend, facts)
+    line_files = [run_dir / RESULT_JSONL] + ([Path(config.result_filename)] if config.result_filename else [])
+    ls.run_started(run_dir, backend, facts, cases)
+    warmed: set[int] = set()
+    status = "complete"
+    try:
+        for case in cases:
+            skip = runner.backend.skip_reason(case.batch_size, case.input_len, case.output_len)
+            if skip:
+                row, trace = runner._row(case, "skipped", skip), None
+            else:
+                if not config.skip_warmup and case.batch_size not in warmed:
+                    warmed.add(case.batch_size)
+                    wc = runner.warmup_case(case.batch_size)
+                    if wc is not None:
+                        wrow, _ = runner.run_case(wc, warmup=True)
+                        result.warmups.append(wrow)
+                        ls.case_finished(wc, wrow, True)
+                        if wrow.status != "ok":
+                            ls.warning(f"warm-up bs={case.batch_size} failed: {wrow.reason}")
+                row, trace = runner.run_case(case)
+            writer.append(row.to_dict())
+            result.rows.append(row)
+            if trace is not None:
+                result.traces[case.case_id] = trace
+            if row.status == "ok":
+                _append_lines(line_files, row.result_line())
+            ls.case_finished(case, row, False)
+            if row.status == "failed" and config.fail_fast:
+                status = "stopped"
+                break
+    except KeyboardInterrupt:
+        result.status = writer_status = "interrupted"
+        writer.update_manifest(interrupted_at=now_iso())
+        writer.finalize(writer_status)
+        raise ServerBenchInterrupted(result) from None
+    except BaseException:
+        writer.finalize("crashed")
+        raise
+    writer.finalize(status)
+    result.status = status
+    return result
