@@ -5,6 +5,7 @@
 # FlashInfer JIT cache split in 15 MiB parts (carry them back as .fi-cache/ to skip recompiling).
 #   bash tests/gpu/h200.sh env sweep tests cache
 set -uo pipefail
+n=0
 OUT=${OUT:-/tmp/out}
 mkdir -p /tmp/site "$OUT" /tmp/res/logs
 tar xzf .whl/site.tgz -C /tmp/site
