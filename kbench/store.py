@@ -95,6 +95,8 @@ class RunWriter:
             self.manifest.setdefault("schema_version", RESULT_SCHEMA_VERSION)
             self.manifest.setdefault("start_time", now_iso())
         self.kind = _kind_of(self.manifest)
+        if resume:
+            _drop_partial_last_line(self.dir / JOURNAL)
         self.manifest["status"] = "running"
         _write_json_atomic(self.dir / MANIFEST, self.manifest)
         self._journal = open(self.dir / JOURNAL, "a", encoding="utf-8")
@@ -119,6 +121,18 @@ class RunWriter:
         self.manifest["num_rows"] = len(rows)
         _write_json_atomic(self.dir / MANIFEST, self.manifest)
         return self.dir
+
+
+def _drop_partial_last_line(path: Path) -> None:
+    """A kill during a write leaves half a row at the end: cut it before appending more rows after it."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    with open(path, "r+b") as f:
+        f.truncate(cut)
 
 
 def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None:

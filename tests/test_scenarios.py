@@ -1,0 +1,123 @@
+"""Scenario files and CLI axes: grid expansion, built-ins, overrides, and every bad input (exit 2, one line)."""
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from kbench.axes import parse_int_axis
+from kbench.cli.main import cli
+from kbench.errors import BadInput
+from kbench.scenario import apply_overrides, builtin_names, load_scenario, scenario_from_dict
+
+
+def test_axis_forms():
+    assert parse_int_axis("1..4", "f", "w") == [1, 2, 3, 4]
+    assert parse_int_axis("1..10:3", "f", "w") == [1, 4, 7, 10]
+    assert parse_int_axis("512..32768*2", "f", "w") == [512, 1024, 2048, 4096, 8192, 16384, 32768]
+    assert parse_int_axis("16,1,4,4", "f", "w") == [1, 4, 16]
+    assert parse_int_axis([1, "3..5"], "f", "w") == [1, 3, 4, 5]
+    assert parse_int_axis({"start": 2, "stop": 16, "factor": 2}, "f", "w") == [2, 4, 8, 16]
+    assert parse_int_axis(7, "f", "w") == [7]
+
+
+def test_grid_expansion_is_the_full_product():
+    sc = scenario_from_dict({"model": "llama3-8b", "grid": {
+        "batch_size": [1, 2], "q_len": "1..3", "kv_len": [64, 128], "kv_layout": ["HND", "NHD"],
+        "page_size": [16, 32]}}, "t.toml")
+    cases = sc.cases()
+    assert len(cases) == 2 * 3 * 2 * 2 * 2
+    assert len({c.case_id for c in cases}) == len(cases)
+    c = cases[0]
+    assert (c.num_qo_heads, c.num_kv_heads, c.head_dim) == (32, 8, 128)
+    assert {(c.batch_size, c.q_len) for c in cases} == {(b, q) for b in (1, 2) for q in (1, 2, 3)}
+
+
+def test_builtins_load_and_required_ones_exist():
+    names = builtin_names()
+    for required in ("quick", "draft-extend", "llama3-70b-tp8", "gqa8-d64"):
+        assert required in names
+    de = load_scenario("draft-extend")
+    assert de.batch_size == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert de.q_len == list(range(1, 17))
+    assert de.kv_len[0] == 512 and de.kv_len[-1] == 32768
+    assert (de.heads.num_qo_heads, de.heads.num_kv_heads, de.heads.head_dim) == (32, 8, 128)
+    g = load_scenario("gqa8-d64")
+    assert g.heads.group == 8 and g.heads.head_dim == 64
+    t = load_scenario("llama3-70b-tp8")
+    assert (t.heads.num_qo_heads, t.heads.num_kv_heads) == (8, 1)
+    for n in names:
+        assert load_scenario(n).cases()
+
+
+def test_overrides_replace_axes():
+    sc = apply_overrides(load_scenario("draft-extend"), batch_size="16,64", kv_len="4096", q_len="1..16",
+                         heads="8/1/128", dtype="fp16")
+    assert sc.batch_size == [16, 64] and sc.kv_len == [4096] and sc.q_len == list(range(1, 17))
+    assert sc.heads.num_kv_heads == 1 and sc.dtype == ["fp16"]
+    assert len(sc.cases()) == 32
+
+
+BAD_FILES = {
+    "q_len > kv_len": ('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 16\nkv_len = 8\n', "grid.q_len"),
+    "page size": ('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\npage_size = 24\n', "grid.page_size"),
+    "head_dim": ('[heads]\nnum_qo_heads = 8\nnum_kv_heads = 2\nhead_dim = 96\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n', "heads.head_dim"),
+    "unknown model": ('model = "gpt-5"\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n', "model"),
+    "unknown key": ('model = "llama3-8b"\nbogus = 1\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n', "bogus"),
+    "unknown grid key": ('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\nseq = 3\n', "seq"),
+    "non-number": ('model = "llama3-8b"\n[grid]\nbatch_size = "lots"\nq_len = 2\nkv_len = 64\n', "grid.batch_size"),
+    "bool": ('model = "llama3-8b"\n[grid]\nbatch_size = true\nq_len = 2\nkv_len = 64\n', "grid.batch_size"),
+    "bad dtype": ('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\ndtype = "fp32"\n', "grid.dtype"),
+    "not toml": ('model = "llama3-8b\n', "not valid TOML"),
+    "gqa": ('[heads]\nnum_qo_heads = 6\nnum_kv_heads = 4\nhead_dim = 128\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n', "num_qo_heads"),
+    "missing axis": ('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 2\n', "grid.kv_len"),
+    "unknown kernel": ('model = "llama3-8b"\nkernels = ["flashmla"]\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n', "kernels"),
+    "zero": ('model = "llama3-8b"\n[grid]\nbatch_size = 0\nq_len = 2\nkv_len = 64\n', "grid.batch_size"),
+    "empty range": ('model = "llama3-8b"\n[grid]\nbatch_size = "8..2"\nq_len = 2\nkv_len = 64\n', "grid.batch_size"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_scenario_file_exits_2_with_one_line_naming_field_and_file(case, tmp_path):
+    text, field = BAD_FILES[case]
+    f = tmp_path / "bad.toml"
+    f.write_text(text)
+    res = CliRunner().invoke(cli, ["sweep", "--scenario", str(f), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2, res.output
+    lines = [l for l in res.output.splitlines() if l.strip()]
+    assert len(lines) == 1, res.output
+    assert "Traceback" not in res.output
+    assert field in lines[0] and "bad.toml" in lines[0]
+    assert not (tmp_path / "r").exists()  # nothing was written
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--q-len", "32", "--kv-len", "16"], "q_len"),
+    (["--batch-size", "x"], "--batch-size"),
+    (["--page-size", "48"], "page_size"),
+    (["--model", "nope"], "--model"),
+    (["--heads", "32/8"], "--heads"),
+    (["--kernels", "fa9"], "unknown kernel"),
+    (["--scenario", "nope"], "unknown scenario"),
+    (["--scenario", "missing.toml"], "does not exist"),
+    (["--slow-kernel", "fa2-prefill"], "--slow-kernel"),
+    (["--resume", "/nonexistent/run"], "not a kbench run"),
+])
+def test_bad_cli_axes_exit_2(args, needle, tmp_path):
+    res = CliRunner().invoke(cli, ["sweep", "--out", str(tmp_path), *args])
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and "Traceback" not in res.output
+    assert len([l for l in res.output.splitlines() if l.strip()]) == 1
+
+
+def test_bad_input_through_the_real_console_script(tmp_path):
+    """The installed entry point, not just CliRunner: exit 2, one line on stderr, no traceback."""
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", "--q-len", "0"], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error:")
+
+
+def test_scenario_errors_are_badinput():
+    with pytest.raises(BadInput):
+        scenario_from_dict({"model": "llama3-8b", "grid": {"batch_size": 1, "q_len": 2}}, "x")

@@ -1,0 +1,149 @@
+"""The sweep end to end on a machine without CUDA: the reference is timed by wall clock, every other kernel
+is a skipped row with its reason; results round-trip; interruption and --resume keep and finish a run."""
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from kbench.cli.main import cli
+from kbench.rows import COLUMNS
+from kbench.scenario import Scenario, Timing, load_scenario
+from kbench.store import RunWriter, load_run
+from kbench.sweep import SweepObserver, resume_sweep, run_sweep
+from kbench.models import MODELS
+
+FAST = Timing(spread_target=0.2, budget_s=0.05, min_samples=3, max_samples=10)
+
+
+def tiny(**kw):
+    base = dict(name="tiny", heads=MODELS["gqa8-d64"], batch_size=[1, 2], q_len=[1, 4], kv_len=[64],
+                page_size=[16], timing=FAST)
+    base.update(kw)
+    return Scenario(**base).validate()
+
+
+def test_cpu_sweep_writes_a_complete_run(tmp_path):
+    res = run_sweep(tiny(), out_dir=tmp_path)
+    run = load_run(res.run_dir)
+    rows = run.rows
+    assert run.manifest["status"] == "complete"
+    assert run.manifest["device"]["cuda"] is False
+    assert set(run.manifest["wall_s"]) >= {"compile_s", "inputs_s", "reference_s", "check_s", "timing_s", "total_s"}
+    assert len(rows) == 4 * 7  # 4 cases x 7 kernels: nothing silently absent
+    ref = rows[rows.kernel == "reference"]
+    assert (ref.status == "ok").all() and (ref.timer == "wall-clock").all()
+    assert (ref.median_us > 0).all() and (ref.num_samples >= 3).all()
+    assert (ref.p25_us <= ref.median_us).all() and (ref.median_us <= ref.p75_us).all()
+    others = rows[rows.kernel != "reference"]
+    assert (others.status == "skipped").all()
+    assert others.reason.str.contains("CUDA").all()
+    for f in ("manifest.json", "rows.jsonl", "rows.parquet", "rows.csv"):
+        assert (res.run_dir / f).is_file()
+    pq = pd.read_parquet(res.run_dir / "rows.parquet")
+    assert list(pq.columns) == COLUMNS and len(pq) == len(rows)
+    csv = pd.read_csv(res.run_dir / "rows.csv")
+    assert len(csv) == len(rows)
+    assert json.loads(csv.loc[csv.kernel == "reference", "samples_us"].iloc[0])
+
+
+def test_store_round_trip_parquet_csv_and_journal(tmp_path):
+    res = run_sweep(tiny(batch_size=[1], q_len=[2]), out_dir=tmp_path)
+    from_journal = load_run(res.run_dir).rows
+    (res.run_dir / "rows.jsonl").unlink()
+    from_parquet = load_run(res.run_dir).rows
+    (res.run_dir / "rows.parquet").unlink()
+    from_csv = load_run(res.run_dir).rows
+    for df in (from_parquet, from_csv):
+        assert list(df.kernel) == list(from_journal.kernel)
+        assert list(df.status) == list(from_journal.status)
+        ok = df.status == "ok"
+        assert df.loc[ok, "median_us"].astype(float).tolist() == pytest.approx(
+            from_journal.loc[ok, "median_us"].astype(float).tolist())
+        assert [list(x) for x in df.loc[ok, "samples_us"]] == [list(x) for x in from_journal.loc[ok, "samples_us"]]
+
+
+class StopAfter(SweepObserver):
+    def __init__(self, n):
+        self.n, self.seen = n, 0
+
+    def row(self, row):
+        self.seen += 1
+        if self.seen == self.n:
+            raise KeyboardInterrupt
+
+
+def test_interrupt_keeps_rows_and_resume_finishes_with_the_same_rows(tmp_path):
+    full = run_sweep(tiny(), out_dir=tmp_path / "full")
+    part = run_sweep(tiny(), out_dir=tmp_path / "part", observer=StopAfter(10))
+    assert part.status == "interrupted"
+    kept = load_run(part.run_dir)
+    assert kept.manifest["status"] == "interrupted" and len(kept.rows) == 10
+    done = resume_sweep(part.run_dir)
+    assert done.status == "complete" and done.run_dir == part.run_dir
+    resumed = load_run(part.run_dir).rows
+    assert sorted(zip(resumed.kernel, resumed.case_id)) == sorted(zip(full.rows.kernel, full.rows.case_id))
+    assert len(resumed) == len(set(zip(resumed.kernel, resumed.case_id)))  # nothing measured twice
+    assert list(resumed.columns) == list(full.rows.columns)
+
+
+def test_killed_mid_row_journal_is_tolerated_and_resumed(tmp_path):
+    """kill -9 while a row is written leaves half a line: readers drop it and --resume re-measures it."""
+    res = run_sweep(tiny(), out_dir=tmp_path)
+    j = res.run_dir / "rows.jsonl"
+    lines = j.read_text().splitlines()
+    j.write_text("\n".join(lines[:5]) + "\n" + lines[5][: len(lines[5]) // 2])
+    (res.run_dir / "rows.parquet").unlink()
+    assert len(load_run(res.run_dir).rows) == 5
+    resume_sweep(res.run_dir)
+    rows = load_run(res.run_dir).rows
+    assert len(rows) == 28 and len(set(zip(rows.kernel, rows.case_id))) == 28
+
+
+def test_cli_default_sweep_runs_on_cpu(tmp_path):
+    res = CliRunner().invoke(cli, ["sweep", "--batch-size", "1", "--kv-len", "128", "--q-len", "1,2",
+                                   "--budget", "0.05", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "reference" in res.output and "needs a CUDA GPU" in res.output
+    runs = list(tmp_path.iterdir())
+    assert len(runs) == 1 and runs[0].name.startswith("quick-")
+    rows = load_run(runs[0]).rows
+    assert set(rows.case_id) == {"bs1-q1-kv128-h32.8.128-p16-HND-bf16", "bs1-q2-kv128-h32.8.128-p16-HND-bf16"}
+
+
+def test_cli_resume_refuses_axis_options_and_finishes(tmp_path):
+    part = run_sweep(tiny(), out_dir=tmp_path, observer=StopAfter(3))
+    r = CliRunner().invoke(cli, ["sweep", "--resume", str(part.run_dir), "--q-len", "2"])
+    assert r.exit_code == 2
+    r = CliRunner().invoke(cli, ["sweep", "--resume", str(part.run_dir)])
+    assert r.exit_code == 0, r.output
+    assert len(load_run(part.run_dir).rows) == 28
+
+
+def test_run_writer_refuses_to_overwrite_a_run(tmp_path):
+    res = run_sweep(tiny(batch_size=[1], q_len=[1]), out_dir=tmp_path)
+    before = (res.run_dir / "rows.jsonl").read_text()
+    from kbench.errors import BadInput
+
+    with pytest.raises(BadInput):
+        RunWriter(res.run_dir, {"kind": "sweep"})
+    assert (res.run_dir / "rows.jsonl").read_text() == before
+
+
+def test_kernels_and_env_commands():
+    r = CliRunner().invoke(cli, ["kernels", "--json"])
+    assert r.exit_code == 0
+    data = json.loads(r.output)
+    names = [k["kernel"] for k in data["kernels"]]
+    for k in ("trtllm-decode", "trtllm-context", "trtllm-fmha-v2", "fa2-prefill", "fa3-prefill", "decode-wrapper", "reference"):
+        assert k in names
+    by = {k["kernel"]: k for k in data["kernels"]}
+    assert by["reference"]["available"] and not by["fa2-prefill"]["available"]
+    assert by["fa2-prefill"]["reason"]
+    r = CliRunner().invoke(cli, ["env", "--json"])
+    assert r.exit_code == 0 and "torch_version" in json.loads(r.output)
+
+
+def test_default_quick_scenario_is_cpu_sized():
+    sc = load_scenario("quick")
+    assert len(sc.cases()) <= 32
