@@ -262,9 +262,18 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "serve":
         srv = start_server(venv, model, port=a.port)
         print(f"{srv.url} model={srv.model} pid={srv.pid} (ready in {srv.startup_s:.0f} s)", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            srv.proc.wait()
-        srv.stop()
+
+        def _stop(signum, frame):
+            raise KeyboardInterrupt
+
+        # background jobs of a non-interactive shell start with SIGINT ignored: stop on SIGTERM as well
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        try:
+            with contextlib.suppress(KeyboardInterrupt):
+                srv.proc.wait()
+        finally:
+            srv.stop()
     return 0
 
 
