@@ -11,7 +11,7 @@ from kbench.errors import KbenchError
 
 # module -> click command objects it defines (each module keeps its command next to its rendering)
 COMMAND_MODULES = {
-    "kbench.cli.sweep_cmd": ["sweep"],
+    "kbench.cli.sweep_cmd": ["sweep", "merge"],
     "kbench.cli.info_cmd": ["kernels_cmd", "env_cmd"],
     "kbench.cli.server_bench_cmd": ["server_bench"],
     "kbench.cli.gate_cmd": ["gate", "baseline"],

@@ -9,7 +9,9 @@ from rich.console import Console
 
 from kbench.errors import BadInput
 from kbench.scenario import apply_overrides, load_scenario
-from kbench.sweep import Sweep, SweepOptions, scenario_of_run
+from kbench.devices import parse_devices, run_on_devices
+from kbench.store import load_run
+from kbench.sweep import Sweep, SweepOptions, parse_shard, scenario_of_run, shard_cases
 from kbench.store import read_manifest
 
 from kbench.cli.render import RichSweepObserver, fmt_bw, skipped_reasons, summary_tables
@@ -51,10 +53,12 @@ def _slow(values: tuple[str, ...]) -> dict[str, int]:
               help="TEST ONLY: run KERNEL N times per timed call, to show that `kbench gate` catches a slow-down.")
 @click.option("--compile-workers", type=click.IntRange(1, 64), help="Parallel JIT compile processes (default: cores/2, at most 8).")
 @click.option("--jit-cache", type=click.Path(file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
+@click.option("--shard", help="Run slice i/N of the cases (deterministic: case j goes to shard j mod N); join slices with kbench merge.")
+@click.option("--devices", help="One worker process per listed GPU (e.g. 0,1) over the shards, merged into one run.")
 @click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
 def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_dtype, model, heads, kernels,
           spread_target, budget_s, l2, out_dir, run_name, resume, device_index, seed, allow_wrong, slow_kernel,
-          compile_workers, jit_cache, max_table_cases):
+          compile_workers, jit_cache, shard, devices, max_table_cases):
     """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
 
     Each kernel's output is checked against a float32 torch reference before it is timed (CUDA-graph
@@ -79,7 +83,13 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
         sc = apply_overrides(load_scenario(scenario), **axes)
     opts = SweepOptions(out_dir=out_dir, resume=resume, run_name=run_name, device_index=device_index, seed=seed,
                         slow_kernel=_slow(slow_kernel), compile_workers=compile_workers, command_line=shlex.join(["kbench", *sys.argv[1:]]))
-    cases = sc.cases()
+    if devices:
+        if shard or resume:
+            raise BadInput("--devices runs its own shards: drop --shard/--resume")
+        return _sweep_on_devices(console, sc, parse_devices(devices), out_dir, run_name or sc.name, allow_wrong,
+                                 max_table_cases)
+    opts.shard = parse_shard(shard) if shard else None
+    cases = shard_cases(sc.cases(), opts.shard)
     console.print(f"[bold]{sc.name}[/]: {len(cases)} cases x {len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels "
                   f"({sc.source})")
     runner = Sweep(sc, opts)
@@ -110,3 +120,67 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
                       + ("" if allow_wrong else " (exit 1; --allow-wrong to accept)"))
         if not allow_wrong:
             sys.exit(1)
+
+
+# options a --devices worker inherits from the parent command line, as given
+_PASS = ("scenario", "batch_size", "q_len", "kv_len", "page_size", "kv_layout", "dtype", "kv_dtype", "model",
+         "heads", "kernels", "spread_target", "budget_s", "l2", "seed", "allow_wrong", "slow_kernel",
+         "compile_workers", "jit_cache")
+
+
+def _worker_args() -> list[str]:
+    ctx = click.get_current_context()
+    args = []
+    for p in ctx.command.params:
+        if p.name not in _PASS or not isinstance(p, click.Option):
+            continue
+        v = ctx.params.get(p.name)
+        if v is None or v == () or v is False or (p.name == "seed" and v == 0) or (p.name == "scenario" and v == p.default):
+            continue
+        flag = max(p.opts, key=len)
+        if p.is_flag:
+            args.append(flag)
+        elif isinstance(v, tuple):
+            for x in v:
+                args += [flag, str(x)]
+        else:
+            args += [flag, str(v)]
+    return args
+
+
+def _sweep_on_devices(console, sc, devices, out_dir, name, allow_wrong, max_table_cases):
+    from rich.progress import Progress
+
+    n_cases = len(sc.cases())
+    console.print(f"[bold]{sc.name}[/]: {n_cases} cases over {len(devices)} worker(s) on GPU(s) {devices}")
+    with Progress(console=console) as prog:
+        tasks = {}
+
+        def poll(workers):
+            for w in workers:
+                if w.shard not in tasks:
+                    tasks[w.shard] = prog.add_task(f"shard {w.shard} on GPU {w.device}", total=None)
+                prog.update(tasks[w.shard], completed=w.rows_done(),
+                            description=f"shard {w.shard} on GPU {w.device}" + ("" if w.proc.poll() is None else " done"))
+
+        merged = run_on_devices(_worker_args(), devices, out_dir, name, on_poll=poll)
+    run = load_run(merged)
+    for t in summary_tables(run.rows, run.manifest.get("copy_bandwidth_gbs"), max_table_cases):
+        console.print(t)
+    wall = [m.get("wall_s", {}).get("total_s") for m in run.manifest["merged_from"]]
+    console.print(f"merged {len(run.rows)} rows from {len(devices)} shard(s) (worker wall s: {wall})\nrun: {merged}")
+    if (run.rows["status"] == "wrong").any() and not allow_wrong:
+        sys.exit(1)
+
+
+@click.command("merge")
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--out", "out_dir", default="results", show_default=True)
+@click.option("--name", help="Merged run name (default: <scenario>-merged).")
+def merge(runs, out_dir, name):
+    """Join shard runs (from --shard i/N or --devices) into one run; refuses mismatched manifests."""
+    from kbench.merge import merge_runs
+
+    path = merge_runs(list(runs), out_dir, name)
+    run = load_run(path)
+    Console().print(f"merged {len(run.rows)} rows from {len(runs)} runs ({run.manifest['status']}): {path}")

@@ -107,6 +107,10 @@ class RunWriter:
         self._journal.flush()
         os.fsync(self._journal.fileno())
 
+    def manifest_shard(self) -> tuple[int, int] | None:
+        sh = self.manifest.get("shard")
+        return (sh["index"], sh["count"]) if sh else None
+
     def update_manifest(self, **fields) -> None:
         self.manifest.update(fields)
         _write_json_atomic(self.dir / MANIFEST, self.manifest)

@@ -1,0 +1,84 @@
+"""One worker process per GPU over a deterministic partition of the cases, then one merged run.
+
+`kbench sweep --devices 0,1` starts `kbench sweep ... --shard i/N --device d` for each listed device (a
+device may be listed twice: two workers then share it), waits, and merges the shard runs. On a cluster,
+run the `--shard i/N` slices yourself (a Slurm array, a Kubernetes indexed job) and `kbench merge` them.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbench.errors import BadInput, KbenchError
+from kbench.merge import merge_runs
+
+
+def parse_devices(text: str) -> list[int]:
+    try:
+        devs = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}") from None
+    if not devs or min(devs) < 0:
+        raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}")
+    return devs
+
+
+@dataclass
+class Worker:
+    shard: int
+    device: int
+    proc: subprocess.Popen
+    out: Path
+    log: Path
+
+    def rows_done(self) -> int:
+        journals = list(self.out.glob("*/rows.jsonl"))
+        return sum(j.read_text(errors="replace").count("\n") for j in journals)
+
+
+def run_on_devices(sweep_args: list[str], devices: list[int], out_dir: str | Path, name: str,
+                   on_poll=None, poll_s: float = 1.0) -> Path:
+    """Run the sweep given by `sweep_args` (CLI arguments, without --devices/--shard/--device/--out/--name)
+    sharded over `devices`; returns the merged run folder."""
+    import torch
+
+    if torch.cuda.is_available():
+        n_gpu = torch.cuda.device_count()
+        bad = [d for d in devices if d >= n_gpu]
+        if bad:
+            raise BadInput(f"--devices: GPU {bad[0]} does not exist (this machine has {n_gpu})")
+    work = Path(out_dir) / f".shards-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    work.mkdir(parents=True, exist_ok=True)
+    n = len(devices)
+    workers = []
+    for i, d in enumerate(devices):
+        out = work / f"shard-{i}"
+        out.mkdir()
+        log = work / f"shard-{i}.log"
+        cmd = [sys.executable, "-m", "kbench.cli.main", "sweep", *sweep_args, "--shard", f"{i}/{n}",
+               "--device", str(d), "--out", str(out), "--name", f"{name}-shard{i}"]
+        with open(log, "w") as lf:
+            proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT)
+        workers.append(Worker(i, d, proc, out, log))
+    try:
+        while any(w.proc.poll() is None for w in workers):
+            if on_poll:
+                on_poll(workers)
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        for w in workers:
+            w.proc.terminate()
+        raise
+    if on_poll:
+        on_poll(workers)
+    failed = [w for w in workers if w.proc.returncode not in (0, 1)]  # 1: a kernel was wrong (rows kept)
+    runs = [p for w in workers for p in w.out.iterdir() if (p / "manifest.json").exists()]
+    if failed or len(runs) != n:
+        w = failed[0] if failed else workers[0]
+        tail = w.log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+        raise KbenchError(f"worker for shard {w.shard} on GPU {w.device} exited {w.proc.returncode}: {tail[0]} "
+                          f"(log: {w.log}; finish it with kbench sweep --resume and kbench merge)")
+    return merge_runs(sorted(runs), out_dir, name)

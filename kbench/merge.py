@@ -1,0 +1,72 @@
+"""Joining shard runs (`--shard i/N`, or `--devices` workers, or slices run on many hosts) into one run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from kbench.errors import BadInput
+from kbench.store import RunWriter, Run, load_run, new_run_dir
+
+# manifest fields that must agree for rows to belong to one run
+MUST_MATCH = ("kind", "schema_version", "kbench_version", "scenario", "timer", "slow_kernel", "seed")
+
+
+def _device_key(m: dict) -> tuple:
+    d = m.get("device", {})
+    return (d.get("name"), d.get("sm"))
+
+
+def check_compatible(runs: list[Run]) -> None:
+    first = runs[0].manifest
+    for r in runs[1:]:
+        m = r.manifest
+        for k in MUST_MATCH:
+            a, b = first.get(k), m.get(k)
+            if k == "scenario" and isinstance(a, dict) and isinstance(b, dict):
+                a = {x: y for x, y in a.items() if x != "source"}
+                b = {x: y for x, y in b.items() if x != "source"}
+            if a != b:
+                raise BadInput(f"cannot merge {r.path.name} with {runs[0].path.name}: manifests differ in {k}")
+        if _device_key(m) != _device_key(first):
+            raise BadInput(f"cannot merge {r.path.name} with {runs[0].path.name}: different GPU model or SM "
+                           f"({_device_key(m)} vs {_device_key(first)})")
+    shards = [r.manifest.get("shard") for r in runs]
+    counts = {s["count"] for s in shards if s}
+    if len(counts) > 1:
+        raise BadInput(f"cannot merge: shard counts differ ({sorted(counts)})")
+    idx = [s["index"] for s in shards if s]
+    if len(idx) != len(set(idx)):
+        raise BadInput("cannot merge: the same shard appears twice")
+
+
+def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: str | None = None) -> Path:
+    if len(paths) < 2:
+        raise BadInput("merge needs at least two runs")
+    runs = [load_run(p) for p in paths]
+    check_compatible(runs)
+    rows = pd.concat([r.rows for r in runs], ignore_index=True)
+    dup = rows.duplicated(["kernel", "case_id"], keep=False)
+    if dup.any():
+        k, c = rows[dup].iloc[0][["kernel", "case_id"]]
+        raise BadInput(f"cannot merge: {k} {c} was measured in more than one run")
+    first = runs[0].manifest
+    shards = [r.manifest.get("shard") for r in runs]
+    complete = all(s for s in shards) and len(shards) == shards[0]["count"]
+    manifest = {k: first.get(k) for k in MUST_MATCH}
+    manifest.update(
+        device=first.get("device"), copy_bandwidth_gbs=first.get("copy_bandwidth_gbs"),
+        command_line=first.get("command_line", ""), shard=None,
+        merged_from=[{"run": r.name, "shard": r.manifest.get("shard"), "device": r.manifest.get("device", {}).get("index"),
+                      "host": r.manifest.get("device", {}).get("host"), "status": r.manifest.get("status"),
+                      "wall_s": r.manifest.get("wall_s"), "copy_bandwidth_gbs": r.manifest.get("copy_bandwidth_gbs")}
+                     for r in runs],
+        all_shards=complete,
+        start_time=min(r.manifest.get("start_time", "") for r in runs),
+    )
+    out = new_run_dir(out_dir, name or f"{first.get('scenario', {}).get('name', 'run')}-merged")
+    w = RunWriter(out, manifest)
+    for rec in rows.to_dict("records"):
+        w.append(rec)
+    status = "complete" if complete and all(r.manifest.get("status") == "complete" for r in runs) else "partial"
+    return w.finalize(status)

@@ -1,0 +1,88 @@
+"""Partitioning, merging, and --devices workers, on the CPU (two workers may share one device)."""
+import json
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
+
+from kbench.cli.main import cli
+from kbench.errors import BadInput
+from kbench.merge import merge_runs
+from kbench.models import MODELS
+from kbench.scenario import Scenario, Timing
+from kbench.store import load_run
+from kbench.sweep import parse_shard, run_sweep, shard_cases
+
+FAST = Timing(spread_target=0.3, budget_s=0.02, min_samples=3, max_samples=5)
+
+
+def sc(**kw):
+    base = dict(name="sh", heads=MODELS["gqa8-d64"], batch_size=[1, 2], q_len=[1, 2, 4], kv_len=[64], page_size=[16],
+                timing=FAST)
+    base.update(kw)
+    return Scenario(**base).validate()
+
+
+@settings(max_examples=50, deadline=None)
+@given(n_bs=st.integers(1, 5), n_q=st.integers(1, 6), n=st.integers(1, 9))
+def test_partition_is_deterministic_and_exact(n_bs, n_q, n):
+    cases = sc(batch_size=list(range(1, n_bs + 1)), q_len=list(range(1, n_q + 1))).cases()
+    slices = [shard_cases(cases, (i, n)) for i in range(n)]
+    flat = [c.case_id for s in slices for c in s]
+    assert sorted(flat) == sorted(c.case_id for c in cases)  # every case exactly once
+    assert len(set(flat)) == len(flat)
+    assert [c.case_id for c in shard_cases(cases, (0, n))] == [c.case_id for c in slices[0]]
+    sizes = [len(s) for s in slices]
+    assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("bad", ["2/2", "1", "a/b", "-1/2", "0/0"])
+def test_bad_shard(bad):
+    with pytest.raises(BadInput):
+        parse_shard(bad)
+
+
+def test_shards_merge_to_the_rows_of_one_run(tmp_path):
+    whole = run_sweep(sc(), out_dir=tmp_path / "whole")
+    parts = [run_sweep(sc(), out_dir=tmp_path / "p", run_name=f"s{i}", shard=(i, 3)).run_dir for i in range(3)]
+    merged = load_run(merge_runs(parts, tmp_path / "m"))
+    assert merged.manifest["status"] == "complete" and merged.manifest["all_shards"]
+    got = sorted(zip(merged.rows.kernel, merged.rows.case_id))
+    assert got == sorted(zip(whole.rows.kernel, whole.rows.case_id))
+    assert len(merged.manifest["merged_from"]) == 3
+
+
+def test_merge_refuses_mismatched_manifests(tmp_path):
+    a = run_sweep(sc(), out_dir=tmp_path, run_name="a", shard=(0, 2)).run_dir
+    b = run_sweep(sc(q_len=[1, 2]), out_dir=tmp_path, run_name="b", shard=(1, 2)).run_dir
+    with pytest.raises(BadInput, match="scenario"):
+        merge_runs([a, b], tmp_path)
+    c = run_sweep(sc(), out_dir=tmp_path, run_name="c", shard=(1, 2)).run_dir
+    m = json.loads((c / "manifest.json").read_text())
+    m["device"]["name"] = "NVIDIA B200"
+    (c / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(BadInput, match="GPU"):
+        merge_runs([a, c], tmp_path)
+    with pytest.raises(BadInput, match="twice"):
+        merge_runs([a, a], tmp_path)
+    r = CliRunner().invoke(cli, ["merge", str(a), str(b), "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+def test_devices_runs_one_worker_per_listed_device_and_merges(tmp_path):
+    r = CliRunner().invoke(cli, ["sweep", "--batch-size", "1,2", "--q-len", "1,2,4", "--kv-len", "64",
+                                 "--budget", "0.02", "--devices", "0,0", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    runs = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    assert len(runs) == 1
+    run = load_run(runs[0])
+    assert len(run.rows) == 6 * 7 and not run.rows.duplicated(["kernel", "case_id"]).any()
+    shards = sorted(m["shard"]["index"] for m in run.manifest["merged_from"])
+    assert shards == [0, 1]
+
+
+def test_devices_and_shard_bad_input(tmp_path):
+    r = CliRunner().invoke(cli, ["sweep", "--devices", "x", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "--devices" in r.output
+    r = CliRunner().invoke(cli, ["sweep", "--shard", "3/2", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "--shard" in r.output
