@@ -13,6 +13,7 @@ from kbench.errors import KbenchError
 COMMAND_MODULES = {
     "kbench.cli.sweep_cmd": ["sweep", "merge"],
     "kbench.cli.info_cmd": ["kernels_cmd", "env_cmd"],
+    "kbench.cli.validate_cmd": ["validate_timer_cmd"],
     "kbench.cli.server_bench_cmd": ["server_bench"],
     "kbench.cli.gate_cmd": ["gate", "baseline"],
     "kbench.cli.report_cmd": ["report_cmd", "select_cmd"],

@@ -13,6 +13,8 @@ export PYTHONPATH=/tmp/site FLASHINFER_NO_DOWNLOAD=1 MAX_JOBS=16 PYTHONUNBUFFERE
 if ls .fi-cache/jit-cache.tgz.part-* >/dev/null 2>&1; then
   mkdir -p ~/.cache && cat .fi-cache/jit-cache.tgz.part-* | tar xz -C ~/.cache && echo "restored JIT cache: $(du -sh ~/.cache/flashinfer | cut -f1)"
 fi
+# prebuilt modules carried as AOT artifacts (flashinfer/data/aot/<module>/<module>.so load without ninja)
+if [ -f .fi-cache/aot.tgz ]; then tar xzf .fi-cache/aot.tgz -C /tmp/site/flashinfer/data/ && echo "AOT modules: $(ls /tmp/site/flashinfer/data/aot | wc -l)"; fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 3; }
 step() { local name=$1 limit=$2; shift 2; echo "=== $name: $*" | tee -a "$OUT/summary.txt"; local t0=$SECONDS
   timeout "$limit" "$@" > "/tmp/res/logs/$name.txt" 2>&1; local rc=$?
@@ -21,6 +23,8 @@ for s in "$@"; do
   case "$s" in
     env) step env 120 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; kbench env; kbench kernels' ;;
     sweep) step sweep "${SWEEP_LIMIT:-330}" kbench sweep --scenario draft-extend --kv-len 4096 --batch-size 16,64 --out /tmp/res --name de-kv4096 ;;
+    sweep2) step sweep2 "${SWEEP_LIMIT:-330}" kbench sweep --scenario draft-extend --kv-len 4096 --batch-size 16,64 --out /tmp/res --name de-kv4096-devices0 --devices 0 ;;
+    validate) step validate "${VALIDATE_LIMIT:-150}" kbench validate-timer --out /tmp/res/validate-timer.json ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
     cache) du -sh ~/.cache/flashinfer; (cd ~/.cache && tar czf /tmp/jit-cache.tgz flashinfer) && split -b 15m /tmp/jit-cache.tgz "$OUT/jit-cache.tgz.part-" ;;
     *) step "custom$((++n))" "${STEP_LIMIT:-300}" bash -c "$s" ;;

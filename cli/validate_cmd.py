@@ -1,0 +1,52 @@
+"""`kbench validate-timer`: kbench's timer against CUPTI and FlashInfer's harness, on this GPU."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kbench.errors import BadInput
+
+
+def _pct(v):
+    return "-" if v is None else f"{v * 100:+.1f}%"
+
+
+@click.command("validate-timer")
+@click.option("--kernels", help="Comma-separated kernels (default: every available one).")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Write the rows as JSON here.")
+@click.option("--tolerance", default=0.03, show_default=True, help="Agreement target with CUPTI.")
+def validate_timer_cmd(kernels, out_file, tolerance):
+    """Time every available kernel at 6 shapes (~10 us to ~5 ms) with kbench's CUDA-graph timer, with CUPTI
+    (device time of every kernel/memset/copy of a call, via torch.profiler) and with FlashInfer's
+    bench_gpu_time defaults; print the medians, the differences and each harness's wall time."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise BadInput("validate-timer needs a CUDA GPU (none here)")
+    from kbench.validate import validate_timer
+
+    console = Console()
+    names = [k.strip() for k in kernels.split(",")] if kernels else None
+    rows = validate_timer(names, on_row=lambda r: console.print(f"  {r.kernel} {r.case_id}: {r.kbench_us:.1f} us"))
+    t = Table(title="kbench timer vs CUPTI and flashinfer.testing.bench_gpu_time", header_style="bold")
+    for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "bench_gpu_time us",
+              "vs FI", "kbench wall s", "FI wall s"):
+        t.add_column(c, justify="right" if c not in ("kernel", "case") else "left")
+    outside = 0
+    for r in rows:
+        d = r.cupti_diff
+        bad = d is None or abs(d) > tolerance
+        outside += bad
+        style = "red" if bad else "green"
+        t.add_row(r.kernel, r.case_id.split("-h")[0], f"{r.kbench_us:,.1f}", f"{r.cupti_us:,.1f}" if r.cupti_us else "-",
+                  str(r.cupti_kernels or "-"), f"[{style}]{_pct(d)}[/]",
+                  f"{r.flashinfer_us:,.1f}" if r.flashinfer_us else "-", _pct(r.flashinfer_diff),
+                  f"{r.kbench_wall_s:.2f}", f"{r.flashinfer_wall_s:.2f}" if r.flashinfer_wall_s else "-")
+    console.print(t)
+    console.print(f"{len(rows) - outside}/{len(rows)} within {tolerance:.0%} of CUPTI")
+    if out_file:
+        Path(out_file).write_text(json.dumps([r.to_dict() for r in rows], indent=2))

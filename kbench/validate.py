@@ -1,0 +1,117 @@
+"""Is kbench's timer right? Each kernel at shapes from ~10 us to ~5 ms, timed three ways:
+
+- kbench: CUDA-graph replay with events, input rotation (the sweep's timer);
+- CUPTI (through torch.profiler): the device time of every kernel, memset and copy one call issues, summed,
+  over eager calls cycling through the same input copies: an independent clock that sees no launch gaps;
+- FlashInfer's own harness, `flashinfer.testing.bench_gpu_time(fn)` with its defaults, with its wall time.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+from kbench.case import Case
+from kbench.check import compare, tolerance_for
+from kbench.kernels.inputs import build_inputs
+from kbench.kernels.reference import reference_attention
+from kbench.kernels.registry import select
+from kbench.kernels.timer import GraphTimer, StopRule
+from kbench.models import MODELS
+
+H = MODELS["llama3-8b"]
+# (bs, q, kv): about 10 us to 5 ms for the decode kernel on an H200
+DEFAULT_SHAPES = [(1, 4, 512), (4, 4, 2048), (16, 4, 4096), (64, 8, 4096), (128, 4, 16384), (256, 8, 16384)]
+
+
+@dataclass
+class TimerCheck:
+    kernel: str
+    case_id: str
+    kbench_us: float
+    cupti_us: float | None
+    cupti_kernels: int | None
+    flashinfer_us: float | None
+    kbench_wall_s: float
+    flashinfer_wall_s: float | None
+    rel_err: float
+    error: str = ""
+
+    @property
+    def cupti_diff(self) -> float | None:
+        return None if not self.cupti_us else self.kbench_us / self.cupti_us - 1
+
+    @property
+    def flashinfer_diff(self) -> float | None:
+        return None if not self.flashinfer_us else self.kbench_us / self.flashinfer_us - 1
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(cupti_diff=self.cupti_diff, flashinfer_diff=self.flashinfer_diff)
+        return d
+
+
+def cupti_us_per_call(fn, copies: int, calls: int = 20) -> tuple[float, int]:
+    """Sum of device activity (kernels, memsets, copies) per call, from CUPTI via torch.profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for i in range(3):
+        fn(i % copies)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            fn(i % copies)
+        torch.cuda.synchronize()
+    from torch.autograd import DeviceType
+
+    total, n = 0.0, 0
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False):
+            total += e.time_range.elapsed_us()  # a kernel, memset or copy, as CUPTI timed it
+            n += 1
+    return total / calls, round(n / calls)
+
+
+def flashinfer_harness_us(fn) -> tuple[float, float]:
+    from flashinfer.testing import bench_gpu_time
+
+    t0 = time.perf_counter()
+    times_ms = bench_gpu_time(fn)
+    return statistics.median(times_ms) * 1000, time.perf_counter() - t0
+
+
+def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = "cuda", on_row=None,
+                   spread_target: float = 0.01, budget_s: float = 2.0) -> list[TimerCheck]:
+    from kbench.kernels.device import probe_device
+    from kbench.sweep import copies_for
+    from kbench.scenario import Timing
+
+    dev = probe_device()
+    rows = []
+    ks = [k for k in select(kernels or ["all"]) if k.path != "reference"]
+    timer = GraphTimer(StopRule(spread_target, budget_s, 10, 400))
+    for bs, q, kv in shapes or DEFAULT_SHAPES:
+        case = Case(bs, q, kv, H.num_qo_heads, H.num_kv_heads, H.head_dim, 64)
+        runnable = [k for k in ks if k.supports(dev, case) is None]
+        if not runnable:
+            continue
+        copies = copies_for(case, dev, Timing())
+        inputs = build_inputs(case, device, copies=copies)
+        ref = reference_attention(inputs)
+        for k in runnable:
+            try:
+                fn = k.prepare(inputs)
+                chk = compare(fn(0), ref, tolerance_for(case.dtype, case.kv_dtype))
+                m = timer.measure(fn, copies)
+                cu, nk = cupti_us_per_call(fn, copies)
+                fi, fi_wall = flashinfer_harness_us(lambda: fn(0))
+                r = TimerCheck(k.name, case.case_id, m.median_us, cu, nk, fi, m.wall_s, fi_wall, chk.rel_err)
+            except Exception as e:
+                r = TimerCheck(k.name, case.case_id, float("nan"), None, None, None, 0.0, None, float("nan"),
+                               error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200])
+            rows.append(r)
+            if on_row:
+                on_row(r)
+        del inputs, ref
+    return rows
