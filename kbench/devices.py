@@ -81,4 +81,4 @@ def run_on_devices(sweep_args: list[str], devices: list[int], out_dir: str | Pat
         tail = w.log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
         raise KbenchError(f"worker for shard {w.shard} on GPU {w.device} exited {w.proc.returncode}: {tail[0]} "
                           f"(log: {w.log}; finish it with kbench sweep --resume and kbench merge)")
-    return merge_runs(sorted(runs), out_dir, name)
+    return merge_runs(sorted(runs), out_dir, name, min_runs=1)

@@ -40,9 +40,11 @@ def check_compatible(runs: list[Run]) -> None:
         raise BadInput("cannot merge: the same shard appears twice")
 
 
-def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: str | None = None) -> Path:
-    if len(paths) < 2:
-        raise BadInput("merge needs at least two runs")
+def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: str | None = None,
+               min_runs: int = 2) -> Path:
+    """min_runs=1 lets `--devices` with a single device turn its one shard (1/1) into the run."""
+    if len(paths) < min_runs:
+        raise BadInput(f"merge needs at least {min_runs} runs")
     runs = [load_run(p) for p in paths]
     check_compatible(runs)
     rows = pd.concat([r.rows for r in runs], ignore_index=True)

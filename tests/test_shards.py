@@ -81,6 +81,15 @@ def test_devices_runs_one_worker_per_listed_device_and_merges(tmp_path):
     assert shards == [0, 1]
 
 
+def test_devices_with_one_device_gives_one_complete_run(tmp_path):
+    """Seen on the H200: --devices 0 ran its shard and then refused to 'merge' a single run."""
+    r = CliRunner().invoke(cli, ["sweep", "--batch-size", "1", "--q-len", "1,2", "--kv-len", "64",
+                                 "--budget", "0.02", "--devices", "0", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    run = load_run(next(p for p in tmp_path.iterdir() if not p.name.startswith(".")))
+    assert run.manifest["status"] == "complete" and len(run.rows) == 2 * 7
+
+
 def test_devices_and_shard_bad_input(tmp_path):
     r = CliRunner().invoke(cli, ["sweep", "--devices", "x", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "--devices" in r.output
