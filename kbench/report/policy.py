@@ -1,6 +1,6 @@
 """The kernel-selection policy: a JSON file mapping shape ranges to the kernel to use.
 
-Schema ``kbench.policy/1`` (documented for users in docs/policy-schema.md; bump the number when a field
+Schema ``kbench.policy/1`` (summarised for users in README.md; bump the number when a field
 changes meaning, readers refuse other versions)::
 
     {
