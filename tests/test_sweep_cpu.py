@@ -147,3 +147,36 @@ def test_kernels_and_env_commands():
 def test_default_quick_scenario_is_cpu_sized():
     sc = load_scenario("quick")
     assert len(sc.cases()) <= 32
+
+
+@pytest.fixture
+def broken_kernel():
+    """A kernel that computes the wrong thing (10% off), registered for one test."""
+    from kbench.kernels import registry
+    from kbench.kernels.reference import ReferenceKernel, reference_attention
+
+    class Broken(ReferenceKernel):
+        name = "broken-decode"
+        path = "decode"
+
+        def prepare(self, inputs):
+            return lambda i: reference_attention(inputs, i) * 1.1
+
+    registry._load()
+    registry.register(Broken())
+    yield "broken-decode"
+    registry._REGISTRY.pop("broken-decode", None)
+
+
+def test_wrong_kernel_is_flagged_and_exits_1(tmp_path, broken_kernel):
+    args = ["sweep", "--batch-size", "1", "--q-len", "2", "--kv-len", "64", "--budget", "0.02",
+            "--kernels", f"reference,{broken_kernel}", "--out", str(tmp_path / "a")]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 1, r.output
+    assert "WRONG" in r.output and "rel err" in r.output
+    run = load_run(next((tmp_path / "a").iterdir()))
+    row = run.rows[run.rows.kernel == broken_kernel].iloc[0]
+    assert row.status == "wrong" and row.rel_err > 0.05
+    assert row.median_us is None or pd.isna(row.median_us)  # a wrong kernel is not timed
+    r = CliRunner().invoke(cli, args[:-1] + [str(tmp_path / "b"), "--allow-wrong"])
+    assert r.exit_code == 0, r.output
