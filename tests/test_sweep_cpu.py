@@ -180,3 +180,18 @@ def test_wrong_kernel_is_flagged_and_exits_1(tmp_path, broken_kernel):
     assert row.median_us is None or pd.isna(row.median_us)  # a wrong kernel is not timed
     r = CliRunner().invoke(cli, args[:-1] + [str(tmp_path / "b"), "--allow-wrong"])
     assert r.exit_code == 0, r.output
+
+
+def test_a_case_that_cannot_fit_is_skipped_before_allocation(monkeypatch):
+    import torch
+
+    from kbench.case import Case
+    from kbench.kernels.device import DeviceInfo
+    from kbench.sweep import fits
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i=0: (8 << 30, 141 << 30))
+    dev = DeviceInfo(cuda=True, name="fake", sm=90, l2_bytes=60 << 20, total_memory=141 << 30)
+    big = Case(256, 16, 32768, 32, 8, 128)  # 34 GB of KV
+    reason = fits(big, 1, dev)
+    assert reason and "GiB of device memory" in reason and "8.0 GiB free" in reason
+    assert fits(Case(1, 4, 512, 32, 8, 128), 1, dev) is None
