@@ -44,6 +44,7 @@ class SweepObserver:
     def phase(self, name: str, total: int | None = None) -> None: ...
     def advance(self, description: str = "") -> None: ...
     def row(self, row: Row) -> None: ...
+    def kernel_started(self, kernel: str, case: Case) -> None: ...
     def message(self, text: str) -> None: ...
 
 
@@ -87,12 +88,13 @@ class SweepOptions:
     command_line: str = ""
     compile_workers: int | None = None  # None: kbench.jit.default_workers()
     shard: tuple[int, int] | None = None  # (i, n): only cases whose index in the grid is i mod n
+    isolate: bool = False  # run kernels in a worker process restarted after a crash (kbench.isolation)
 
 
 def parse_shard(text: str) -> tuple[int, int]:
     """`i/N` with 0 <= i < N."""
     i, sep, n = text.partition("/")
-    if not sep or not i.strip().isdigit() or not n.strip().isdigit() or not 0 <= int(i) < int(n):
+    if not sep or not i.strip().isdecimal() or not n.strip().isdecimal() or not 0 <= int(i) < int(n):
         raise BadInput(f"--shard: expected i/N with 0 <= i < N, got {text!r}")
     return int(i), int(n)
 
@@ -158,6 +160,7 @@ class Sweep:
                 raise BadInput(f"--slow-kernel: {name!r} is not among this sweep's kernels")
         self.wall = WallSplit()
         self.measurements = 0
+        self._isolated = None
 
     # -- set-up -----------------------------------------------------------------------------------
     def _device(self) -> DeviceInfo:
@@ -215,12 +218,18 @@ class Sweep:
             self._compile(dev, todo, done)
             self.obs.phase("measuring", total=sum(
                 1 for c in todo for k in self.kernels if (k.name, c.case_id) not in done))
-            timer = self._timer(dev)
-            for case in todo:
-                self._run_case(case, dev, timer, writer, done, bw)
+            if self.opt.isolate:
+                self._run_isolated(todo, dev, writer, done, bw)
+            else:
+                timer = self._timer(dev)
+                for case in todo:
+                    self._run_case(case, dev, timer, writer, done, bw)
         except KeyboardInterrupt:
             status = "interrupted"
         finally:
+            if self._isolated is not None:
+                writer.manifest["worker_restarts"] = self._isolated.restarts
+                self._isolated.close()
             self.wall.total_s = time.perf_counter() - t_start
             if dev.cuda:
                 from kbench.hardware import clocks
@@ -264,6 +273,36 @@ class Sweep:
     def _row(self, k: Kernel, dev: DeviceInfo, case: Case, status: str, **kw) -> Row:
         return Row.for_case(k.name, k.path, k.backend(dev) if dev.cuda else k.name, case, status,
                             kv_bytes=case.kv_bytes(), device=dev.name, sm=dev.sm, measured_at=now_iso(), **kw)
+
+    def _run_isolated(self, cases: list[Case], dev: DeviceInfo, writer: RunWriter, done, bw) -> None:
+        from dataclasses import asdict
+
+        from kbench.isolation import IsolatedRunner
+
+        opts = {k: v for k, v in asdict(self.opt).items() if k in ("device_index", "seed", "slow_kernel")}
+        d = self.sc.to_dict()
+        data = {"name": d["name"], "kernels": d["kernels"], "timing": d["timing"],
+                "grid": {k: v for k, v in d["grid"].items() if v is not None}}
+        data.update({"model": d["model"]} if d.get("model") else {"heads": d["heads"]})
+        self._isolated = runner = IsolatedRunner(data, opts)
+        by_name = {k.name: k for k in self.kernels}
+
+        def on_row(rec):
+            writer.append(rec)
+            self.obs.row(Row(**rec))
+            self.obs.advance()
+
+        for case in cases:
+            def on_failed(kernel, reason, case=case):
+                k = by_name[kernel]
+                self._emit(writer, self._row(k, dev, case, "failed", reason=reason), done)
+                self.obs.message(f"{kernel} {case.case_id}: {reason}")
+
+            self.obs.advance(f"{case.case_id} (isolated worker)")
+            wall, n = runner.run_case(case, done, bw, on_row, on_failed)
+            for key, v in wall.items():
+                setattr(self.wall, key, getattr(self.wall, key) + v)
+            self.measurements += n
 
     def _emit(self, writer: RunWriter, row: Row, done) -> None:
         writer.append(row)
@@ -333,6 +372,7 @@ class Sweep:
             l2 = f"exceeds-{L2_COVER}xL2"
         for k in runnable:
             self.obs.advance(f"{case.case_id}: {k.name}")
+            self.obs.kernel_started(k.name, case)
             if dev.cuda:
                 torch.cuda.reset_peak_memory_stats(dev.index)
             t0 = time.perf_counter()

@@ -1,0 +1,133 @@
+"""Crash isolation: a case's kernels run in a worker process that the sweep restarts after a fault.
+
+A CUDA fault (illegal address, launch failure) poisons the process's CUDA context for good, so a sweep
+that runs kernels in its own process dies with it. With `--isolate` the parent keeps the journal and
+sends one case at a time to a worker (spawned: a fresh CUDA context); the worker streams back a message
+as each kernel starts and a row as each is measured. If the worker dies, the kernel it was on gets a
+`failed` row with the exit status, a new worker starts, and the case goes on with its remaining kernels.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+from dataclasses import asdict
+
+from kbench.case import Case
+
+# (message kind, payload) from the worker
+KERNEL, ROW, CASE_DONE, READY = "kernel", "row", "case-done", "ready"
+
+
+class _PipeWriter:
+    def __init__(self, conn):
+        self.conn = conn
+
+    def append(self, row):
+        self.conn.send((ROW, row.to_dict()))
+
+
+def _worker_main(conn, scenario_dict: dict, options: dict) -> None:
+    """Runs in the worker: builds the same Sweep, then measures cases sent by the parent."""
+    from kbench.scenario import scenario_from_dict
+    from kbench.sweep import Sweep, SweepObserver, SweepOptions
+
+    class PipeObserver(SweepObserver):
+        def kernel_started(self, kernel, case):
+            conn.send((KERNEL, kernel))
+
+    sc = scenario_from_dict(scenario_dict, "isolated worker")
+    sweep = Sweep(sc, SweepOptions(**options), PipeObserver())
+    dev = sweep._device()
+    timer = sweep._timer(dev)
+    conn.send((READY, None))
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            break
+        case_d, done, bw = msg
+        before = dict(vars(sweep.wall))
+        n0 = sweep.measurements
+        sweep._run_case(Case(**case_d), dev, timer, _PipeWriter(conn), set(map(tuple, done)), bw)
+        delta = {k: v - before[k] for k, v in vars(sweep.wall).items()}
+        conn.send((CASE_DONE, (delta, sweep.measurements - n0)))
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class IsolatedRunner:
+    """Parent side. `run_case` returns when every kernel of the case has a row."""
+
+    def __init__(self, scenario_dict: dict, options: dict):
+        self.scenario_dict = scenario_dict
+        self.options = options
+        self.proc = None
+        self.conn = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, self.scenario_dict, self.options), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        kind, _ = self._recv()
+        if kind != READY:
+            raise RuntimeError(f"sweep worker failed to start ({describe_exit(self.proc.exitcode)})")
+
+    def _recv(self):
+        try:
+            return self.conn.recv()
+        except (EOFError, ConnectionError, OSError):
+            self.proc.join(timeout=5)
+            return ("died", describe_exit(self.proc.exitcode))
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+            self.proc.join(timeout=10)
+            if self.proc.is_alive():
+                self.proc.kill()
+        self.proc = None
+
+    def run_case(self, case: Case, done: set, bw, on_row, on_failed) -> tuple[dict, int]:
+        """on_row(row_dict) for each row; on_failed(kernel, reason) when the worker died on a kernel."""
+        wall: dict = {}
+        measured = 0
+        while True:
+            if self.proc is None or not self.proc.is_alive():
+                self._start()
+            self.conn.send((asdict(case), sorted(done), bw))
+            current = None
+            while True:
+                kind, payload = self._recv()
+                if kind == KERNEL:
+                    current = payload
+                elif kind == ROW:
+                    done.add((payload["kernel"], payload["case_id"]))
+                    on_row(payload)
+                elif kind == CASE_DONE:
+                    delta, n = payload
+                    for k, v in delta.items():
+                        wall[k] = wall.get(k, 0.0) + v
+                    return wall, measured + n
+                else:  # the worker died
+                    self.proc = None
+                    self.restarts += 1
+                    if current is None or (current, case.case_id) in done:
+                        raise RuntimeError(f"sweep worker died outside a kernel ({payload}) on {case.case_id}")
+                    on_failed(current, f"worker process died ({payload}); restarted")
+                    done.add((current, case.case_id))
+                    break  # restart and go on with the case's remaining kernels
