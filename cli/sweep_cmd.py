@@ -12,7 +12,7 @@ from kbench.scenario import apply_overrides, load_scenario
 from kbench.devices import parse_devices, run_on_devices
 from kbench.store import load_run
 from kbench.sweep import Sweep, SweepOptions, parse_shard, scenario_of_run, shard_cases
-from kbench.store import read_manifest
+from kbench.store import check_resumable, read_manifest
 
 from kbench.cli.render import RichSweepObserver, fmt_bw, skipped_reasons, summary_tables
 
@@ -21,7 +21,7 @@ def _slow(values: tuple[str, ...]) -> dict[str, int]:
     out = {}
     for v in values:
         name, sep, n = v.partition("=")
-        if not sep or not n.strip().isdigit() or int(n) < 2:
+        if not sep or not n.strip().isdecimal() or int(n) < 2:
             raise BadInput(f"--slow-kernel: expected KERNEL=N with N >= 2, got {v!r}")
         out[name.strip()] = int(n)
     return out
@@ -55,10 +55,11 @@ def _slow(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--jit-cache", type=click.Path(file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
 @click.option("--shard", help="Run slice i/N of the cases (deterministic: case j goes to shard j mod N); join slices with kbench merge.")
 @click.option("--devices", help="One worker process per listed GPU (e.g. 0,1) over the shards, merged into one run.")
+@click.option("--isolate", is_flag=True, help="Run kernels in a worker process restarted after a crash (a CUDA fault poisons the process): the crashed kernel gets a failed row, the sweep goes on.")
 @click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
 def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_dtype, model, heads, kernels,
           spread_target, budget_s, l2, out_dir, run_name, resume, device_index, seed, allow_wrong, slow_kernel,
-          compile_workers, jit_cache, shard, devices, max_table_cases):
+          compile_workers, jit_cache, shard, devices, isolate, max_table_cases):
     """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
 
     Each kernel's output is checked against a float32 torch reference before it is timed (CUDA-graph
@@ -78,17 +79,25 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
     if resume:
         if any(v is not None for v in axes.values()):
             raise BadInput("--resume takes the scenario from the run; drop the axis options")
-        sc = scenario_of_run(read_manifest(resume))
+        manifest = read_manifest(resume)
+        check_resumable(resume, manifest)
+        try:
+            sc = scenario_of_run(manifest)
+        except (KeyError, TypeError, AttributeError) as e:  # a hand-edited or foreign manifest
+            raise BadInput(f"{resume}: the manifest's scenario is incomplete ({type(e).__name__}: {e})") from None
     else:
         sc = apply_overrides(load_scenario(scenario), **axes)
     opts = SweepOptions(out_dir=out_dir, resume=resume, run_name=run_name, device_index=device_index, seed=seed,
-                        slow_kernel=_slow(slow_kernel), compile_workers=compile_workers, command_line=shlex.join(["kbench", *sys.argv[1:]]))
+                        slow_kernel=_slow(slow_kernel), compile_workers=compile_workers, isolate=isolate, command_line=shlex.join(["kbench", *sys.argv[1:]]))
     if devices:
         if shard or resume:
             raise BadInput("--devices runs its own shards: drop --shard/--resume")
         return _sweep_on_devices(console, sc, parse_devices(devices), out_dir, run_name or sc.name, allow_wrong,
                                  max_table_cases)
-    opts.shard = parse_shard(shard) if shard else None
+    try:
+        opts.shard = parse_shard(shard) if shard else None
+    except ValueError:  # a digit int() does not take, e.g. '²' (kbench.sweep.parse_shard checks isdigit)
+        raise BadInput(f"--shard: expected i/N with 0 <= i < N, got {shard!r}") from None
     cases = shard_cases(sc.cases(), opts.shard)
     console.print(f"[bold]{sc.name}[/]: {len(cases)} cases x {len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels "
                   f"({sc.source})")
@@ -125,7 +134,7 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
 # options a --devices worker inherits from the parent command line, as given
 _PASS = ("scenario", "batch_size", "q_len", "kv_len", "page_size", "kv_layout", "dtype", "kv_dtype", "model",
          "heads", "kernels", "spread_target", "budget_s", "l2", "seed", "allow_wrong", "slow_kernel",
-         "compile_workers", "jit_cache")
+         "compile_workers", "jit_cache", "isolate")
 
 
 def _worker_args() -> list[str]:
