@@ -15,15 +15,26 @@ GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression b
 
 \b
 Rows match on kernel, case, dtype and layout (server-bench runs: on case). Per row, with
-worse = (cand - base) / base for times and (base - cand) / base for throughputs:
-  regression   worse > threshold AND beyond noise: one-sided Mann-Whitney p < alpha when both rows
-               kept samples, else the spread intervals median*(1 +- rel_spread) (or p25..p75) do
-               not overlap, else the threshold alone
-  improvement  faster by more than the threshold and beyond noise: passes, listed
-  within-noise beyond the threshold but within noise: passes
+worse = (cand - base) / base for times and (base - cand) / base for throughputs, and
+  band       = max(threshold, K * run_noise, run_spread)   K: --run-spread-k (default 3)
+  run_noise  = max(median run_spread of the baseline's ok rows of the same kernel and batch
+               size, --noise-floor)
+  run_spread = (max - min) / median of the row's per-run medians, recorded by a baseline built
+               from several runs: kbench baseline RUN1 RUN2 ... --name NAME
+  A single-run baseline has no run_spread: band = max(threshold, K * --noise-floor), which is the
+  threshold by default, and the gate warns that run-to-run noise is unknown.
+\b
+  regression   worse > band AND beyond within-run noise: one-sided Mann-Whitney p < alpha when
+               both rows kept samples, else the spread intervals median*(1 +- rel_spread) (or
+               p25..p75) do not overlap, else the band alone
+  improvement  faster by more than the band and beyond noise: passes, listed
+  within-noise beyond the threshold but within the band or within noise: passes
 \b
 Also fails: a baseline-ok row now wrong or failed; now skipped or absent from the candidate (unless
---allow-missing); a case whose decode-vs-context winner changed (unless --ignore-winner-change).
+--allow-missing); a case whose decode-vs-context winner changed (unless --ignore-winner-change). A
+side whose best decode and best context times are within their spreads, or within
+max(K * run_noise, run_spread) of either best row of each other, has no winner: a flip there is
+listed as a tie and passes.
 Refuses (exit 2) runs from different GPU models, SM versions or result schema versions unless --force.
 Exit codes: 0 pass, 1 regression or failure, 2 bad input.
 """
@@ -71,9 +82,19 @@ def render(res, console: Console, show_all: bool) -> None:
                                          f"({w.cand_winner})"))
     for w in res.warnings:
         console.print("[yellow]warning:[/] " + escape(w))
-    console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; threshold {res.threshold:.1%}, "
-                         f"alpha {res.alpha:g}"))
+    if res.winner_ties:
+        console.print(escape(f"{len(res.winner_ties)} winner flip(s) within the run-to-run spread, counted as "
+                             f"ties: {', '.join(res.winner_ties)}"), style="dim")
+    console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {noise_line(res)}"))
     console.print(f"[{'bold green' if res.passed else 'bold red'}]{res.summary_line()}[/]")
+
+
+def noise_line(res) -> str:
+    """threshold, alpha and the run-to-run noise settings, one line."""
+    runs = f"baseline of {res.baseline_runs} run{'s' if res.baseline_runs != 1 else ''}"
+    band = f"band max(threshold, {res.run_spread_k:g} x run noise, run spread)"
+    floor = f", noise floor {res.noise_floor:.1%}" if res.noise_floor else ""
+    return f"threshold {res.threshold:.1%}, alpha {res.alpha:g}; {runs}, {band}{floor}"
 
 
 @click.command("gate", help=GATE_HELP)
@@ -83,6 +104,10 @@ def render(res, console: Console, show_all: bool) -> None:
 @click.option("--threshold", default="5%", show_default=True, help="Relative change that counts: 5% or 0.05.")
 @click.option("--alpha", type=float, default=0.01, show_default=True,
               help="Significance level of the one-sided Mann-Whitney test.")
+@click.option("--run-spread-k", type=float, default=3.0, show_default=True,
+              help="K in band = max(threshold, K * run_noise, run_spread): how many pooled run-to-run spreads a change must exceed.")
+@click.option("--noise-floor", default="0%", show_default=True,
+              help="Smallest run-to-run noise assumed for every row (e.g. 2%), also for single-run baselines.")
 @click.option("--ignore-winner-change", is_flag=True, help="A changed decode-vs-context winner does not fail.")
 @click.option("--allow-missing", is_flag=True, help="Baseline rows absent (or now skipped) in the candidate do not fail.")
 @click.option("--force", is_flag=True, help="Compare across GPU models, SM versions or result schema versions.")
@@ -91,12 +116,13 @@ def render(res, console: Console, show_all: bool) -> None:
 @click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Write the result as JSON here.")
 @click.option("--show-all", is_flag=True, help="List every row in the terminal table, not only the notable ones.")
 @one_line_errors
-def gate(baseline, candidate, threshold, alpha, ignore_winner_change, allow_missing, force, markdown_file,
-         junit_file, json_file, show_all):
+def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignore_winner_change, allow_missing,
+         force, markdown_file, junit_file, json_file, show_all):
     from kbench.gate import parse_threshold, run_gate, write_json, write_junit, write_markdown
 
     res = run_gate(baseline, candidate, threshold=parse_threshold(threshold), alpha=alpha,
-                   ignore_winner_change=ignore_winner_change, allow_missing=allow_missing, force=force)
+                   ignore_winner_change=ignore_winner_change, allow_missing=allow_missing, force=force,
+                   run_spread_k=run_spread_k, noise_floor=parse_threshold(noise_floor, "--noise-floor"))
     render(res, Console(), show_all)
     try:
         write_markdown(res, markdown_file)  # also appends to $GITHUB_STEP_SUMMARY when set
@@ -111,22 +137,39 @@ def gate(baseline, candidate, threshold, alpha, ignore_winner_change, allow_miss
 
 
 @click.command("baseline")
-@click.argument("run", metavar="RUN")
+@click.argument("runs", metavar="RUN [RUN ...]", nargs=-1, required=True)
 @click.option("--name", required=True, help="Baseline name: results/baselines/NAME (one folder name).")
 @click.option("--root", default="results/baselines", show_default=True, type=click.Path(file_okay=False),
               help="Folder that holds the baselines.")
 @one_line_errors
-def baseline(run, name, root):
-    """Write or refresh the baseline NAME from RUN (rows and manifest), meant to be committed."""
-    from kbench.baselines import write_baseline
+def baseline(runs, name, root):
+    """Write or refresh the baseline NAME from RUN (rows and manifest), meant to be committed.
+
+    \b
+    With several runs of the same scenario on the same GPU (refused otherwise, exit 2), each row keeps
+    median_us = the median of the per-run medians, run_medians_us, runs (how many runs measured it ok),
+    run_spread = (max - min) / median of the per-run medians, and the runs' samples pooled. The gate
+    widens its band by run_spread: band = max(threshold, K * run_noise, run_spread), see kbench gate --help.
+    """
+    from kbench.baselines import write_multi_baseline
     from kbench.store import load_run
 
-    r = load_run(run)
-    if r.manifest.get("status") not in (None, "complete"):
-        click.echo(f"warning: {run} has status {r.manifest.get('status')!r}; the baseline holds only the rows "
-                   "it measured", err=True)
-    dest = write_baseline(r, name, root)
-    counts = r.rows["status"].value_counts().to_dict() if "status" in r.rows else {}
+    loaded = [load_run(r) for r in runs]
+    for run, r in zip(runs, loaded):
+        if r.manifest.get("status") not in (None, "complete"):
+            click.echo(f"warning: {run} has status {r.manifest.get('status')!r}; the baseline holds only the rows "
+                       "it measured", err=True)
+    dest, rows, warnings = write_multi_baseline(loaded, name, root)
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+    counts = rows["status"].value_counts().to_dict() if "status" in rows else {}
     detail = ", ".join(f"{v} {k}" for k, v in counts.items())
-    click.echo(f"baseline {dest} written from {r.path} ({len(r.rows)} rows{': ' + detail if detail else ''}); "
+    src = loaded[0].path if len(loaded) == 1 else f"{len(loaded)} runs"
+    spread = ""
+    if len(loaded) > 1 and "run_spread" in rows:
+        rs = rows["run_spread"].dropna().astype(float)
+        if len(rs):
+            spread = (f"; run_spread median {rs.median():.1%}, p95 {rs.quantile(0.95):.1%}, "
+                      f"max {rs.max():.1%}")
+    click.echo(f"baseline {dest} written from {src} ({len(rows)} rows{': ' + detail if detail else ''}{spread}); "
                f"commit it: git add {dest}")

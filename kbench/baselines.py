@@ -1,22 +1,47 @@
-"""Baselines for the CI gate: a committed copy of a run's rows and manifest under results/baselines/NAME/.
+"""Baselines for the CI gate: a committed copy of one or more runs' rows and manifest under results/baselines/NAME/.
 
-    results/baselines/NAME/manifest.json   the run's manifest plus a "baseline" entry (source run, when)
-    results/baselines/NAME/rows.parquet    every row of the run (ok, wrong, skipped, failed)
+    results/baselines/NAME/manifest.json   the run's manifest plus a "baseline" entry (source runs, when)
+    results/baselines/NAME/rows.parquet    every row (ok, wrong, skipped, failed)
     results/baselines/NAME/rows.csv        the same, diffable in a pull request
 
 No journal: load_run reads the Parquet. Writing an existing name replaces it (that is how a baseline is
 refreshed after an improvement).
+
+One run: the baseline is a copy of its rows, nothing added.
+
+Several runs of the same scenario on the same GPU (sweep runs; same kind, GPU model and SM, scenario
+name, model, heads, timer settings and --slow-kernel; refused otherwise): one row per (kernel, case,
+dtype, layout) with
+
+    median_us       the median of the per-run medians
+    run_medians_us  the per-run medians, in the order the runs were given
+    runs            how many runs measured the row ok (their medians make up median_us)
+    run_spread      (max - min) / median of the per-run medians: how far apart runs of the same code
+                    landed (None with fewer than 2 runs). The gate widens its band by it.
+    samples_us      all runs' samples pooled (the Mann-Whitney test compares the candidate with them);
+                    p25/p75/iqr/min_us and num_samples are recomputed from the pooled samples
+    rel_spread      the largest within-run rel_spread of the runs
+
+A row must be ok in every run that measured it to be ok in the baseline; otherwise it keeps the
+non-ok status (not compared by the gate) and a warning says so. Rows measured by only some runs
+(runs whose grids differ) are kept with the smaller ``runs``.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
+
+import numpy as np
+import pandas as pd
 
 from kbench.errors import BadInput
 from kbench.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, now_iso, safe_name, write_tables
 
 DEFAULT_ROOT = Path("results") / "baselines"
+KEY = ("kernel", "case_id", "dtype", "kv_layout")
+RUN_SPREAD_RULE = "(max - min) / median of the per-run medians of the row"
 
 
 def baseline_dir(name: str, root: str | Path = DEFAULT_ROOT) -> Path:
@@ -33,20 +58,172 @@ def baseline_dir(name: str, root: str | Path = DEFAULT_ROOT) -> Path:
     return Path(root) / clean
 
 
-def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT) -> Path:
+def num_runs(manifest: dict) -> int:
+    """How many runs a baseline (or plain run: 1) was built from."""
+    b = manifest.get("baseline")
+    n = b.get("num_runs") if isinstance(b, dict) else None
+    return int(n) if isinstance(n, int) and n > 0 else 1
+
+
+# --- several runs -> one baseline -----------------------------------------------------------------
+
+def _identity(run: Run) -> dict:
+    """What must be equal for runs to be pooled: kind, GPU, scenario (name, model, heads), timer, slowdowns."""
+    from kbench.gate.hardware import hardware_of
+
+    m = run.manifest
+    sc = m.get("scenario") if isinstance(m.get("scenario"), dict) else {}
+    timer = m.get("timer") if isinstance(m.get("timer"), dict) else {}
+    hw = hardware_of(run)
+    return {
+        "run kind": run.kind,
+        "GPU model": hw.name,
+        "SM version": hw.sm,
+        "scenario": sc.get("name") if sc else m.get("scenario"),
+        "model": sc.get("model"),
+        "heads": json.dumps(sc.get("heads"), sort_keys=True),
+        "timer": json.dumps({k: v for k, v in timer.items() if k != "spread"}, sort_keys=True),
+        "--slow-kernel": json.dumps(m.get("slow_kernel") or {}, sort_keys=True),
+    }
+
+
+def check_same_scenario(runs: list[Run]) -> None:
+    """BadInput (one line) unless every run has the first run's identity (see _identity)."""
+    seen: dict[Path, Path] = {}
+    for r in runs:
+        p = Path(r.path).resolve()
+        if p in seen:
+            raise BadInput(f"{r.path} is given twice; a multi-run baseline needs distinct runs")
+        seen[p] = r.path
+        if num_runs(r.manifest) > 1:
+            raise BadInput(f"{r.path} is already a multi-run baseline; give the runs it was built from")
+    if runs[0].kind != "sweep":
+        raise BadInput(f"a baseline from several runs needs sweep runs, not {runs[0].kind} runs")
+    first = _identity(runs[0])
+    for r in runs[1:]:
+        ident = _identity(r)
+        diff = [f"{k} {first[k]!s} vs {ident[k]!s}" for k in first if first[k] != ident[k]]
+        if diff:
+            raise BadInput(f"refusing to pool {runs[0].path} and {r.path}: not the same scenario on the same "
+                           f"GPU ({'; '.join(diff)})")
+
+
+def _num(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _status(rec: dict) -> str:
+    s = rec.get("status")
+    return "ok" if s is None or s != s else str(s)
+
+
+def _key(rec: dict) -> tuple:
+    return tuple("" if rec.get(c) is None else str(rec.get(c)) for c in KEY)
+
+
+def _samples(rec: dict) -> list[float]:
+    raw = rec.get("samples_us")
+    if raw is None or isinstance(raw, (str, float)):
+        return []
+    return [f for f in (_num(x) for x in raw) if f is not None]
+
+
+def _pool(recs: list[dict]) -> dict:
+    """One baseline row from the same row of several runs, all ok and timed."""
+    out = dict(recs[0])
+    medians = [_num(r.get("median_us")) for r in recs]
+    med = float(np.median(medians))
+    out["median_us"] = med
+    out["run_medians_us"] = medians
+    out["runs"] = len(recs)
+    out["run_spread"] = (max(medians) - min(medians)) / med if len(recs) >= 2 and med > 0 else None
+    pooled = [x for r in recs for x in _samples(r)]
+    out["samples_us"] = pooled
+    out["num_samples"] = len(pooled) if pooled else sum(int(_num(r.get("num_samples")) or 0) for r in recs)
+    if pooled:
+        a = np.asarray(pooled)
+        p25, p75 = float(np.percentile(a, 25)), float(np.percentile(a, 75))
+        out.update(p25_us=p25, p75_us=p75, iqr_us=p75 - p25, min_us=float(a.min()))
+    spreads = [s for s in (_num(r.get("rel_spread")) for r in recs) if s is not None]
+    out["rel_spread"] = max(spreads) if spreads else None
+    first = _num(recs[0].get("median_us"))
+    for col in ("kv_bandwidth_gbs", "roofline_frac"):  # both are proportional to 1 / median
+        v = _num(recs[0].get(col))
+        out[col] = v * first / med if v is not None and first and med > 0 else recs[0].get(col)
+    return out
+
+
+def pool_runs(runs: list[Run]) -> tuple[pd.DataFrame, list[str]]:
+    """The rows of a multi-run baseline (see the module docstring) and warnings about rows that differ."""
+    check_same_scenario(runs)
+    by_key: dict[tuple, list[tuple[int, dict]]] = {}
+    for i, run in enumerate(runs):
+        per_run: dict[tuple, dict] = {}
+        for rec in run.rows.to_dict("records"):
+            per_run[_key(rec)] = rec  # a resumed run may repeat a row: the last one measured counts
+        for k, rec in per_run.items():
+            by_key.setdefault(k, []).append((i, rec))
+    out, mixed, partial = [], [], 0
+    for k, items in by_key.items():
+        recs = [r for _, r in items]
+        partial += len(items) < len(runs)
+        statuses = [_status(r) for r in recs]
+        timed = all(_num(r.get("median_us")) is not None for r in recs)
+        if all(s == "ok" for s in statuses) and timed and recs[0].get("path") != "reference":
+            out.append(_pool(recs))
+            continue
+        bad = next((r for r in recs if _status(r) != "ok"), recs[0])
+        row = dict(bad)
+        row["runs"] = sum(s == "ok" for s in statuses)
+        row["run_spread"] = None
+        row["run_medians_us"] = [m for m in (_num(r.get("median_us")) for r in recs) if m is not None]
+        if len(set(statuses)) > 1:
+            counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+            row["reason"] = f"{row.get('reason') or ''} (status differs between runs: {counts})".strip()
+            mixed.append(f"{k[0]} / {k[1]} ({counts})")
+        out.append(row)
+    warnings = []
+    if mixed:
+        warnings.append(f"{len(mixed)} row(s) not ok in every run, kept as not ok (the gate will not compare "
+                        f"them): {'; '.join(mixed[:5])}{' ...' if len(mixed) > 5 else ''}")
+    if partial:
+        warnings.append(f"{partial} row(s) are not in every run; their runs column says how many measured them")
+    return pd.DataFrame.from_records(out), warnings
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+def _prepare_dest(name: str, root, sources: list[Path]) -> Path:
     dest = baseline_dir(name, root)
-    if dest.resolve() == Path(run.path).resolve():
-        raise BadInput(f"{run.path} is already the baseline {name!r}")
+    for src in sources:
+        if dest.resolve() == Path(src).resolve():
+            raise BadInput(f"{src} is already the baseline {name!r}")
     if dest.exists():
         if not dest.is_dir():
             raise BadInput(f"{dest}: exists and is not a folder")
         if any(dest.iterdir()) and not (dest / MANIFEST).is_file():
             raise BadInput(f"{dest}: exists and is not a kbench baseline; choose another --name")
+    return dest
+
+
+def _write(dest: Path, rows: pd.DataFrame, kind: str, manifest: dict) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    write_tables(dest, run.rows, run.kind)
+    write_tables(dest, rows, kind)
     stale = dest / JOURNAL  # a journal would shadow the new Parquet for readers
     if stale.exists():
         stale.unlink()
+    tmp = dest / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, dest / MANIFEST)
+
+
+def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT) -> Path:
+    """A baseline from one run: its rows unchanged."""
+    dest = _prepare_dest(name, root, [run.path])
     manifest = dict(run.manifest)
     manifest.pop("baseline", None)
     manifest["baseline"] = {
@@ -57,9 +234,41 @@ def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT) -> Path
             run.manifest.get("baseline"), dict) else None,
         "created_at": now_iso(),
         "num_rows": int(len(run.rows)),
+        "num_runs": 1,
         "files": [MANIFEST, PARQUET, CSV],
     }
-    tmp = dest / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, dest / MANIFEST)
+    _write(dest, run.rows, run.kind, manifest)
     return dest
+
+
+def write_multi_baseline(runs: list[Run], name: str, root: str | Path = DEFAULT_ROOT
+                         ) -> tuple[Path, pd.DataFrame, list[str]]:
+    """A baseline from several runs of the same scenario on the same GPU (module docstring).
+    Returns (folder, rows, warnings). One run: write_baseline."""
+    if not runs:
+        raise BadInput("a baseline needs at least one run")
+    if len(runs) == 1:
+        dest = write_baseline(runs[0], name, root)
+        return dest, runs[0].rows, []
+    rows, warnings = pool_runs(runs)
+    dest = _prepare_dest(name, root, [r.path for r in runs])
+    manifest = dict(runs[0].manifest)
+    manifest.pop("baseline", None)
+    manifest["status"] = "complete" if all(r.manifest.get("status") in (None, "complete") for r in runs) \
+        else "partial"
+    manifest["num_rows"] = int(len(rows))
+    manifest["baseline"] = {
+        "name": dest.name,
+        "source_runs": [str(r.path) for r in runs],
+        "source_run_names": [r.path.name for r in runs],
+        "num_runs": len(runs),
+        "run_spread": RUN_SPREAD_RULE,
+        "median_us": "median of the per-run medians (run_medians_us); samples_us pooled",
+        "runs": [{k: r.manifest.get(k) for k in ("start_time", "end_time", "command_line", "clocks_start",
+                                                 "clocks_end", "status")} for r in runs],
+        "created_at": now_iso(),
+        "num_rows": int(len(rows)),
+        "files": [MANIFEST, PARQUET, CSV],
+    }
+    _write(dest, rows, runs[0].kind, manifest)
+    return dest, rows, warnings

@@ -87,3 +87,23 @@ def gate_json(tmp_path: Path, base: Path, cand: Path, *extra, env=None):
 
 def outcomes(data) -> dict:
     return {(r["kernel"], r["case_id"], r["metric"]): r["outcome"] for r in data["rows"]}
+
+
+def scaled(factor, times=None) -> dict:
+    """Every row ``factor`` times slower: a whole run on a slower clock (the run-to-run noise of a GPU)."""
+    return {k: t * factor for k, t in (times or BASE_TIMES).items()}
+
+
+def baseline_cli(*args):
+    from kbench.cli.gate_cmd import baseline
+    return CliRunner().invoke(baseline, [str(a) for a in args])
+
+
+def multi_baseline(tmp_path: Path, factors=(1.0, 1.06), times=None, name="multi", **kw) -> Path:
+    """A baseline from len(factors) runs, run i at ``factors[i]`` times ``times`` (own samples per run)."""
+    runs = [write_run(tmp_path / f"{name}-run{i}", sweep_rows(scaled(f, times), seed=10 + i, **kw))
+            for i, f in enumerate(factors)]
+    root = tmp_path / "baselines"
+    res = baseline_cli(*runs, "--name", name, "--root", root)
+    assert res.exit_code == 0, res.output
+    return root / name

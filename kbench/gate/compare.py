@@ -3,26 +3,47 @@
 Decision rule (the same text is in ``kbench gate --help``):
 
 - A matched row whose baseline status is ok is compared on each metric. With ``worse`` the relative
-  change in the bad direction ((cand - base) / base for times, (base - cand) / base for throughputs):
-  **regression** iff ``worse > threshold`` AND the difference is beyond noise in that direction (one-sided
-  Mann-Whitney p < alpha when both rows kept samples, else the spread intervals do not overlap, else the
-  threshold alone); **improvement** iff ``-worse > threshold`` and beyond noise the other way (listed,
-  passes); beyond the threshold but within noise is **within-noise** (passes); anything else passes.
+  change in the bad direction ((cand - base) / base for times, (base - cand) / base for throughputs)
+  and the row's allowed band
+
+      band = max(threshold, k * run_noise, run_spread)
+      run_noise = max(median run_spread of the baseline's ok rows of the same kernel and batch size,
+                      noise_floor)
+
+  run_spread = (max - min) / median of the row's per-run medians, recorded by ``kbench baseline RUN1
+  RUN2 ...`` (kbench.baselines); k = ``run_spread_k``, default 3; noise_floor default 0. A single-run
+  baseline has no run_spread, so run_noise = noise_floor and band = max(threshold, k * noise_floor)
+  (= threshold by default), with a warning that run-to-run noise is unknown. Then: **regression** iff
+  ``worse > band`` AND the difference is beyond within-run noise in that direction (one-sided
+  Mann-Whitney p < alpha when both rows kept samples, else the spread intervals do not overlap, else
+  the band alone); **improvement** iff ``-worse > band`` and beyond noise the other
+  way (listed, passes); beyond the threshold but within the band (method "run-spread") or within the
+  within-run noise is **within-noise** (passes); anything else passes.
+  Why pooled: 2 or 3 runs estimate one row's run-to-run spread poorly (two runs can land close by
+  chance, or far apart once); rows of one kernel and batch size share clock and power behaviour, so
+  their median spread, times k, is the row's allowance; the row's own run_spread (k = 1) is a floor:
+  a change no larger than what the baseline runs themselves showed for that row never fails.
 - Status: baseline ok -> candidate wrong or failed fails (**wrong** / **failed**); ok -> skipped fails as
   **skipped** unless ``allow_missing`` (the kernel no longer ran). A baseline row that was not ok is not
   compared (**not-compared**, passes; "fixed" when the candidate is ok now).
 - A baseline row absent from the candidate fails as **missing** unless ``allow_missing``; candidate rows
   absent from the baseline are listed as **new** (pass).
 - Sweep runs: the decode-vs-context winner of a case (kbench.winners.case_winners) changing between
-  decode and context fails unless ``ignore_winner_change``; reported separately from rows.
+  decode and context fails unless ``ignore_winner_change``; reported separately from rows. A side whose
+  best decode and best context times tie (within their within-run spreads, winners.py's path_verdict,
+  or within the run-to-run band of each other: |decode - context| / min(decode, context) <=
+  max(k * run_noise, run_spread) of either of the two best rows in the baseline) has no winner, so no
+  change: such cases are listed as ties (``winner_ties``), not failures.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import median
 
 import pandas as pd
 
+from kbench.baselines import num_runs
 from kbench.errors import BadInput
 from kbench.gate.hardware import hardware_of, mismatches
 from kbench.gate.loading import load_for_gate
@@ -33,6 +54,8 @@ from kbench.winners import case_winners
 FAILING = ("regression", "wrong", "failed", "skipped", "missing")
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
+DEFAULT_RUN_SPREAD_K = 3.0
+DEFAULT_NOISE_FLOOR = 0.0
 
 
 @dataclass
@@ -48,9 +71,12 @@ class RowResult:
     base_value: float | None = None
     cand_value: float | None = None
     change: float | None = None  # (cand - base) / base
-    method: str | None = None  # mann-whitney | spread | threshold-only
+    method: str | None = None  # mann-whitney | spread | threshold-only | run-spread
     p_value: float | None = None
     note: str = ""
+    run_noise: float | None = None  # pooled run-to-run noise of the row's kernel and batch size (docstring)
+    run_spread: float | None = None  # the row's own run_spread in the baseline
+    band: float | None = None  # max(threshold, k * run_noise, run_spread): what a regression must exceed
 
     @property
     def name(self) -> str:
@@ -84,6 +110,10 @@ class GateResult:
     candidate_hw: str
     warnings: list[str] = field(default_factory=list)
     options: dict = field(default_factory=dict)
+    baseline_runs: int = 1
+    run_spread_k: float = DEFAULT_RUN_SPREAD_K
+    noise_floor: float = DEFAULT_NOISE_FLOOR
+    winner_ties: list[str] = field(default_factory=list)  # flips within the run-to-run spread: ties
 
     def with_outcome(self, *outcomes: str) -> list[RowResult]:
         return [r for r in self.rows if r.outcome in outcomes]
@@ -122,20 +152,60 @@ class GateResult:
         return d
 
 
-def parse_threshold(text) -> float:
+def parse_threshold(text, option: str = "--threshold") -> float:
     """'5%' or '0.05' -> 0.05. A bare number of 1 or more is refused (5 is ambiguous: 5% or 500%?)."""
     s = str(text).strip()
     pct = s.endswith("%")
     try:
         v = float(s[:-1] if pct else s)
     except ValueError:
-        raise BadInput(f"--threshold {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
+        raise BadInput(f"{option} {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
     if pct:
         v /= 100
     if not (0 <= v < 1) or v != v:
         hint = f" (did you mean {s}%?)" if not pct and 1 <= v < 100 else ""
-        raise BadInput(f"--threshold {text!r}: must be between 0% and 100%{hint}")
+        raise BadInput(f"{option} {text!r}: must be between 0% and 100%{hint}")
     return v
+
+
+def _fnum(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if f == f and f not in (float("inf"), float("-inf")) else None
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    own: float | None  # the row's run_spread, None when the baseline did not record one
+    pooled: float  # max(median run_spread of its kernel and batch size, noise_floor)
+
+    def band(self, k: float) -> float:
+        """The run-to-run part of the band: max(k * pooled, own)."""
+        return max(k * self.pooled, self.own or 0.0)
+
+
+NO_NOISE = RunNoise(None, 0.0)
+
+
+def _group(rec: dict) -> tuple[str, str]:
+    return (str(rec.get("kernel", "")), str(rec.get("batch_size", "")))
+
+
+def run_noise_of(base_recs: dict[tuple, dict], noise_floor: float = 0.0) -> dict[tuple, RunNoise]:
+    """key -> RunNoise: the row's run_spread and the median run_spread of the baseline's ok rows of its kernel
+    and batch size (at least noise_floor). Rows without a run_spread (single-run baselines, rows one run
+    measured) still get their group's median."""
+    groups: dict[tuple, list[float]] = {}
+    own: dict[tuple, float | None] = {}
+    for k, rec in base_recs.items():
+        rs = _fnum(rec.get("run_spread"))
+        own[k] = rs if rs is not None and rs >= 0 else None
+        if own[k] is not None and _status(rec) == "ok":
+            groups.setdefault(_group(rec), []).append(own[k])
+    pooled = {g: float(median(v)) for g, v in groups.items()}
+    return {k: RunNoise(own[k], max(pooled.get(_group(rec), 0.0), noise_floor)) for k, rec in base_recs.items()}
 
 
 def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str) -> dict[tuple, dict]:
@@ -158,9 +228,19 @@ def _status(rec: dict) -> str:
     return "ok" if s is None or s != s else str(s)
 
 
-def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: float) -> RowResult:
+def _band_why(noise: "RunNoise", k: float) -> str:
+    if noise.own is not None and noise.own >= k * noise.pooled:
+        return f"the row's run spread {noise.own:.1%}"
+    return f"{k:g} x run noise {noise.pooled:.1%}"
+
+
+def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: float,
+                    noise: "RunNoise | None" = None, k: float = DEFAULT_RUN_SPREAD_K) -> RowResult:
+    noise = noise or NO_NOISE
+    band = max(threshold, noise.band(k))
     base = RowResult(key, str(key.get("kernel", "")), str(rec_b.get("case_id")), metric.name, "pass", False,
-                     "ok", "ok")
+                     "ok", "ok", run_noise=noise.pooled, run_spread=noise.own, band=band)
+    why = _band_why(noise, k)
     mb, mc = measurement(rec_b, metric), measurement(rec_c, metric)
     if mb is None or mc is None:
         base.outcome, base.note = "not-compared", f"no {metric.column} on the {'baseline' if mb is None else 'candidate'} side"
@@ -173,26 +253,33 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
         base.note = "within threshold"
         return base
     direction = "worse" if worse > 0 else "better"
+    if abs(worse) <= band:
+        base.outcome, base.method = "within-noise", "run-spread"
+        base.note = f"{direction} by {abs(worse):.1%} but within the run-to-run band {band:.1%} ({why})"
+        return base
     verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
     base.method, base.p_value = verdict.method, verdict.p_value
+    limit = f"{band:.1%}" + (f" ({why})" if band > threshold else "")
     if not verdict.beyond_noise:
         base.outcome, base.note = "within-noise", f"{direction} by {abs(worse):.1%} but {verdict.describe()}"
     elif direction == "worse":
         base.outcome, base.fails = "regression", True
-        base.note = f"worse by {worse:.1%} > {threshold:.1%}, {verdict.describe()}"
+        base.note = f"worse by {worse:.1%} > {limit}, {verdict.describe()}"
     else:
-        base.outcome, base.note = "improvement", f"better by {-worse:.1%}, {verdict.describe()}"
+        base.outcome, base.note = "improvement", f"better by {-worse:.1%} > {limit}, {verdict.describe()}"
     return base
 
 
 def compare_rows(base_recs: dict, cand_recs: dict, key_cols, metrics: list[Metric], threshold: float,
-                 alpha: float, allow_missing: bool) -> list[RowResult]:
+                 alpha: float, allow_missing: bool, noise: dict | None = None,
+                 k: float = DEFAULT_RUN_SPREAD_K) -> list[RowResult]:
+    noise = noise or {}
     results = []
-    for k, rb in base_recs.items():
-        key = dict(zip(key_cols, k))
+    for k_, rb in base_recs.items():
+        key = dict(zip(key_cols, k_))
         kernel, case_id = str(key.get("kernel", "")), str(rb.get("case_id"))
         sb = _status(rb)
-        rc = cand_recs.get(k)
+        rc = cand_recs.get(k_)
         if rc is None:
             results.append(RowResult(key, kernel, case_id, None, "missing", not allow_missing, sb, None,
                                      note="not in the candidate" + (" (allowed)" if allow_missing else "")))
@@ -214,10 +301,10 @@ def compare_rows(base_recs: dict, cand_recs: dict, key_cols, metrics: list[Metri
                                      + (" (allowed)" if allow_missing else "")))
             continue
         for m in metrics:
-            results.append(_compare_metric(key, rb, rc, m, threshold, alpha))
-    for k, rc in cand_recs.items():
-        if k not in base_recs:
-            key = dict(zip(key_cols, k))
+            results.append(_compare_metric(key, rb, rc, m, threshold, alpha, noise.get(k_), k))
+    for k_, rc in cand_recs.items():
+        if k_ not in base_recs:
+            key = dict(zip(key_cols, k_))
             results.append(RowResult(key, str(key.get("kernel", "")), str(rc.get("case_id")), None, "new", False,
                                      None, _status(rc), note="not in the baseline"))
     return results
@@ -233,10 +320,25 @@ def _path(rec: dict):
     return rec.get("winner_path") if _missing(v) else v
 
 
-def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bool
-                    ) -> tuple[list[WinnerChange], list[str]]:
+def _run_tie(rec: dict, noise_by_kernel_case: dict, k: float) -> bool:
+    """Best decode and best context of one side within the run-to-run band of each other (module docstring);
+    noise_by_kernel_case holds each row's max(k * run_noise, run_spread)."""
+    d, c = _fnum(rec.get("decode_us")), _fnum(rec.get("context_us"))
+    if d is None or c is None or min(d, c) <= 0:
+        return False
+    cid = str(rec.get("case_id"))
+    rn = max(noise_by_kernel_case.get((str(rec.get("best_decode")), cid), 0.0),
+             noise_by_kernel_case.get((str(rec.get("best_context")), cid), 0.0))
+    return rn > 0 and abs(d - c) / min(d, c) <= rn
+
+
+def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bool,
+                    noise_by_kernel_case: dict | None = None, k: float = DEFAULT_RUN_SPREAD_K,
+                    ties: list[str] | None = None) -> tuple[list[WinnerChange], list[str]]:
     """Winner path changes between decode and context, per case measured on both paths in both runs.
-    A tie (best decode and best context within their spreads, winners.py's path_verdict) is not a change."""
+    A tie (best decode and best context within their spreads, winners.py's path_verdict, or within
+    the run-to-run band) is not a change; flips that only the run-to-run tie turned into ties go to ``ties``."""
+    noise_by_kernel_case = noise_by_kernel_case or {}
     wb, wc = case_winners(base_rows), case_winners(cand_rows)
     if wb.empty or wc.empty:
         return [], []
@@ -252,6 +354,10 @@ def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bo
         compared.append(str(b["case_id"]))
         if pb not in ("decode", "context") or pc not in ("decode", "context"):
             continue  # a tie on either side (or one path gone) is not a change of winner
+        if pb != pc and (_run_tie(b, noise_by_kernel_case, k) or _run_tie(c, noise_by_kernel_case, k)):
+            if ties is not None:
+                ties.append(str(b["case_id"]))
+            continue
         if pb != pc:
             changes.append(WinnerChange(str(b["case_id"]), pb, pc, b.get("winner"), c.get("winner"),
                                         b.get("decode_speedup"), c.get("decode_speedup"), not ignore))
@@ -260,12 +366,17 @@ def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bo
 
 def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: float = DEFAULT_THRESHOLD,
              alpha: float = DEFAULT_ALPHA, ignore_winner_change: bool = False, allow_missing: bool = False,
-             force: bool = False) -> GateResult:
+             force: bool = False, run_spread_k: float = DEFAULT_RUN_SPREAD_K,
+             noise_floor: float = DEFAULT_NOISE_FLOOR) -> GateResult:
     """Compare a candidate run with a baseline. Raises BadInput for unusable input or incomparable runs."""
     if not (0 <= threshold < 1):
         raise BadInput(f"threshold {threshold!r}: must be a fraction between 0 and 1")
     if not (0 < alpha < 1):
         raise BadInput(f"--alpha {alpha!r}: must be between 0 and 1")
+    if _fnum(run_spread_k) is None or not (0 <= run_spread_k <= 100):
+        raise BadInput(f"--run-spread-k {run_spread_k!r}: must be a number between 0 and 100")
+    if _fnum(noise_floor) is None or not (0 <= noise_floor < 1):
+        raise BadInput(f"--noise-floor {noise_floor!r}: must be a fraction between 0 and 1")
     warnings: list[str] = []
     base = load_for_gate(baseline_path, "baseline", force, warnings)
     cand = load_for_gate(candidate_path, "candidate", force, warnings)
@@ -291,10 +402,27 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     cand_recs = _records(cand, kind, key_cols, warnings, "candidate")
     if not base_recs:
         raise BadInput(f"baseline {baseline_path}: no rows to compare")
-    rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing)
-    changes, compared = ([], []) if kind != "sweep" else compare_winners(base.rows, cand.rows,
-                                                                          ignore_winner_change)
+    n_runs = num_runs(base.manifest)
+    has_spread = "run_spread" in base.rows and base.rows["run_spread"].notna().any()
+    if kind == "sweep" and not has_spread and noise_floor <= 0:
+        warnings.append(f"baseline {'has a single run' if n_runs < 2 else 'records no run_spread'}: run-to-run "
+                        "noise is unknown, only within-run noise is tested; record it with "
+                        "`kbench baseline RUN1 RUN2 ... --name NAME` (or pass --noise-floor)")
+    noise = run_noise_of(base_recs, noise_floor)
+    rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
+                        run_spread_k)
+    ties: list[str] = []
+    if kind == "sweep":
+        by_kc: dict[tuple[str, str], float] = {}
+        for kk, rec in base_recs.items():
+            kc = (str(rec.get("kernel", "")), str(rec.get("case_id")))
+            by_kc[kc] = max(by_kc.get(kc, 0.0), noise[kk].band(run_spread_k))
+        changes, compared = compare_winners(base.rows, cand.rows, ignore_winner_change, by_kc, run_spread_k,
+                                            ties)
+    else:
+        changes, compared = [], []
     return GateResult(str(baseline_path), str(candidate_path), kind, threshold, alpha, rows, changes, compared,
                       hb.describe(), hc.describe(), warnings,
                       {"ignore_winner_change": ignore_winner_change, "allow_missing": allow_missing,
-                       "force": force})
+                       "force": force, "run_spread_k": run_spread_k, "noise_floor": noise_floor},
+                      n_runs, run_spread_k, noise_floor, ties)

@@ -35,7 +35,9 @@ def to_markdown(res: GateResult) -> str:
     icon = "✅" if res.passed else "❌"
     lines = [f"## {icon} kbench gate: {res.summary_line()}", "",
              f"Baseline `{res.baseline}` ({res.baseline_hw}) vs candidate `{res.candidate}` ({res.candidate_hw}); "
-             f"threshold {res.threshold:.1%}, Mann-Whitney alpha {res.alpha:g}.", ""]
+             f"threshold {res.threshold:.1%}, Mann-Whitney alpha {res.alpha:g}; baseline of {res.baseline_runs} "
+             f"run(s), band max(threshold, {res.run_spread_k:g} x run noise, run spread)"
+             + (f", noise floor {res.noise_floor:.1%}" if res.noise_floor else "") + ".", ""]
     for w in res.warnings:
         lines.append(f"> ⚠️ {w}")
     if res.warnings:
@@ -53,6 +55,9 @@ def to_markdown(res: GateResult) -> str:
             lines.append(f"| {_cell(w.case_id)} | {w.base_path} ({_cell(w.base_winner)}) | "
                          f"{w.cand_path} ({_cell(w.cand_winner)}) | {sp} |")
         lines.append("")
+    if res.winner_ties:
+        lines += [f"{len(res.winner_ties)} decode-vs-context winner flip(s) within the run-to-run spread, counted "
+                  f"as ties: {', '.join(f'`{c}`' for c in res.winner_ties)}.", ""]
     improved = res.with_outcome("improvement")
     if improved:
         lines += ["### Improvements", "",
