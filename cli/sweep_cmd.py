@@ -99,9 +99,9 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
     except ValueError:  # a digit int() does not take, e.g. '²' (kbench.sweep.parse_shard checks isdigit)
         raise BadInput(f"--shard: expected i/N with 0 <= i < N, got {shard!r}") from None
     cases = shard_cases(sc.cases(), opts.shard)
+    runner = Sweep(sc, opts)  # refuses bad --slow-kernel names before anything is printed
     console.print(f"[bold]{sc.name}[/]: {len(cases)} cases x {len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels "
                   f"({sc.source})")
-    runner = Sweep(sc, opts)
     with RichSweepObserver(console) as obs:
         runner.obs = obs
         result = runner.run()

@@ -29,6 +29,7 @@ non-ok status (not compared by the gate) and a warning says so. Rows measured by
 from __future__ import annotations
 
 import json
+import shutil
 import math
 import os
 from pathlib import Path
@@ -211,8 +212,14 @@ def _prepare_dest(name: str, root, sources: list[Path]) -> Path:
 
 
 def _write(dest: Path, rows: pd.DataFrame, kind: str, manifest: dict) -> None:
+    created = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
-    write_tables(dest, rows, kind)
+    try:
+        write_tables(dest, rows, kind)
+    except BaseException:
+        if created:  # a refused baseline leaves no empty folder behind
+            shutil.rmtree(dest, ignore_errors=True)
+        raise
     stale = dest / JOURNAL  # a journal would shadow the new Parquet for readers
     if stale.exists():
         stale.unlink()

@@ -13,7 +13,9 @@ MUST_MATCH = ("kind", "schema_version", "kbench_version", "scenario", "timer", "
 
 
 def _device_key(m: dict) -> tuple:
-    d = m.get("device", {})
+    d = m.get("device") or {}
+    if not isinstance(d, dict):
+        return (str(d), None)
     return (d.get("name"), d.get("sm"))
 
 

@@ -24,6 +24,7 @@ A scenario file (see scenarios/*.toml)::
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -45,6 +46,8 @@ HEAD_KEYS = {"num_qo_heads", "num_kv_heads", "head_dim"}
 TIMING_KEYS = {"spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms"}
 L2_MODES = ("rotate", "warm")
 MAX_CASES = 200_000
+INT32_MAX = 2**31 - 1  # the index tensors (seq_lens, indptrs, page tables) are int32, as in the engines
+MAX_CASE_BYTES = 1 << 40  # one case's Q, K, V and output: far beyond any device's memory
 
 
 @dataclass
@@ -117,16 +120,27 @@ class Scenario:
             raise BadInput(f"{where}: timing.l2: {self.timing.l2!r} is not one of {', '.join(L2_MODES)}")
         if not (0 < self.timing.spread_target < 1):
             raise BadInput(f"{where}: timing.spread_target: expected a fraction in (0, 1), got {self.timing.spread_target}")
-        if self.timing.budget_s <= 0:
-            raise BadInput(f"{where}: timing.budget_s: must be > 0")
+        if not (math.isfinite(self.timing.budget_s) and self.timing.budget_s > 0):
+            raise BadInput(f"{where}: timing.budget_s: must be a finite number > 0, got {self.timing.budget_s}")
+        if not (math.isfinite(self.timing.warmup_ms) and self.timing.warmup_ms >= 0):
+            raise BadInput(f"{where}: timing.warmup_ms: must be a finite number >= 0, got {self.timing.warmup_ms}")
         if self.timing.min_samples < 3 or self.timing.max_samples < self.timing.min_samples:
             raise BadInput(f"{where}: timing: need 3 <= min_samples <= max_samples")
         n = len(self.batch_size) * len(self.q_len) * len(self.kv_len) * len(self.page_size) * len(self.kv_layout) * len(self.dtype) * len(self.kv_dtype or [0])
         if n > MAX_CASES:
             raise BadInput(f"{where}: grid: {n} cases is more than {MAX_CASES}; narrow an axis")
+        bs, kv = max(self.batch_size), max(self.kv_len)
+        if kv > INT32_MAX or bs * max(self.q_len) > INT32_MAX or bs * kv > INT32_MAX:
+            raise BadInput(f"{where}: grid: batch_size {bs} x kv_len {kv} overflows the int32 indices kernels take")
+        big = Case(bs, max(self.q_len), kv, h.num_qo_heads, h.num_kv_heads, h.head_dim, min(self.page_size))
+        if big.min_bytes() > MAX_CASE_BYTES:
+            raise BadInput(f"{where}: grid: the largest case needs {big.min_bytes() / 2**40:.0f} TiB of inputs; "
+                           "narrow an axis or the heads")
         from kbench.kernels.registry import kernel_names
 
         known = kernel_names()
+        if not self.kernels:
+            raise BadInput(f"{where}: kernels: no kernel named (give names from `kbench kernels`, or all)")
         for k in self.kernels:
             if k != "all" and k not in known:
                 raise BadInput(f"{where}: kernels: unknown kernel {k!r} (known: {', '.join(known)})")
@@ -174,7 +188,7 @@ def _resolve_heads(model, heads, where: str) -> tuple[HeadConfig, str | None]:
 def parse_heads_flag(text: str) -> HeadConfig:
     """`--heads 32/8/128` (q heads / kv heads / head_dim)."""
     parts = text.replace("x", "/").split("/")
-    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+    if len(parts) != 3 or not all(p.strip().isdecimal() for p in parts):
         raise BadInput(f"--heads: expected Q/KV/D such as 32/8/128, got {text!r}")
     return HeadConfig(*(int(p) for p in parts))
 
@@ -268,6 +282,8 @@ def load_scenario(name_or_path: str) -> Scenario:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{where}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise BadInput(f"{where}: not valid TOML: nested too deeply") from None
     return scenario_from_dict(data, where)
 
 

@@ -10,6 +10,7 @@ Readers take the journal when it is there (it is the truth after a kill), else t
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 import math
 import os
@@ -70,6 +71,15 @@ def _clean(v):
     return v
 
 
+def _plain(v):
+    """numpy / pandas scalars and arrays as JSON-able Python values."""
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if v is pd.NA or v is pd.NaT:
+        return None
+    return v
+
+
 def _write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
@@ -96,6 +106,17 @@ class RunWriter:
             self.manifest.setdefault("start_time", now_iso())
         self.kind = _kind_of(self.manifest)
         if resume:
+            # refuse unreadable rows before anything in the folder is touched
+            if (self.dir / JOURNAL).exists():
+                check_rows(read_journal(self.dir / JOURNAL, self.kind), self.kind, self.dir)
+            elif (self.dir / PARQUET).exists() or (self.dir / CSV).exists():
+                # no journal (deleted, or a folder of tables): carry its rows over so none is lost or re-measured
+                kept = check_rows(load_rows(self.dir, self.kind), self.kind, self.dir)
+                tmp = self.dir / (JOURNAL + ".tmp")
+                with open(tmp, "w", encoding="utf-8") as f:
+                    for rec in kept.to_dict("records"):
+                        f.write(json.dumps({k: _clean(_plain(v)) for k, v in rec.items()}) + "\n")
+                os.replace(tmp, self.dir / JOURNAL)
             _drop_partial_last_line(self.dir / JOURNAL)
         self.manifest["status"] = "running"
         _write_json_atomic(self.dir / MANIFEST, self.manifest)
@@ -108,8 +129,7 @@ class RunWriter:
         os.fsync(self._journal.fileno())
 
     def manifest_shard(self) -> tuple[int, int] | None:
-        sh = self.manifest.get("shard")
-        return (sh["index"], sh["count"]) if sh else None
+        return manifest_shard(self.manifest, self.dir)
 
     def update_manifest(self, **fields) -> None:
         self.manifest.update(fields)
@@ -144,7 +164,12 @@ def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None
     rows = normalize(rows, kind)
     list_columns = ROW_KINDS[kind][1]
     tmp = run_dir / (PARQUET + ".tmp")
-    rows.to_parquet(tmp, index=False)
+    try:
+        rows.to_parquet(tmp, index=False)
+    except Exception as e:  # pyarrow refuses mixed types in a column (a hand-edited journal row)
+        tmp.unlink(missing_ok=True)
+        raise BadInput(f"{run_dir}: rows cannot be written as Parquet ({type(e).__name__}: "
+                       f"{str(e).splitlines()[0][:200] if str(e) else ''})") from None
     os.replace(tmp, run_dir / PARQUET)
     csv_rows = rows.copy()
     for c in list_columns:
@@ -165,8 +190,19 @@ def normalize(df: pd.DataFrame, kind: str = "sweep") -> pd.DataFrame:
     extra = [c for c in df.columns if c not in columns]
     df = df[columns + extra].reset_index(drop=True)
     for c in list_columns:
-        df[c] = df[c].map(lambda v: [float(x) for x in v] if v is not None and not isinstance(v, float) else [])
+        df[c] = df[c].map(lambda v: _float_list(v, c))
     return df
+
+
+def _float_list(v, column: str) -> list[float]:
+    if v is None or isinstance(v, float):  # absent (None, or NaN from a table)
+        return []
+    if isinstance(v, (str, bytes, dict)) or not hasattr(v, "__iter__"):
+        raise BadInput(f"column {column}: expected a list of numbers, got {type(v).__name__}")
+    try:
+        return [float(x) for x in v]
+    except (TypeError, ValueError):
+        raise BadInput(f"column {column}: expected a list of numbers") from None
 
 
 def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
@@ -189,6 +225,44 @@ def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
     return normalize(pd.DataFrame.from_records(records, columns=None if records else columns), kind)
 
 
+def manifest_shard(manifest: dict, where="run") -> tuple[int, int] | None:
+    sh = manifest.get("shard")
+    if not sh:
+        return None
+    ok = isinstance(sh, dict) and all(isinstance(sh.get(k), int) and not isinstance(sh.get(k), bool)
+                                      for k in ("index", "count"))
+    if not ok or not 0 <= sh["index"] < sh["count"]:
+        raise BadInput(f"{where}/{MANIFEST}: shard {sh!r} is not {{index, count}} with 0 <= index < count")
+    return sh["index"], sh["count"]
+
+
+# manifest fields other commands index into: their type is checked when the manifest is read
+_MANIFEST_TYPES = {"kind": str, "status": str, "device": dict, "scenario": dict, "timer": dict, "config": dict,
+                   "start_time": str}
+
+
+def check_rows(rows: pd.DataFrame, kind: str, where) -> pd.DataFrame:
+    """The key columns hold strings (a hand-edited or foreign file may hold lists, numbers or nulls)."""
+    for c in ("kernel", "case_id", "status") if kind == "sweep" else REQUIRED:
+        if c in rows:
+            bad = rows[c].map(lambda v: not isinstance(v, str))
+            if bad.any():
+                i = int(bad.to_numpy().nonzero()[0][0])
+                raise BadInput(f"{where}: row {i + 1}: {c} is {rows[c].iloc[i]!r}, not a string")
+    return rows
+
+
+def check_resumable(run_dir: str | Path, manifest: dict) -> None:
+    """What RunWriter(resume=True) refuses, checked before a command prints or writes anything."""
+    d = Path(run_dir)
+    kind = _kind_of(manifest)
+    manifest_shard(manifest, d)
+    if (d / JOURNAL).exists():
+        check_rows(read_journal(d / JOURNAL, kind), kind, d)
+    elif (d / PARQUET).exists() or (d / CSV).exists():
+        check_rows(load_rows(d, kind), kind, d)
+
+
 def read_manifest(run_dir: Path) -> dict:
     p = Path(run_dir) / MANIFEST
     if not p.is_file():
@@ -202,6 +276,10 @@ def read_manifest(run_dir: Path) -> dict:
     ver = m.get("schema_version")
     if ver != RESULT_SCHEMA_VERSION:
         raise BadInput(f"{p}: result schema version {ver!r} is not {RESULT_SCHEMA_VERSION} (this kbench)")
+    for k, t in _MANIFEST_TYPES.items():
+        if m.get(k) is not None and not isinstance(m[k], t):
+            raise BadInput(f"{p}: {k} is {type(m[k]).__name__}, expected {'a JSON object' if t is dict else 'a string'}")
+    manifest_shard(m, run_dir)
     return m
 
 
@@ -231,7 +309,10 @@ def load_rows(run_dir: Path, kind: str = "sweep") -> pd.DataFrame:
             raise BadInput(f"{run_dir / PARQUET}: unreadable Parquet ({type(e).__name__})") from None
     if (run_dir / CSV).exists():
         try:
-            df = pd.read_csv(run_dir / CSV)
+            data = (run_dir / CSV).read_bytes()
+            if data and not data.endswith(b"\n"):  # cut short (a kill, a full disk): drop the half row
+                data = data[: data.rfind(b"\n") + 1]
+            df = pd.read_csv(io.BytesIO(data))
         except Exception as e:
             raise BadInput(f"{run_dir / CSV}: unreadable CSV ({type(e).__name__})") from None
         missing = set(REQUIRED) - set(df.columns)
@@ -253,7 +334,7 @@ def load_run(path: str | Path) -> Run:
         raise BadInput(f"{path}: no such run folder")
     manifest = read_manifest(p)
     kind = _kind_of(manifest)
-    rows = load_rows(p, kind)
+    rows = check_rows(load_rows(p, kind), kind, p)
     required = {"kernel", "case_id", "status"} if kind == "sweep" else set(REQUIRED)
     missing = required - set(rows.columns)
     if missing:

@@ -354,12 +354,20 @@ class Sweep:
 
         self.obs.advance(f"{case.case_id}: building inputs")
         t0 = time.perf_counter()
-        inputs = build_inputs(case, dev.torch_device, copies=copies, seed=self.opt.seed)
-        self.wall.inputs_s += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        ref = reference_attention(inputs)
-        if dev.cuda:
-            torch.cuda.synchronize()
+        try:
+            inputs = build_inputs(case, dev.torch_device, copies=copies, seed=self.opt.seed)
+            self.wall.inputs_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            ref = reference_attention(inputs)
+            if dev.cuda:
+                torch.cuda.synchronize()
+        except (RuntimeError, MemoryError) as e:  # out of memory (host or device) on a valid shape
+            inputs = ref = None
+            if dev.cuda:
+                torch.cuda.empty_cache()
+            for k in runnable:
+                self._emit(writer, self._row(k, dev, case, "failed", reason="inputs/reference: " + _first_line(e)), done)
+            return
         self.wall.reference_s += time.perf_counter() - t0
         tol = tolerance_for(case.dtype, case.kv_dtype)
         if not dev.cuda:
@@ -419,6 +427,13 @@ class Sweep:
 
 
 def scenario_of_run(manifest: dict) -> Scenario:
+    try:
+        return _scenario_of_run(manifest)
+    except (KeyError, TypeError, AttributeError) as e:  # a hand-edited or foreign manifest
+        raise BadInput(f"the run's manifest holds an incomplete scenario ({type(e).__name__}: {e})") from None
+
+
+def _scenario_of_run(manifest: dict) -> Scenario:
     d = manifest.get("scenario")
     if not isinstance(d, dict):
         raise BadInput("the run's manifest holds no scenario to resume")

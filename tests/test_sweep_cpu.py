@@ -195,3 +195,16 @@ def test_a_case_that_cannot_fit_is_skipped_before_allocation(monkeypatch):
     reason = fits(big, 1, dev)
     assert reason and "GiB of device memory" in reason and "8.0 GiB free" in reason
     assert fits(Case(1, 4, 512, 32, 8, 128), 1, dev) is None
+
+
+def test_out_of_memory_building_inputs_is_a_failed_row_not_a_crash(tmp_path, monkeypatch):
+    import kbench.sweep as sweep_mod
+
+    def boom(*a, **k):
+        raise RuntimeError("CPU: not enough memory: you tried to allocate 2147483648 bytes")
+
+    monkeypatch.setattr(sweep_mod, "build_inputs", boom)
+    res = run_sweep(tiny(batch_size=[1], q_len=[1, 2]), out_dir=tmp_path)
+    ref = res.rows[res.rows.kernel == "reference"]
+    assert res.status == "complete" and len(ref) == 2
+    assert (ref.status == "failed").all() and ref.reason.str.contains("not enough memory").all()

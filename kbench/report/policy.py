@@ -194,6 +194,8 @@ def validate_policy(policy, where: str = "policy") -> dict:
         w = f"{where}: groups[{i}]"
         for c in GROUP_COLUMNS:
             _need(g, c, str if c in ("dtype", "kv_dtype", "kv_layout") else int, w)
+        if g.get("label") is not None and not isinstance(g["label"], str):
+            raise BadInput(f"{w}: 'label' has the wrong type ({type(g['label']).__name__})")
         grid = _need(g, "grid", dict, w)
         for ax in AXES:
             vals = _need(grid, ax, list, f"{w}.grid")
@@ -229,7 +231,7 @@ def load_policy(path: str | Path) -> dict:
 def parse_heads(s: str) -> tuple[int, int, int]:
     """'32/8/128' -> (32, 8, 128)."""
     parts = s.replace("x", "/").split("/")
-    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+    if len(parts) != 3 or not all(p.strip().isdecimal() and int(p) > 0 for p in parts):
         raise BadInput(f"--heads {s!r}: expected QO/KV/DIM, e.g. 32/8/128")
     return tuple(int(p) for p in parts)
 
