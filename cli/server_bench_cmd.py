@@ -103,7 +103,7 @@ def render_table(result, console: Console) -> None:
 
 
 @click.command("server-bench")
-@click.option("--url", required=True, metavar="URL", help="Base URL of the running server, e.g. http://127.0.0.1:30000.")
+@click.option("--url", default=None, metavar="URL", help="Base URL of the running server, e.g. http://127.0.0.1:30000 (required unless --resume).")
 @click.option("--backend", default="auto", show_default=True, metavar="sglang|vllm|auto",
               help="Server protocol; auto probes /v1/models and /server_info.")
 @click.option("--batch-size", "batch_size", multiple=True, default=("1",), show_default=True, metavar="N[,N..]",
@@ -128,15 +128,24 @@ def render_table(result, console: Console) -> None:
 @click.option("--out", "out_dir", default="results", metavar="DIR", show_default=True, help="Folder for the run folder.")
 @click.option("--result-filename", default=None, metavar="FILE", help="Also append SGLang-style JSON lines to this file.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failed case.")
+@click.option("--resume", default=None, metavar="RUN", help="Finish an interrupted run with its own settings (--url may point elsewhere); cases with a row are not re-run.")
 def server_bench(url, backend, batch_size, input_len, output_len, run_name, temperature, skip_warmup,
                  flush_retries, flush_retry_wait, flush_timeout, request_timeout, profile, model, vocab_size,
-                 seed, out_dir, result_filename, fail_fast):
+                 seed, out_dir, result_filename, fail_fast, resume):
     """One-batch benchmark of a live SGLang or vLLM server, comparable with SGLang's bench_one_batch_server.
 
     For each case (batch size x input length x output length): flush the server's cache (retrying while it
     is busy), send the batch as one streaming request of random token ids, and record latency, TTFT, input,
     output and overall throughput, ITL and accept length. Exit 1 when a case failed.
     """
+    if resume:
+        from kbench.server.bench import config_of_run
+
+        cfg = config_of_run(resume, url)
+        cfg.command = ["kbench", *sys.argv[1:]]
+        return _run(cfg, cfg.result_filename)
+    if not url:
+        raise BadInput("--url: required (the server's base URL, e.g. http://127.0.0.1:30000)")
     cfg = ServerBenchConfig(
         url=url, backend=backend.lower(), batch_sizes=_int_list("--batch-size", batch_size),
         input_lens=_int_list("--input-len", input_len), output_lens=_int_list("--output-len", output_len),
@@ -147,6 +156,10 @@ def server_bench(url, backend, batch_size, input_len, output_len, run_name, temp
         profile=profile, model=model, vocab_size=_num("--vocab-size", vocab_size, int) if vocab_size else None,
         seed=_num("--seed", seed, int), out_dir=out_dir, result_filename=result_filename, fail_fast=fail_fast,
         command=["kbench", *sys.argv[1:]])
+    return _run(cfg, result_filename)
+
+
+def _run(cfg, result_filename):
     cfg.validate()
     console = Console(stderr=False)
     ls = _RichListener(console)

@@ -125,7 +125,7 @@ def test_resume_refuses_a_corrupt_journal_without_touching_the_run(tmp_path, uni
 sys.path.insert(0, str(Path(__file__).parent / "servers"))
 
 
-def test_kill_9_mid_server_bench_keeps_rows(tmp_path):
+def test_kill_9_mid_server_bench_keeps_rows_and_resume_finishes(tmp_path):
     from fake_sglang import FakeSGLang, Faults
 
     model = tmp_path / "model"
@@ -133,19 +133,35 @@ def test_kill_9_mid_server_bench_keeps_rows(tmp_path):
     (model / "config.json").write_text(json.dumps({"vocab_size": 512}))
     srv = FakeSGLang(Faults(model_path=str(model), step_delay=0.05)).start()
     out = tmp_path / "out"
+    cases = ["bs1-in8-out20", "bs2-in8-out20", "bs3-in8-out20", "bs4-in8-out20", "bs5-in8-out20", "bs6-in8-out20"]
     try:
         run = start_and_kill(["server-bench", "--url", srv.url, "--backend", "sglang", "--skip-warmup",
                               "--batch-size", "1,2,3,4,5,6", "--input-len", "8", "--output-len", "20",
                               "--out", str(out)], out, at_rows=2)
+        assert len(srv.seen("/generate")) < 6  # it really was killed mid-run
+        kept = load_run(run)
+        assert kept.manifest["status"] == "running"
+        n_kept = len(kept.rows)
+        assert kept.rows["case_id"].tolist() == cases[:n_kept]
+        assert (kept.rows["status"] == "ok").all() and kept.rows["latency"].notna().all()
+        sent_before = len(srv.seen("/generate"))
+        r = CliRunner().invoke(cli, ["server-bench", "--resume", str(run), "--url", srv.url])
+        assert r.exit_code == 0, r.output
     finally:
         srv.stop()
-    assert len(srv.seen("/generate")) < 6  # it really was killed mid-run
-    kept = load_run(run)
-    assert kept.manifest["status"] == "running"
-    assert kept.rows["case_id"].tolist()[:2] == ["bs1-in8-out20", "bs2-in8-out20"]
-    assert (kept.rows["status"] == "ok").all() and kept.rows["latency"].notna().all()
-    rows = read_journal(run / "rows.jsonl", "server-bench")
-    assert len(rows) == len(kept.rows)
-    # server-bench has no --resume: the kept rows are readable (report/gate) and a new run re-measures
-    r = CliRunner().invoke(cli, ["server-bench", "--help"])
-    assert "--resume" not in r.output
+    done = load_run(run)
+    assert done.manifest["status"] == "complete"
+    assert done.rows["case_id"].tolist() == cases  # each case once, in order, the kept ones not re-run
+    assert len(srv.seen("/generate")) - sent_before == 6 - n_kept
+    assert (done.rows["status"] == "ok").all()
+
+
+def test_server_bench_resume_refuses_a_sweep_run(tmp_path):
+    from kbench.scenario import Scenario, Timing
+    from kbench.models import MODELS
+    from kbench.sweep import run_sweep
+
+    res = run_sweep(Scenario(name="s", heads=MODELS["gqa8-d64"], batch_size=[1], q_len=[1], kv_len=[64],
+                             page_size=[16], timing=Timing(budget_s=0.02)).validate(), out_dir=tmp_path)
+    r = CliRunner().invoke(cli, ["server-bench", "--resume", str(res.run_dir)])
+    assert r.exit_code == 2 and "not a server-bench run" in r.output

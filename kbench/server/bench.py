@@ -29,7 +29,7 @@ from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFact
 from kbench.server.client import ServerClient, ServerError, StreamError
 from kbench.server.metrics import BatchTrace, metrics_from_trace
 from kbench.server.rows import ROW_KIND, ServerBenchRow, case_id
-from kbench.store import RunWriter, new_run_dir, now_iso
+from kbench.store import JOURNAL, RunWriter, new_run_dir, now_iso, read_journal
 
 RESULT_JSONL = "result.jsonl"  # SGLang-style lines, always written inside the run folder too
 WARMUP_INPUT_LEN, WARMUP_OUTPUT_LEN = 1024, 16  # SGLang's warm-up case
@@ -68,6 +68,7 @@ class ServerBenchConfig:
     fail_fast: bool = False
     vocab_size: int | None = None  # token ids are drawn from [0, vocab_size); found from the server if None
     command: list[str] | None = None  # for the manifest
+    resume: str | Path | None = None  # a run folder to finish: cases with a row in its journal are not re-run
 
     def cases(self) -> list[ServerCase]:
         return [ServerCase(b, i, o) for b, i, o in itertools.product(self.batch_sizes, self.input_lens,
@@ -283,7 +284,15 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
     runner = _Runner(config, ls, sleep, session)
     backend, facts = runner.connect()
     cases = config.cases()
-    run_dir = new_run_dir(config.out_dir, f"server-bench-{config.run_name}")
+    if config.resume:
+        run_dir = Path(config.resume)
+        writer = RunWriter(run_dir, {}, resume=True)
+        if writer.manifest.get("kind") != ROW_KIND:
+            raise BadInput(f"{run_dir}: not a server-bench run (kind {writer.manifest.get('kind')!r})")
+        done = set(read_journal(run_dir / JOURNAL, ROW_KIND)["case_id"])
+        cases = [c for c in cases if c.case_id not in done]
+    else:
+        run_dir = new_run_dir(config.out_dir, f"server-bench-{config.run_name}")
     manifest = {
         "kind": ROW_KIND,
         "command": config.command if config.command is not None else sys.argv,
@@ -294,10 +303,12 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
         "server": facts.info,
         "vocab_size": facts.vocab_size,
         "vocab_source": facts.vocab_source,
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items() if k != "command"},
-        "cases": [c.case_id for c in cases],
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()
+                   if k not in ("command", "resume")},
+        "cases": [c.case_id for c in config.cases()],
     }
-    writer = RunWriter(run_dir, manifest)
+    if not config.resume:
+        writer = RunWriter(run_dir, manifest)
     result = ServerBenchResult(run_dir, "running", backend, facts)
     line_files = [run_dir / RESULT_JSONL] + ([Path(config.result_filename)] if config.result_filename else [])
     ls.run_started(run_dir, backend, facts, cases)
@@ -340,3 +351,26 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
     writer.finalize(status)
     result.status = status
     return result
+
+
+def config_of_run(run_dir: str | Path, url: str | None = None) -> ServerBenchConfig:
+    """The configuration a server-bench run was started with, set to resume it (optionally on a new URL)."""
+    from kbench.store import read_manifest
+
+    m = read_manifest(Path(run_dir))
+    if m.get("kind") != ROW_KIND or not isinstance(m.get("config"), dict):
+        raise BadInput(f"{run_dir}: not a server-bench run")
+    known = {f for f in ServerBenchConfig.__dataclass_fields__}
+    cfg = {k: v for k, v in m["config"].items() if k in known}
+    for k in ("batch_sizes", "input_lens", "output_lens"):
+        if not isinstance(cfg.get(k), list):
+            raise BadInput(f"{run_dir}: the manifest's config.{k} is not a list")
+        cfg[k] = tuple(cfg[k])
+    try:
+        out = ServerBenchConfig(**cfg)
+    except TypeError as e:
+        raise BadInput(f"{run_dir}: the manifest's config is incomplete ({e})") from None
+    out.resume = str(run_dir)
+    if url:
+        out.url = url
+    return out
