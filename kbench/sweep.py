@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import platform
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,7 +207,9 @@ class Sweep:
             bw = None
             if dev.cuda:
                 self.obs.phase("measuring copy bandwidth")
-                bw = __import__("kbench.hardware", fromlist=["x"]).copy_bandwidth_gbs(dev.torch_device)
+                from kbench.hardware import copy_bandwidth_gbs
+
+                bw = copy_bandwidth_gbs(dev.torch_device)
             run_dir = new_run_dir(self.opt.out_dir, self.opt.run_name or self.sc.name)
             writer = RunWriter(run_dir, self._manifest(dev, bw))
         status = "complete"
@@ -459,6 +460,3 @@ def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, **o
     manifest = read_manifest(Path(run_dir))
     return Sweep(scenario_of_run(manifest), SweepOptions(resume=run_dir, **options), observer).run()
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use the kbench command")

@@ -4,7 +4,6 @@ uninterrupted run, with no duplicates."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from kbench.cli.main import cli
-from kbench.store import load_run, read_journal
+from kbench.store import load_run
 
 GRID = ["--batch-size", "1,2", "--q-len", "1,2", "--kv-len", "64", "--page-size", "16", "--spread-target", "0.01"]
 

@@ -1,6 +1,5 @@
 """Crash isolation on the CPU: a kernel that kills its worker process gets a failed row; the sweep goes on."""
 import os
-import signal
 
 import pytest
 from click.testing import CliRunner
