@@ -13,6 +13,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from kbench.case import Case
+from kbench.errors import first_line
 
 
 def small_case(case: Case) -> Case:
@@ -46,8 +47,7 @@ def run_job(kernel: str, case: Case, device_index: int = 0) -> tuple[float, str 
         torch.cuda.synchronize()
         return time.perf_counter() - t0, None
     except Exception as e:
-        lines = str(e).strip().splitlines()
-        return time.perf_counter() - t0, f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
+        return time.perf_counter() - t0, first_line(e)
 
 
 def _worker_init(max_jobs: int) -> None:

@@ -59,6 +59,11 @@ class Timing:
     l2: str = "rotate"
     warmup_ms: float = 25.0
 
+    def stop_rule(self):
+        from kbench.kernels.timer import StopRule
+
+        return StopRule(self.spread_target, self.budget_s, self.min_samples, self.max_samples)
+
 
 @dataclass
 class Scenario:

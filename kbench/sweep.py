@@ -15,13 +15,13 @@ import pandas as pd
 from kbench import RESULT_SCHEMA_VERSION, __version__
 from kbench.case import Case
 from kbench.check import compare, tolerance_for
-from kbench.errors import BadInput
+from kbench.errors import BadInput, first_line
 from kbench.kernels.base import Kernel
 from kbench.kernels.device import DeviceInfo, probe_device
 from kbench.kernels.inputs import build_inputs, copy_bytes
 from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import select
-from kbench.kernels.timer import GraphTimer, StopRule, WallClockTimer
+from kbench.kernels.timer import GraphTimer, WallClockTimer
 from kbench.rows import Row
 from kbench.scenario import Scenario, Timing, scenario_from_dict
 from kbench.store import RunWriter, new_run_dir, now_iso, read_journal
@@ -132,11 +132,6 @@ def fits(case: Case, copies: int, device: DeviceInfo) -> str | None:
     return None
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
 def _slowed(fn, n: int):
     def run(i: int):
         out = None
@@ -189,9 +184,8 @@ class Sweep:
         }
 
     def _timer(self, dev: DeviceInfo):
-        t = self.sc.timing
-        rule = StopRule(t.spread_target, t.budget_s, t.min_samples, t.max_samples)
-        return GraphTimer(rule, warmup_ms=t.warmup_ms) if dev.cuda else WallClockTimer(rule)
+        rule = self.sc.timing.stop_rule()
+        return GraphTimer(rule, warmup_ms=self.sc.timing.warmup_ms) if dev.cuda else WallClockTimer(rule)
 
     # -- the run -----------------------------------------------------------------------------------
     def run(self) -> SweepResult:
@@ -367,7 +361,7 @@ class Sweep:
             if dev.cuda:
                 torch.cuda.empty_cache()
             for k in runnable:
-                self._emit(writer, self._row(k, dev, case, "failed", reason="inputs/reference: " + _first_line(e)), done)
+                self._emit(writer, self._row(k, dev, case, "failed", reason="inputs/reference: " + first_line(e)), done)
             return
         self.wall.reference_s += time.perf_counter() - t0
         tol = tolerance_for(case.dtype, case.kv_dtype)
@@ -393,7 +387,7 @@ class Sweep:
                 chk = compare(out, ref, tol)
             except Exception as e:
                 self.wall.check_s += time.perf_counter() - t0
-                self._emit(writer, self._row(k, dev, case, "failed", reason=_first_line(e)), done)
+                self._emit(writer, self._row(k, dev, case, "failed", reason=first_line(e)), done)
                 continue
             self.wall.check_s += time.perf_counter() - t0
             errs = dict(rel_err=chk.rel_err, max_abs_err=chk.max_abs_err, tolerance=chk.tolerance)
@@ -407,7 +401,7 @@ class Sweep:
                 m, clock, note = self._measure(timer, fn, copies, dev)
             except Exception as e:
                 self.wall.timing_s += time.perf_counter() - t0
-                self._emit(writer, self._row(k, dev, case, "failed", reason="timing: " + _first_line(e), **errs), done)
+                self._emit(writer, self._row(k, dev, case, "failed", reason="timing: " + first_line(e), **errs), done)
                 continue
             self.wall.timing_s += time.perf_counter() - t0
             self.measurements += 1

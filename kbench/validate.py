@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from kbench.case import Case
+from kbench.errors import first_line
 from kbench.check import compare, tolerance_for
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.reference import reference_attention
@@ -109,7 +110,7 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                 r = TimerCheck(k.name, case.case_id, m.median_us, cu, nk, fi, m.wall_s, fi_wall, chk.rel_err)
             except Exception as e:
                 r = TimerCheck(k.name, case.case_id, float("nan"), None, None, None, 0.0, None, float("nan"),
-                               error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200])
+                               error=first_line(e, 200))
             rows.append(r)
             if on_row:
                 on_row(r)

@@ -47,7 +47,9 @@ def probe_flashinfer() -> tuple[str | None, str | None]:
 
         return getattr(flashinfer, "__version__", "unknown"), None
     except Exception as e:  # missing or broken install: every FlashInfer kernel is skipped with this reason
-        return None, f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        from kbench.errors import first_line
+
+        return None, first_line(e, 200)
 
 
 def probe_device(index: int = 0, with_flashinfer: bool = True) -> DeviceInfo:
