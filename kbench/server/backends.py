@@ -57,6 +57,15 @@ def _vocab_from_local_config(path: str | None) -> int | None:
     return int(v) if isinstance(v, int) and v > 0 else None
 
 
+def _vocab_from_paths(paths) -> tuple[int | None, str]:
+    """The first readable model folder's vocab size, and where it came from."""
+    for p in paths:
+        v = _vocab_from_local_config(p)
+        if v:
+            return v, f"{p}/config.json"
+    return None, ""
+
+
 def _int(v) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -137,11 +146,7 @@ class SGLangBackend(Backend):
                     f.vocab_size, f.vocab_source = _int(info[key]), f"server info {key}"
             if f.vocab_size is None:
                 mi = self.client.get_json("/get_model_info") or {}
-                for p in (mi.get("model_path"), info.get("model_path")):
-                    v = _vocab_from_local_config(p)
-                    if v:
-                        f.vocab_size, f.vocab_source = v, f"{p}/config.json"
-                        break
+                f.vocab_size, f.vocab_source = _vocab_from_paths((mi.get("model_path"), info.get("model_path")))
         return f
 
     def skip_reason(self, bs, input_len, output_len):
@@ -203,11 +208,7 @@ class VllmBackend(Backend):
         if vocab_size:
             f.vocab_size, f.vocab_source = vocab_size, "--vocab-size"
         else:
-            for p in (entry.get("root"), f.model):
-                v = _vocab_from_local_config(p)
-                if v:
-                    f.vocab_size, f.vocab_source = v, f"{p}/config.json"
-                    break
+            f.vocab_size, f.vocab_source = _vocab_from_paths((entry.get("root"), f.model))
         return f
 
     def skip_reason(self, bs, input_len, output_len):
