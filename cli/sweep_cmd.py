@@ -55,7 +55,8 @@ def _slow(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--jit-cache", type=click.Path(file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
 @click.option("--shard", help="Run slice i/N of the cases (deterministic: case j goes to shard j mod N); join slices with kbench merge.")
 @click.option("--devices", help="One worker process per listed GPU (e.g. 0,1) over the shards, merged into one run.")
-@click.option("--isolate", is_flag=True, help="Run kernels in a worker process restarted after a crash (a CUDA fault poisons the process): the crashed kernel gets a failed row, the sweep goes on.")
+@click.option("--isolate/--no-isolate", default=None,
+              help="Run kernels in a worker process restarted after a crash (a CUDA fault poisons the process): the crashed kernel gets a failed row, the sweep goes on. Default: on when a GPU is there.")
 @click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
 def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_dtype, model, heads, kernels,
           spread_target, budget_s, l2, out_dir, run_name, resume, device_index, seed, allow_wrong, slow_kernel,
@@ -120,6 +121,11 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
         f"check {w.check_s:.1f}, timing {w.timing_s:.1f}\n"
         f"run: {result.run_dir}"
     )
+    if result.error:
+        console.print(f"[bold red]stopped: {result.error}[/]\n[yellow]rows so far are kept; finish in a fresh process "
+                      f"with kbench sweep --resume {result.run_dir} (isolation, the default on a GPU, restarts "
+                      f"its worker instead)[/]")
+        sys.exit(1)
     if result.status == "interrupted":
         console.print(f"[yellow]interrupted: rows so far are kept; finish with kbench sweep --resume {result.run_dir}[/]")
         sys.exit(130)
@@ -144,10 +150,12 @@ def _worker_args() -> list[str]:
         if p.name not in _PASS or not isinstance(p, click.Option):
             continue
         v = ctx.params.get(p.name)
-        if v is None or v == () or v is False or (p.name == "seed" and v == 0) or (p.name == "scenario" and v == p.default):
+        if v is None or v == () or (v is False and not p.secondary_opts) or (p.name == "seed" and v == 0) or (p.name == "scenario" and v == p.default):
             continue
         flag = max(p.opts, key=len)
-        if p.is_flag:
+        if p.is_flag and p.secondary_opts and v is False:  # --no-isolate
+            args.append(p.secondary_opts[0])
+        elif p.is_flag:
             args.append(flag)
         elif isinstance(v, tuple):
             for x in v:

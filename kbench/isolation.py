@@ -5,6 +5,9 @@ that runs kernels in its own process dies with it. With `--isolate` the parent k
 sends one case at a time to a worker (spawned: a fresh CUDA context); the worker streams back a message
 as each kernel starts and a row as each is measured. If the worker dies, the kernel it was on gets a
 `failed` row with the exit status, a new worker starts, and the case goes on with its remaining kernels.
+A CUDA fault usually raises instead of killing the process: the worker records the failed row with the
+CUDA error, finds its context unusable (kbench.sweep.cuda_context_usable), says so and exits; the parent
+starts a fresh worker for the rest of the case.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from dataclasses import asdict
 from kbench.case import Case
 
 # (message kind, payload) from the worker
-KERNEL, ROW, CASE_DONE, READY = "kernel", "row", "case-done", "ready"
+KERNEL, ROW, CASE_DONE, READY, CONTEXT_LOST = "kernel", "row", "case-done", "ready", "context-lost"
 
 
 class _PipeWriter:
@@ -29,7 +32,7 @@ class _PipeWriter:
 def _worker_main(conn, scenario_dict: dict, options: dict) -> None:
     """Runs in the worker: builds the same Sweep, then measures cases sent by the parent."""
     from kbench.scenario import scenario_from_dict
-    from kbench.sweep import Sweep, SweepObserver, SweepOptions
+    from kbench.sweep import CudaContextLost, Sweep, SweepObserver, SweepOptions
 
     class PipeObserver(SweepObserver):
         def kernel_started(self, kernel, case):
@@ -47,7 +50,15 @@ def _worker_main(conn, scenario_dict: dict, options: dict) -> None:
         case_d, done, bw = msg
         before = dict(vars(sweep.wall))
         n0 = sweep.measurements
-        sweep._run_case(Case(**case_d), dev, timer, _PipeWriter(conn), set(map(tuple, done)), bw)
+        try:
+            sweep._run_case(Case(**case_d), dev, timer, _PipeWriter(conn), set(map(tuple, done)), bw)
+        except CudaContextLost as e:  # its failed row is sent; this process can run nothing more
+            delta = {k: v - before[k] for k, v in vars(sweep.wall).items()}
+            conn.send((CONTEXT_LOST, (str(e), delta, sweep.measurements - n0)))
+            conn.close()
+            import os
+
+            os._exit(0)  # no CUDA teardown in a poisoned context
         delta = {k: v - before[k] for k, v in vars(sweep.wall).items()}
         conn.send((CASE_DONE, (delta, sweep.measurements - n0)))
 
@@ -72,6 +83,7 @@ class IsolatedRunner:
         self.proc = None
         self.conn = None
         self.restarts = 0
+        self.context_losses: list[str] = []
 
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
@@ -123,6 +135,18 @@ class IsolatedRunner:
                     for k, v in delta.items():
                         wall[k] = wall.get(k, 0.0) + v
                     return wall, measured + n
+                elif kind == CONTEXT_LOST:  # the failed row came first; a fresh worker does the rest
+                    why, delta, n = payload
+                    for k, v in delta.items():
+                        wall[k] = wall.get(k, 0.0) + v
+                    measured += n
+                    self.proc.join(timeout=30)
+                    if self.proc.is_alive():
+                        self.proc.kill()
+                    self.proc = None
+                    self.restarts += 1
+                    self.context_losses.append(why)
+                    break
                 else:  # the worker died
                     self.proc = None
                     self.restarts += 1

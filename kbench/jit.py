@@ -22,7 +22,7 @@ def small_case(case: Case) -> Case:
                 case.head_dim, case.page_size, case.kv_layout, case.dtype, case.kv_dtype)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompileJob:
     kernel: str
     case: Case
@@ -58,31 +58,49 @@ def default_workers() -> int:
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
-def compile_all(jobs: list[CompileJob], device_index: int = 0, workers: int | None = None, on_done=None) -> dict:
-    """Compile in parallel processes, then load in this one. Returns {label: error} for failures."""
+def compile_all(jobs: list[CompileJob], device_index: int = 0, workers: int | None = None, on_done=None,
+                in_process: bool = True) -> dict:
+    """Compile in parallel processes, then load in this one. Returns {label: error} for failures.
+
+    in_process=False (isolated sweeps): this process never runs a kernel, so a fault while compiling
+    cannot poison it; every job runs in a worker process, and a failed one is tried once more alone."""
     workers = default_workers() if workers is None else workers
     errors: dict[str, str] = {}
-    if workers > 1 and len(jobs) > 1:
-        n = min(workers, len(jobs))
-        # every worker may use all cores: most modules are one translation unit (xqa), a few are many
-        # (fmha-v2, fa3), and splitting the cores evenly starves those few (seen: fmha-v2 > 5 min at 2 jobs)
-        max_jobs = os.cpu_count() or 2
-        ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init, initargs=(max_jobs,)) as ex:
-            futs = {ex.submit(run_job, j.kernel, j.case, device_index): j for j in jobs}
-            for f in as_completed(futs):
-                j = futs[f]
-                try:
-                    secs, err = f.result()
-                except Exception as e:  # a worker died (CUDA fault, OOM): the in-process pass retries it
-                    secs, err = 0.0, f"worker died: {type(e).__name__}"
-                if on_done:
-                    on_done(j, secs, err)
+    pooled = not in_process or (workers > 1 and len(jobs) > 1)
+    if pooled:
+        failed = _run_pool(jobs, device_index, max(1, min(workers, len(jobs))), on_done)
+        if not in_process:
+            if failed:  # a lock race or a worker death: once more, one at a time
+                again = _run_pool(failed, device_index, 1, None)
+                errors = {j.label(): err for j, err in again.items()}
+            return errors
     # in-process: loads what the workers built (or compiles it here when a worker failed)
     for j in jobs:
         secs, err = run_job(j.kernel, j.case, device_index)
         if err:
             errors[j.label()] = err
-        if on_done and (workers <= 1 or len(jobs) <= 1):
+        if on_done and not pooled:
             on_done(j, secs, err)
     return errors
+
+
+def _run_pool(jobs: list[CompileJob], device_index: int, n: int, on_done) -> dict:
+    """Runs the jobs in n spawned processes; returns {job: error} for the failed ones."""
+    # every worker may use all cores: most modules are one translation unit (xqa), a few are many
+    # (fmha-v2, fa3), and splitting the cores evenly starves those few (seen: fmha-v2 > 5 min at 2 jobs)
+    max_jobs = os.cpu_count() or 2
+    ctx = mp.get_context("spawn")
+    failed = {}
+    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init, initargs=(max_jobs,)) as ex:
+        futs = {ex.submit(run_job, j.kernel, j.case, device_index): j for j in jobs}
+        for f in as_completed(futs):
+            j = futs[f]
+            try:
+                secs, err = f.result()
+            except Exception as e:  # a worker died (CUDA fault, OOM)
+                secs, err = 0.0, f"worker died: {type(e).__name__}"
+            if err:
+                failed[j] = err
+            if on_done:
+                on_done(j, secs, err)
+    return failed

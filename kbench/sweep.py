@@ -37,6 +37,25 @@ THROTTLE_PAUSE_S = 1.0
 HEADROOM_BYTES = 6 << 30
 
 
+class CudaContextLost(RuntimeError):
+    """A kernel faulted and the process's CUDA context is unusable (sticky error): nothing more can run here."""
+
+    def __init__(self, kernel: str, case_id: str, reason: str):
+        super().__init__(f"the CUDA context is unusable after {kernel} failed on {case_id}: {reason}")
+        self.kernel, self.case_id, self.reason = kernel, case_id, reason
+
+
+def cuda_context_usable(index: int) -> bool:
+    """False once a fault (illegal address, launch failure) has poisoned this process's CUDA context."""
+    import torch
+
+    try:
+        torch.cuda.synchronize(index)
+        return torch.ones(1, device=f"cuda:{index}").add_(1).item() == 2.0
+    except Exception:
+        return False
+
+
 class SweepObserver:
     """Receives progress; the CLI renders it with rich. Every method is optional."""
 
@@ -69,6 +88,7 @@ class SweepResult:
     device: DeviceInfo
     copy_bandwidth_gbs: float | None = None
     measurements: int = 0
+    error: str = ""  # why the run stopped early (a lost CUDA context), else ""
 
     @property
     def wrong(self) -> pd.DataFrame:
@@ -87,7 +107,9 @@ class SweepOptions:
     command_line: str = ""
     compile_workers: int | None = None  # None: kbench.jit.default_workers()
     shard: tuple[int, int] | None = None  # (i, n): only cases whose index in the grid is i mod n
-    isolate: bool = False  # run kernels in a worker process restarted after a crash (kbench.isolation)
+    # run kernels in a worker process restarted after a crash (kbench.isolation); None: when CUDA is
+    # there (the CLI's default; the Python API passes False, because spawned workers re-import __main__)
+    isolate: bool | None = False
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -206,14 +228,16 @@ class Sweep:
                 bw = copy_bandwidth_gbs(dev.torch_device)
             run_dir = new_run_dir(self.opt.out_dir, self.opt.run_name or self.sc.name)
             writer = RunWriter(run_dir, self._manifest(dev, bw))
-        status = "complete"
+        status, error = "complete", ""
         try:
             cases = shard_cases(self.sc.cases(), self.opt.shard or writer.manifest_shard())
             todo = [c for c in cases if any((k.name, c.case_id) not in done for k in self.kernels)]
-            self._compile(dev, todo, done)
+            isolate = dev.cuda if self.opt.isolate is None else self.opt.isolate
+            self._compile(dev, todo, done, in_process=not isolate)
             self.obs.phase("measuring", total=sum(
                 1 for c in todo for k in self.kernels if (k.name, c.case_id) not in done))
-            if self.opt.isolate:
+            writer.manifest["isolated"] = bool(isolate)
+            if isolate:
                 self._run_isolated(todo, dev, writer, done, bw)
             else:
                 timer = self._timer(dev)
@@ -221,25 +245,29 @@ class Sweep:
                     self._run_case(case, dev, timer, writer, done, bw)
         except KeyboardInterrupt:
             status = "interrupted"
+        except CudaContextLost as e:  # not isolated: this process can run nothing more on the GPU
+            status, error = "interrupted", str(e)
+            writer.manifest["stopped_by"] = error
         finally:
             if self._isolated is not None:
                 writer.manifest["worker_restarts"] = self._isolated.restarts
+                writer.manifest["cuda_context_losses"] = self._isolated.context_losses
                 self._isolated.close()
             self.wall.total_s = time.perf_counter() - t_start
-            if dev.cuda:
-                from kbench.hardware import clocks
-
-                writer.manifest["clocks_end"] = clocks(dev.index)
             prev_wall = writer.manifest.get("wall_s")
             writer.manifest["wall_s"] = self.wall.as_dict()
             if prev_wall:
                 writer.manifest.setdefault("wall_s_earlier", []).append(prev_wall)
             writer.manifest["measurements"] = self.measurements
+            if dev.cuda and not error:
+                from kbench.hardware import clocks
+
+                writer.manifest["clocks_end"] = clocks(dev.index)
             run_dir = writer.finalize(status)
         rows = read_journal(run_dir / "rows.jsonl")
-        return SweepResult(run_dir, rows, self.wall, status, dev, bw, self.measurements)
+        return SweepResult(run_dir, rows, self.wall, status, dev, bw, self.measurements, error)
 
-    def _compile(self, dev: DeviceInfo, cases: list[Case], done) -> None:
+    def _compile(self, dev: DeviceInfo, cases: list[Case], done, in_process: bool = True) -> None:
         """Compile every JIT module the sweep needs before the first measurement: each distinct
         (kernel, jit_key) once, on a small case with the same key, in parallel processes."""
         if not dev.cuda:
@@ -249,7 +277,8 @@ class Sweep:
         jobs: dict[tuple, CompileJob] = {}
         for case in cases:
             for k in self.kernels:
-                if k.path == "reference" or (k.name, case.case_id) in done or kernel_reason(k, dev, case):
+                if (k.path == "reference" or k.jit_key(case) is None or (k.name, case.case_id) in done
+                        or kernel_reason(k, dev, case)):
                     continue
                 jobs.setdefault((k.name, k.jit_key(case)), CompileJob(k.name, case))
         if not jobs:
@@ -260,7 +289,7 @@ class Sweep:
         def done_one(job, secs, err):
             self.obs.advance(f"{job.label()} {secs:.0f} s" + (" FAILED" if err else ""))
 
-        errors = compile_all(list(jobs.values()), dev.index, self.opt.compile_workers, done_one)
+        errors = compile_all(list(jobs.values()), dev.index, self.opt.compile_workers, done_one, in_process)
         for label, err in errors.items():  # each case's check records the failure on its own row
             self.obs.message(f"compile of {label} failed: {err}")
         self.wall.compile_s += time.perf_counter() - t0
@@ -304,6 +333,12 @@ class Sweep:
         done.add(row.key())
         self.obs.row(row)
         self.obs.advance()
+
+    def _emit_failed(self, writer: RunWriter, row: Row, done, dev: DeviceInfo) -> None:
+        """A failed row; then, on a GPU, make sure the CUDA context survived (a fault is sticky)."""
+        self._emit(writer, row, done)
+        if dev.cuda and not cuda_context_usable(dev.index):
+            raise CudaContextLost(row.kernel, row.case_id, row.reason)
 
     def _measure(self, timer, fn, copies: int, dev: DeviceInfo):
         """Time fn; when the SM clock has dropped below THROTTLE_FRAC of its maximum (power or thermal
@@ -361,7 +396,8 @@ class Sweep:
             if dev.cuda:
                 torch.cuda.empty_cache()
             for k in runnable:
-                self._emit(writer, self._row(k, dev, case, "failed", reason="inputs/reference: " + first_line(e)), done)
+                self._emit_failed(writer, self._row(k, dev, case, "failed", reason="inputs/reference: " + first_line(e)),
+                                  done, dev)
             return
         self.wall.reference_s += time.perf_counter() - t0
         tol = tolerance_for(case.dtype, case.kv_dtype)
@@ -387,7 +423,7 @@ class Sweep:
                 chk = compare(out, ref, tol)
             except Exception as e:
                 self.wall.check_s += time.perf_counter() - t0
-                self._emit(writer, self._row(k, dev, case, "failed", reason=first_line(e)), done)
+                self._emit_failed(writer, self._row(k, dev, case, "failed", reason=first_line(e)), done, dev)
                 continue
             self.wall.check_s += time.perf_counter() - t0
             errs = dict(rel_err=chk.rel_err, max_abs_err=chk.max_abs_err, tolerance=chk.tolerance)
@@ -401,7 +437,8 @@ class Sweep:
                 m, clock, note = self._measure(timer, fn, copies, dev)
             except Exception as e:
                 self.wall.timing_s += time.perf_counter() - t0
-                self._emit(writer, self._row(k, dev, case, "failed", reason="timing: " + first_line(e), **errs), done)
+                self._emit_failed(writer, self._row(k, dev, case, "failed", reason="timing: " + first_line(e), **errs),
+                                  done, dev)
                 continue
             self.wall.timing_s += time.perf_counter() - t0
             self.measurements += 1

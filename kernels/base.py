@@ -21,6 +21,7 @@ class Kernel:
     path: str = ""  # "decode" | "context" | "reference"
     description: str = ""
     kv_dtypes: tuple[str, ...] = ("bf16", "fp16")
+    test_only: bool = False  # never selected by "all" (fault injection); runs only when named
 
     def supports(self, device: "DeviceInfo", case: "Case") -> str | None:
         """None if this kernel can run the case here, else the reason it cannot."""

@@ -17,13 +17,14 @@ def _load() -> None:
         return
     from kbench.kernels.decode_wrapper import DecodeWrapper
     from kbench.kernels.fa_prefill import FaPrefill
+    from kbench.kernels.fault import OutOfBoundsWrite
     from kbench.kernels.reference import ReferenceKernel
     from kbench.kernels.trtllm_context import TrtllmContext
     from kbench.kernels.trtllm_decode import TrtllmDecode
     from kbench.kernels.trtllm_fmha_v2 import TrtllmFmhaV2
 
     for k in (TrtllmDecode(), DecodeWrapper(), TrtllmContext(), TrtllmFmhaV2(), FaPrefill("fa2"),
-              FaPrefill("fa3"), ReferenceKernel()):
+              FaPrefill("fa3"), ReferenceKernel(), OutOfBoundsWrite()):
         register(k)
 
 
@@ -45,10 +46,10 @@ def get_kernel(name: str) -> Kernel:
 
 
 def select(names: list[str]) -> list[Kernel]:
-    """'all' means every registered kernel; otherwise the named ones, in registry order."""
+    """'all' means every registered kernel but the test-only ones; otherwise the named ones (a test-only
+    kernel too, added to 'all' when named beside it), in registry order."""
     _load()
-    if "all" in names:
-        return all_kernels()
     for n in names:
-        get_kernel(n)
-    return [k for k in _REGISTRY.values() if k.name in names]
+        if n != "all":
+            get_kernel(n)
+    return [k for k in _REGISTRY.values() if k.name in names or ("all" in names and not k.test_only)]

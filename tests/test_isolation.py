@@ -62,3 +62,95 @@ def test_isolated_sweep_matches_in_process_rows(tmp_path):
     rb = load_run(next((tmp_path / "b").iterdir())).rows
     assert list(zip(ra.kernel, ra.case_id, ra.status)) == list(zip(rb.kernel, rb.case_id, rb.status))
     assert list(ra.columns) == list(rb.columns)
+
+
+POISONER = '''
+from kbench.kernels import registry
+from kbench.kernels.reference import ReferenceKernel
+from kbench import sweep as _sweep
+
+class Poisoner(ReferenceKernel):
+    """Test only: fails the way a CUDA fault does (an exception, then a context that runs nothing)."""
+    name = "poisoner"
+    path = "decode"
+    def prepare(self, inputs):
+        def run(i):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return run
+
+_orig = _sweep.Sweep._emit_failed
+def _emit_failed(self, writer, row, done, dev):
+    _orig(self, writer, row, done, dev)
+    if row.kernel == "poisoner":  # on the CPU there is no CUDA context to probe: say it is lost
+        raise _sweep.CudaContextLost(row.kernel, row.case_id, row.reason)
+_sweep.Sweep._emit_failed = _emit_failed
+registry._load()
+registry.register(Poisoner())
+'''
+
+
+@pytest.fixture
+def poisoner_kernel(tmp_path, monkeypatch):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(POISONER)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    from kbench import sweep as sweep_mod
+    from kbench.kernels import registry
+
+    orig = sweep_mod.Sweep._emit_failed
+    exec(POISONER, {})  # the same in this process (the in-process run below)
+    yield "poisoner"
+    sweep_mod.Sweep._emit_failed = orig
+    registry._REGISTRY.pop("poisoner", None)
+
+
+def test_lost_cuda_context_restarts_the_worker_and_keeps_the_error(tmp_path, poisoner_kernel):
+    r = CliRunner().invoke(cli, ["sweep", "--batch-size", "1,2", "--q-len", "2", "--kv-len", "64", "--budget", "0.02",
+                                 "--kernels", "poisoner,reference", "--isolate", "--out", str(tmp_path / "r")])
+    assert r.exit_code == 0, r.output
+    run = load_run(next((tmp_path / "r").iterdir()))
+    rows = run.rows
+    bad = rows[rows.kernel == "poisoner"]
+    assert len(bad) == 2 and (bad.status == "failed").all()
+    assert bad.reason.str.contains("illegal memory access").all()  # the CUDA error, not just "died"
+    ref = rows[rows.kernel == "reference"]
+    assert len(ref) == 2 and (ref.status == "ok").all()  # measured by the restarted worker
+    assert run.manifest["worker_restarts"] == 2 and len(run.manifest["cuda_context_losses"]) == 2
+    assert run.manifest["status"] == "complete"
+
+
+def test_lost_cuda_context_without_isolation_stops_with_one_line_and_resume_finishes(tmp_path, poisoner_kernel):
+    args = ["sweep", "--batch-size", "1,2", "--q-len", "2", "--kv-len", "64", "--budget", "0.02",
+            "--kernels", "poisoner,reference", "--out", str(tmp_path / "r")]
+    r = CliRunner().invoke(cli, args + ["--no-isolate"])
+    assert r.exit_code == 1, r.output
+    assert "stopped: the CUDA context is unusable after poisoner failed on bs1-q2" in " ".join(r.output.split())
+    assert "Traceback" not in r.output
+    run_dir = next((tmp_path / "r").iterdir())
+    run = load_run(run_dir)
+    assert run.manifest["status"] == "interrupted" and "poisoner" in run.manifest["stopped_by"]
+    assert len(run.rows) == 2 and set(run.rows.case_id) == {run.rows.case_id.iloc[0]}  # nothing after the loss
+    assert run.rows[run.rows.kernel == "poisoner"].status.tolist() == ["failed"]
+    r2 = CliRunner().invoke(cli, ["sweep", "--resume", str(run_dir), "--isolate"])
+    assert r2.exit_code == 0, r2.output
+    rows = load_run(run_dir).rows
+    assert sorted(zip(rows.kernel, rows.case_id)) == sorted(
+        (k, c) for k in ("poisoner", "reference") for c in set(rows.case_id))
+    assert len(rows) == 4 and (rows[rows.kernel == "reference"].status == "ok").all()
+
+
+def test_the_out_of_bounds_kernel_is_test_only():
+    from kbench.kernels.registry import select
+
+    assert "test-oob-write" not in [k.name for k in select(["all"])]
+    assert [k.name for k in select(["test-oob-write"])] == ["test-oob-write"]
+    assert "test-oob-write" in [k.name for k in select(["all", "test-oob-write"])]
+
+
+def test_out_of_bounds_kernel_is_skipped_without_a_gpu(tmp_path):
+    r = CliRunner().invoke(cli, ["sweep", "--batch-size", "1", "--q-len", "2", "--kv-len", "64", "--budget", "0.02",
+                                 "--kernels", "test-oob-write,reference", "--out", str(tmp_path / "r")])
+    assert r.exit_code == 0, r.output
+    rows = load_run(next((tmp_path / "r").iterdir())).rows
+    oob = rows[rows.kernel == "test-oob-write"]
+    assert list(oob.status) == ["skipped"] and "needs a CUDA GPU" in oob.reason.iloc[0]
