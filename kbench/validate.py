@@ -2,7 +2,10 @@
 
 - kbench: CUDA-graph replay with events, input rotation (the sweep's timer);
 - CUPTI (through torch.profiler): the device time of every kernel, memset and copy one call issues, summed,
-  over eager calls cycling through the same input copies: an independent clock that sees no launch gaps;
+  over eager calls cycling through the same input copies, one call at a time (synchronised, as Nsight
+  Compute serialises them): an independent clock that sees no launch gaps. Back-to-back eager calls are
+  recorded too (cupti_b2b_us): with programmatic dependent launch a kernel starts during its predecessor
+  and CUPTI counts the overlap twice (xqa on the H200: 137 us back to back, 73 us one at a time);
 - FlashInfer's own harness, `flashinfer.testing.bench_gpu_time(fn)` with its defaults, with its wall time.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ class TimerCheck:
     kbench_us: float
     cupti_us: float | None
     cupti_kernels: int | None
+    cupti_b2b_us: float | None
     flashinfer_us: float | None
     kbench_wall_s: float
     flashinfer_wall_s: float | None
@@ -52,8 +56,9 @@ class TimerCheck:
         return d
 
 
-def cupti_us_per_call(fn, copies: int, calls: int = 20) -> tuple[float, int]:
-    """Sum of device activity (kernels, memsets, copies) per call, from CUPTI via torch.profiler."""
+def cupti_us_per_call(fn, copies: int, calls: int = 20, synced: bool = True) -> tuple[float, int]:
+    """Sum of device activity (kernels, memsets, copies) per call, from CUPTI via torch.profiler;
+    synced: each call runs alone (a synchronisation after it), else back to back."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -63,6 +68,8 @@ def cupti_us_per_call(fn, copies: int, calls: int = 20) -> tuple[float, int]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(calls):
             fn(i % copies)
+            if synced:
+                torch.cuda.synchronize()
         torch.cuda.synchronize()
     from torch.autograd import DeviceType
 
@@ -91,7 +98,8 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
     dev = probe_device()
     rows = []
     ks = [k for k in select(kernels or ["all"]) if k.path != "reference"]
-    timer = GraphTimer(StopRule(spread_target, budget_s, 10, 400))
+    t = Timing()
+    timer = GraphTimer(StopRule(spread_target, budget_s, t.min_samples, t.max_samples, t.min_time_s), t.warmup_ms)
     for bs, q, kv in shapes or DEFAULT_SHAPES:
         case = Case(bs, q, kv, H.num_qo_heads, H.num_kv_heads, H.head_dim, 64)
         runnable = [k for k in ks if k.supports(dev, case) is None]
@@ -106,10 +114,11 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                 chk = compare(fn(0), ref, tolerance_for(case.dtype, case.kv_dtype))
                 m = timer.measure(fn, copies)
                 cu, nk = cupti_us_per_call(fn, copies)
+                b2b, _ = cupti_us_per_call(fn, copies, synced=False)
                 fi, fi_wall = flashinfer_harness_us(lambda: fn(0))
-                r = TimerCheck(k.name, case.case_id, m.median_us, cu, nk, fi, m.wall_s, fi_wall, chk.rel_err)
+                r = TimerCheck(k.name, case.case_id, m.median_us, cu, nk, b2b, fi, m.wall_s, fi_wall, chk.rel_err)
             except Exception as e:
-                r = TimerCheck(k.name, case.case_id, float("nan"), None, None, None, 0.0, None, float("nan"),
+                r = TimerCheck(k.name, case.case_id, float("nan"), None, None, None, None, 0.0, None, float("nan"),
                                error=first_line(e, 200))
             rows.append(r)
             if on_row:

@@ -73,50 +73,78 @@ def case_of(bs, q, kv):
 
 
 def part_a(out, sampler, dev):
-    kernels = ["trtllm-decode", "decode-wrapper", "fa2-prefill", "fa3-prefill", "trtllm-fmha-v2"]
-    cases = [case_of(64, q, 4096) for q in (2, 5, 7, 10)] + [case_of(16, q, 4096) for q in (8, 15)]
+    """Where does a measurement's state come from? Per pair, four ways of measuring again."""
+    pairs = [("decode-wrapper", 7), ("decode-wrapper", 9), ("decode-wrapper", 10), ("fa2-prefill", 7),
+             ("fa2-prefill", 13), ("trtllm-decode", 2), ("trtllm-decode", 3), ("trtllm-decode", 5),
+             ("fa3-prefill", 10), ("trtllm-fmha-v2", 15)]
     timer = GraphTimer(StopRule(0.01, 2.0, 10, 400))
-    timer_long = GraphTimer(StopRule(0.01, 2.0, 10, 400), warmup_ms=300)
-    kept = {}
-    for c in cases:
-        kept[c.case_id] = build_inputs(c, dev.torch_device, copies=copies_for(c, dev, Timing()))
+    inputs_by_q = {}
     rows = []
-    for rnd in range(7):
-        variant = "kept" if rnd < 3 else ("rebuilt" if rnd < 5 else "kept-warm300")
-        for c in cases:
-            if variant == "rebuilt":
-                spacer = torch.empty((rnd * 37 + 11) << 20, dtype=torch.uint8, device="cuda")
-                inputs = build_inputs(c, dev.torch_device, copies=copies_for(c, dev, Timing()), seed=0)
-            else:
-                inputs = kept[c.case_id]
-            for kn in kernels:
-                k = get_kernel(kn)
-                fn = k.prepare(inputs)
-                fn(0)
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                m = (timer_long if variant == "kept-warm300" else timer).measure(fn, len(inputs.copies))
-                t1 = time.perf_counter()
-                r = dict(round=rnd, variant=variant, kernel=kn, case=c.case_id, median=round(m.median_us, 2),
-                         spread=round(m.rel_spread, 4), n=len(m.samples_us), calls=m.calls_per_sample,
-                         wall=round(t1 - t0, 3), first5=[round(x, 1) for x in m.samples_us[:5]],
-                         last5=[round(x, 1) for x in m.samples_us[-5:]], **sampler.window(t0, t1))
-                rows.append(r)
-                print(json.dumps(r), flush=True)
-            if variant == "rebuilt":
-                del inputs, spacer
-                torch.cuda.empty_cache()
+
+    def rec(kn, c, variant, i, med, t0, t1, extra=None):
+        r = dict(kernel=kn, case=c.case_id, variant=variant, i=i, median=round(med, 2), **sampler.window(t0, t1),
+                 **(extra or {}))
+        rows.append(r)
+
+    for kn, q in pairs:
+        c = case_of(64, q, 4096)
+        if q not in inputs_by_q:
+            inputs_by_q[q] = build_inputs(c, dev.torch_device, copies=copies_for(c, dev, Timing()))
+        inputs = inputs_by_q[q]
+        copies = len(inputs.copies)
+        k = get_kernel(kn)
+        fn = k.prepare(inputs)
+        fn(0)
+        # V1: one graph, windows of ~30 ms, 50 ms apart
+        m0 = timer.measure(fn, copies)
+        fence = torch.zeros(1, dtype=torch.int32, device="cuda")
+        g = timer._capture(fn, m0.calls_per_sample, copies, fence)
+        for w in range(8):
+            time.sleep(0.05)
+            t0 = time.perf_counter()
+            xs = []
+            while time.perf_counter() - t0 < 0.03:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                b.synchronize()
+                xs.append(a.elapsed_time(b) * 1000 / m0.calls_per_sample - m0.fence_us)
+            rec(kn, c, "same-graph", w, statistics.median(xs), t0, time.perf_counter())
+        del g
+        # V2: new capture each time, same prepared fn
+        for w in range(6):
+            t0 = time.perf_counter()
+            m = timer.measure(fn, copies)
+            rec(kn, c, "recapture", w, m.median_us, t0, time.perf_counter())
+        # V3: prepared again (new output tensor, plan) each time
+        for w in range(6):
+            fn2 = k.prepare(inputs)
+            fn2(0)
+            t0 = time.perf_counter()
+            m = timer.measure(fn2, copies)
+            rec(kn, c, "reprepare", w, m.median_us, t0, time.perf_counter())
+        # V4: inputs rebuilt at new addresses
+        for w in range(4):
+            spacer = torch.empty((w * 37 + 11) << 20, dtype=torch.uint8, device="cuda")
+            inp = build_inputs(c, dev.torch_device, copies=copies, seed=0)
+            fn3 = k.prepare(inp)
+            fn3(0)
+            t0 = time.perf_counter()
+            m = timer.measure(fn3, copies)
+            rec(kn, c, "rebuilt", w, m.median_us, t0, time.perf_counter())
+            del inp, fn3, spacer
+            torch.cuda.empty_cache()
     (out / "probe_a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    # summary: per (kernel, case) medians by round, and min/max ratio
-    print("\n== part A: medians per round (us); kept r0-2, rebuilt r3-4, warm-up 300 ms r5-6")
+    print("\n== part A: medians (us) per way of measuring again; max/min; SM clock MHz mean per window")
     by = {}
     for r in rows:
-        by.setdefault((r["kernel"], r["case"]), []).append(r)
-    for (kn, cid), rs in by.items():
+        by.setdefault((r["kernel"], r["case"], r["variant"]), []).append(r)
+    for (kn, cid, v), rs in by.items():
         meds = [r["median"] for r in rs]
-        clk = [r.get("clk_mean") for r in rs]
-        print(f"{kn:15s} {cid.split('-h')[0]:16s} " + " ".join(f"{x:7.1f}" for x in meds)
-              + f"  max/min {max(meds) / min(meds):.3f}  clk " + ",".join(str(x) for x in clk))
+        print(f"{kn:15s} {cid.split('-h')[0]:15s} {v:10s} " + " ".join(f"{x:6.1f}" for x in meds)
+              + f" | {max(meds) / min(meds):.3f} | clk " + ",".join(str(r.get("clk_mean")) for r in rs)
+              + f" | W {max(r.get('power_w', 0) for r in rs)} reasons {sorted(set(r.get('reasons') for r in rs))}")
 
 
 def part_b(out, sampler, dev):
