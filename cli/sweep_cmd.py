@@ -43,6 +43,7 @@ def _slow(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--spread-target", type=float, help="Stop timing when the 95% CI half-width of the median is below this fraction.")
 @click.option("--budget", "budget_s", type=float, help="Seconds of timing per (kernel, case) at most.")
 @click.option("--min-time", "min_time_s", type=float, help="Seconds of sampling per (kernel, case) at least, before the spread may stop it.")
+@click.option("--duty", type=float, help="Fraction of the sampling time the GPU is busy (default 0.4, off the power cap; 1 = back to back).")
 @click.option("--l2", type=click.Choice(["rotate", "warm"]), help="rotate input copies so L2 is cold (default), or warm.")
 @click.option("--out", "out_dir", default="results", show_default=True, help="Folder that receives the run folder.")
 @click.option("--name", "run_name", help="Run folder name prefix (default: the scenario name).")
@@ -60,7 +61,7 @@ def _slow(values: tuple[str, ...]) -> dict[str, int]:
               help="Run kernels in a worker process restarted after a crash (a CUDA fault poisons the process): the crashed kernel gets a failed row, the sweep goes on. Default: on when a GPU is there.")
 @click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
 def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_dtype, model, heads, kernels,
-          spread_target, budget_s, min_time_s, l2, out_dir, run_name, resume, device_index, seed, allow_wrong, slow_kernel,
+          spread_target, budget_s, min_time_s, duty, l2, out_dir, run_name, resume, device_index, seed, allow_wrong, slow_kernel,
           compile_workers, jit_cache, shard, devices, isolate, max_table_cases):
     """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
 
@@ -77,7 +78,7 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
         os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(jit_cache)
     axes = dict(batch_size=batch_size, q_len=q_len, kv_len=kv_len, page_size=page_size, kv_layout=kv_layout,
                 dtype=dtype, kv_dtype=kv_dtype, model=model, heads=heads, kernels=kernels,
-                spread_target=spread_target, budget_s=budget_s, l2=l2, min_time_s=min_time_s)
+                spread_target=spread_target, budget_s=budget_s, l2=l2, min_time_s=min_time_s, duty=duty)
     if resume:
         if any(v is not None for v in axes.values()):
             raise BadInput("--resume takes the scenario from the run; drop the axis options")
@@ -140,7 +141,7 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
 
 # options a --devices worker inherits from the parent command line, as given
 _PASS = ("scenario", "batch_size", "q_len", "kv_len", "page_size", "kv_layout", "dtype", "kv_dtype", "model",
-         "heads", "kernels", "spread_target", "budget_s", "min_time_s", "l2", "seed", "allow_wrong", "slow_kernel",
+         "heads", "kernels", "spread_target", "budget_s", "min_time_s", "duty", "l2", "seed", "allow_wrong", "slow_kernel",
          "compile_workers", "jit_cache", "isolate")
 
 

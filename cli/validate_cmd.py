@@ -34,7 +34,7 @@ def validate_timer_cmd(kernels, out_file, tolerance):
     names = [k.strip() for k in kernels.split(",")] if kernels else None
     rows = validate_timer(names, on_row=lambda r: console.print(f"  {r.kernel} {r.case_id}: {r.kbench_us:.1f} us"))
     t = Table(title="kbench timer vs CUPTI and flashinfer.testing.bench_gpu_time", header_style="bold")
-    for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "CUPTI b2b us", "bench_gpu_time us",
+    for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "diff us", "CUPTI b2b us", "bench_gpu_time us",
               "vs FI", "kbench wall s", "FI wall s"):
         t.add_column(c, justify="right" if c not in ("kernel", "case") else "left")
     outside = 0
@@ -45,6 +45,7 @@ def validate_timer_cmd(kernels, out_file, tolerance):
         style = "red" if bad else "green"
         t.add_row(r.kernel, r.case_id.split("-h")[0], f"{r.kbench_us:,.1f}", f"{r.cupti_us:,.1f}" if r.cupti_us else "-",
                   str(r.cupti_kernels or "-"), f"[{style}]{_pct(d)}[/]",
+                  f"{r.kbench_us - r.cupti_us:+.1f}" if r.cupti_us else "-",
                   f"{r.cupti_b2b_us:,.1f}" if r.cupti_b2b_us else "-",
                   f"{r.flashinfer_us:,.1f}" if r.flashinfer_us else "-", _pct(r.flashinfer_diff),
                   f"{r.kbench_wall_s:.2f}", f"{r.flashinfer_wall_s:.2f}" if r.flashinfer_wall_s else "-")

@@ -19,7 +19,8 @@ A scenario file (see scenarios/*.toml)::
     [timing]
     spread_target = 0.01           # stop when the relative spread of the median is below this
     budget_s = 2.0                 # ... or when one measurement has spent this long
-    min_time_s = 0.25              # but sample at least this long (clock and power states last ~0.1 s)
+    min_time_s = 0.1               # but sample at least this long
+    duty = 0.4                     # GPU busy this fraction of the sampling time: off the power cap
     l2 = "rotate"                  # rotate input copies for L2-sized shapes ("rotate"), or "warm"
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ else:  # pragma: no cover
 TOP_KEYS = {"name", "description", "model", "heads", "kernels", "grid", "timing"}
 GRID_KEYS = {"batch_size", "q_len", "kv_len", "page_size", "kv_layout", "dtype", "kv_dtype"}
 HEAD_KEYS = {"num_qo_heads", "num_kv_heads", "head_dim"}
-TIMING_KEYS = {"spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms", "min_time_s"}
+TIMING_KEYS = {"spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms", "min_time_s", "duty"}
 L2_MODES = ("rotate", "warm")
 MAX_CASES = 200_000
 INT32_MAX = 2**31 - 1  # the index tensors (seq_lens, indptrs, page tables) are int32, as in the engines
@@ -59,7 +60,8 @@ class Timing:
     max_samples: int = 400
     l2: str = "rotate"
     warmup_ms: float = 25.0
-    min_time_s: float = 0.0  # sample at least this long before the spread may stop a measurement
+    min_time_s: float = 0.1  # sample at least this long before the spread may stop a measurement
+    duty: float = 0.4  # fraction of the sampling time the GPU is busy (1.0: back to back; see kbench.kernels.timer)
 
     def stop_rule(self):
         from kbench.kernels.timer import StopRule
@@ -131,8 +133,10 @@ class Scenario:
             raise BadInput(f"{where}: timing.budget_s: must be a finite number > 0, got {self.timing.budget_s}")
         if not (math.isfinite(self.timing.warmup_ms) and self.timing.warmup_ms >= 0):
             raise BadInput(f"{where}: timing.warmup_ms: must be a finite number >= 0, got {self.timing.warmup_ms}")
-        if not (math.isfinite(self.timing.min_time_s) and 0 <= self.timing.min_time_s <= self.timing.budget_s):
-            raise BadInput(f"{where}: timing.min_time_s: must be a number in [0, budget_s], got {self.timing.min_time_s}")
+        if not (math.isfinite(self.timing.min_time_s) and self.timing.min_time_s >= 0):  # budget_s still caps it
+            raise BadInput(f"{where}: timing.min_time_s: must be a finite number >= 0, got {self.timing.min_time_s}")
+        if not (math.isfinite(self.timing.duty) and 0.05 <= self.timing.duty <= 1):
+            raise BadInput(f"{where}: timing.duty: must be a fraction in [0.05, 1], got {self.timing.duty}")
         if self.timing.min_samples < 3 or self.timing.max_samples < self.timing.min_samples:
             raise BadInput(f"{where}: timing: need 3 <= min_samples <= max_samples")
         n = len(self.batch_size) * len(self.q_len) * len(self.kv_len) * len(self.page_size) * len(self.kv_layout) * len(self.dtype) * len(self.kv_dtype or [0])
@@ -314,7 +318,7 @@ def apply_overrides(sc: Scenario, **axes) -> Scenario:
     if axes.get("heads") is not None:
         changes["heads"], changes["model"] = parse_heads_flag(axes["heads"]), None
     timing = replace(sc.timing)
-    for k in ("spread_target", "budget_s", "l2", "min_time_s"):
+    for k in ("spread_target", "budget_s", "l2", "min_time_s", "duty"):
         if axes.get(k) is not None:
             setattr(timing, k, axes[k])
     changes["timing"] = timing

@@ -31,8 +31,8 @@ L2_COVER = 3
 MAX_COPIES = 64
 # a measurement whose SM clock ends below this fraction of the maximum is repeated after a pause
 THROTTLE_FRAC = 0.9
-THROTTLE_RETRIES = 2
-THROTTLE_PAUSE_S = 1.0
+THROTTLE_RETRIES = 1
+THROTTLE_PAUSE_S = 0.3
 # device memory kept free beyond what a case needs (reference temporaries, workspaces, allocator slack)
 HEADROOM_BYTES = 6 << 30
 
@@ -199,7 +199,7 @@ class Sweep:
             "clocks_start": clocks(dev.index) if dev.cuda else {},
             "timer": {"kind": "cuda-graph" if dev.cuda else "wall-clock", "spread_target": t.spread_target,
                       "budget_s": t.budget_s, "min_samples": t.min_samples, "max_samples": t.max_samples,
-                      "min_time_s": t.min_time_s, "l2": t.l2, "l2_cover": L2_COVER, "warmup_ms": t.warmup_ms,
+                      "min_time_s": t.min_time_s, "duty": t.duty, "l2": t.l2, "l2_cover": L2_COVER, "warmup_ms": t.warmup_ms,
                       "fence": "one-element fill between calls (no PDL overlap between calls); its time subtracted",
                       "spread": "relative half-width of the 95% order-statistic CI of the median"},
             "slow_kernel": self.opt.slow_kernel, "seed": self.opt.seed,
@@ -208,7 +208,8 @@ class Sweep:
 
     def _timer(self, dev: DeviceInfo):
         rule = self.sc.timing.stop_rule()
-        return GraphTimer(rule, warmup_ms=self.sc.timing.warmup_ms) if dev.cuda else WallClockTimer(rule)
+        t = self.sc.timing
+        return GraphTimer(rule, warmup_ms=t.warmup_ms, duty=t.duty) if dev.cuda else WallClockTimer(rule)
 
     # -- the run -----------------------------------------------------------------------------------
     def run(self) -> SweepResult:

@@ -10,6 +10,13 @@ launch (PDL). Without it a PDL kernel overlaps its own predecessor, which no eng
 xqa back to back made CUPTI report 137 us per call against 73 us for calls one at a time, and fa3 ran
 up to 7% faster back to back than alone. The fences' own time (a graph of fences alone, per call) is
 subtracted from every sample.
+
+Duty cycle: replays are timed in bursts of about 5 ms of GPU work, each followed by an idle gap, so the
+GPU is busy `duty` of the time (0.4 by default; 1.0 is back to back). Under continuous load an H200
+reaches its power cap within ~0.1 s (NVML clock-event reason SW power cap) and its SM clock falls from
+1965 to 1680-1750 MHz, which made memory-bound kernels 8-12% slower, by an amount that changed from one
+measurement to the next; duty-cycled they repeated within 1-3%. kbench therefore reports the
+unthrottled latency of a kernel, the same state for every kernel it compares.
 """
 from __future__ import annotations
 
@@ -90,8 +97,12 @@ class GraphTimer:
     """CUDA-graph replay timer. `fn(i)` runs the kernel on input copy i; copies rotate inside the graph."""
 
     def __init__(self, rule: StopRule, warmup_ms: float = 25.0, target_replay_us: float = 1000.0,
-                 max_calls_per_graph: int = 256, fence: bool = True):
+                 max_calls_per_graph: int = 256, fence: bool = True, duty: float = 0.4, settle_ms: float = 20.0,
+                 burst_us: float = 5000.0):
         self.rule = rule
+        self.duty = duty
+        self.settle_ms = settle_ms
+        self.burst_us = burst_us
         self.warmup_ms = warmup_ms
         self.target_replay_us = target_replay_us
         self.max_calls = max_calls_per_graph
@@ -135,11 +146,17 @@ class GraphTimer:
 
             timer = "cuda-events"
         fence_us = self.fence_us(fence, calls, timer == "cuda-graph") if fence is not None else 0.0
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
         run()
-        torch.cuda.synchronize()
+        b.record()
+        b.synchronize()
+        replay_us = max(a.elapsed_time(b) * 1000, 1.0)
+        batch = max(1, min(50, round(self.burst_us / replay_us)))  # replays per burst
+        if self.duty < 1:
+            time.sleep(self.settle_ms / 1000)  # off the warm-up's and the capture's load
         samples: list[float] = []
         started = time.perf_counter()
-        batch = 5
         while True:
             evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
             for a, b in evs:
@@ -147,10 +164,13 @@ class GraphTimer:
                 run()
                 b.record()
             evs[-1][1].synchronize()
-            samples.extend(a.elapsed_time(b) * 1000 / calls - fence_us for a, b in evs)
+            burst = [a.elapsed_time(b) * 1000 for a, b in evs]
+            samples.extend(x / calls - fence_us for x in burst)
             stop = self.rule.check(samples, started)
             if stop:
                 break
+            if self.duty < 1:
+                time.sleep(sum(burst) * (1 / self.duty - 1) / 1e6)
         return Measurement(samples, timer, calls, stop, time.perf_counter() - t0, fence_us)
 
     def fence_us(self, fence, calls: int, graphed: bool = True) -> float:

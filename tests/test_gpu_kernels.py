@@ -77,3 +77,50 @@ def test_graph_timer_agrees_with_event_loop_on_a_large_copy():
     loop_us = a.elapsed_time(b) * 1000 / 50
     assert m.timer == "cuda-graph"
     assert abs(m.median_us - loop_us) / loop_us < 0.03, (m.median_us, loop_us)
+
+
+def test_out_of_bounds_write_costs_one_row_under_isolation(tmp_path):
+    """A real CUDA fault (test-oob-write stores 1 TiB past its input): a failed row with the CUDA error,
+    a restarted worker, and every other kernel of the same and the next case measured."""
+    from click.testing import CliRunner
+
+    from kbench.cli.main import cli
+    from kbench.store import load_run
+
+    r = CliRunner().invoke(cli, ["sweep", "--batch-size", "2", "--q-len", "2,4", "--kv-len", "256", "--budget", "0.05",
+                                 "--kernels", "decode-wrapper,test-oob-write,fa2-prefill", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    run = load_run(next(tmp_path.iterdir()))
+    rows = run.rows
+    oob = rows[rows.kernel == "test-oob-write"]
+    assert len(oob) == 2 and (oob.status == "failed").all()
+    assert oob.reason.str.contains("illegal memory access").all(), oob.reason.tolist()
+    others = rows[rows.kernel != "test-oob-write"]
+    assert len(others) == 4 and (others.status == "ok").all(), others[["kernel", "status", "reason"]]
+    assert run.manifest["isolated"] and run.manifest["worker_restarts"] == 2
+
+
+def test_fenced_graph_timing_matches_one_call_at_a_time():
+    """xqa launches with PDL: back to back in a graph, a call overlaps its predecessor. kbench's fence
+    between calls gives the time of one call alone (CUPTI over synchronised calls), within 5%."""
+    import time
+
+    from kbench.case import Case
+    from kbench.kernels.device import probe_device
+    from kbench.kernels.inputs import build_inputs
+    from kbench.kernels.registry import get_kernel
+    from kbench.kernels.timer import GraphTimer, StopRule
+    from kbench.sweep import copies_for
+    from kbench.validate import cupti_us_per_call
+
+    h = MODELS["llama3-8b"]
+    case = Case(16, 4, 4096, h.num_qo_heads, h.num_kv_heads, h.head_dim, 64)
+    dev = probe_device(0)
+    inputs = build_inputs(case, "cuda", copies=copies_for(case, dev, Timing()))
+    fn = get_kernel("trtllm-decode").prepare(inputs)
+    fn(0)
+    m = GraphTimer(StopRule(0.01, 2.0, 10, 400, 0.1)).measure(fn, len(inputs.copies))
+    time.sleep(0.15)
+    alone, _ = cupti_us_per_call(fn, len(inputs.copies), 20, synced=True)
+    assert m.fence_us > 0
+    assert abs(m.median_us / alone - 1) < 0.05, (m.median_us, alone)

@@ -18,7 +18,8 @@ if [ -f .fi-cache/aot.tgz ]; then tar xzf .fi-cache/aot.tgz -C /tmp/site/flashin
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 3; }
 step() { local name=$1 limit=$2; shift 2; echo "=== $name: $*" | tee -a "$OUT/summary.txt"; local t0=$SECONDS
   timeout "$limit" "$@" > "/tmp/res/logs/$name.txt" 2>&1; local rc=$?
-  echo "=== $name rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"; return 0; }
+  echo "=== $name rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
+  tar czf "$OUT/results.tgz" -C /tmp res; return 0; }  # after every step: a call cut short keeps what ran
 for s in "$@"; do
   case "$s" in
     env) step env 120 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; kbench env; kbench kernels' ;;
