@@ -62,9 +62,9 @@ class TimerCheck:
         return d
 
 
-def cupti_us_per_call(fn, copies: int, calls: int = 20, synced: bool = True) -> tuple[float, int]:
+def cupti_us_per_call(fn, copies: int, calls: int = 20, synced: bool = True, gap_s: float = 0.0) -> tuple[float, int]:
     """Sum of device activity (kernels, memsets, copies) per call, from CUPTI via torch.profiler;
-    synced: each call runs alone (a synchronisation after it), else back to back."""
+    synced: each call runs alone (a synchronisation after it, then gap_s idle), else back to back."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -76,6 +76,8 @@ def cupti_us_per_call(fn, copies: int, calls: int = 20, synced: bool = True) -> 
             fn(i % copies)
             if synced:
                 torch.cuda.synchronize()
+                if gap_s:
+                    time.sleep(gap_s)
         torch.cuda.synchronize()
     from torch.autograd import DeviceType
 
@@ -123,7 +125,9 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                 m = timer.measure(fn, copies)
                 calls = max(3, min(20, int(CUPTI_BURST_US / max(m.median_us, 1.0))))
                 time.sleep(COOL_S)
-                cu, nk = cupti_us_per_call(fn, copies, calls)
+                # one call at a time, idle after each as long as the sweep's duty cycle idles after a burst
+                gap = m.median_us * 1e-6 * (1 / t.duty - 1)
+                cu, nk = cupti_us_per_call(fn, copies, calls, gap_s=gap)
                 time.sleep(COOL_S)
                 b2b, _ = cupti_us_per_call(fn, copies, calls, synced=False)
                 time.sleep(COOL_S)
