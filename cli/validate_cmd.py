@@ -21,9 +21,10 @@ def _pct(v):
 @click.option("--tolerance", default=0.03, show_default=True, help="Agreement target with CUPTI.")
 def validate_timer_cmd(kernels, out_file, tolerance):
     """Time every available kernel at 6 shapes (~10 us to ~5 ms) with kbench's CUDA-graph timer, with CUPTI
-    (device time of every kernel/memset/copy of a call, one call at a time, via torch.profiler; back to
-    back too, where PDL overlap inflates it) and with FlashInfer's bench_gpu_time defaults; print the
-    medians, the differences and each harness's wall time."""
+    (via torch.profiler: the device time of a call's kernels in kbench's own graph replays, the target's
+    reference; eager calls one at a time, as Nsight Compute runs them; back to back, where PDL overlap
+    inflates it) and with FlashInfer's bench_gpu_time defaults; print the medians, the differences and
+    each harness's wall time."""
     import torch
 
     if not torch.cuda.is_available():
@@ -33,8 +34,10 @@ def validate_timer_cmd(kernels, out_file, tolerance):
     console = Console()
     names = [k.strip() for k in kernels.split(",")] if kernels else None
     rows = validate_timer(names, on_row=lambda r: console.print(f"  {r.kernel} {r.case_id}: {r.kbench_us:.1f} us"))
-    t = Table(title="kbench timer vs CUPTI and flashinfer.testing.bench_gpu_time", header_style="bold")
-    for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "diff us", "CUPTI b2b us", "bench_gpu_time us",
+    t = Table(title="kbench timer vs CUPTI (same graph replays; eager alone; eager back to back) and "
+                    "flashinfer.testing.bench_gpu_time", header_style="bold")
+    for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "diff us", "CUPTI alone us",
+              "vs alone", "CUPTI b2b us", "bench_gpu_time us",
               "vs FI", "kbench wall s", "FI wall s"):
         t.add_column(c, justify="right" if c not in ("kernel", "case") else "left")
     outside = 0
@@ -46,6 +49,7 @@ def validate_timer_cmd(kernels, out_file, tolerance):
         t.add_row(r.kernel, r.case_id.split("-h")[0], f"{r.kbench_us:,.1f}", f"{r.cupti_us:,.1f}" if r.cupti_us else "-",
                   str(r.cupti_kernels or "-"), f"[{style}]{_pct(d)}[/]",
                   f"{r.kbench_us - r.cupti_us:+.1f}" if r.cupti_us else "-",
+                  f"{r.cupti_alone_us:,.1f}" if r.cupti_alone_us else "-", _pct(r.alone_diff),
                   f"{r.cupti_b2b_us:,.1f}" if r.cupti_b2b_us else "-",
                   f"{r.flashinfer_us:,.1f}" if r.flashinfer_us else "-", _pct(r.flashinfer_diff),
                   f"{r.kbench_wall_s:.2f}", f"{r.flashinfer_wall_s:.2f}" if r.flashinfer_wall_s else "-")

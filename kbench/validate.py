@@ -1,16 +1,19 @@
 """Is kbench's timer right? Each kernel at shapes from ~10 us to ~5 ms, timed three ways:
 
 - kbench: CUDA-graph replay with events, input rotation (the sweep's timer);
-- CUPTI (through torch.profiler): the device time of every kernel, memset and copy one call issues, summed,
-  over eager calls cycling through the same input copies, one call at a time (synchronised, as Nsight
-  Compute serialises them): an independent clock that sees no launch gaps. Back-to-back eager calls are
-  recorded too (cupti_b2b_us): with programmatic dependent launch a kernel starts during its predecessor
-  and CUPTI counts the overlap twice (xqa on the H200: 137 us back to back, 73 us one at a time);
+- CUPTI (through torch.profiler), the independent clock, three ways:
+  * cupti_us: the device time of the call's kernels inside kbench's own fenced graph, replayed in
+    duty-cycled bursts as the sweep does (the fences' CUPTI time, from a graph of fences alone, taken
+    off): the same execution, another clock, no launch gaps;
+  * cupti_alone_us: eager calls one at a time (synchronised, as Nsight Compute serialises them);
+  * cupti_b2b_us: eager calls back to back: with programmatic dependent launch a kernel starts during
+    its predecessor and CUPTI counts the overlap twice (xqa on the H200: 137 us back to back, 73 alone);
 - FlashInfer's own harness, `flashinfer.testing.bench_gpu_time(fn)` with its defaults, with its wall time.
 
-Each timer starts after a COOL_S idle pause and the CUPTI bursts hold at most ~CUPTI_BURST_US of GPU
-work, so all three see the GPU off its power cap, as the sweep's duty-cycled timer does (see
-kbench.kernels.timer): otherwise the comparison measures the power state, not the timers.
+Each timer starts after a COOL_S idle pause and the eager CUPTI bursts hold at most ~CUPTI_BURST_US of
+GPU work, so that they see the GPU off its power cap as the sweep's duty-cycled timer does (see
+kbench.kernels.timer). The eager ways still differ from a graph in GPU state (a call that starts on an
+idle GPU, launch gaps), which is why the same-replay CUPTI figure is the one the target is checked on.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class TimerCheck:
     kbench_us: float
     cupti_us: float | None
     cupti_kernels: int | None
+    cupti_alone_us: float | None
     cupti_b2b_us: float | None
     flashinfer_us: float | None
     kbench_wall_s: float
@@ -53,12 +57,16 @@ class TimerCheck:
         return None if not self.cupti_us else self.kbench_us / self.cupti_us - 1
 
     @property
+    def alone_diff(self) -> float | None:
+        return None if not self.cupti_alone_us else self.kbench_us / self.cupti_alone_us - 1
+
+    @property
     def flashinfer_diff(self) -> float | None:
         return None if not self.flashinfer_us else self.kbench_us / self.flashinfer_us - 1
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(cupti_diff=self.cupti_diff, flashinfer_diff=self.flashinfer_diff)
+        d.update(cupti_diff=self.cupti_diff, alone_diff=self.alone_diff, flashinfer_diff=self.flashinfer_diff)
         return d
 
 
@@ -87,6 +95,33 @@ def cupti_us_per_call(fn, copies: int, calls: int = 20, synced: bool = True, gap
             total += e.time_range.elapsed_us()  # a kernel, memset or copy, as CUPTI timed it
             n += 1
     return total / calls, round(n / calls)
+
+
+def cupti_replay_us_per_call(fn, copies: int, calls: int, duty: float, replays: int = 5) -> tuple[float | None, int]:
+    """Device time per call of fn's kernels inside a fenced graph (GraphTimer's), replayed `replays` times
+    with the sweep's duty cycle; the fences' own device time (a graph of fences alone) is taken off."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fence = torch.zeros(1, dtype=torch.int32, device=torch.cuda.current_device())
+    graphs = [GraphTimer._capture(fn, calls, copies, fence), GraphTimer._capture(lambda i: fence.zero_(), calls, 1)]
+    out = []
+    for g in graphs:
+        g.replay()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(replays):
+                t0 = time.perf_counter()
+                g.replay()
+                torch.cuda.synchronize()
+                time.sleep((time.perf_counter() - t0) * (1 / duty - 1))
+        evs = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+        out.append((sum(e.time_range.elapsed_us() for e in evs) / (replays * calls), len(evs) / (replays * calls)))
+    (kern, nk), (fen, nf) = out
+    if nk <= nf:  # the profiler saw no kernels inside the graph replays
+        return None, 0
+    return kern - fen, round(nk - nf)
 
 
 def flashinfer_harness_us(fn) -> tuple[float, float]:
@@ -123,18 +158,19 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                 chk = compare(fn(0), ref, tolerance_for(case.dtype, case.kv_dtype))
                 time.sleep(COOL_S)
                 m = timer.measure(fn, copies)
+                time.sleep(COOL_S)
+                cu, nk = cupti_replay_us_per_call(fn, copies, m.calls_per_sample, t.duty)
                 calls = max(3, min(20, int(CUPTI_BURST_US / max(m.median_us, 1.0))))
                 time.sleep(COOL_S)
-                # one call at a time, idle after each as long as the sweep's duty cycle idles after a burst
-                gap = m.median_us * 1e-6 * (1 / t.duty - 1)
-                cu, nk = cupti_us_per_call(fn, copies, calls, gap_s=gap)
+                alone, nk_alone = cupti_us_per_call(fn, copies, calls)
                 time.sleep(COOL_S)
                 b2b, _ = cupti_us_per_call(fn, copies, calls, synced=False)
                 time.sleep(COOL_S)
                 fi, fi_wall = flashinfer_harness_us(lambda: fn(0))
-                r = TimerCheck(k.name, case.case_id, m.median_us, cu, nk, b2b, fi, m.wall_s, fi_wall, chk.rel_err)
+                r = TimerCheck(k.name, case.case_id, m.median_us, cu, nk or nk_alone, alone, b2b, fi, m.wall_s, fi_wall,
+                               chk.rel_err)
             except Exception as e:
-                r = TimerCheck(k.name, case.case_id, float("nan"), None, None, None, None, 0.0, None, float("nan"),
+                r = TimerCheck(k.name, case.case_id, float("nan"), None, None, None, None, None, 0.0, None, float("nan"),
                                error=first_line(e, 200))
             rows.append(r)
             if on_row:

@@ -9,7 +9,7 @@ n=0
 OUT=${OUT:-/tmp/out}
 mkdir -p /tmp/site "$OUT" /tmp/res/logs
 tar xzf .whl/site.tgz -C /tmp/site
-export PYTHONPATH=/tmp/site FLASHINFER_NO_DOWNLOAD=1 MAX_JOBS=16 PYTHONUNBUFFERED=1 COLUMNS=200
+export PYTHONPATH=/tmp/site FLASHINFER_NO_DOWNLOAD=1 MAX_JOBS=16 PYTHONUNBUFFERED=1 COLUMNS=250
 if ls .fi-cache/jit-cache.tgz.part-* >/dev/null 2>&1; then
   mkdir -p ~/.cache && cat .fi-cache/jit-cache.tgz.part-* | tar xz -C ~/.cache && echo "restored JIT cache: $(du -sh ~/.cache/flashinfer | cut -f1)"
 fi
