@@ -85,7 +85,8 @@ values = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=3),
                       max_leaves=6)
 SECTIONS = {None: ["name", "description", "model", "kernels", "heads", "grid", "timing", "bogus"],
             "grid": ["batch_size", "q_len", "kv_len", "page_size", "kv_layout", "dtype", "kv_dtype", "bogus"],
-            "timing": ["spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms", "bogus"],
+            "timing": ["spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms", "min_time_s", "duty",
+                       "bogus"],
             "heads": ["num_qo_heads", "num_kv_heads", "head_dim", "bogus"]}
 
 

@@ -74,6 +74,10 @@ BAD_FILES = {
     "unknown kernel": ('model = "llama3-8b"\nkernels = ["flashmla"]\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n', "kernels"),
     "zero": ('model = "llama3-8b"\n[grid]\nbatch_size = 0\nq_len = 2\nkv_len = 64\n', "grid.batch_size"),
     "empty range": ('model = "llama3-8b"\n[grid]\nbatch_size = "8..2"\nq_len = 2\nkv_len = 64\n', "grid.batch_size"),
+    "duty zero": ('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n[timing]\nduty = 0\n', "timing.duty"),
+    "duty > 1": ('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n[timing]\nduty = 1.5\n', "timing.duty"),
+    "min time nan": ('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n[timing]\nmin_time_s = nan\n',
+                     "timing.min_time_s"),
 }
 
 
@@ -102,6 +106,8 @@ def test_bad_scenario_file_exits_2_with_one_line_naming_field_and_file(case, tmp
     (["--scenario", "missing.toml"], "does not exist"),
     (["--slow-kernel", "fa2-prefill"], "--slow-kernel"),
     (["--resume", "/nonexistent/run"], "not a kbench run"),
+    (["--duty", "0"], "timing.duty"),
+    (["--min-time", "-1"], "timing.min_time_s"),
 ])
 def test_bad_cli_axes_exit_2(args, needle, tmp_path):
     res = CliRunner().invoke(cli, ["sweep", "--out", str(tmp_path), *args])
@@ -121,3 +127,16 @@ def test_bad_input_through_the_real_console_script(tmp_path):
 def test_scenario_errors_are_badinput():
     with pytest.raises(BadInput):
         scenario_from_dict({"model": "llama3-8b", "grid": {"batch_size": 1, "q_len": 2}}, "x")
+
+
+def test_timing_overrides_reach_the_stop_rule_and_the_manifest(tmp_path):
+    sc = apply_overrides(load_scenario("quick"), duty=0.5, min_time_s=0.3, batch_size="1", q_len="1", kv_len="16")
+    assert sc.timing.duty == 0.5 and sc.timing.stop_rule().min_time_s == 0.3
+    res = CliRunner().invoke(cli, ["sweep", "--batch-size", "1", "--q-len", "1", "--kv-len", "16", "--budget", "0.05",
+                                   "--duty", "0.5", "--min-time", "0.02", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    import json
+
+    m = json.loads(next(tmp_path.iterdir()).joinpath("manifest.json").read_text())
+    assert m["timer"]["duty"] == 0.5 and m["timer"]["min_time_s"] == 0.02 and "fence" in m["timer"]
+    assert m["isolated"] is False  # no GPU here: in-process by default

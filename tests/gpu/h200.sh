@@ -4,6 +4,10 @@
 # Back in $OUT (at most 8 files): results.tgz (run folders + every step's log), summary.txt, and the
 # FlashInfer JIT cache split in 15 MiB parts (carry them back as .fi-cache/ to skip recompiling).
 #   bash tests/gpu/h200.sh env sweep tests cache
+# Steps: env, sweep, sweep2 (--devices 0), repeat (two back-to-back sweeps, the second through --devices 0,
+# compared and gated), slow (the sweep at bs16 with fa2-prefill slowed, gated against the first repeat run),
+# fault (test-oob-write isolated, then in-process and resumed), validate, probe (tests/gpu/probe_noise.py),
+# tests, cache, or any other word: a shell command.
 set -uo pipefail
 n=0
 OUT=${OUT:-/tmp/out}
@@ -25,6 +29,18 @@ for s in "$@"; do
     env) step env 120 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; kbench env; kbench kernels' ;;
     sweep) step sweep "${SWEEP_LIMIT:-330}" kbench sweep --scenario draft-extend --kv-len 4096 --batch-size 16,64 --out /tmp/res --name de-kv4096 ;;
     sweep2) step sweep2 "${SWEEP_LIMIT:-330}" kbench sweep --scenario draft-extend --kv-len 4096 --batch-size 16,64 --out /tmp/res --name de-kv4096-devices0 --devices 0 ;;
+    repeat) S="kbench sweep --scenario draft-extend --kv-len 4096 --batch-size 16,64 --out /tmp/res"
+      step rep1 "${SWEEP_LIMIT:-330}" $S --name rep1
+      step rep2 "${SWEEP_LIMIT:-330}" $S --name rep2 --devices 0
+      step compare 60 bash -c 'python3 tests/gpu/compare_runs.py /tmp/res/rep1-* /tmp/res/rep2-2*'
+      step gate-repeat 60 bash -c 'kbench gate --baseline /tmp/res/rep1-* --candidate /tmp/res/rep2-2* --markdown /tmp/res/gate-repeat.md' ;;
+    slow) step slow "${SWEEP_LIMIT:-330}" kbench sweep --scenario draft-extend --kv-len 4096 --batch-size 16 --out /tmp/res --name slow --slow-kernel fa2-prefill=2
+      step gate-slow 60 bash -c 'kbench gate --baseline /tmp/res/rep1-* --candidate /tmp/res/slow-* --allow-missing --markdown /tmp/res/gate-slow.md' ;;
+    fault) F="--batch-size 16 --q-len 2,4 --kv-len 1024 --kernels trtllm-decode,test-oob-write,fa2-prefill --out /tmp/res"
+      step fault-isolated 200 kbench sweep $F --name fault-isolated
+      step fault-inproc 200 bash -c "kbench sweep $F --name fault-inproc --no-isolate; echo rc=\$?; kbench sweep --resume /tmp/res/fault-inproc-*"
+      step fault-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fault-*' ;;
+    probe) step probe 300 python3 tests/gpu/probe_noise.py /tmp/res/probe ;;
     validate) step validate "${VALIDATE_LIMIT:-150}" kbench validate-timer --out /tmp/res/validate-timer.json ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
     cache) du -sh ~/.cache/flashinfer; (cd ~/.cache && tar czf /tmp/jit-cache.tgz flashinfer) && split -b 15m /tmp/jit-cache.tgz "$OUT/jit-cache.tgz.part-" ;;
