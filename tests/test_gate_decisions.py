@@ -171,3 +171,17 @@ def test_rows_match_on_dtype_and_layout(tmp_path):
     res, data = gate_json(tmp_path, base, cand)
     assert res.exit_code == 1  # every HND row is missing, the NHD ones are new
     assert sorted(set(outcomes(data).values())) == ["missing", "new"]
+
+
+def test_runs_timed_with_different_settings_are_compared_with_a_warning(tmp_path):
+    base = write_run(tmp_path / "base", sweep_rows(seed=1), timer={"kind": "cuda-graph", "spread_target": 0.01})
+    cand = write_run(tmp_path / "cand", sweep_rows(seed=2),
+                     timer={"kind": "cuda-graph", "spread_target": 0.01, "duty": 0.4, "fence": "fill"})
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 0, res.output
+    w = [x for x in data["warnings"] if "timed with different settings" in x]
+    assert len(w) == 1 and "duty None vs 0.4" in w[0] and "spread_target" not in w[0]
+    same = write_run(tmp_path / "same", sweep_rows(seed=3),
+                     timer={"kind": "cuda-graph", "spread_target": 0.01, "duty": 0.4, "fence": "fill"})
+    res, data = gate_json(tmp_path, cand, same)
+    assert not [x for x in data["warnings"] if "timed with different settings" in x]

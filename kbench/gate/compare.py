@@ -208,6 +208,22 @@ def run_noise_of(base_recs: dict[tuple, dict], noise_floor: float = 0.0) -> dict
     return {k: RunNoise(own[k], max(pooled.get(_group(rec), 0.0), noise_floor)) for k, rec in base_recs.items()}
 
 
+# timer settings that change what a number means (kbench.kernels.timer); a missing key is an older kbench
+TIMER_KEYS = ("kind", "duty", "min_time_s", "fence", "l2", "spread_target", "warmup_ms")
+
+
+def timer_differences(mb: dict, mc: dict) -> list[str]:
+    """Warnings for sweep runs timed with different settings (old runs lack duty/fence: back to back)."""
+    tb, tc = mb.get("timer"), mc.get("timer")
+    if not isinstance(tb, dict) or not isinstance(tc, dict):
+        return []
+    diff = [f"{k} {tb.get(k)!r} vs {tc.get(k)!r}" for k in TIMER_KEYS if tb.get(k) != tc.get(k)]
+    if not diff:
+        return []
+    return ["the runs were timed with different settings (baseline vs candidate: " + "; ".join(diff)
+            + "): differences may come from the timer; rebuild the baseline with this kbench"]
+
+
 def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str) -> dict[tuple, dict]:
     rows = run.rows
     if kind == "sweep" and "path" in rows:
@@ -390,6 +406,7 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     if reasons and not force:
         raise BadInput(f"refusing to compare: {'; '.join(reasons)}; pass --force to compare anyway")
     warnings += [f"{r}; compared anyway (--force)" for r in reasons] + hw_warnings
+    warnings += timer_differences(base.manifest, cand.manifest)
 
     kind = base.kind
     key_cols = key_columns(kind, set(base.rows.columns) & set(cand.rows.columns))
