@@ -39,11 +39,21 @@ class RichSweepObserver(SweepObserver):
         return self
 
     def __exit__(self, *exc):
+        self._finish()
         self.progress.stop()
 
+    def _finish(self):
+        """Freeze the current phase's line: its clock stops, an open-ended phase shows 1/1."""
+        if self.task is None:
+            return
+        t = next(t for t in self.progress.tasks if t.id == self.task)
+        if t.total is None:
+            self.progress.update(self.task, total=1, completed=1)
+        self.progress.update(self.task, description="done")
+        self.progress.stop_task(self.task)
+
     def phase(self, name, total=None):
-        if self.task is not None:
-            self.progress.update(self.task, description="done")
+        self._finish()
         self.task = self.progress.add_task("", total=total, phase=name)
         self.counted = total is not None and name == "measuring"
 
