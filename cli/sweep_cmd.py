@@ -66,9 +66,12 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
     """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
 
     Each kernel's output is checked against a float32 torch reference before it is timed (CUDA-graph
-    replay, cold L2 by input rotation). Rows go to OUT/<scenario>-<time>/ as they are measured
+    replay with a fence between calls, the GPU busy 40% of the sampling time, cold L2 by input rotation). Rows go to OUT/<scenario>-<time>/ as they are measured
     (manifest.json, rows.jsonl, rows.parquet, rows.csv); Ctrl-C keeps them and --resume finishes the run.
-    Exit 1 if a kernel computed the wrong thing (unless --allow-wrong), 2 on bad input.
+    On a GPU the kernels run in a worker process that is restarted after a CUDA fault (--no-isolate: in
+    this process; a fault then stops the sweep, rows kept, --resume finishes it).
+    Exit 1 if a kernel computed the wrong thing (unless --allow-wrong) or a fault stopped an in-process
+    sweep, 2 on bad input.
     """
     console = Console()
     if jit_cache:
