@@ -12,6 +12,7 @@ starts a fresh worker for the rest of the case.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 from dataclasses import asdict
 
@@ -50,17 +51,18 @@ def _worker_main(conn, scenario_dict: dict, options: dict) -> None:
         case_d, done, bw = msg
         before = dict(vars(sweep.wall))
         n0 = sweep.measurements
+        lost = None
         try:
             sweep._run_case(Case(**case_d), dev, timer, _PipeWriter(conn), set(map(tuple, done)), bw)
         except CudaContextLost as e:  # its failed row is sent; this process can run nothing more
-            delta = {k: v - before[k] for k, v in vars(sweep.wall).items()}
-            conn.send((CONTEXT_LOST, (str(e), delta, sweep.measurements - n0)))
-            conn.close()
-            import os
-
-            os._exit(0)  # no CUDA teardown in a poisoned context
-        delta = {k: v - before[k] for k, v in vars(sweep.wall).items()}
-        conn.send((CASE_DONE, (delta, sweep.measurements - n0)))
+            lost = str(e)
+        spent = ({k: v - before[k] for k, v in vars(sweep.wall).items()}, sweep.measurements - n0)
+        if lost is None:
+            conn.send((CASE_DONE, spent))
+            continue
+        conn.send((CONTEXT_LOST, (lost, *spent)))
+        conn.close()
+        os._exit(0)  # no CUDA teardown in a poisoned context
 
 
 def describe_exit(code: int | None) -> str:
@@ -118,6 +120,13 @@ class IsolatedRunner:
         """on_row(row_dict) for each row; on_failed(kernel, reason) when the worker died on a kernel."""
         wall: dict = {}
         measured = 0
+
+        def add(delta: dict, n: int) -> None:
+            nonlocal measured
+            for k, v in delta.items():
+                wall[k] = wall.get(k, 0.0) + v
+            measured += n
+
         while True:
             if self.proc is None or not self.proc.is_alive():
                 self._start()
@@ -131,15 +140,11 @@ class IsolatedRunner:
                     done.add((payload["kernel"], payload["case_id"]))
                     on_row(payload)
                 elif kind == CASE_DONE:
-                    delta, n = payload
-                    for k, v in delta.items():
-                        wall[k] = wall.get(k, 0.0) + v
-                    return wall, measured + n
+                    add(*payload)
+                    return wall, measured
                 elif kind == CONTEXT_LOST:  # the failed row came first; a fresh worker does the rest
                     why, delta, n = payload
-                    for k, v in delta.items():
-                        wall[k] = wall.get(k, 0.0) + v
-                    measured += n
+                    add(delta, n)
                     self.proc.join(timeout=30)
                     if self.proc.is_alive():
                         self.proc.kill()

@@ -207,9 +207,8 @@ class Sweep:
         }
 
     def _timer(self, dev: DeviceInfo):
-        rule = self.sc.timing.stop_rule()
         t = self.sc.timing
-        return GraphTimer(rule, warmup_ms=t.warmup_ms, duty=t.duty) if dev.cuda else WallClockTimer(rule)
+        return GraphTimer(t.stop_rule(), warmup_ms=t.warmup_ms, duty=t.duty) if dev.cuda else WallClockTimer(t.stop_rule())
 
     # -- the run -----------------------------------------------------------------------------------
     def run(self) -> SweepResult:

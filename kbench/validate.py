@@ -27,7 +27,7 @@ from kbench.check import compare, tolerance_for
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import select
-from kbench.kernels.timer import GraphTimer, StopRule
+from kbench.kernels.timer import GraphTimer
 from kbench.models import MODELS
 
 H = MODELS["llama3-8b"]
@@ -70,9 +70,17 @@ class TimerCheck:
         return d
 
 
-def cupti_us_per_call(fn, copies: int, calls: int = 20, synced: bool = True, gap_s: float = 0.0) -> tuple[float, int]:
+def _device_activity(prof) -> tuple[float, int]:
+    """Total device time (us) and count of the kernels, memsets and copies CUPTI timed in a profile."""
+    from torch.autograd import DeviceType
+
+    evs = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+    return sum(e.time_range.elapsed_us() for e in evs), len(evs)
+
+
+def cupti_us_per_call(fn, copies: int, calls: int = 20, synced: bool = True) -> tuple[float, int]:
     """Sum of device activity (kernels, memsets, copies) per call, from CUPTI via torch.profiler;
-    synced: each call runs alone (a synchronisation after it, then gap_s idle), else back to back."""
+    synced: each call runs alone (a synchronisation after it), else back to back."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -84,16 +92,8 @@ def cupti_us_per_call(fn, copies: int, calls: int = 20, synced: bool = True, gap
             fn(i % copies)
             if synced:
                 torch.cuda.synchronize()
-                if gap_s:
-                    time.sleep(gap_s)
         torch.cuda.synchronize()
-    from torch.autograd import DeviceType
-
-    total, n = 0.0, 0
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False):
-            total += e.time_range.elapsed_us()  # a kernel, memset or copy, as CUPTI timed it
-            n += 1
+    total, n = _device_activity(prof)
     return total / calls, round(n / calls)
 
 
@@ -101,11 +101,10 @@ def cupti_replay_us_per_call(fn, copies: int, calls: int, duty: float, replays: 
     """Device time per call of fn's kernels inside a fenced graph (GraphTimer's), replayed `replays` times
     with the sweep's duty cycle; the fences' own device time (a graph of fences alone) is taken off."""
     import torch
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     fence = torch.zeros(1, dtype=torch.int32, device=torch.cuda.current_device())
-    graphs = [GraphTimer._capture(fn, calls, copies, fence), GraphTimer._capture(lambda i: fence.zero_(), calls, 1)]
+    graphs = [GraphTimer._capture(fn, calls, copies, fence), GraphTimer.capture_fences(fence, calls)]
     out = []
     for g in graphs:
         g.replay()
@@ -116,8 +115,8 @@ def cupti_replay_us_per_call(fn, copies: int, calls: int, duty: float, replays: 
                 g.replay()
                 torch.cuda.synchronize()
                 time.sleep((time.perf_counter() - t0) * (1 / duty - 1))
-        evs = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
-        out.append((sum(e.time_range.elapsed_us() for e in evs) / (replays * calls), len(evs) / (replays * calls)))
+        total, n = _device_activity(prof)
+        out.append((total / (replays * calls), n / (replays * calls)))
     (kern, nk), (fen, nf) = out
     if nk <= nf:  # the profiler saw no kernels inside the graph replays
         return None, 0
@@ -141,15 +140,14 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
     dev = probe_device()
     rows = []
     ks = [k for k in select(kernels or ["all"]) if k.path != "reference"]
-    t = Timing()
-    timer = GraphTimer(StopRule(spread_target, budget_s, t.min_samples, t.max_samples, t.min_time_s), t.warmup_ms,
-                       duty=t.duty)
+    t = Timing(spread_target=spread_target, budget_s=budget_s)  # the sweep's defaults otherwise
+    timer = GraphTimer(t.stop_rule(), t.warmup_ms, duty=t.duty)
     for bs, q, kv in shapes or DEFAULT_SHAPES:
         case = Case(bs, q, kv, H.num_qo_heads, H.num_kv_heads, H.head_dim, 64)
         runnable = [k for k in ks if k.supports(dev, case) is None]
         if not runnable:
             continue
-        copies = copies_for(case, dev, Timing())
+        copies = copies_for(case, dev, t)
         inputs = build_inputs(case, device, copies=copies)
         ref = reference_attention(inputs)
         for k in runnable:

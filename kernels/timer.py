@@ -139,19 +139,11 @@ class GraphTimer:
             torch.cuda.synchronize()
 
             def run():
-                for j in range(calls):
-                    fn(j % copies)
-                    if fence is not None:
-                        fence.zero_()
+                _fenced_calls(fn, calls, copies, fence)
 
             timer = "cuda-events"
         fence_us = self.fence_us(fence, calls, timer == "cuda-graph") if fence is not None else 0.0
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        run()
-        b.record()
-        b.synchronize()
-        replay_us = max(a.elapsed_time(b) * 1000, 1.0)
+        replay_us = max(_time_us(run), 1.0)
         batch = max(1, min(50, round(self.burst_us / replay_us)))  # replays per burst
         if self.duty < 1:
             time.sleep(self.settle_ms / 1000)  # off the warm-up's and the capture's load
@@ -175,30 +167,22 @@ class GraphTimer:
 
     def fence_us(self, fence, calls: int, graphed: bool = True) -> float:
         """Per-call time of the fences alone, timed the way they run between the calls (cached)."""
-        import torch
-
         key = (calls, graphed, fence.device.index)
         if key not in self._fence_cost:
-            def fences():
-                for _ in range(calls):
-                    fence.zero_()
-
             if graphed:
-                graph = self._capture(lambda i: fence.zero_(), calls, 1, None)
-                run = graph.replay
+                run = self.capture_fences(fence, calls).replay
             else:
-                run = fences
+                def run():
+                    _fenced_calls(None, calls, 1, fence)
             run()
-            times = []
-            for _ in range(15):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                run()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b) * 1000 / calls)
-            self._fence_cost[key] = sorted(times)[len(times) // 2]
+            times = sorted(_time_us(run) / calls for _ in range(15))
+            self._fence_cost[key] = times[len(times) // 2]
         return self._fence_cost[key]
+
+    @classmethod
+    def capture_fences(cls, fence, calls: int):
+        """A graph of `calls` fences alone: what the fences between the calls cost by themselves."""
+        return cls._capture(None, calls, 1, fence)
 
     @staticmethod
     def _capture(fn, calls: int, copies: int, fence=None):
@@ -207,16 +191,35 @@ class GraphTimer:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            fn(0)  # one call on the capture stream first, as torch recommends
+            _fenced_calls(fn, 1, copies, fence)  # one call on the capture stream first, as torch recommends
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream):
-            for j in range(calls):
-                fn(j % copies)
-                if fence is not None:  # a plain launch: the next call cannot start before this call ends
-                    fence.zero_()
+            _fenced_calls(fn, calls, copies, fence)
         torch.cuda.synchronize()
         return graph
+
+
+def _fenced_calls(fn, calls: int, copies: int, fence) -> None:
+    """fn on the rotating copies `calls` times (fn None: fences only), each call followed by the fence:
+    a plain launch, so the next call cannot start before this one ends."""
+    for j in range(calls):
+        if fn is not None:
+            fn(j % copies)
+        if fence is not None:
+            fence.zero_()
+
+
+def _time_us(run) -> float:
+    """Device time of one run(), from CUDA events, in us."""
+    import torch
+
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    run()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1000
 
 
 class WallClockTimer:

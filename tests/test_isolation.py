@@ -24,12 +24,17 @@ registry.register(Killer())
 '''
 
 
+def _in_spawned_workers(code: str, tmp_path, monkeypatch) -> None:
+    """Runs `code` in every spawned worker, through a sitecustomize on PYTHONPATH."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(code)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
 @pytest.fixture
 def killer_kernel(tmp_path, monkeypatch):
     """Registered in this process and, through sitecustomize on PYTHONPATH, in every spawned worker."""
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(KILLER)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    _in_spawned_workers(KILLER, tmp_path, monkeypatch)
     from kbench.kernels import registry
 
     ns = {}
@@ -91,9 +96,7 @@ registry.register(Poisoner())
 
 @pytest.fixture
 def poisoner_kernel(tmp_path, monkeypatch):
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(POISONER)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    _in_spawned_workers(POISONER, tmp_path, monkeypatch)
     from kbench import sweep as sweep_mod
     from kbench.kernels import registry
 
