@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from kbench.axes import GROUP_COLUMNS, extra_label
 from kbench.rows import Row
 from kbench.sweep import SweepObserver
 from kbench.winners import case_winners
@@ -85,11 +86,12 @@ def summary_tables(rows: pd.DataFrame, copy_bw: float | None, max_cases: int = 4
     kernels = [k for k in dict.fromkeys(rows["kernel"]) if k != "reference" or (rows[rows.kernel == k].status == "ok").any()]
     win = case_winners(rows).set_index("case_id") if not rows.empty else pd.DataFrame()
     tables = []
-    group_cols = ["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "kv_layout", "page_size"]
-    for gkey, g in rows.groupby(group_cols, sort=False):
-        hq, hkv, d, dt, kvd, lay, ps = gkey
-        kv_note = "" if kvd == dt else f" kv {kvd}"
-        t = Table(title=f"heads {hq}/{hkv}x{d}  {dt}{kv_note}  {lay}  page {ps}   (us per call; KV GB/s, % of copy bw {fmt_bw(copy_bw)})",
+    for gkey, g in rows.groupby(GROUP_COLUMNS, sort=False):
+        k = dict(zip(GROUP_COLUMNS, gkey))
+        kv_note = "" if k["kv_dtype"] == k["dtype"] else f" kv {k['kv_dtype']}"
+        t = Table(title=f"heads {k['num_qo_heads']}/{k['num_kv_heads']}x{k['head_dim']}  {k['dtype']}{kv_note}  "
+                        f"{k['kv_layout']}  page {k['page_size']}{extra_label(k)}   "
+                        f"(us per call; KV GB/s, % of copy bw {fmt_bw(copy_bw)})",
                   show_lines=False, header_style="bold")
         for c in ("bs", "q", "kv"):
             t.add_column(c, justify="right")

@@ -7,6 +7,7 @@ import sys
 import click
 from rich.console import Console
 
+from kbench.axes import GRID, axes_with
 from kbench.errors import BadInput
 from kbench.scenario import apply_overrides, load_scenario
 from kbench.devices import parse_devices, run_on_devices
@@ -27,16 +28,17 @@ def _slow(values: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
+def grid_axis_options(f):
+    """One override flag per grid axis of kbench.axes.AXES (in table order in --help)."""
+    for a in reversed(axes_with(GRID)):
+        f = click.option(*([a.flag, a.short] if a.short else [a.flag]), a.name, help=a.help)(f)
+    return f
+
+
 @click.command("sweep")
 @click.option("--scenario", "-s", default="quick", show_default=True,
               help="Built-in scenario name (quick, draft-extend, llama3-70b-tp8, gqa8-d64, qwen3-gqa8) or a TOML file.")
-@click.option("--batch-size", "-b", help="Override: list or range, e.g. 1,16,64 or 1..256*2.")
-@click.option("--q-len", "-q", help="Override: e.g. 1..16.")
-@click.option("--kv-len", "-k", help="Override: e.g. 512..32768*2 (kv_len includes the new tokens).")
-@click.option("--page-size", help="Override: 16, 32, 64 or 128 (a list is a grid axis).")
-@click.option("--kv-layout", help="Override: HND, NHD or both.")
-@click.option("--dtype", help="Override: bf16, fp16.")
-@click.option("--kv-dtype", help="Override: bf16, fp16, fp8 (defaults to --dtype).")
+@grid_axis_options
 @click.option("--model", help="Override the head config by model name (see `kbench kernels --models`).")
 @click.option("--heads", help="Override the head config: Q/KV/D, e.g. 32/8/128.")
 @click.option("--kernels", help="Comma-separated kernel names (see `kbench kernels`), or all.")
@@ -60,9 +62,9 @@ def _slow(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--isolate/--no-isolate", default=None,
               help="Run kernels in a worker process restarted after a crash (a CUDA fault poisons the process): the crashed kernel gets a failed row, the sweep goes on. Default: on when a GPU is there.")
 @click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
-def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_dtype, model, heads, kernels,
-          spread_target, budget_s, min_time_s, duty, l2, out_dir, run_name, resume, device_index, seed, allow_wrong, slow_kernel,
-          compile_workers, jit_cache, shard, devices, isolate, max_table_cases):
+def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, duty, l2, out_dir, run_name, resume,
+          device_index, seed, allow_wrong, slow_kernel, compile_workers, jit_cache, shard, devices, isolate,
+          max_table_cases, **grid):
     """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
 
     Each kernel's output is checked against a float32 torch reference before it is timed (CUDA-graph
@@ -79,8 +81,7 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
 
         os.makedirs(jit_cache, exist_ok=True)
         os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(jit_cache)
-    axes = dict(batch_size=batch_size, q_len=q_len, kv_len=kv_len, page_size=page_size, kv_layout=kv_layout,
-                dtype=dtype, kv_dtype=kv_dtype, model=model, heads=heads, kernels=kernels,
+    axes = dict(**grid, model=model, heads=heads, kernels=kernels,
                 spread_target=spread_target, budget_s=budget_s, l2=l2, min_time_s=min_time_s, duty=duty)
     if resume:
         if any(v is not None for v in axes.values()):
@@ -143,8 +144,7 @@ def sweep(scenario, batch_size, q_len, kv_len, page_size, kv_layout, dtype, kv_d
 
 
 # options a --devices worker inherits from the parent command line, as given
-_PASS = ("scenario", "batch_size", "q_len", "kv_len", "page_size", "kv_layout", "dtype", "kv_dtype", "model",
-         "heads", "kernels", "spread_target", "budget_s", "min_time_s", "duty", "l2", "seed", "allow_wrong", "slow_kernel",
+_PASS = ("scenario", *(a.name for a in axes_with(GRID)), "model", "heads", "kernels", "spread_target", "budget_s", "min_time_s", "duty", "l2", "seed", "allow_wrong", "slow_kernel",
          "compile_workers", "jit_cache", "isolate")
 
 

@@ -1,12 +1,23 @@
-"""Parsing of grid axes: lists, inclusive ranges and geometric ranges, from TOML or the command line.
+"""The case axes, declared once, and the parsing of their values.
 
-Accepted forms (the same in a scenario file and on the command line):
+``AXES`` is the one table of what a case is: each `Axis` gives its name, type, default, allowed values or
+range check, CLI flag and help, its part of the case id and its roles. Everything that lists the axes
+derives from it: `kbench.case.Case` (its fields), `kbench.rows.Row` (its case columns), the scenario's
+``[grid]`` keys, checks and error messages, the sweep's override flags, the report/policy groups, the
+gate's match keys and the rich tables. Adding an axis is one entry here plus the code that uses the value
+(inputs, reference, the kernels that take it).
+
+Grid values, the same in a scenario file and on the command line:
   [1, 2, 4]  |  "1,2,4"  |  "1..16" (step 1)  |  "1..16:3" (step 3)  |  "512..32768*2" (times 2)
   |  {start = 1, stop = 16, step = 1}  |  {start = 512, stop = 32768, factor = 2}
+String axes take a name or a comma-separated list; a ``spec`` axis (e.g. ``kv_dist = "lognormal:1.0"``)
+checks each item with its own parser.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 from kbench.errors import BadInput
 
@@ -103,6 +114,204 @@ def parse_str_axis(value, field: str, where: str, allowed: tuple[str, ...]) -> l
         if it.lower() not in lookup:
             raise BadInput(f"{where}: {field}: {it!r} is not one of {', '.join(allowed)}")
         canon = lookup[it.lower()]
+        if canon not in out:
+            out.append(canon)
+    return out
+
+
+# ---- the table --------------------------------------------------------------------------------------------
+# roles
+GRID = "grid"  # a [grid] key and a sweep override flag; the scenario holds a list of values
+HEADS = "heads"  # comes from `model` or the [heads] table (one value per scenario)
+GROUP = "group"  # report/policy/rich-table group key: cases of one group differ only in the other axes
+GATE = "gate"  # a gate/baseline row key column beside kernel and case_id
+REQUIRED = object()  # default of an axis every case must give
+
+DTYPES = ("bf16", "fp16")
+KV_DTYPES = ("bf16", "fp16", "fp8")
+LAYOUTS = ("HND", "NHD")
+PAGE_SIZES = (16, 32, 64, 128)
+HEAD_DIMS = (64, 128, 256)
+MAX_Q_LEN = 64
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One case axis.
+
+    type: int or str. default: REQUIRED, or the value a case has when nobody gives one; a row from an older
+    run without this column reads as the default. allowed: the values a kernel can take (ints) or the
+    names (strs, matched without case). minimum: lowest int value. check(values) -> error text or None:
+    any other range rule. spec(item) -> canonical item, raising ValueError(text): for strings with a syntax.
+    id_part(case) -> the text this axis adds to the case id, or None (an axis absorbed by another's part,
+    or a new axis at its default: old case ids must not change). follows: a grid axis that, when not given,
+    takes the value of that other axis in each case (kv_dtype follows dtype).
+    """
+    name: str
+    type: type
+    default: Any
+    help: str
+    roles: frozenset = frozenset()
+    allowed: tuple = ()
+    minimum: int | None = None
+    check: Callable[[list], str | None] | None = None
+    spec: Callable[[str], str] | None = None
+    id_part: Callable[[Any], str | None] | None = None
+    follows: str | None = None
+    short: str | None = None  # a short CLI flag, e.g. -b
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def has(self, role: str) -> bool:
+        return role in self.roles
+
+    def parse(self, value, field: str, where: str) -> list:
+        """A grid/flag value (any accepted form) -> the list of values (`validate` checks their range)."""
+        if self.type is int:
+            vals = parse_int_axis(value, field, where)
+        elif self.spec is not None:
+            vals = parse_spec_axis(value, field, where, self.spec)
+        else:
+            vals = parse_str_axis(value, field, where, self.allowed)
+        return vals
+
+    def validate(self, vals: list, field: str, where: str) -> None:
+        if not vals:
+            raise BadInput(f"{where}: {field}: empty")
+        if self.type is int:
+            if self.minimum is not None and min(vals) < self.minimum:
+                raise BadInput(f"{where}: {field}: values must be >= {self.minimum}, got {min(vals)}")
+            if self.allowed:
+                for v in vals:
+                    if v not in self.allowed:
+                        raise BadInput(f"{where}: {field}: {v} is taken by no kernel "
+                                       f"(use one of {', '.join(map(str, self.allowed))})")
+        if self.check is not None:
+            msg = self.check(vals)
+            if msg:
+                raise BadInput(f"{where}: {field}: {msg}")
+
+    def id_text(self, case) -> str | None:
+        if self.id_part is not None:
+            return self.id_part(case)
+        value = getattr(case, self.name)
+        return None if value == self.default else f"{self.name}={value}"
+
+
+def _q_len_check(vals: list) -> str | None:
+    if max(vals) > MAX_Q_LEN:
+        return f"{max(vals)} is beyond draft-extend shapes (at most {MAX_Q_LEN})"
+    return None
+
+
+def _heads_part(c) -> str:
+    return f"h{c.num_qo_heads}.{c.num_kv_heads}.{c.head_dim}"
+
+
+def _dtype_part(c) -> str:
+    return c.dtype if c.kv_dtype == c.dtype else f"{c.dtype}-kv{c.kv_dtype}"
+
+
+_SHAPE = frozenset({GRID})
+_GROUP_GRID = frozenset({GRID, GROUP})
+_GROUP_HEADS = frozenset({HEADS, GROUP})
+
+AXES: tuple[Axis, ...] = (
+    Axis("batch_size", int, REQUIRED, "Override: list or range, e.g. 1,16,64 or 1..256*2.", _SHAPE,
+         minimum=1, id_part=lambda c: f"bs{c.batch_size}", short="-b"),
+    Axis("q_len", int, REQUIRED, "Override: e.g. 1..16.", _SHAPE, minimum=1, check=_q_len_check,
+         id_part=lambda c: f"q{c.q_len}", short="-q"),
+    Axis("kv_len", int, REQUIRED, "Override: e.g. 512..32768*2 (kv_len includes the new tokens).", _SHAPE,
+         minimum=1, id_part=lambda c: f"kv{c.kv_len}", short="-k"),
+    Axis("num_qo_heads", int, REQUIRED, "query heads per rank", _GROUP_HEADS, minimum=1, id_part=_heads_part),
+    Axis("num_kv_heads", int, REQUIRED, "KV heads per rank", _GROUP_HEADS, minimum=1, id_part=lambda c: None),
+    Axis("head_dim", int, REQUIRED, "head dimension", _GROUP_HEADS, minimum=1, allowed=HEAD_DIMS,
+         id_part=lambda c: None),
+    Axis("page_size", int, 64, "Override: 16, 32, 64 or 128 (a list is a grid axis).", _GROUP_GRID,
+         allowed=PAGE_SIZES, id_part=lambda c: f"p{c.page_size}"),
+    Axis("kv_layout", str, "HND", "Override: HND, NHD or both.", _GROUP_GRID | {GATE}, allowed=LAYOUTS,
+         id_part=lambda c: c.kv_layout),
+    Axis("dtype", str, "bf16", "Override: bf16, fp16.", _GROUP_GRID | {GATE}, allowed=DTYPES, id_part=_dtype_part),
+    Axis("kv_dtype", str, "bf16", "Override: bf16, fp16, fp8 (defaults to --dtype).", _GROUP_GRID,
+         allowed=KV_DTYPES, id_part=lambda c: None, follows="dtype"),
+)
+AXIS: dict[str, Axis] = {a.name: a for a in AXES}
+
+
+def axes_with(role: str) -> tuple[Axis, ...]:
+    return tuple(a for a in AXES if a.has(role))
+
+
+def names(role: str | None = None) -> list[str]:
+    return [a.name for a in (AXES if role is None else axes_with(role))]
+
+
+GRID_AXES = names(GRID)
+HEAD_AXES = names(HEADS)
+# report/policy group key, in the order groups are sorted and labelled
+GROUP_COLUMNS = ["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout"]
+GROUP_COLUMNS += [n for n in names(GROUP) if n not in GROUP_COLUMNS]
+INT_AXES = [a.name for a in AXES if a.type is int]
+STR_AXES = [a.name for a in AXES if a.type is str]
+
+
+def case_id(case) -> str:
+    """The id of a case: the parts of every axis, joined by '-'; an axis at its default may add nothing."""
+    return "-".join(p for p in (a.id_text(case) for a in AXES) if p)
+
+
+def gate_key() -> tuple[str, ...]:
+    """The columns a gate or baseline matches sweep rows on."""
+    return ("kernel", "case_id", *names(GATE))
+
+
+def defaults() -> dict[str, Any]:
+    """Axis -> default, for axes that have one (a missing column of an older run reads as this)."""
+    return {a.name: a.default for a in AXES if not a.required}
+
+
+# the labels of a group, e.g. '32/8/128 bf16 p64 HND'; an axis added later shows as ' name=value' when
+# it is not at its default
+_LABELLED = {"num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout"}
+
+
+LATER_GROUP_AXES = [n for n in GROUP_COLUMNS if n not in _LABELLED]
+
+
+def extra_label(g: Mapping) -> str:
+    """' name=value' for each group axis outside the classic label that is not at its default."""
+    return "".join(f" {n}={g[n]}" for n in LATER_GROUP_AXES if n in g and g[n] != AXIS[n].default)
+
+
+def group_label(g: Mapping) -> str:
+    """'32/8/128 bf16 p64 HND' (kv dtype added when it differs from the query dtype)."""
+    kv = "" if g["kv_dtype"] == g["dtype"] else f"-kv{g['kv_dtype']}"
+    return (f"{int(g['num_qo_heads'])}/{int(g['num_kv_heads'])}/{int(g['head_dim'])} {g['dtype']}{kv} "
+            f"p{int(g['page_size'])} {g['kv_layout']}" + extra_label(g))
+
+
+def parse_spec_axis(value, field: str, where: str, spec: Callable[[str], str]) -> list[str]:
+    """A string axis whose items have a syntax (e.g. 'lognormal:1.0'): each item checked by `spec`."""
+    if isinstance(value, str):
+        items = [p.strip() for p in value.split(",") if p.strip()]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        items = [v.strip() for v in value]
+    else:
+        raise BadInput(f"{where}: {field}: expected a string or a list of strings, got {value!r}")
+    if not items:
+        raise BadInput(f"{where}: {field}: empty value")
+    out = []
+    for it in items:
+        try:
+            canon = spec(it)
+        except ValueError as e:
+            raise BadInput(f"{where}: {field}: {e}") from None
         if canon not in out:
             out.append(canon)
     return out

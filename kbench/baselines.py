@@ -37,11 +37,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kbench import axes
 from kbench.errors import BadInput
 from kbench.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, now_iso, safe_name, write_tables
 
 DEFAULT_ROOT = Path("results") / "baselines"
-KEY = ("kernel", "case_id", "dtype", "kv_layout")
+KEY = axes.gate_key()
 RUN_SPREAD_RULE = "(max - min) / median of the per-run medians of the row"
 
 

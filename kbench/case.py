@@ -1,28 +1,17 @@
-"""One measured shape. A Case is pure data: the inputs builder and the kernels read it."""
+"""One measured shape. A Case is pure data: the inputs builder and the kernels read it.
+
+Its fields are the axes of `kbench.axes.AXES`, in table order (so ``Case(16, 4, 4096, 32, 8, 128)`` still
+reads batch_size, q_len, kv_len, heads); the dataclass is made from the table, the methods live here.
+"""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, field, fields, make_dataclass
 
-DTYPES = ("bf16", "fp16")
-KV_DTYPES = ("bf16", "fp16", "fp8")
-LAYOUTS = ("HND", "NHD")
-PAGE_SIZES = (16, 32, 64, 128)
-HEAD_DIMS = (64, 128, 256)
+from kbench import axes
+from kbench.axes import DTYPES, HEAD_DIMS, KV_DTYPES, LAYOUTS, PAGE_SIZES  # noqa: F401  (re-exported)
 
 
-@dataclass(frozen=True)
-class Case:
-    batch_size: int
-    q_len: int
-    kv_len: int  # includes the q_len new tokens, as engines pass seq_lens
-    num_qo_heads: int
-    num_kv_heads: int
-    head_dim: int
-    page_size: int = 64
-    kv_layout: str = "HND"
-    dtype: str = "bf16"
-    kv_dtype: str = "bf16"
-
+class _CaseMethods:
     @property
     def group(self) -> int:
         return self.num_qo_heads // self.num_kv_heads
@@ -37,11 +26,7 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        kv = self.dtype if self.kv_dtype == self.dtype else f"{self.dtype}-kv{self.kv_dtype}"
-        return (
-            f"bs{self.batch_size}-q{self.q_len}-kv{self.kv_len}-h{self.num_qo_heads}.{self.num_kv_heads}"
-            f".{self.head_dim}-p{self.page_size}-{self.kv_layout}-{kv}"
-        )
+        return axes.case_id(self)
 
     def kv_elem_bytes(self) -> int:
         return 1 if self.kv_dtype == "fp8" else 2
@@ -62,3 +47,12 @@ class Case:
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+
+def _field(a: axes.Axis):
+    return (a.name, a.type) if a.required else (a.name, a.type, field(default=a.default))
+
+
+Case = make_dataclass("Case", [_field(a) for a in axes.AXES], bases=(_CaseMethods,), frozen=True)
+Case.__module__ = __name__  # pickles as kbench.case.Case (the isolated and per-device workers unpickle it)
+Case.__doc__ = "One measured shape: a value per axis of kbench.axes.AXES (kv_len includes the q_len new tokens)."

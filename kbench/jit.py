@@ -10,7 +10,7 @@ import multiprocessing as mp
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kbench.case import Case
 from kbench.errors import first_line
@@ -18,8 +18,7 @@ from kbench.errors import first_line
 
 def small_case(case: Case) -> Case:
     """A one-request case that needs the same compiled modules as `case`."""
-    return Case(1, case.q_len, max(case.q_len, 2 * case.page_size), case.num_qo_heads, case.num_kv_heads,
-                case.head_dim, case.page_size, case.kv_layout, case.dtype, case.kv_dtype)
+    return replace(case, batch_size=1, kv_len=max(case.q_len, 2 * case.page_size))
 
 
 @dataclass(frozen=True)

@@ -1,64 +1,57 @@
 """One row per (kernel, case): the unit every later step (report, gate, merge) reads.
 
 Schema version RESULT_SCHEMA_VERSION (kbench/__init__.py); bump it when a column changes meaning.
+The case columns are the axes of `kbench.axes.AXES` (a column an older run lacks reads as its default).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, field, fields, make_dataclass
 
+from kbench import axes
 from kbench.case import Case
 
-STATUSES = ("ok", "skipped", "wrong", "failed")
-
-
-@dataclass
-class Row:
-    # what was measured
-    kernel: str
-    path: str  # decode | context | reference
-    backend: str  # the implementation that ran (xqa, trtllm-gen, fa2, ...)
-    case_id: str
-    batch_size: int
-    q_len: int
-    kv_len: int
-    num_qo_heads: int
-    num_kv_heads: int
-    head_dim: int
-    page_size: int
-    kv_layout: str
-    dtype: str
-    kv_dtype: str
-    # outcome
-    status: str  # ok | skipped | wrong | failed
-    reason: str = ""
+# what was measured, before the case columns
+_HEAD = [
+    ("kernel", str),
+    ("path", str),  # decode | context | reference
+    ("backend", str),  # the implementation that ran (xqa, trtllm-gen, fa2, ...)
+    ("case_id", str),
+]
+# outcome, time, roofline, check and environment, after the case columns
+_TAIL = [
+    ("status", str),  # ok | skipped | wrong | failed
+    ("reason", str, field(default="")),
     # time, microseconds per call
-    median_us: float | None = None
-    p25_us: float | None = None
-    p75_us: float | None = None
-    iqr_us: float | None = None
-    min_us: float | None = None
-    rel_spread: float | None = None  # relative half-width of the 95% CI of the median
-    num_samples: int = 0
-    calls_per_sample: int = 0
-    samples_us: list[float] = field(default_factory=list)
-    timer: str = ""  # cuda-graph | cuda-events | wall-clock
-    l2: str = ""  # rotate-N (N input copies) | warm
-    stop: str = ""  # why timing stopped: spread | budget | max-samples
+    ("median_us", float | None, field(default=None)),
+    ("p25_us", float | None, field(default=None)),
+    ("p75_us", float | None, field(default=None)),
+    ("iqr_us", float | None, field(default=None)),
+    ("min_us", float | None, field(default=None)),
+    ("rel_spread", float | None, field(default=None)),  # relative half-width of the 95% CI of the median
+    ("num_samples", int, field(default=0)),
+    ("calls_per_sample", int, field(default=0)),
+    ("samples_us", list[float], field(default_factory=list)),
+    ("timer", str, field(default="")),  # cuda-graph | cuda-events | wall-clock
+    ("l2", str, field(default="")),  # rotate-N (N input copies) | warm
+    ("stop", str, field(default="")),  # why timing stopped: spread | budget | max-samples
     # roofline
-    kv_bytes: int = 0
-    kv_bandwidth_gbs: float | None = None  # KV bytes read / median time
-    roofline_frac: float | None = None  # of the measured copy bandwidth
+    ("kv_bytes", int, field(default=0)),
+    ("kv_bandwidth_gbs", float | None, field(default=None)),  # KV bytes read / median time
+    ("roofline_frac", float | None, field(default=None)),  # of the measured copy bandwidth
     # check against the reference
-    rel_err: float | None = None  # ||out - ref|| / ||ref||
-    max_abs_err: float | None = None
-    tolerance: float | None = None
+    ("rel_err", float | None, field(default=None)),  # ||out - ref|| / ||ref||
+    ("max_abs_err", float | None, field(default=None)),
+    ("tolerance", float | None, field(default=None)),
     # environment of this row
-    device: str = ""
-    sm: int = 0
-    sm_clock_mhz: float | None = None
-    peak_mem_bytes: int | None = None
-    measured_at: str = ""
+    ("device", str, field(default="")),
+    ("sm", int, field(default=0)),
+    ("sm_clock_mhz", float | None, field(default=None)),
+    ("peak_mem_bytes", int | None, field(default=None)),
+    ("measured_at", str, field(default="")),
+]
 
+
+class _RowMethods:
     @classmethod
     def for_case(cls, kernel: str, path: str, backend: str, case: Case, status: str, **kw) -> "Row":
         return cls(kernel=kernel, path=path, backend=backend, case_id=case.case_id, status=status,
@@ -70,6 +63,9 @@ class Row:
     def to_dict(self) -> dict:
         return asdict(self)
 
+
+Row = make_dataclass("Row", [*_HEAD, *((a.name, a.type) for a in axes.AXES), *_TAIL], bases=(_RowMethods,))
+Row.__module__ = __name__
 
 COLUMNS = [f.name for f in fields(Row)]
 CASE_COLUMNS = Case.field_names()

@@ -28,12 +28,13 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 from importlib import resources
 from pathlib import Path
 
-from kbench.axes import parse_int_axis, parse_str_axis
-from kbench.case import DTYPES, HEAD_DIMS, KV_DTYPES, LAYOUTS, PAGE_SIZES, Case
+from kbench import axes
+from kbench import axes as axes_mod  # apply_overrides takes **axes
+from kbench.case import Case
 from kbench.errors import BadInput
 from kbench.models import MODELS, HeadConfig
 
@@ -43,8 +44,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TOP_KEYS = {"name", "description", "model", "heads", "kernels", "grid", "timing"}
-GRID_KEYS = {"batch_size", "q_len", "kv_len", "page_size", "kv_layout", "dtype", "kv_dtype"}
-HEAD_KEYS = {"num_qo_heads", "num_kv_heads", "head_dim"}
+GRID_KEYS = set(axes.GRID_AXES)
+HEAD_KEYS = set(axes.HEAD_AXES)
 TIMING_KEYS = {"spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms", "min_time_s", "duty"}
 L2_MODES = ("rotate", "warm")
 MAX_CASES = 200_000
@@ -69,62 +70,46 @@ class Timing:
         return StopRule(self.spread_target, self.budget_s, self.min_samples, self.max_samples, self.min_time_s)
 
 
-@dataclass
-class Scenario:
-    name: str
-    heads: HeadConfig
-    batch_size: list[int]
-    q_len: list[int]
-    kv_len: list[int]
-    page_size: list[int] = field(default_factory=lambda: [64])
-    kv_layout: list[str] = field(default_factory=lambda: ["HND"])
-    dtype: list[str] = field(default_factory=lambda: ["bf16"])
-    kv_dtype: list[str] | None = None  # None: same as dtype
-    kernels: list[str] = field(default_factory=lambda: ["all"])
-    timing: Timing = field(default_factory=Timing)
-    description: str = ""
-    model: str | None = None
-    source: str = "<python>"
+class _ScenarioMethods:
+    """A scenario: name, heads, one list of values per grid axis (kbench.axes.GRID_AXES), kernels, timing."""
+
+    def grid(self) -> dict[str, list | None]:
+        return {n: getattr(self, n) for n in axes.GRID_AXES}
 
     def cases(self) -> list[Case]:
+        grid = self.grid()
+        lists = [grid[n] if grid[n] is not None else [None] for n in axes.GRID_AXES]
+        heads = {"num_qo_heads": self.heads.num_qo_heads, "num_kv_heads": self.heads.num_kv_heads,
+                 "head_dim": self.heads.head_dim}
         out = []
-        for bs, q, kv, ps, lay, dt in itertools.product(
-            self.batch_size, self.q_len, self.kv_len, self.page_size, self.kv_layout, self.dtype
-        ):
-            for kvd in self.kv_dtype or [dt]:
-                out.append(
-                    Case(bs, q, kv, self.heads.num_qo_heads, self.heads.num_kv_heads, self.heads.head_dim,
-                         ps, lay, dt, kvd)
-                )
+        for combo in itertools.product(*lists):
+            values = dict(zip(axes.GRID_AXES, combo))
+            for n, v in values.items():  # an axis not given follows another (kv_dtype: the dtype)
+                if v is None:
+                    values[n] = values[axes.AXIS[n].follows]
+            out.append(Case(**heads, **values))
         return out
 
     def validate(self) -> "Scenario":
         where = self.source
         h = self.heads
-        for name in ("num_qo_heads", "num_kv_heads", "head_dim"):
+        for name in axes.HEAD_AXES:
             v = getattr(h, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise BadInput(f"{where}: heads.{name}: expected a positive integer, got {v!r}")
         if h.num_qo_heads % h.num_kv_heads:
             raise BadInput(f"{where}: heads: num_qo_heads ({h.num_qo_heads}) must be a multiple of num_kv_heads ({h.num_kv_heads})")
-        if h.head_dim not in HEAD_DIMS:
-            raise BadInput(f"{where}: heads.head_dim: {h.head_dim} is taken by no kernel (use one of {', '.join(map(str, HEAD_DIMS))})")
-        for axis in ("batch_size", "q_len", "kv_len"):
-            vals = getattr(self, axis)
-            if not vals:
-                raise BadInput(f"{where}: grid.{axis}: empty")
-            if min(vals) < 1:
-                raise BadInput(f"{where}: grid.{axis}: values must be >= 1, got {min(vals)}")
-        if max(self.q_len) > 64:
-            raise BadInput(f"{where}: grid.q_len: {max(self.q_len)} is beyond draft-extend shapes (at most 64)")
+        for name in axes.HEAD_AXES:
+            axes.AXIS[name].validate([getattr(h, name)], f"heads.{name}", where)
+        grid = self.grid()
+        for name, vals in grid.items():
+            if vals is not None or axes.AXIS[name].follows is None:
+                axes.AXIS[name].validate(vals, f"grid.{name}", where)
         if max(self.q_len) > min(self.kv_len):
             raise BadInput(
                 f"{where}: grid.q_len: q_len {max(self.q_len)} exceeds kv_len {min(self.kv_len)} "
                 "(kv_len includes the new tokens, so it must be >= q_len)"
             )
-        for ps in self.page_size:
-            if ps not in PAGE_SIZES:
-                raise BadInput(f"{where}: grid.page_size: {ps} is taken by no kernel (use one of {', '.join(map(str, PAGE_SIZES))})")
         if self.timing.l2 not in L2_MODES:
             raise BadInput(f"{where}: timing.l2: {self.timing.l2!r} is not one of {', '.join(L2_MODES)}")
         if not (0 < self.timing.spread_target < 1):
@@ -139,13 +124,14 @@ class Scenario:
             raise BadInput(f"{where}: timing.duty: must be a fraction in [0.05, 1], got {self.timing.duty}")
         if self.timing.min_samples < 3 or self.timing.max_samples < self.timing.min_samples:
             raise BadInput(f"{where}: timing: need 3 <= min_samples <= max_samples")
-        n = len(self.batch_size) * len(self.q_len) * len(self.kv_len) * len(self.page_size) * len(self.kv_layout) * len(self.dtype) * len(self.kv_dtype or [0])
+        n = math.prod(len(v) if v is not None else 1 for v in grid.values())
         if n > MAX_CASES:
             raise BadInput(f"{where}: grid: {n} cases is more than {MAX_CASES}; narrow an axis")
         bs, kv = max(self.batch_size), max(self.kv_len)
         if kv > INT32_MAX or bs * max(self.q_len) > INT32_MAX or bs * kv > INT32_MAX:
             raise BadInput(f"{where}: grid: batch_size {bs} x kv_len {kv} overflows the int32 indices kernels take")
-        big = Case(bs, max(self.q_len), kv, h.num_qo_heads, h.num_kv_heads, h.head_dim, min(self.page_size))
+        big = Case(batch_size=bs, q_len=max(self.q_len), kv_len=kv, num_qo_heads=h.num_qo_heads,
+                   num_kv_heads=h.num_kv_heads, head_dim=h.head_dim, page_size=min(self.page_size))
         if big.min_bytes() > MAX_CASE_BYTES:
             raise BadInput(f"{where}: grid: the largest case needs {big.min_bytes() / 2**40:.0f} TiB of inputs; "
                            "narrow an axis or the heads")
@@ -165,11 +151,29 @@ class Scenario:
             "heads": vars(self.heads) if not hasattr(self.heads, "__dataclass_fields__") else {
                 "num_qo_heads": self.heads.num_qo_heads, "num_kv_heads": self.heads.num_kv_heads,
                 "head_dim": self.heads.head_dim},
-            "grid": {"batch_size": self.batch_size, "q_len": self.q_len, "kv_len": self.kv_len,
-                     "page_size": self.page_size, "kv_layout": self.kv_layout, "dtype": self.dtype,
-                     "kv_dtype": self.kv_dtype},
+            "grid": self.grid(),
             "kernels": self.kernels, "timing": vars(self.timing), "source": self.source,
         }
+
+
+def _grid_field(a: axes.Axis):
+    if a.required:
+        return (a.name, list)
+    if a.follows:  # None: the followed axis's value
+        return (a.name, list | None, field(default=None))
+    return (a.name, list, field(default_factory=lambda d=a.default: [d]))
+
+
+Scenario = make_dataclass("Scenario", [
+    ("name", str), ("heads", HeadConfig),
+    *(_grid_field(a) for a in axes.AXES if a.has(axes.GRID)),
+    ("kernels", list, field(default_factory=lambda: ["all"])),
+    ("timing", Timing, field(default_factory=Timing)),
+    ("description", str, field(default="")),
+    ("model", str | None, field(default=None)),
+    ("source", str, field(default="<python>")),
+], bases=(_ScenarioMethods,))
+Scenario.__module__ = __name__
 
 
 def _resolve_heads(model, heads, where: str) -> tuple[HeadConfig, str | None]:
@@ -218,7 +222,7 @@ def scenario_from_dict(data: dict, where: str) -> Scenario:
     unknown = set(grid) - GRID_KEYS
     if unknown:
         raise BadInput(f"{where}: grid: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(GRID_KEYS))})")
-    for req in ("batch_size", "q_len", "kv_len"):
+    for req in (a.name for a in axes.AXES if a.has(axes.GRID) and a.required):
         if req not in grid:
             raise BadInput(f"{where}: grid.{req}: missing")
     heads, model = _resolve_heads(data.get("model"), data.get("heads"), where)
@@ -255,13 +259,8 @@ def scenario_from_dict(data: dict, where: str) -> Scenario:
         heads=heads,
         model=model,
         description=desc,
-        batch_size=parse_int_axis(grid["batch_size"], "grid.batch_size", where),
-        q_len=parse_int_axis(grid["q_len"], "grid.q_len", where),
-        kv_len=parse_int_axis(grid["kv_len"], "grid.kv_len", where),
-        page_size=parse_int_axis(grid.get("page_size", 64), "grid.page_size", where),
-        kv_layout=parse_str_axis(grid.get("kv_layout", "HND"), "grid.kv_layout", where, LAYOUTS),
-        dtype=parse_str_axis(grid.get("dtype", "bf16"), "grid.dtype", where, DTYPES),
-        kv_dtype=parse_str_axis(grid["kv_dtype"], "grid.kv_dtype", where, KV_DTYPES) if "kv_dtype" in grid else None,
+        **{a.name: a.parse(grid[a.name] if a.name in grid else a.default, f"grid.{a.name}", where)
+           for a in axes.axes_with(axes.GRID) if a.name in grid or not a.follows},
         kernels=kernels,
         timing=timing,
         source=where,
@@ -303,12 +302,9 @@ def load_scenario(name_or_path: str) -> Scenario:
 def apply_overrides(sc: Scenario, **axes) -> Scenario:
     """CLI flags override any axis: values are strings in the axis syntax, None leaves an axis alone."""
     changes = {}
-    for axis in ("batch_size", "q_len", "kv_len", "page_size"):
-        if axes.get(axis) is not None:
-            changes[axis] = parse_int_axis(axes[axis], f"--{axis.replace('_', '-')}", "command line")
-    for axis, allowed in (("kv_layout", LAYOUTS), ("dtype", DTYPES), ("kv_dtype", KV_DTYPES)):
-        if axes.get(axis) is not None:
-            changes[axis] = parse_str_axis(axes[axis], f"--{axis.replace('_', '-')}", "command line", allowed)
+    for a in axes_mod.axes_with(axes_mod.GRID):
+        if axes.get(a.name) is not None:
+            changes[a.name] = a.parse(axes[a.name], a.flag, "command line")
     if axes.get("kernels") is not None:
         changes["kernels"] = [k.strip() for k in axes["kernels"].split(",") if k.strip()]
     if axes.get("model") is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import RESULT_SCHEMA_VERSION
+from kbench import RESULT_SCHEMA_VERSION, axes
 from kbench.errors import BadInput
 from kbench.rows import COLUMNS, Row
 
@@ -184,9 +184,10 @@ def normalize(df: pd.DataFrame, kind: str = "sweep") -> pd.DataFrame:
     """Columns in schema order; missing ones added empty (rows from older writers of the same schema)."""
     columns, list_columns = ROW_KINDS[kind]
     df = df.copy()
+    fill = axes.defaults() if kind == "sweep" else {}
     for c in columns:
-        if c not in df:
-            df[c] = [[] for _ in range(len(df))] if c in list_columns else None
+        if c not in df:  # an axis added after the run was written reads as its default
+            df[c] = [[] for _ in range(len(df))] if c in list_columns else fill.get(c)
     extra = [c for c in df.columns if c not in columns]
     df = df[columns + extra].reset_index(drop=True)
     for c in list_columns:

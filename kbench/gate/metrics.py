@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kbench import axes
 from kbench.gate.stats import Measurement
 
 
@@ -26,7 +27,7 @@ class Metric:
     unit: str = ""
 
 
-SWEEP_KEY = ("kernel", "case_id", "dtype", "kv_layout")
+SWEEP_KEY = axes.gate_key()  # kernel, case_id and the GATE axes
 SERVER_KEY = ("case_id",)
 SWEEP_METRICS = (Metric("median_us", "median_us", False, "samples_us", "us"),)
 SERVER_METRICS = (

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import __version__
+from kbench import __version__, axes
 from kbench.errors import BadInput
 from kbench.report.runs import GROUP_COLUMNS, group_label
 from kbench.store import now_iso
@@ -60,7 +60,7 @@ TIE_RULE = ("two kernels tie when |m1 - m2| <= h1 + h2, h = median_us * rel_spre
             "median), else iqr_us / 2")
 LOOKUP_RULE = ("nearest measured neighbour per axis: log2 distance in batch_size and kv_len, linear in q_len, "
                "half-way goes to the smaller value; outside the measured box only with extrapolate (clamped)")
-AXES = ("batch_size", "kv_len", "q_len")
+LOOKUP_AXES = ("batch_size", "kv_len", "q_len")
 LOG_AXES = ("batch_size", "kv_len")
 
 
@@ -99,7 +99,7 @@ def _bracket(values: list[int], x: int) -> list[int]:
 
 def _dist(cell: dict, point: dict) -> float:
     d = 0.0
-    for ax in AXES:
+    for ax in LOOKUP_AXES:
         a, b = cell[ax], point[ax]
         d += (math.log2(a / b) if ax in LOG_AXES else a - b) ** 2
     return math.sqrt(d)
@@ -151,14 +151,13 @@ def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], hold
     groups = []
     if not cases.empty:
         for key, g in cases.groupby(GROUP_COLUMNS, sort=True):
-            meta = {c: (int(v) if c not in ("dtype", "kv_dtype", "kv_layout") else str(v))
-                    for c, v in zip(GROUP_COLUMNS, key)}
+            meta = {c: axes.AXIS[c].type(v) for c, v in zip(GROUP_COLUMNS, key)}
             cells = [{"batch_size": int(r.batch_size), "q_len": int(r.q_len), "kv_len": int(r.kv_len),
                       "kernel": str(r.winner), "path": str(r.winner_path), "time_us": float(r.winner_us),
                       "expected_speedup": _f(r.decode_speedup), "verdict": str(r.path_verdict),
                       "tie": r.path_verdict == TIE}
                      for r in g.sort_values(["batch_size", "kv_len", "q_len"]).itertuples()]
-            grid = {ax: sorted({c[ax] for c in cells}) for ax in AXES}
+            grid = {ax: sorted({c[ax] for c in cells}) for ax in LOOKUP_AXES}
             groups.append({"heads": f"{meta['num_qo_heads']}/{meta['num_kv_heads']}/{meta['head_dim']}", **meta,
                            "label": group_label(meta), "grid": grid, "rules": _rules(cells, grid),
                            "cells": cells})
@@ -193,11 +192,11 @@ def validate_policy(policy, where: str = "policy") -> dict:
     for i, g in enumerate(groups):
         w = f"{where}: groups[{i}]"
         for c in GROUP_COLUMNS:
-            _need(g, c, str if c in ("dtype", "kv_dtype", "kv_layout") else int, w)
+            _need(g, c, axes.AXIS[c].type, w)
         if g.get("label") is not None and not isinstance(g["label"], str):
             raise BadInput(f"{w}: 'label' has the wrong type ({type(g['label']).__name__})")
         grid = _need(g, "grid", dict, w)
-        for ax in AXES:
+        for ax in LOOKUP_AXES:
             vals = _need(grid, ax, list, f"{w}.grid")
             if not vals or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in vals):
                 raise BadInput(f"{w}.grid: {ax!r} must be a non-empty list of positive integers")
@@ -205,7 +204,7 @@ def validate_policy(policy, where: str = "policy") -> dict:
         if not cells:
             raise BadInput(f"{w}: no cells")
         for j, c in enumerate(cells):
-            for ax in AXES:
+            for ax in LOOKUP_AXES:
                 _need(c, ax, int, f"{w}.cells[{j}]")
             _need(c, "kernel", str, f"{w}.cells[{j}]")
             _need(c, "path", str, f"{w}.cells[{j}]")
@@ -263,13 +262,13 @@ def lookup(policy: dict, batch_size: int, q_len: int, kv_len: int, extrapolate: 
         if v < 1:
             raise BadInput(f"{ax} must be >= 1, got {v}")
     point, clamped = dict(query), []
-    for ax in AXES:
+    for ax in LOOKUP_AXES:
         lo, hi = min(grid[ax]), max(grid[ax])
         if not lo <= point[ax] <= hi:
             clamped.append(f"{ax} {point[ax]} -> {min(max(point[ax], lo), hi)}")
             point[ax] = min(max(point[ax], lo), hi)
     if clamped and not extrapolate:
-        outside = "; ".join(f"{ax} {query[ax]} not in {min(grid[ax])}..{max(grid[ax])}" for ax in AXES
+        outside = "; ".join(f"{ax} {query[ax]} not in {min(grid[ax])}..{max(grid[ax])}" for ax in LOOKUP_AXES
                             if not min(grid[ax]) <= query[ax] <= max(grid[ax]))
         raise BadInput(f"outside the measured range ({outside}); pass --extrapolate to answer anyway")
     cells = g["cells"]
@@ -282,9 +281,9 @@ def lookup(policy: dict, batch_size: int, q_len: int, kv_len: int, extrapolate: 
     else:  # a hole in the grid: the nearest measured case overall
         used = min(cells, key=lambda c: (_dist(c, point), c["batch_size"], c["kv_len"], c["q_len"]))
         how = "nearest-available"
-    exact = all(used[ax] == query[ax] for ax in AXES)
-    brackets = {ax: _bracket(grid[ax], point[ax]) for ax in AXES}
-    neighbours = [c for c in cells if all(c[ax] in brackets[ax] for ax in AXES)]
+    exact = all(used[ax] == query[ax] for ax in LOOKUP_AXES)
+    brackets = {ax: _bracket(grid[ax], point[ax]) for ax in LOOKUP_AXES}
+    neighbours = [c for c in cells if all(c[ax] in brackets[ax] for ax in LOOKUP_AXES)]
     if not exact and used not in neighbours:
         neighbours.append(used)
     return {
@@ -293,8 +292,8 @@ def lookup(policy: dict, batch_size: int, q_len: int, kv_len: int, extrapolate: 
         "tie": bool(used.get("tie", False)),
         "interpolated": not exact, "extrapolated": bool(clamped), "clamped": clamped,
         "method": "measured" if exact else how,
-        "used": {ax: used[ax] for ax in AXES},
-        "neighbours": [] if exact else [{**{ax: c[ax] for ax in AXES}, "kernel": c["kernel"],
+        "used": {ax: used[ax] for ax in LOOKUP_AXES},
+        "neighbours": [] if exact else [{**{ax: c[ax] for ax in LOOKUP_AXES}, "kernel": c["kernel"],
                                          "expected_speedup": c.get("expected_speedup")} for c in neighbours],
         "neighbours_agree": len({c["kernel"] for c in neighbours}) <= 1 if not exact else True,
     }
@@ -304,6 +303,6 @@ def rule_for(group: dict, batch_size: int, q_len: int, kv_len: int) -> dict | No
     """The rule whose ranges hold the point (None in a hole of the grid)."""
     pt = {"batch_size": batch_size, "q_len": q_len, "kv_len": kv_len}
     for r in group["rules"]:
-        if all(r[ax][0] <= pt[ax] <= r[ax][1] for ax in AXES):
+        if all(r[ax][0] <= pt[ax] <= r[ax][1] for ax in LOOKUP_AXES):
             return r
     return None

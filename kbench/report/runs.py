@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from kbench import axes
 from kbench.errors import BadInput
 from kbench.store import Run, load_run
 
-GROUP_COLUMNS = ["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout"]
+GROUP_COLUMNS = axes.GROUP_COLUMNS  # re-exported: the report's group key
 
 
 @dataclass
@@ -31,11 +32,7 @@ class RunSet:
                  "cases": int(counts.get(r.name, 0))} for r in self.runs]
 
 
-def group_label(g: dict | pd.Series) -> str:
-    """'32/8/128 bf16 p64 HND' (kv dtype added when it differs from the query dtype)."""
-    kv = "" if g["kv_dtype"] == g["dtype"] else f"-kv{g['kv_dtype']}"
-    return (f"{int(g['num_qo_heads'])}/{int(g['num_kv_heads'])}/{int(g['head_dim'])} {g['dtype']}{kv} "
-            f"p{int(g['page_size'])} {g['kv_layout']}")
+group_label = axes.group_label  # re-exported
 
 
 def _device(run: Run) -> dict:
@@ -63,15 +60,14 @@ def combine(runs: list[Run | str | Path]) -> RunSet:
     frames = []
     for r in loaded:
         df = r.rows.copy()
-        missing = [c for c in ("path", "median_us", *GROUP_COLUMNS, "batch_size", "q_len", "kv_len")
-                   if c not in df.columns]
+        missing = [c for c in ("path", "median_us", *GROUP_COLUMNS, *axes.GRID_AXES) if c not in df.columns]
         if missing:
             raise BadInput(f"{r.path}: rows lack column {missing[0]!r}")
         df["run"] = r.name
         frames.append(df)
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     rows = rows.drop_duplicates(subset=["kernel", "case_id"], keep="last").reset_index(drop=True)
-    for c in ("batch_size", "q_len", "kv_len", "num_qo_heads", "num_kv_heads", "head_dim", "page_size"):
+    for c in axes.INT_AXES:
         try:
             rows[c] = pd.to_numeric(rows[c]).astype(int)
         except (TypeError, ValueError):
