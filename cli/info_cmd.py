@@ -11,7 +11,7 @@ from kbench.case import Case
 from kbench.kernels.device import probe_device
 from kbench.kernels.registry import all_kernels
 from kbench.models import MODELS
-from kbench.sweep import kernel_reason
+from kbench.measure import kernel_reason
 
 
 @click.command("kernels")

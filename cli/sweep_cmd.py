@@ -12,7 +12,7 @@ from kbench.errors import BadInput
 from kbench.scenario import apply_overrides, load_scenario
 from kbench.devices import parse_devices, run_on_devices
 from kbench.store import load_run
-from kbench.sweep import Sweep, SweepOptions, parse_shard, scenario_of_run, shard_cases
+from kbench.sweep import Sweep, SweepOptions, parse_shard, scenario_of_run, shard_cases, sweep_payload
 from kbench.store import check_resumable, read_manifest
 
 from kbench.cli.render import RichSweepObserver, fmt_bw, skipped_reasons, summary_tables
@@ -99,8 +99,8 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
     if devices:
         if shard or resume:
             raise BadInput("--devices runs its own shards: drop --shard/--resume")
-        return _sweep_on_devices(console, sc, parse_devices(devices), out_dir, run_name or sc.name, allow_wrong,
-                                 max_table_cases)
+        return _sweep_on_devices(console, sc, opts, parse_devices(devices), out_dir, run_name or sc.name,
+                                 allow_wrong, max_table_cases)
     try:
         opts.shard = parse_shard(shard) if shard else None
     except ValueError:  # a digit int() does not take, e.g. '²' (kbench.sweep.parse_shard checks isdigit)
@@ -143,34 +143,7 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
             sys.exit(1)
 
 
-# options a --devices worker inherits from the parent command line, as given
-_PASS = ("scenario", *(a.name for a in axes_with(GRID)), "model", "heads", "kernels", "spread_target", "budget_s", "min_time_s", "duty", "l2", "seed", "allow_wrong", "slow_kernel",
-         "compile_workers", "jit_cache", "isolate")
-
-
-def _worker_args() -> list[str]:
-    ctx = click.get_current_context()
-    args = []
-    for p in ctx.command.params:
-        if p.name not in _PASS or not isinstance(p, click.Option):
-            continue
-        v = ctx.params.get(p.name)
-        if v is None or v == () or (v is False and not p.secondary_opts) or (p.name == "seed" and v == 0) or (p.name == "scenario" and v == p.default):
-            continue
-        flag = max(p.opts, key=len)
-        if p.is_flag and p.secondary_opts and v is False:  # --no-isolate
-            args.append(p.secondary_opts[0])
-        elif p.is_flag:
-            args.append(flag)
-        elif isinstance(v, tuple):
-            for x in v:
-                args += [flag, str(x)]
-        else:
-            args += [flag, str(v)]
-    return args
-
-
-def _sweep_on_devices(console, sc, devices, out_dir, name, allow_wrong, max_table_cases):
+def _sweep_on_devices(console, sc, opts, devices, out_dir, name, allow_wrong, max_table_cases):
     from rich.progress import Progress
 
     n_cases = len(sc.cases())
@@ -185,7 +158,8 @@ def _sweep_on_devices(console, sc, devices, out_dir, name, allow_wrong, max_tabl
                 prog.update(tasks[w.shard], completed=w.rows_done(),
                             description=f"shard {w.shard} on GPU {w.device}" + ("" if w.proc.poll() is None else " done"))
 
-        merged = run_on_devices(_worker_args(), devices, out_dir, name, on_poll=poll)
+        Sweep(sc, opts)  # refuses bad --slow-kernel names before a worker starts
+        merged = run_on_devices(sweep_payload(sc, opts), devices, out_dir, name, on_poll=poll)
     run = load_run(merged)
     for t in summary_tables(run.rows, run.manifest.get("copy_bandwidth_gbs"), max_table_cases):
         console.print(t)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import asdict, field, fields, make_dataclass
 
 from kbench import axes
-from kbench.axes import DTYPES, HEAD_DIMS, KV_DTYPES, LAYOUTS, PAGE_SIZES  # noqa: F401  (re-exported)
 
 
 class _CaseMethods:

@@ -1,18 +1,22 @@
 """One worker process per GPU over a deterministic partition of the cases, then one merged run.
 
-`kbench sweep --devices 0,1` starts `kbench sweep ... --shard i/N --device d` for each listed device (a
-device may be listed twice: two workers then share it), waits, and merges the shard runs. On a cluster,
+`kbench sweep --devices 0,1` starts one worker process per listed device (a device may be listed twice:
+two workers then share it), each running the sweep's shard i/N on its device, waits, and merges the shard
+runs. A worker gets the same `kbench.measure.Payload` as an isolated worker (the scenario as data and the
+options), written to a JSON file beside its log, plus its shard, device and output folder. On a cluster,
 run the `--shard i/N` slices yourself (a Slurm array, a Kubernetes indexed job) and `kbench merge` them.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kbench.errors import BadInput, KbenchError
+from kbench.measure import Payload
 from kbench.merge import merge_runs
 
 
@@ -39,10 +43,10 @@ class Worker:
         return sum(j.read_text(errors="replace").count("\n") for j in journals)
 
 
-def run_on_devices(sweep_args: list[str], devices: list[int], out_dir: str | Path, name: str,
+def run_on_devices(payload: Payload, devices: list[int], out_dir: str | Path, name: str,
                    on_poll=None, poll_s: float = 1.0) -> Path:
-    """Run the sweep given by `sweep_args` (CLI arguments, without --devices/--shard/--device/--out/--name)
-    sharded over `devices`; returns the merged run folder."""
+    """Run the sweep of `payload` (kbench.sweep.sweep_payload) sharded over `devices`; returns the merged
+    run folder."""
     import torch
 
     if torch.cuda.is_available():
@@ -58,8 +62,11 @@ def run_on_devices(sweep_args: list[str], devices: list[int], out_dir: str | Pat
         out = work / f"shard-{i}"
         out.mkdir()
         log = work / f"shard-{i}.log"
-        cmd = [sys.executable, "-m", "kbench.cli.main", "sweep", *sweep_args, "--shard", f"{i}/{n}",
-               "--device", str(d), "--out", str(out), "--name", f"{name}-shard{i}"]
+        job = work / f"shard-{i}.json"
+        mine = replace(payload, options={**payload.options, "shard": [i, n], "device_index": d, "out_dir": str(out),
+                                         "run_name": f"{name}-shard{i}", "resume": None})
+        job.write_text(json.dumps(mine.to_dict()), encoding="utf-8")
+        cmd = [sys.executable, "-m", "kbench.devices", str(job)]
         with open(log, "w") as lf:
             proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT)
         workers.append(Worker(i, d, proc, out, log))
@@ -82,3 +89,27 @@ def run_on_devices(sweep_args: list[str], devices: list[int], out_dir: str | Pat
         raise KbenchError(f"worker for shard {w.shard} on GPU {w.device} exited {w.proc.returncode}: {tail[0]} "
                           f"(log: {w.log}; finish it with kbench sweep --resume and kbench merge)")
     return merge_runs(sorted(runs), out_dir, name, min_runs=1)
+
+
+def worker_main(job: str) -> int:
+    """One device's worker: the sweep of the payload in `job`. Exit 0 when done, 2 with one line on error."""
+    from kbench.errors import first_line
+    from kbench.sweep import Sweep, SweepOptions
+
+    try:
+        payload = Payload(**json.loads(Path(job).read_text(encoding="utf-8")))
+        opts = {k: v for k, v in payload.options.items() if k in SweepOptions.__dataclass_fields__}
+        opts["shard"] = tuple(opts["shard"]) if opts.get("shard") else None
+        result = Sweep(payload.scenario_obj(), SweepOptions(**opts)).run()
+    except Exception as e:  # the parent shows this line
+        print(f"error: {first_line(e)}", flush=True)
+        return 2
+    print(f"rows: {len(result.rows)}; run: {result.run_dir}", flush=True)
+    if result.error:  # a fault stopped an in-process sweep: rows kept, as `kbench sweep` exits
+        print(f"stopped: {result.error}", flush=True)
+        return 1
+    return 130 if result.status == "interrupted" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(sys.argv[1]))

@@ -6,7 +6,7 @@ sends one case at a time to a worker (spawned: a fresh CUDA context); the worker
 as each kernel starts and a row as each is measured. If the worker dies, the kernel it was on gets a
 `failed` row with the exit status, a new worker starts, and the case goes on with its remaining kernels.
 A CUDA fault usually raises instead of killing the process: the worker records the failed row with the
-CUDA error, finds its context unusable (kbench.sweep.cuda_context_usable), says so and exits; the parent
+CUDA error, finds its context unusable (kbench.measure.CaseMeasurer.after_failure), says so and exits; the parent
 starts a fresh worker for the rest of the case.
 """
 from __future__ import annotations
@@ -17,46 +17,37 @@ import signal
 from dataclasses import asdict
 
 from kbench.case import Case
+from kbench.measure import Payload
 
 # (message kind, payload) from the worker
 KERNEL, ROW, CASE_DONE, READY, CONTEXT_LOST = "kernel", "row", "case-done", "ready", "context-lost"
 
 
-class _PipeWriter:
-    def __init__(self, conn):
-        self.conn = conn
+def _worker_main(conn, payload: dict) -> None:
+    """Runs in the worker: the same case measurer as the parent's (kbench.measure), cases sent one by one."""
+    from kbench.measure import CaseMeasurer, CudaContextLost, Payload
 
-    def append(self, row):
-        self.conn.send((ROW, row.to_dict()))
-
-
-def _worker_main(conn, scenario_dict: dict, options: dict) -> None:
-    """Runs in the worker: builds the same Sweep, then measures cases sent by the parent."""
-    from kbench.scenario import scenario_from_dict
-    from kbench.sweep import CudaContextLost, Sweep, SweepObserver, SweepOptions
-
-    class PipeObserver(SweepObserver):
-        def kernel_started(self, kernel, case):
-            conn.send((KERNEL, kernel))
-
-    sc = scenario_from_dict(scenario_dict, "isolated worker")
-    sweep = Sweep(sc, SweepOptions(**options), PipeObserver())
-    dev = sweep._device()
-    timer = sweep._timer(dev)
+    measurer = CaseMeasurer.from_payload(Payload(**payload),
+                                         kernel_started=lambda kernel, case: conn.send((KERNEL, kernel)))
+    measurer.open()
     conn.send((READY, None))
+
+    def emit(row) -> None:
+        conn.send((ROW, row.to_dict()))
+
     while True:
         msg = conn.recv()
         if msg is None:
             break
         case_d, done, bw = msg
-        before = dict(vars(sweep.wall))
-        n0 = sweep.measurements
+        before = dict(vars(measurer.wall))
+        n0 = measurer.measurements
         lost = None
         try:
-            sweep._run_case(Case(**case_d), dev, timer, _PipeWriter(conn), set(map(tuple, done)), bw)
+            measurer.measure(Case(**case_d), set(map(tuple, done)), bw, emit)
         except CudaContextLost as e:  # its failed row is sent; this process can run nothing more
             lost = str(e)
-        spent = ({k: v - before[k] for k, v in vars(sweep.wall).items()}, sweep.measurements - n0)
+        spent = ({k: v - before[k] for k, v in vars(measurer.wall).items()}, measurer.measurements - n0)
         if lost is None:
             conn.send((CASE_DONE, spent))
             continue
@@ -79,9 +70,8 @@ def describe_exit(code: int | None) -> str:
 class IsolatedRunner:
     """Parent side. `run_case` returns when every kernel of the case has a row."""
 
-    def __init__(self, scenario_dict: dict, options: dict):
-        self.scenario_dict = scenario_dict
-        self.options = options
+    def __init__(self, payload: Payload):
+        self.payload = payload
         self.proc = None
         self.conn = None
         self.restarts = 0
@@ -90,7 +80,7 @@ class IsolatedRunner:
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, self.scenario_dict, self.options), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, self.payload.to_dict()), daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent

@@ -155,6 +155,21 @@ class _ScenarioMethods:
             "kernels": self.kernels, "timing": vars(self.timing), "source": self.source,
         }
 
+    def to_data(self) -> dict:
+        """This scenario as a TOML-like dict that `scenario_from_dict` reads back (a worker's payload)."""
+        return scenario_data(self.to_dict())
+
+
+def scenario_data(d: dict) -> dict:
+    """A `Scenario.to_dict()` (e.g. a manifest's) as `scenario_from_dict` reads it back."""
+    data = {"name": d["name"], "description": d.get("description", ""), "kernels": d["kernels"],
+            "grid": {k: v for k, v in d["grid"].items() if v is not None}, "timing": d.get("timing", {})}
+    if d.get("model"):
+        data["model"] = d["model"]
+    else:
+        data["heads"] = d["heads"]
+    return data
+
 
 def _grid_field(a: axes.Axis):
     if a.required:

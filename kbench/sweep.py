@@ -4,7 +4,6 @@ Usable from Python without the CLI; progress goes to an optional observer (see S
 """
 from __future__ import annotations
 
-import math
 import platform
 import time
 from dataclasses import dataclass, field
@@ -14,47 +13,14 @@ import pandas as pd
 
 from kbench import RESULT_SCHEMA_VERSION, __version__
 from kbench.case import Case
-from kbench.check import compare, tolerance_for
-from kbench.errors import BadInput, first_line
-from kbench.kernels.base import Kernel
-from kbench.kernels.device import DeviceInfo, probe_device
-from kbench.kernels.inputs import build_inputs, copy_bytes
-from kbench.kernels.reference import reference_attention
-from kbench.kernels.registry import select
-from kbench.kernels.timer import GraphTimer, WallClockTimer
+from kbench.errors import BadInput
+from kbench.kernels.device import DeviceInfo
+from kbench.measure import (
+    L2_COVER, CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit, kernel_reason,
+)
 from kbench.rows import Row
-from kbench.scenario import Scenario, Timing, scenario_from_dict
-from kbench.store import RunWriter, new_run_dir, now_iso, read_journal
-
-# input copies rotate until they cover this many times the L2 (cold-L2 is what an engine sees)
-L2_COVER = 3
-MAX_COPIES = 64
-# a measurement whose SM clock ends below this fraction of the maximum is repeated after a pause
-THROTTLE_FRAC = 0.9
-THROTTLE_RETRIES = 1
-THROTTLE_PAUSE_S = 0.3
-# device memory kept free beyond what a case needs (reference temporaries, workspaces, allocator slack)
-HEADROOM_BYTES = 6 << 30
-
-
-class CudaContextLost(RuntimeError):
-    """A kernel faulted and the process's CUDA context is unusable (sticky error): nothing more can run here."""
-
-    def __init__(self, kernel: str, case_id: str, reason: str):
-        super().__init__(f"the CUDA context is unusable after {kernel} failed on {case_id}: {reason}")
-        self.kernel, self.case_id, self.reason = kernel, case_id, reason
-
-
-def cuda_context_usable(index: int) -> bool:
-    """False once a fault (illegal address, launch failure) has poisoned this process's CUDA context."""
-    import torch
-
-    try:
-        torch.cuda.synchronize(index)
-        return torch.ones(1, device=f"cuda:{index}").add_(1).item() == 2.0
-    except Exception:
-        return False
-
+from kbench.scenario import Scenario, scenario_data, scenario_from_dict
+from kbench.store import RunWriter, new_run_dir, read_journal
 
 class SweepObserver:
     """Receives progress; the CLI renders it with rich. Every method is optional."""
@@ -67,19 +33,6 @@ class SweepObserver:
 
 
 @dataclass
-class WallSplit:
-    compile_s: float = 0.0
-    inputs_s: float = 0.0
-    reference_s: float = 0.0
-    check_s: float = 0.0
-    timing_s: float = 0.0
-    total_s: float = 0.0
-
-    def as_dict(self) -> dict:
-        return {k: round(v, 3) for k, v in vars(self).items()}
-
-
-@dataclass
 class SweepResult:
     run_dir: Path
     rows: pd.DataFrame
@@ -89,10 +42,6 @@ class SweepResult:
     copy_bandwidth_gbs: float | None = None
     measurements: int = 0
     error: str = ""  # why the run stopped early (a lost CUDA context), else ""
-
-    @property
-    def wrong(self) -> pd.DataFrame:
-        return self.rows[self.rows["status"] == "wrong"]
 
 
 @dataclass
@@ -129,65 +78,30 @@ def shard_cases(cases: list[Case], shard: tuple[int, int] | None) -> list[Case]:
     return [c for j, c in enumerate(cases) if j % n == i]
 
 
-def kernel_reason(kernel: Kernel, device: DeviceInfo, case: Case) -> str | None:
-    if case.kv_dtype not in kernel.kv_dtypes:
-        return f"KV dtype {case.kv_dtype} not supported by {kernel.name} in kbench"
-    return kernel.supports(device, case)
-
-
-def copies_for(case: Case, device: DeviceInfo, timing: Timing) -> int:
-    if not device.cuda or timing.l2 != "rotate" or not device.l2_bytes:
-        return 1
-    return max(1, min(MAX_COPIES, math.ceil(L2_COVER * device.l2_bytes / max(copy_bytes(case), 1))))
-
-
-def fits(case: Case, copies: int, device: DeviceInfo) -> str | None:
-    """Why the case cannot fit on the device (checked before anything is allocated), or None."""
-    if not device.cuda:
-        return None
-    import torch
-
-    free, _ = torch.cuda.mem_get_info(device.index)
-    need = copies * copy_bytes(case) + HEADROOM_BYTES
-    if need > free:
-        return f"needs {need / 2**30:.1f} GiB of device memory, {free / 2**30:.1f} GiB free"
-    return None
-
-
-def _slowed(fn, n: int):
-    def run(i: int):
-        out = None
-        for _ in range(n):
-            out = fn(i)
-        return out
-
-    return run
-
-
 class Sweep:
+    """The run: the run folder, resume, compile, then each case measured (kbench.measure) in this process
+    or in an isolated worker, rows appended to the journal as they come, the manifest finalised."""
+
     def __init__(self, scenario: Scenario, options: SweepOptions | None = None,
                  observer: SweepObserver | None = None):
         self.sc = scenario
         self.opt = options or SweepOptions()
         self.obs = observer or SweepObserver()
-        self.kernels = select(scenario.kernels)
-        for name in self.opt.slow_kernel:
-            if name not in [k.name for k in self.kernels]:
-                raise BadInput(f"--slow-kernel: {name!r} is not among this sweep's kernels")
-        self.wall = WallSplit()
-        self.measurements = 0
+        self.measurer = CaseMeasurer(scenario, self.measure_options(),
+                                     kernel_started=lambda k, c: self.obs.kernel_started(k, c),
+                                     progress=lambda text: self.obs.advance(text))
+        self.kernels = self.measurer.kernels
+        self.wall = self.measurer.wall
         self._isolated = None
 
+    def measure_options(self) -> MeasureOptions:
+        return MeasureOptions(self.opt.device_index, self.opt.seed, dict(self.opt.slow_kernel))
+
+    @property
+    def measurements(self) -> int:
+        return self.measurer.measurements
+
     # -- set-up -----------------------------------------------------------------------------------
-    def _device(self) -> DeviceInfo:
-        import torch
-
-        if torch.cuda.is_available():
-            if self.opt.device_index >= torch.cuda.device_count():
-                raise BadInput(f"--device {self.opt.device_index}: this machine has {torch.cuda.device_count()} GPU(s)")
-            torch.cuda.set_device(self.opt.device_index)
-        return probe_device(self.opt.device_index)
-
     def _manifest(self, dev: DeviceInfo, bw: float | None) -> dict:
         from kbench.hardware import clocks
 
@@ -206,14 +120,10 @@ class Sweep:
             "shard": {"index": self.opt.shard[0], "count": self.opt.shard[1]} if self.opt.shard else None,
         }
 
-    def _timer(self, dev: DeviceInfo):
-        t = self.sc.timing
-        return GraphTimer(t.stop_rule(), warmup_ms=t.warmup_ms, duty=t.duty) if dev.cuda else WallClockTimer(t.stop_rule())
-
     # -- the run -----------------------------------------------------------------------------------
     def run(self) -> SweepResult:
         t_start = time.perf_counter()
-        dev = self._device()
+        dev = self.measurer.open()
         done: set[tuple[str, str]] = set()
         if self.opt.resume:
             writer = RunWriter(self.opt.resume, {}, resume=True)
@@ -241,9 +151,8 @@ class Sweep:
             if isolate:
                 self._run_isolated(todo, dev, writer, done, bw)
             else:
-                timer = self._timer(dev)
                 for case in todo:
-                    self._run_case(case, dev, timer, writer, done, bw)
+                    self.measurer.measure(case, done, bw, self._emitter(writer, done))
         except KeyboardInterrupt:
             status = "interrupted"
         except CudaContextLost as e:  # not isolated: this process can run nothing more on the GPU
@@ -295,22 +204,21 @@ class Sweep:
             self.obs.message(f"compile of {label} failed: {err}")
         self.wall.compile_s += time.perf_counter() - t0
 
-    def _row(self, k: Kernel, dev: DeviceInfo, case: Case, status: str, **kw) -> Row:
-        return Row.for_case(k.name, k.path, k.backend(dev) if dev.cuda else k.name, case, status,
-                            kv_bytes=case.kv_bytes(), device=dev.name, sm=dev.sm, measured_at=now_iso(), **kw)
+    def _emitter(self, writer: RunWriter, done):
+        def emit(row: Row) -> None:
+            writer.append(row)
+            done.add(row.key())
+            self.obs.row(row)
+            self.obs.advance()
+
+        return emit
 
     def _run_isolated(self, cases: list[Case], dev: DeviceInfo, writer: RunWriter, done, bw) -> None:
-        from dataclasses import asdict
-
         from kbench.isolation import IsolatedRunner
 
-        opts = {k: v for k, v in asdict(self.opt).items() if k in ("device_index", "seed", "slow_kernel")}
-        d = self.sc.to_dict()
-        data = {"name": d["name"], "kernels": d["kernels"], "timing": d["timing"],
-                "grid": {k: v for k, v in d["grid"].items() if v is not None}}
-        data.update({"model": d["model"]} if d.get("model") else {"heads": d["heads"]})
-        self._isolated = runner = IsolatedRunner(data, opts)
+        self._isolated = runner = IsolatedRunner(Payload.of(self.sc, self.measure_options()))
         by_name = {k.name: k for k in self.kernels}
+        emit = self._emitter(writer, done)
 
         def on_row(rec):
             writer.append(rec)
@@ -319,144 +227,14 @@ class Sweep:
 
         for case in cases:
             def on_failed(kernel, reason, case=case):
-                k = by_name[kernel]
-                self._emit(writer, self._row(k, dev, case, "failed", reason=reason), done)
+                emit(self.measurer.row(by_name[kernel], case, "failed", reason=reason))
                 self.obs.message(f"{kernel} {case.case_id}: {reason}")
 
             self.obs.advance(f"{case.case_id} (isolated worker)")
             wall, n = runner.run_case(case, done, bw, on_row, on_failed)
             for key, v in wall.items():
                 setattr(self.wall, key, getattr(self.wall, key) + v)
-            self.measurements += n
-
-    def _emit(self, writer: RunWriter, row: Row, done) -> None:
-        writer.append(row)
-        done.add(row.key())
-        self.obs.row(row)
-        self.obs.advance()
-
-    def _emit_failed(self, writer: RunWriter, row: Row, done, dev: DeviceInfo) -> None:
-        """A failed row; then, on a GPU, make sure the CUDA context survived (a fault is sticky)."""
-        self._emit(writer, row, done)
-        if dev.cuda and not cuda_context_usable(dev.index):
-            raise CudaContextLost(row.kernel, row.case_id, row.reason)
-
-    def _measure(self, timer, fn, copies: int, dev: DeviceInfo):
-        """Time fn; when the SM clock has dropped below THROTTLE_FRAC of its maximum (power or thermal
-        throttling, seen on the H200 as 7% slower rows between back-to-back sweeps), pause and measure again."""
-        m = timer.measure(fn, copies)
-        if not dev.cuda:
-            return m, None, ""
-        from kbench.hardware import clocks
-
-        for attempt in range(THROTTLE_RETRIES + 1):
-            c = clocks(dev.index)
-            clock, top = c.get("sm_mhz"), c.get("sm_max_mhz")
-            if clock is None or not top or clock >= THROTTLE_FRAC * top:
-                return m, clock, "" if attempt == 0 else f"re-measured {attempt}x after SM clock throttling"
-            if attempt == THROTTLE_RETRIES:
-                break
-            time.sleep(THROTTLE_PAUSE_S)
-            m = timer.measure(fn, copies)
-        return m, clock, f"SM clock {clock:.0f} MHz < {THROTTLE_FRAC:.0%} of max {top:.0f} MHz: throttled"
-
-    def _run_case(self, case: Case, dev: DeviceInfo, timer, writer: RunWriter, done, bw) -> None:
-        kernels = [k for k in self.kernels if (k.name, case.case_id) not in done]
-        runnable = []
-        for k in kernels:
-            reason = kernel_reason(k, dev, case)
-            if reason is None and k.path == "reference" and dev.cuda and "reference" not in self.sc.kernels:
-                reason = "the oracle: not timed on a GPU unless named in --kernels"
-            if reason:
-                self._emit(writer, self._row(k, dev, case, "skipped", reason=reason), done)
-            else:
-                runnable.append(k)
-        if not runnable:
-            return
-        copies = copies_for(case, dev, self.sc.timing)
-        no_fit = fits(case, 1, dev)
-        if no_fit:
-            for k in runnable:
-                self._emit(writer, self._row(k, dev, case, "skipped", reason=no_fit), done)
-            return
-        while copies > 1 and fits(case, copies, dev):
-            copies //= 2
-        import torch
-
-        self.obs.advance(f"{case.case_id}: building inputs")
-        t0 = time.perf_counter()
-        try:
-            inputs = build_inputs(case, dev.torch_device, copies=copies, seed=self.opt.seed)
-            self.wall.inputs_s += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            ref = reference_attention(inputs)
-            if dev.cuda:
-                torch.cuda.synchronize()
-        except (RuntimeError, MemoryError) as e:  # out of memory (host or device) on a valid shape
-            inputs = ref = None
-            if dev.cuda:
-                torch.cuda.empty_cache()
-            for k in runnable:
-                self._emit_failed(writer, self._row(k, dev, case, "failed", reason="inputs/reference: " + first_line(e)),
-                                  done, dev)
-            return
-        self.wall.reference_s += time.perf_counter() - t0
-        tol = tolerance_for(case.dtype, case.kv_dtype)
-        if not dev.cuda:
-            l2 = "cpu"
-        elif copies > 1:
-            l2 = f"rotate-{copies}"
-        elif self.sc.timing.l2 == "warm":
-            l2 = "warm"
-        else:  # one copy already spans L2_COVER x L2: every call streams it from HBM
-            l2 = f"exceeds-{L2_COVER}xL2"
-        for k in runnable:
-            self.obs.advance(f"{case.case_id}: {k.name}")
-            self.obs.kernel_started(k.name, case)
-            if dev.cuda:
-                torch.cuda.reset_peak_memory_stats(dev.index)
-            t0 = time.perf_counter()
-            try:
-                fn = k.prepare(inputs)
-                out = fn(0)
-                if dev.cuda:
-                    torch.cuda.synchronize()
-                chk = compare(out, ref, tol)
-            except Exception as e:
-                self.wall.check_s += time.perf_counter() - t0
-                self._emit_failed(writer, self._row(k, dev, case, "failed", reason=first_line(e)), done, dev)
-                continue
-            self.wall.check_s += time.perf_counter() - t0
-            errs = dict(rel_err=chk.rel_err, max_abs_err=chk.max_abs_err, tolerance=chk.tolerance)
-            if not chk.ok:
-                self._emit(writer, self._row(k, dev, case, "wrong", reason=chk.describe(), **errs), done)
-                continue
-            if k.name in self.opt.slow_kernel:
-                fn = _slowed(fn, self.opt.slow_kernel[k.name])
-            t0 = time.perf_counter()
-            try:
-                m, clock, note = self._measure(timer, fn, copies, dev)
-            except Exception as e:
-                self.wall.timing_s += time.perf_counter() - t0
-                self._emit_failed(writer, self._row(k, dev, case, "failed", reason="timing: " + first_line(e), **errs),
-                                  done, dev)
-                continue
-            self.wall.timing_s += time.perf_counter() - t0
-            self.measurements += 1
-            kv_bw = case.kv_bytes() / (m.median_us * 1e-6) / 1e9
-            extra = {}
-            if dev.cuda:
-                extra = dict(sm_clock_mhz=clock, peak_mem_bytes=torch.cuda.max_memory_allocated(dev.index), reason=note)
-            row = self._row(
-                k, dev, case, "ok", median_us=m.median_us, p25_us=m.p25_us, p75_us=m.p75_us, iqr_us=m.iqr_us,
-                min_us=m.min_us, rel_spread=m.rel_spread, num_samples=len(m.samples_us),
-                calls_per_sample=m.calls_per_sample, samples_us=m.samples_us, timer=m.timer, l2=l2, stop=m.stop,
-                kv_bandwidth_gbs=kv_bw, roofline_frac=(kv_bw / bw) if bw else None, **errs, **extra,
-            )
-            self._emit(writer, row, done)
-        del inputs, ref
-        if dev.cuda:
-            torch.cuda.empty_cache()
+            self.measurer.measurements += n
 
 
 def scenario_of_run(manifest: dict) -> Scenario:
@@ -470,14 +248,14 @@ def _scenario_of_run(manifest: dict) -> Scenario:
     d = manifest.get("scenario")
     if not isinstance(d, dict):
         raise BadInput("the run's manifest holds no scenario to resume")
-    data = {"name": d["name"], "description": d.get("description", ""), "kernels": d["kernels"],
-            "grid": {k: v for k, v in d["grid"].items() if v is not None},
-            "timing": d.get("timing", {})}
-    if d.get("model"):
-        data["model"] = d["model"]
-    else:
-        data["heads"] = d["heads"]
-    return scenario_from_dict(data, f"{manifest.get('scenario', {}).get('source', 'manifest')} (resumed)")
+    return scenario_from_dict(scenario_data(d), f"{d.get('source', 'manifest')} (resumed)")
+
+
+def sweep_payload(sc: Scenario, opt: SweepOptions) -> Payload:
+    """What a per-device worker needs to run `sc` as this sweep would (its shard, device and folder added)."""
+    keep = ("compile_workers", "isolate", "command_line")
+    return Payload.of(sc, MeasureOptions(opt.device_index, opt.seed, dict(opt.slow_kernel)),
+                      **{k: getattr(opt, k) for k in keep})
 
 
 def run_sweep(scenario: Scenario, out_dir: str | Path = "results", observer: SweepObserver | None = None,

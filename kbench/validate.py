@@ -134,7 +134,7 @@ def flashinfer_harness_us(fn) -> tuple[float, float]:
 def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = "cuda", on_row=None,
                    spread_target: float = 0.01, budget_s: float = 2.0) -> list[TimerCheck]:
     from kbench.kernels.device import probe_device
-    from kbench.sweep import copies_for
+    from kbench.measure import copies_for
     from kbench.scenario import Timing
 
     dev = probe_device()

@@ -72,7 +72,7 @@ def test_isolated_sweep_matches_in_process_rows(tmp_path):
 POISONER = '''
 from kbench.kernels import registry
 from kbench.kernels.reference import ReferenceKernel
-from kbench import sweep as _sweep
+from kbench import measure as _measure
 
 class Poisoner(ReferenceKernel):
     """Test only: fails the way a CUDA fault does (an exception, then a context that runs nothing)."""
@@ -83,12 +83,12 @@ class Poisoner(ReferenceKernel):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return run
 
-_orig = _sweep.Sweep._emit_failed
-def _emit_failed(self, writer, row, done, dev):
-    _orig(self, writer, row, done, dev)
+_orig = _measure.CaseMeasurer.after_failure
+def after_failure(self, row):
+    _orig(self, row)
     if row.kernel == "poisoner":  # on the CPU there is no CUDA context to probe: say it is lost
-        raise _sweep.CudaContextLost(row.kernel, row.case_id, row.reason)
-_sweep.Sweep._emit_failed = _emit_failed
+        raise _measure.CudaContextLost(row.kernel, row.case_id, row.reason)
+_measure.CaseMeasurer.after_failure = after_failure
 registry._load()
 registry.register(Poisoner())
 '''
@@ -97,13 +97,13 @@ registry.register(Poisoner())
 @pytest.fixture
 def poisoner_kernel(tmp_path, monkeypatch):
     _in_spawned_workers(POISONER, tmp_path, monkeypatch)
-    from kbench import sweep as sweep_mod
+    from kbench import measure as measure_mod
     from kbench.kernels import registry
 
-    orig = sweep_mod.Sweep._emit_failed
+    orig = measure_mod.CaseMeasurer.after_failure
     exec(POISONER, {})  # the same in this process (the in-process run below)
     yield "poisoner"
-    sweep_mod.Sweep._emit_failed = orig
+    measure_mod.CaseMeasurer.after_failure = orig
     registry._REGISTRY.pop("poisoner", None)
 
 

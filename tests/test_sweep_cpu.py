@@ -187,7 +187,7 @@ def test_a_case_that_cannot_fit_is_skipped_before_allocation(monkeypatch):
 
     from kbench.case import Case
     from kbench.kernels.device import DeviceInfo
-    from kbench.sweep import fits
+    from kbench.measure import fits
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i=0: (8 << 30, 141 << 30))
     dev = DeviceInfo(cuda=True, name="fake", sm=90, l2_bytes=60 << 20, total_memory=141 << 30)
@@ -198,12 +198,12 @@ def test_a_case_that_cannot_fit_is_skipped_before_allocation(monkeypatch):
 
 
 def test_out_of_memory_building_inputs_is_a_failed_row_not_a_crash(tmp_path, monkeypatch):
-    import kbench.sweep as sweep_mod
+    import kbench.measure as measure_mod
 
     def boom(*a, **k):
         raise RuntimeError("CPU: not enough memory: you tried to allocate 2147483648 bytes")
 
-    monkeypatch.setattr(sweep_mod, "build_inputs", boom)
+    monkeypatch.setattr(measure_mod, "build_inputs", boom)
     res = run_sweep(tiny(batch_size=[1], q_len=[1, 2]), out_dir=tmp_path)
     ref = res.rows[res.rows.kernel == "reference"]
     assert res.status == "complete" and len(ref) == 2

@@ -26,7 +26,7 @@ from kbench.kernels.registry import get_kernel
 from kbench.kernels.timer import GraphTimer, StopRule
 from kbench.models import MODELS
 from kbench.scenario import Timing
-from kbench.sweep import copies_for
+from kbench.measure import copies_for
 from kbench.validate import cupti_us_per_call
 
 H = MODELS["llama3-8b"]
