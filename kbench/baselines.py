@@ -39,6 +39,7 @@ import pandas as pd
 
 from kbench import axes
 from kbench.errors import BadInput
+from kbench.manifest import POOL, comparable, num_runs
 from kbench.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, now_iso, safe_name, write_tables
 
 DEFAULT_ROOT = Path("results") / "baselines"
@@ -60,37 +61,10 @@ def baseline_dir(name: str, root: str | Path = DEFAULT_ROOT) -> Path:
     return Path(root) / clean
 
 
-def num_runs(manifest: dict) -> int:
-    """How many runs a baseline (or plain run: 1) was built from."""
-    b = manifest.get("baseline")
-    n = b.get("num_runs") if isinstance(b, dict) else None
-    return int(n) if isinstance(n, int) and n > 0 else 1
-
-
 # --- several runs -> one baseline -----------------------------------------------------------------
 
-def _identity(run: Run) -> dict:
-    """What must be equal for runs to be pooled: kind, GPU, scenario (name, model, heads), timer, slowdowns."""
-    from kbench.gate.hardware import hardware_of
-
-    m = run.manifest
-    sc = m.get("scenario") if isinstance(m.get("scenario"), dict) else {}
-    timer = m.get("timer") if isinstance(m.get("timer"), dict) else {}
-    hw = hardware_of(run)
-    return {
-        "run kind": run.kind,
-        "GPU model": hw.name,
-        "SM version": hw.sm,
-        "scenario": sc.get("name") if sc else m.get("scenario"),
-        "model": sc.get("model"),
-        "heads": json.dumps(sc.get("heads"), sort_keys=True),
-        "timer": json.dumps({k: v for k, v in timer.items() if k != "spread"}, sort_keys=True),
-        "--slow-kernel": json.dumps(m.get("slow_kernel") or {}, sort_keys=True),
-    }
-
-
 def check_same_scenario(runs: list[Run]) -> None:
-    """BadInput (one line) unless every run has the first run's identity (see _identity)."""
+    """BadInput (one line) unless every run may be pooled with the first (kbench.manifest.comparable)."""
     seen: dict[Path, Path] = {}
     for r in runs:
         p = Path(r.path).resolve()
@@ -101,13 +75,11 @@ def check_same_scenario(runs: list[Run]) -> None:
             raise BadInput(f"{r.path} is already a multi-run baseline; give the runs it was built from")
     if runs[0].kind != "sweep":
         raise BadInput(f"a baseline from several runs needs sweep runs, not {runs[0].kind} runs")
-    first = _identity(runs[0])
     for r in runs[1:]:
-        ident = _identity(r)
-        diff = [f"{k} {first[k]!s} vs {ident[k]!s}" for k in first if first[k] != ident[k]]
-        if diff:
+        verdict = comparable(runs[0], r, POOL)
+        if not verdict.ok:
             raise BadInput(f"refusing to pool {runs[0].path} and {r.path}: not the same scenario on the same "
-                           f"GPU ({'; '.join(diff)})")
+                           f"GPU ({verdict.refusals[0]})")
 
 
 def _num(v) -> float | None:

@@ -6,33 +6,14 @@ from pathlib import Path
 import pandas as pd
 
 from kbench.errors import BadInput
+from kbench.manifest import MERGE, MERGE_FIELDS, comparable
 from kbench.store import RunWriter, Run, load_run, new_run_dir
 
-# manifest fields that must agree for rows to belong to one run
-MUST_MATCH = ("kind", "schema_version", "kbench_version", "scenario", "timer", "slow_kernel", "seed")
-
-
-def _device_key(m: dict) -> tuple:
-    d = m.get("device") or {}
-    if not isinstance(d, dict):
-        return (str(d), None)
-    return (d.get("name"), d.get("sm"))
-
-
 def check_compatible(runs: list[Run]) -> None:
-    first = runs[0].manifest
     for r in runs[1:]:
-        m = r.manifest
-        for k in MUST_MATCH:
-            a, b = first.get(k), m.get(k)
-            if k == "scenario" and isinstance(a, dict) and isinstance(b, dict):
-                a = {x: y for x, y in a.items() if x != "source"}
-                b = {x: y for x, y in b.items() if x != "source"}
-            if a != b:
-                raise BadInput(f"cannot merge {r.path.name} with {runs[0].path.name}: manifests differ in {k}")
-        if _device_key(m) != _device_key(first):
-            raise BadInput(f"cannot merge {r.path.name} with {runs[0].path.name}: different GPU model or SM "
-                           f"({_device_key(m)} vs {_device_key(first)})")
+        verdict = comparable(runs[0], r, MERGE)
+        if not verdict.ok:
+            raise BadInput(f"cannot merge {r.path.name} with {runs[0].path.name}: {verdict.refusals[0]}")
     shards = [r.manifest.get("shard") for r in runs]
     counts = {s["count"] for s in shards if s}
     if len(counts) > 1:
@@ -57,7 +38,7 @@ def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: s
     first = runs[0].manifest
     shards = [r.manifest.get("shard") for r in runs]
     complete = all(s for s in shards) and len(shards) == shards[0]["count"]
-    manifest = {k: first.get(k) for k in MUST_MATCH}
+    manifest = {k: first.get(k) for k in MERGE_FIELDS}
     manifest.update(
         device=first.get("device"), copy_bandwidth_gbs=first.get("copy_bandwidth_gbs"),
         command_line=first.get("command_line", ""), shard=None,

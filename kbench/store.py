@@ -23,17 +23,23 @@ import pandas as pd
 from kbench import RESULT_SCHEMA_VERSION, axes
 from kbench.errors import BadInput
 from kbench.rows import COLUMNS, Row
+from kbench.server import rows as server_rows
 
 MANIFEST = "manifest.json"
 JOURNAL = "rows.jsonl"
 PARQUET = "rows.parquet"
 CSV = "rows.csv"
-# Row kinds: a sweep run holds kernel rows; other commands (server-bench) register their own columns.
-ROW_KINDS: dict[str, tuple[list[str], tuple[str, ...]]] = {"sweep": (COLUMNS, ("samples_us",))}
+# Row kinds: kind -> (columns, list columns). A sweep run holds kernel rows (kbench.rows), a server-bench
+# run the rows of kbench.server.rows.
+ROW_KINDS: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "sweep": (COLUMNS, ("samples_us",)),
+    server_rows.ROW_KIND: (server_rows.COLUMNS, server_rows.LIST_COLUMNS),
+}
 REQUIRED = ("case_id",)
 
 
 def register_row_kind(kind: str, columns: list[str], list_columns: tuple[str, ...] = ()) -> None:
+    """Another kind of run (a test, a plug-in); kbench's own kinds are declared in ROW_KINDS."""
     ROW_KINDS[kind] = (list(columns), tuple(list_columns))
 
 

@@ -121,7 +121,6 @@ def test_resume_refuses_a_corrupt_journal_without_touching_the_run(tmp_path, uni
 
 
 # ---- server-bench ---------------------------------------------------------------------------------------
-sys.path.insert(0, str(Path(__file__).parent / "servers"))
 
 
 def test_kill_9_mid_server_bench_keeps_rows_and_resume_finishes(tmp_path):

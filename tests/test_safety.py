@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ from click.testing import CliRunner
 from kbench.cli.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).parent / "servers"))
 
 
 def one_error_line(r):

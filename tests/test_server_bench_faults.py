@@ -7,12 +7,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent / "servers"))
 from fake_sglang import FakeSGLang, Faults  # noqa: E402
 
 from kbench.server import Listener, ServerBenchConfig, ServerBenchInterrupted, run_server_bench  # noqa: E402

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "servers"))
 from fake_sglang import FakeSGLang, Faults, _Handler  # noqa: E402
 
 from kbench.server import ServerBenchConfig, run_server_bench  # noqa: E402

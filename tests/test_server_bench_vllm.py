@@ -9,12 +9,10 @@ import random
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import requests
 
-sys.path.insert(0, str(Path(__file__).parent / "servers"))
 from vllm_fixture import vllm_server  # noqa: E402,F401  (the fixture)
 
 from kbench.server import ServerBenchConfig, run_server_bench  # noqa: E402

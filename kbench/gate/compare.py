@@ -43,9 +43,8 @@ from statistics import median
 
 import pandas as pd
 
-from kbench.baselines import num_runs
 from kbench.errors import BadInput
-from kbench.gate.hardware import hardware_of, mismatches
+from kbench.manifest import GATE, comparable, hardware_of, num_runs
 from kbench.gate.loading import load_for_gate
 from kbench.gate.metrics import Metric, key_columns, measurement, metrics_for
 from kbench.gate.stats import is_worse
@@ -206,22 +205,6 @@ def run_noise_of(base_recs: dict[tuple, dict], noise_floor: float = 0.0) -> dict
             groups.setdefault(_group(rec), []).append(own[k])
     pooled = {g: float(median(v)) for g, v in groups.items()}
     return {k: RunNoise(own[k], max(pooled.get(_group(rec), 0.0), noise_floor)) for k, rec in base_recs.items()}
-
-
-# timer settings that change what a number means (kbench.kernels.timer); a missing key is an older kbench
-TIMER_KEYS = ("kind", "duty", "min_time_s", "fence", "l2", "spread_target", "warmup_ms")
-
-
-def timer_differences(mb: dict, mc: dict) -> list[str]:
-    """Warnings for sweep runs timed with different settings (old runs lack duty/fence: back to back)."""
-    tb, tc = mb.get("timer"), mc.get("timer")
-    if not isinstance(tb, dict) or not isinstance(tc, dict):
-        return []
-    diff = [f"{k} {tb.get(k)!r} vs {tc.get(k)!r}" for k in TIMER_KEYS if tb.get(k) != tc.get(k)]
-    if not diff:
-        return []
-    return ["the runs were timed with different settings (baseline vs candidate: " + "; ".join(diff)
-            + "): differences may come from the timer; rebuild the baseline with this kbench"]
 
 
 def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str) -> dict[tuple, dict]:
@@ -398,15 +381,12 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     cand = load_for_gate(candidate_path, "candidate", force, warnings)
     if base.kind != cand.kind:
         raise BadInput(f"cannot compare a {base.kind} run (baseline) with a {cand.kind} run (candidate)")
-    vb, vc = base.manifest.get("schema_version"), cand.manifest.get("schema_version")
-    if vb != vc:
-        warnings.append(f"result schema versions differ (baseline {vb!r}, candidate {vc!r})")
-    hb, hc = hardware_of(base), hardware_of(cand)
-    reasons, hw_warnings = mismatches(hb, hc)
+    verdict = comparable(base, cand, GATE)
+    reasons = verdict.refusals
     if reasons and not force:
         raise BadInput(f"refusing to compare: {'; '.join(reasons)}; pass --force to compare anyway")
-    warnings += [f"{r}; compared anyway (--force)" for r in reasons] + hw_warnings
-    warnings += timer_differences(base.manifest, cand.manifest)
+    schema = [w for w in verdict.warnings if w.startswith("result schema")]
+    warnings += schema + [f"{r}; compared anyway (--force)" for r in reasons] + [w for w in verdict.warnings if w not in schema]
 
     kind = base.kind
     key_cols = key_columns(kind, set(base.rows.columns) & set(cand.rows.columns))
@@ -439,7 +419,7 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     else:
         changes, compared = [], []
     return GateResult(str(baseline_path), str(candidate_path), kind, threshold, alpha, rows, changes, compared,
-                      hb.describe(), hc.describe(), warnings,
+                      hardware_of(base).describe(), hardware_of(cand).describe(), warnings,
                       {"ignore_winner_change": ignore_winner_change, "allow_missing": allow_missing,
                        "force": force, "run_spread_k": run_spread_k, "noise_floor": noise_floor},
                       n_runs, run_spread_k, noise_floor, ties)

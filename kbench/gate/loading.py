@@ -9,15 +9,6 @@ from kbench.errors import BadInput
 from kbench.store import MANIFEST, ROW_KINDS, Run, load_rows, load_run
 
 
-def _register_row_kinds() -> None:
-    """Server-bench rows register their columns when their module is imported; the gate may be the first
-    to read such a run."""
-    try:
-        import kbench.server.rows  # noqa: F401
-    except ImportError:
-        pass
-
-
 def _peek_schema(path: Path):
     try:
         m = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
@@ -27,7 +18,6 @@ def _peek_schema(path: Path):
 
 
 def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str]) -> Run:
-    _register_row_kinds()
     p = Path(path)
     if not p.is_dir():
         raise BadInput(f"{role} {path}: no such run folder")

@@ -6,9 +6,19 @@
 Modules: client (HTTP, bounded SSE, flush with retry), backends (sglang/vllm protocol), metrics (the stream's
 timings and SGLang's metric definitions), rows (the row and its JSON line), bench (the case loop).
 """
-from kbench.server.bench import (Listener, ServerBenchConfig, ServerBenchInterrupted, ServerBenchResult, ServerCase,
-                                 run_server_bench)
-from kbench.server.rows import ServerBenchRow
-
 __all__ = ["Listener", "ServerBenchConfig", "ServerBenchInterrupted", "ServerBenchResult", "ServerBenchRow",
            "ServerCase", "run_server_bench"]
+
+
+def __getattr__(name: str):
+    """Loaded on first use (PEP 562): kbench.store reads kbench.server.rows, which must not pull in the
+    HTTP client (and kbench.server.bench, which writes through kbench.store)."""
+    if name == "ServerBenchRow":
+        from kbench.server.rows import ServerBenchRow
+
+        return ServerBenchRow
+    if name in __all__:
+        from kbench.server import bench
+
+        return getattr(bench, name)
+    raise AttributeError(f"module 'kbench.server' has no attribute {name!r}")

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from kbench.store import register_row_kind
-
 ROW_KIND = "server-bench"
-STATUSES = ("ok", "failed", "skipped")
 
 
 def case_id(batch_size: int, input_len: int, output_len: int) -> str:
@@ -81,5 +78,4 @@ def _round(v, nd):
 
 
 COLUMNS = [f.name for f in fields(ServerBenchRow)]
-LIST_COLUMNS = ("req_ttft_s", "req_latency_s", "req_output_tokens")
-register_row_kind(ROW_KIND, COLUMNS, LIST_COLUMNS)
+LIST_COLUMNS = ("req_ttft_s", "req_latency_s", "req_output_tokens")  # kbench.store.ROW_KINDS declares the kind

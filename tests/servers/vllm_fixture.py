@@ -10,11 +10,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 import vllm_cpu  # noqa: E402
 
 TIMINGS: dict[str, float] = {}

@@ -1,0 +1,170 @@
+"""kbench's import graph: no cycle, and no upward import across the layers cli -> engine -> kernels -> core.
+
+Run it: ``python tests/import_graph.py`` (prints the layer edges and exits 1 on a violation); the tests run
+it too (tests/test_import_graph.py). A small script rather than import-linter: import-linter finds a
+package's modules under its folder, and kbench.cli / kbench.kernels live in the top-level cli/ and kernels/
+folders (pyproject's package-dir, kept by the design card), so it reports them missing.
+
+Every import counts, a function-level (lazy) one too: a lazy import is still a dependency, and hiding a
+cycle in a function is what this check is for. Layers (a module may import its own layer or lower ones):
+  cli     kbench.cli.*                  the command line
+  engine  every other kbench.* module   sweep, measure, store, report, gate, server, ...
+  kernels kbench.kernels.*              inputs, reference, one module per kernel
+  core    kbench, axes, case, errors    the data every layer shares
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# package -> folder, as pyproject.toml's package-dir
+FOLDERS = {"kbench": ROOT / "kbench", "kbench.cli": ROOT / "cli", "kbench.kernels": ROOT / "kernels"}
+CORE = {"kbench", "kbench.axes", "kbench.case", "kbench.errors"}
+LAYERS = ("core", "kernels", "engine", "cli")  # low to high
+# sibling cycles known and accepted, with the reason; a new one fails the check
+ALLOWED_SIBLING_CYCLES = {
+    ("kbench.server", "kbench.store"): "kbench.store declares the server-bench row kind from kbench.server.rows "
+    "(a data module with no kbench import), and kbench.server.bench writes runs through kbench.store; no "
+    "module-level cycle. Moving ServerBenchRow next to kbench.rows.Row ends it (left for after issue #14, "
+    "which edits that file).",
+}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in FOLDERS.items():
+        for f in sorted(folder.rglob("*.py")):
+            rel = f.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            name = ".".join([pkg, *parts])
+            if name.startswith("kbench.") and name.split(".")[1] in ("cli", "kernels") and pkg == "kbench":
+                continue
+            out[name] = f
+    return out
+
+
+def layer(mod: str) -> str:
+    if mod in CORE:
+        return "core"
+    if mod == "kbench.cli" or mod.startswith("kbench.cli."):
+        return "cli"
+    if mod == "kbench.kernels" or mod.startswith("kbench.kernels."):
+        return "kernels"
+    return "engine"
+
+
+def _resolve(name: str, known: dict) -> str | None:
+    """The longest known module that `name` names (kbench.gate.compare.run_gate -> kbench.gate.compare)."""
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    edges: dict[str, set[str]] = {m: set() for m in known}
+    for mod, path in known.items():
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = mod if is_pkg else mod.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        pkg = pkg.rpartition(".")[0]
+                    base = f"{pkg}.{base}" if base else pkg
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            for t in targets:
+                r = _resolve(t, known) if t.startswith("kbench") else None
+                if r and r != mod:
+                    edges[mod].add(r)
+    # `from kbench.gate import x` also names the package kbench.gate; keep the most specific target only
+    for mod, deps in edges.items():
+        edges[mod] = {d for d in deps if not any(o != d and o.startswith(d + ".") for o in deps) or d in CORE}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def upward(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    return sorted((a, b) for a, deps in edges.items() for b in deps if rank[layer(b)] > rank[layer(a)])
+
+
+def _is_package_init(mod: str, known: dict) -> bool:
+    return known[mod].name == "__init__.py"
+
+
+def sibling(mod: str) -> str:
+    """The child of kbench a module belongs to: kbench.gate.compare -> kbench.gate (import-linter's
+    acyclic_siblings): two subpackages must not import each other even through different modules."""
+    return ".".join(mod.split(".")[:2])
+
+
+def report() -> tuple[list[list[str]], list[tuple[str, str]], str]:
+    edges = graph()
+    # a package's __init__ re-exporting its own submodules is not a cycle through the package
+    known = modules()
+    trimmed = {m: {d for d in ds if not (_is_package_init(d, known) and m.startswith(d + "."))} for m, ds in edges.items()}
+    siblings: dict[str, set[str]] = {}
+    for a, deps in edges.items():
+        siblings.setdefault(sibling(a), set()).update(sibling(b) for b in deps if sibling(b) != sibling(a))
+    sib = cycles(siblings)
+    allowed = [c for c in sib if tuple(c) in ALLOWED_SIBLING_CYCLES]
+    cyc = cycles(trimmed) + [["(subpackages)", *c] for c in sib if c not in allowed]
+    up = upward(edges)
+    counts: dict[tuple[str, str], int] = {}
+    for a, deps in edges.items():
+        for b in deps:
+            counts[(layer(a), layer(b))] = counts.get((layer(a), layer(b)), 0) + 1
+    lines = [f"{len(edges)} modules, {sum(map(len, edges.values()))} import edges (lazy imports included)",
+             "edges between layers (importer -> imported: count):"]
+    lines += [f"  {a:>7} -> {b:<7} {c}" for (a, b), c in sorted(counts.items(), key=lambda x: (LAYERS.index(x[0][0]), LAYERS.index(x[0][1])), reverse=True)]
+    lines.append(f"cycles: {len(cyc)}" + "".join(f"\n  {' <-> '.join(c)}" for c in cyc))
+    lines += [f"accepted subpackage cycle: {' <-> '.join(c)}: {ALLOWED_SIBLING_CYCLES[tuple(c)]}" for c in allowed]
+    lines.append(f"upward imports: {len(up)}" + "".join(f"\n  {a} -> {b}" for a, b in up))
+    return cyc, up, "\n".join(lines)
+
+
+if __name__ == "__main__":
+    cyc, up, text = report()
+    print(text)
+    sys.exit(1 if cyc or up else 0)
