@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import math
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from kbench.values import finite, status
 from kbench import axes
 from kbench.errors import BadInput
 from kbench.manifest import POOL, comparable, num_runs
@@ -82,19 +82,6 @@ def check_same_scenario(runs: list[Run]) -> None:
                            f"GPU ({verdict.refusals[0]})")
 
 
-def _num(v) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _status(rec: dict) -> str:
-    s = rec.get("status")
-    return "ok" if s is None or s != s else str(s)
-
-
 def _key(rec: dict) -> tuple:
     return tuple("" if rec.get(c) is None else str(rec.get(c)) for c in KEY)
 
@@ -103,13 +90,13 @@ def _samples(rec: dict) -> list[float]:
     raw = rec.get("samples_us")
     if raw is None or isinstance(raw, (str, float)):
         return []
-    return [f for f in (_num(x) for x in raw) if f is not None]
+    return [f for f in (finite(x) for x in raw) if f is not None]
 
 
 def _pool(recs: list[dict]) -> dict:
     """One baseline row from the same row of several runs, all ok and timed."""
     out = dict(recs[0])
-    medians = [_num(r.get("median_us")) for r in recs]
+    medians = [finite(r.get("median_us")) for r in recs]
     med = float(np.median(medians))
     out["median_us"] = med
     out["run_medians_us"] = medians
@@ -117,16 +104,16 @@ def _pool(recs: list[dict]) -> dict:
     out["run_spread"] = (max(medians) - min(medians)) / med if len(recs) >= 2 and med > 0 else None
     pooled = [x for r in recs for x in _samples(r)]
     out["samples_us"] = pooled
-    out["num_samples"] = len(pooled) if pooled else sum(int(_num(r.get("num_samples")) or 0) for r in recs)
+    out["num_samples"] = len(pooled) if pooled else sum(int(finite(r.get("num_samples")) or 0) for r in recs)
     if pooled:
         a = np.asarray(pooled)
         p25, p75 = float(np.percentile(a, 25)), float(np.percentile(a, 75))
         out.update(p25_us=p25, p75_us=p75, iqr_us=p75 - p25, min_us=float(a.min()))
-    spreads = [s for s in (_num(r.get("rel_spread")) for r in recs) if s is not None]
+    spreads = [s for s in (finite(r.get("rel_spread")) for r in recs) if s is not None]
     out["rel_spread"] = max(spreads) if spreads else None
-    first = _num(recs[0].get("median_us"))
+    first = finite(recs[0].get("median_us"))
     for col in ("kv_bandwidth_gbs", "roofline_frac"):  # both are proportional to 1 / median
-        v = _num(recs[0].get(col))
+        v = finite(recs[0].get(col))
         out[col] = v * first / med if v is not None and first and med > 0 else recs[0].get(col)
     return out
 
@@ -145,16 +132,16 @@ def pool_runs(runs: list[Run]) -> tuple[pd.DataFrame, list[str]]:
     for k, items in by_key.items():
         recs = [r for _, r in items]
         partial += len(items) < len(runs)
-        statuses = [_status(r) for r in recs]
-        timed = all(_num(r.get("median_us")) is not None for r in recs)
+        statuses = [status(r) for r in recs]
+        timed = all(finite(r.get("median_us")) is not None for r in recs)
         if all(s == "ok" for s in statuses) and timed and recs[0].get("path") != "reference":
             out.append(_pool(recs))
             continue
-        bad = next((r for r in recs if _status(r) != "ok"), recs[0])
+        bad = next((r for r in recs if status(r) != "ok"), recs[0])
         row = dict(bad)
         row["runs"] = sum(s == "ok" for s in statuses)
         row["run_spread"] = None
-        row["run_medians_us"] = [m for m in (_num(r.get("median_us")) for r in recs) if m is not None]
+        row["run_medians_us"] = [m for m in (finite(r.get("median_us")) for r in recs) if m is not None]
         if len(set(statuses)) > 1:
             counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
             row["reason"] = f"{row.get('reason') or ''} (status differs between runs: {counts})".strip()

@@ -41,16 +41,6 @@ def _handle(index: int):
         return None
 
 
-def sm_clock_mhz(index: int = 0) -> float | None:
-    h = _handle(index)
-    if h is None:
-        return None
-    try:
-        return float(_nvml.nvmlDeviceGetClockInfo(h, _nvml.NVML_CLOCK_SM))
-    except Exception:
-        return None
-
-
 def clocks(index: int = 0) -> dict:
     """Current and maximum SM and memory clocks (MHz), when NVML answers."""
     h = _handle(index)

@@ -27,7 +27,7 @@ POOL = "pool"
 GATE = "gate"
 # manifest fields that must agree for rows to belong to one run (a merged run keeps them)
 MERGE_FIELDS = ("kind", "schema_version", "kbench_version", "scenario", "timer", "slow_kernel", "seed")
-# timer settings that change what a number means (kbench.kernels.timer); a missing key is an older kbench
+# timer settings that change what a number means (kbench.timer); a missing key is an older kbench
 TIMER_KEYS = ("kind", "duty", "min_time_s", "fence", "l2", "spread_target", "warmup_ms")
 
 

@@ -20,7 +20,7 @@ from kbench.kernels.device import DeviceInfo, probe_device
 from kbench.kernels.inputs import build_inputs, copy_bytes
 from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import select
-from kbench.kernels.timer import GraphTimer, WallClockTimer
+from kbench.timer import GraphTimer, WallClockTimer
 from kbench.rows import Row
 from kbench.scenario import Scenario, Timing, scenario_from_dict
 from kbench.store import now_iso

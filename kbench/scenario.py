@@ -62,10 +62,10 @@ class Timing:
     l2: str = "rotate"
     warmup_ms: float = 25.0
     min_time_s: float = 0.1  # sample at least this long before the spread may stop a measurement
-    duty: float = 0.4  # fraction of the sampling time the GPU is busy (1.0: back to back; see kbench.kernels.timer)
+    duty: float = 0.4  # fraction of the sampling time the GPU is busy (1.0: back to back; see kbench.timer)
 
     def stop_rule(self):
-        from kbench.kernels.timer import StopRule
+        from kbench.timer import StopRule
 
         return StopRule(self.spread_target, self.budget_s, self.min_samples, self.max_samples, self.min_time_s)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import json
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kbench.values import json_safe
 from kbench import RESULT_SCHEMA_VERSION, axes
 from kbench.errors import BadInput
 from kbench.rows import COLUMNS, Row
@@ -71,12 +71,6 @@ def new_run_dir(out_dir: str | Path, name: str) -> Path:
     return p
 
 
-def _clean(v):
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
-    return v
-
-
 def _plain(v):
     """numpy / pandas scalars and arrays as JSON-able Python values."""
     if hasattr(v, "tolist"):
@@ -121,7 +115,7 @@ class RunWriter:
                 tmp = self.dir / (JOURNAL + ".tmp")
                 with open(tmp, "w", encoding="utf-8") as f:
                     for rec in kept.to_dict("records"):
-                        f.write(json.dumps({k: _clean(_plain(v)) for k, v in rec.items()}) + "\n")
+                        f.write(json.dumps({k: json_safe(_plain(v)) for k, v in rec.items()}) + "\n")
                 os.replace(tmp, self.dir / JOURNAL)
             _drop_partial_last_line(self.dir / JOURNAL)
         self.manifest["status"] = "running"
@@ -130,7 +124,7 @@ class RunWriter:
 
     def append(self, row: Row | dict) -> None:
         d = row.to_dict() if isinstance(row, Row) else dict(row)
-        self._journal.write(json.dumps({k: _clean(v) for k, v in d.items()}) + "\n")
+        self._journal.write(json.dumps({k: json_safe(v) for k, v in d.items()}) + "\n")
         self._journal.flush()
         os.fsync(self._journal.fileno())
 

@@ -12,7 +12,7 @@
 
 Each timer starts after a COOL_S idle pause and the eager CUPTI bursts hold at most ~CUPTI_BURST_US of
 GPU work, so that they see the GPU off its power cap as the sweep's duty-cycled timer does (see
-kbench.kernels.timer). The eager ways still differ from a graph in GPU state (a call that starts on an
+kbench.timer). The eager ways still differ from a graph in GPU state (a call that starts on an
 idle GPU, launch gaps), which is why the same-replay CUPTI figure is the one the target is checked on.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kbench.check import compare, tolerance_for
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import select
-from kbench.kernels.timer import GraphTimer
+from kbench.timer import GraphTimer
 from kbench.models import MODELS
 
 H = MODELS["llama3-8b"]

@@ -9,33 +9,25 @@ unless the medians are equal). The IQR fallback is wider than a CI, so it errs t
 """
 from __future__ import annotations
 
-import math
 
 import pandas as pd
 
+from kbench.values import number
 from kbench.rows import CASE_COLUMNS
 
 # path_verdict values: which path serves the case
 DECODE, CONTEXT, TIE, DECODE_ONLY, CONTEXT_ONLY = "decode", "context", "tie", "decode-only", "context-only"
 
 
-def _num(v) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
-
-
 def half_width_us(row) -> float:
     """The measured spread of one row's median, in microseconds (see the module docstring)."""
-    m, rel = _num(row.get("median_us")), _num(row.get("rel_spread"))
+    m, rel = number(row.get("median_us")), number(row.get("rel_spread"))
     if m is not None and rel is not None:
         return abs(m * rel)
-    iqr = _num(row.get("iqr_us"))
+    iqr = number(row.get("iqr_us"))
     if iqr is not None:
         return abs(iqr) / 2
-    p25, p75 = _num(row.get("p25_us")), _num(row.get("p75_us"))
+    p25, p75 = number(row.get("p25_us")), number(row.get("p75_us"))
     if p25 is not None and p75 is not None:
         return abs(p75 - p25) / 2
     return 0.0

@@ -1,6 +1,8 @@
-"""Attention kernels behind one small interface, the paged-KV input builder, the reference and the GPU timer.
+"""Attention kernels behind one small interface, the paged-KV input builder, the reference and the device
+description the kernels' `supports()` reads.
 
-A kernel module knows only how to call its kernel: it does not time, print or write files.
+A kernel module knows only how to call its kernel: it does not time, print or write files (the timer is
+the engine's: kbench.timer).
 """
 from kbench.kernels.base import Kernel, KernelFn
 from kbench.kernels.device import DeviceInfo, probe_device

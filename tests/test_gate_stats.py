@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 from gate_synth import CASE_A, CONTEXT, DECODE, gate_json, sweep_rows, write_run
 
-from kbench.gate.stats import Measurement, is_worse
+from kbench.gate.stats import GateValue, is_worse
 
 
 def test_mann_whitney_one_sided():
-    base = Measurement(10.0, [10.0 + 0.01 * i for i in range(20)])
-    slow = Measurement(11.0, [11.0 + 0.01 * i for i in range(20)])
+    base = GateValue(10.0, [10.0 + 0.01 * i for i in range(20)])
+    slow = GateValue(11.0, [11.0 + 0.01 * i for i in range(20)])
     v = is_worse(base, slow, higher_is_better=False, alpha=0.01, direction="worse")
     assert v.method == "mann-whitney" and v.beyond_noise and v.p_value < 1e-6
     # the same data is not a significant improvement
@@ -22,16 +22,16 @@ def test_mann_whitney_one_sided():
 
 def test_too_few_samples_fall_back_to_spread():
     # 2 vs 2 samples: the exact test's smallest p is 1/6, it can never reach alpha=0.01
-    base = Measurement(10.0, [9.9, 10.1], low=9.8, high=10.2)
-    cand = Measurement(11.0, [10.9, 11.1], low=10.8, high=11.2)
+    base = GateValue(10.0, [9.9, 10.1], low=9.8, high=10.2)
+    cand = GateValue(11.0, [10.9, 11.1], low=10.8, high=11.2)
     v = is_worse(base, cand, False, 0.01, "worse")
     assert v.method == "spread" and v.beyond_noise
-    overlapping = Measurement(10.5, [10.4, 10.6], low=10.1, high=10.9)
+    overlapping = GateValue(10.5, [10.4, 10.6], low=10.1, high=10.9)
     assert not is_worse(base, overlapping, False, 0.01, "worse").beyond_noise
 
 
 def test_nothing_to_judge_noise_by():
-    v = is_worse(Measurement(10.0, []), Measurement(11.0, []), False, 0.01, "worse")
+    v = is_worse(GateValue(10.0, []), GateValue(11.0, []), False, 0.01, "worse")
     assert v.method == "threshold-only" and v.beyond_noise
 
 

@@ -61,7 +61,7 @@ def test_graph_timer_agrees_with_event_loop_on_a_large_copy():
     """For an op far above launch overhead, graph replay and a plain event-timed loop agree within 3%."""
     import torch
 
-    from kbench.kernels.timer import GraphTimer, StopRule
+    from kbench.timer import GraphTimer, StopRule
 
     src = torch.randn(64 << 20, device="cuda")
     dst = torch.empty_like(src)
@@ -109,7 +109,7 @@ def test_fenced_graph_timing_matches_one_call_at_a_time():
     from kbench.kernels.device import probe_device
     from kbench.kernels.inputs import build_inputs
     from kbench.kernels.registry import get_kernel
-    from kbench.kernels.timer import GraphTimer, StopRule
+    from kbench.timer import GraphTimer, StopRule
     from kbench.measure import copies_for
     from kbench.validate import cupti_us_per_call
 

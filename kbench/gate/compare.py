@@ -43,6 +43,7 @@ from statistics import median
 
 import pandas as pd
 
+from kbench.values import finite, status
 from kbench.errors import BadInput
 from kbench.manifest import GATE, comparable, hardware_of, num_runs
 from kbench.gate.loading import load_for_gate
@@ -167,14 +168,6 @@ def parse_threshold(text, option: str = "--threshold") -> float:
     return v
 
 
-def _fnum(v) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if f == f and f not in (float("inf"), float("-inf")) else None
-
-
 @dataclass(frozen=True)
 class RunNoise:
     own: float | None  # the row's run_spread, None when the baseline did not record one
@@ -199,9 +192,9 @@ def run_noise_of(base_recs: dict[tuple, dict], noise_floor: float = 0.0) -> dict
     groups: dict[tuple, list[float]] = {}
     own: dict[tuple, float | None] = {}
     for k, rec in base_recs.items():
-        rs = _fnum(rec.get("run_spread"))
+        rs = finite(rec.get("run_spread"))
         own[k] = rs if rs is not None and rs >= 0 else None
-        if own[k] is not None and _status(rec) == "ok":
+        if own[k] is not None and status(rec) == "ok":
             groups.setdefault(_group(rec), []).append(own[k])
     pooled = {g: float(median(v)) for g, v in groups.items()}
     return {k: RunNoise(own[k], max(pooled.get(_group(rec), 0.0), noise_floor)) for k, rec in base_recs.items()}
@@ -220,11 +213,6 @@ def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], rol
     if dupes:
         warnings.append(f"{role} has {dupes} duplicate row(s); the last of each counts")
     return out
-
-
-def _status(rec: dict) -> str:
-    s = rec.get("status")
-    return "ok" if s is None or s != s else str(s)
 
 
 def _band_why(noise: "RunNoise", k: float) -> str:
@@ -277,13 +265,13 @@ def compare_rows(base_recs: dict, cand_recs: dict, key_cols, metrics: list[Metri
     for k_, rb in base_recs.items():
         key = dict(zip(key_cols, k_))
         kernel, case_id = str(key.get("kernel", "")), str(rb.get("case_id"))
-        sb = _status(rb)
+        sb = status(rb)
         rc = cand_recs.get(k_)
         if rc is None:
             results.append(RowResult(key, kernel, case_id, None, "missing", not allow_missing, sb, None,
                                      note="not in the candidate" + (" (allowed)" if allow_missing else "")))
             continue
-        sc = _status(rc)
+        sc = status(rc)
         if sb != "ok":
             note = f"baseline status {sb}" + ("; fixed in the candidate" if sc == "ok" else "")
             results.append(RowResult(key, kernel, case_id, None, "not-compared", False, sb, sc, note=note))
@@ -305,7 +293,7 @@ def compare_rows(base_recs: dict, cand_recs: dict, key_cols, metrics: list[Metri
         if k_ not in base_recs:
             key = dict(zip(key_cols, k_))
             results.append(RowResult(key, str(key.get("kernel", "")), str(rc.get("case_id")), None, "new", False,
-                                     None, _status(rc), note="not in the baseline"))
+                                     None, status(rc), note="not in the baseline"))
     return results
 
 
@@ -322,7 +310,7 @@ def _path(rec: dict):
 def _run_tie(rec: dict, noise_by_kernel_case: dict, k: float) -> bool:
     """Best decode and best context of one side within the run-to-run band of each other (module docstring);
     noise_by_kernel_case holds each row's max(k * run_noise, run_spread)."""
-    d, c = _fnum(rec.get("decode_us")), _fnum(rec.get("context_us"))
+    d, c = finite(rec.get("decode_us")), finite(rec.get("context_us"))
     if d is None or c is None or min(d, c) <= 0:
         return False
     cid = str(rec.get("case_id"))
@@ -372,9 +360,9 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
         raise BadInput(f"threshold {threshold!r}: must be a fraction between 0 and 1")
     if not (0 < alpha < 1):
         raise BadInput(f"--alpha {alpha!r}: must be between 0 and 1")
-    if _fnum(run_spread_k) is None or not (0 <= run_spread_k <= 100):
+    if finite(run_spread_k) is None or not (0 <= run_spread_k <= 100):
         raise BadInput(f"--run-spread-k {run_spread_k!r}: must be a number between 0 and 100")
-    if _fnum(noise_floor) is None or not (0 <= noise_floor < 1):
+    if finite(noise_floor) is None or not (0 <= noise_floor < 1):
         raise BadInput(f"--noise-floor {noise_floor!r}: must be a fraction between 0 and 1")
     warnings: list[str] = []
     base = load_for_gate(baseline_path, "baseline", force, warnings)

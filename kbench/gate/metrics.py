@@ -11,11 +11,11 @@ as SGLang's bench_one_batch_server names them. Per-repeat values, when the row h
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from kbench.values import finite
 from kbench import axes
-from kbench.gate.stats import Measurement
+from kbench.gate.stats import GateValue
 
 
 @dataclass(frozen=True)
@@ -57,26 +57,18 @@ def metrics_for(kind: str, base_columns, cand_columns) -> list[Metric]:
     return out
 
 
-def num(v) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def measurement(row: dict, metric: Metric) -> Measurement | None:
+def measurement(row: dict, metric: Metric) -> GateValue | None:
     """The metric of one row, its samples and its spread interval; None when the row has no value."""
-    value = num(row.get(metric.column))
+    value = finite(row.get(metric.column))
     if value is None or value <= 0:  # SGLang writes -1 for "not available"
         return None
     raw = row.get(metric.samples_column) if metric.samples_column else None
-    samples = [f for f in (num(x) for x in (list(raw) if raw is not None and not isinstance(raw, (str, float))
+    samples = [f for f in (finite(x) for x in (list(raw) if raw is not None and not isinstance(raw, (str, float))
                                             else [])) if f is not None]
     low = high = None
-    spread = num(row.get("rel_spread")) if metric.column == "median_us" else None
+    spread = finite(row.get("rel_spread")) if metric.column == "median_us" else None
     if spread is not None and spread >= 0:
         low, high = value * (1 - spread), value * (1 + spread)
-    elif metric.column == "median_us" and num(row.get("p25_us")) is not None and num(row.get("p75_us")) is not None:
-        low, high = num(row.get("p25_us")), num(row.get("p75_us"))
-    return Measurement(value, samples, low, high)
+    elif metric.column == "median_us" and finite(row.get("p25_us")) is not None and finite(row.get("p75_us")) is not None:
+        low, high = finite(row.get("p25_us")), finite(row.get("p75_us"))
+    return GateValue(value, samples, low, high)

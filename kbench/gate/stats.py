@@ -20,7 +20,7 @@ from scipy.stats import mannwhitneyu
 
 
 @dataclass
-class Measurement:
+class GateValue:
     value: float
     samples: list[float]
     low: float | None = None  # the spread interval, when the row has one
@@ -46,7 +46,7 @@ def _min_p(n: int, m: int) -> float:
     return 1.0 / math.comb(n + m, n)
 
 
-def is_worse(base: Measurement, cand: Measurement, higher_is_better: bool, alpha: float,
+def is_worse(base: GateValue, cand: GateValue, higher_is_better: bool, alpha: float,
              direction: str) -> NoiseVerdict:
     """Is ``cand`` worse (direction="worse") or better ("better") than ``base`` beyond noise?"""
     cand_larger = (direction == "worse") != higher_is_better  # for time, worse = larger

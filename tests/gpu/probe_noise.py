@@ -23,7 +23,7 @@ from kbench.case import Case
 from kbench.kernels.device import probe_device
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.registry import get_kernel
-from kbench.kernels.timer import GraphTimer, StopRule
+from kbench.timer import GraphTimer, StopRule
 from kbench.models import MODELS
 from kbench.scenario import Timing
 from kbench.measure import copies_for

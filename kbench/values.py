@@ -1,0 +1,39 @@
+"""Reading values out of rows that came through JSON, Parquet, CSV or a hand edit: one definition each."""
+from __future__ import annotations
+
+import math
+
+
+def finite(v) -> float | None:
+    """v as a finite float, or None (missing, NaN, infinite, not a number)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def number(v) -> float | None:
+    """v as a float, or None (missing, NaN, not a number); an infinite value stays infinite."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def status(rec: dict) -> str:
+    """A row's status; a row without one (an older or foreign writer) counts as ok."""
+    s = rec.get("status")
+    return "ok" if s is None or s != s else str(s)
+
+
+def json_safe(v):
+    """NaN and infinities as None (JSON has neither), through dicts and lists."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: json_safe(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [json_safe(x) for x in v]
+    return v
