@@ -1,7 +1,6 @@
 """`kbench gate` and `kbench baseline`: thin click commands over kbench.gate and kbench.baselines."""
 from __future__ import annotations
 
-import functools
 import sys
 
 import click
@@ -9,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kbench.errors import KbenchError
+from kbench.cli.errors import one_line_errors
 
 GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
 
@@ -40,16 +39,13 @@ Exit codes: 0 pass, 1 regression or failure, 2 bad input.
 """
 
 
-def one_line_errors(fn):
-    """kbench errors -> `error: ...` and their exit code, also when the command runs outside the group."""
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        try:
-            return fn(*a, **kw)
-        except KbenchError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(e.exit_code)
-    return wrapper
+def export_options(f):
+    """One `--NAME FILE` option per gate output format (kbench.gate.export)."""
+    from kbench.gate.export import formats
+
+    for ex in reversed(formats()):
+        f = click.option(f"--{ex.name}", f"{ex.name}_file", type=click.Path(dir_okay=False), help=ex.help)(f)
+    return f
 
 
 _STYLE = {"regression": "bold red", "wrong": "bold red", "failed": "bold red", "skipped": "red",
@@ -111,28 +107,19 @@ def noise_line(res) -> str:
 @click.option("--ignore-winner-change", is_flag=True, help="A changed decode-vs-context winner does not fail.")
 @click.option("--allow-missing", is_flag=True, help="Baseline rows absent (or now skipped) in the candidate do not fail.")
 @click.option("--force", is_flag=True, help="Compare across GPU models, SM versions or result schema versions.")
-@click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False), help="Write the markdown summary here.")
-@click.option("--junit", "junit_file", type=click.Path(dir_okay=False), help="Write JUnit XML here.")
-@click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Write the result as JSON here.")
+@export_options
 @click.option("--show-all", is_flag=True, help="List every row in the terminal table, not only the notable ones.")
 @one_line_errors
 def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignore_winner_change, allow_missing,
-         force, markdown_file, junit_file, json_file, show_all):
-    from kbench.gate import parse_threshold, run_gate, write_json, write_junit, write_markdown
+         force, show_all, **files):
+    from kbench.gate import parse_threshold, run_gate
+    from kbench.gate.export import export
 
     res = run_gate(baseline, candidate, threshold=parse_threshold(threshold), alpha=alpha,
                    ignore_winner_change=ignore_winner_change, allow_missing=allow_missing, force=force,
                    run_spread_k=run_spread_k, noise_floor=parse_threshold(noise_floor, "--noise-floor"))
     render(res, Console(), show_all)
-    try:
-        write_markdown(res, markdown_file)  # also appends to $GITHUB_STEP_SUMMARY when set
-        if junit_file:
-            write_junit(res, junit_file)
-        if json_file:
-            write_json(res, json_file)
-    except OSError as e:
-        from kbench.errors import BadInput
-        raise BadInput(f"cannot write the gate report: {e}") from None
+    export(res, {name.removesuffix("_file"): path for name, path in files.items()})  # markdown: $GITHUB_STEP_SUMMARY too
     sys.exit(res.exit_code)
 
 

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import importlib
-import sys
 
 import click
 
 from kbench import __version__
-from kbench.errors import KbenchError
+from kbench.cli.errors import one_line_errors
 
 # module -> click command objects it defines (each module keeps its command next to its rendering)
 COMMAND_MODULES = {
@@ -24,11 +23,7 @@ class KbenchGroup(click.Group):
     """Turns kbench's own errors into one line and their exit code (2 for bad input), never a traceback."""
 
     def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except KbenchError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(e.exit_code)
+        return one_line_errors(super().invoke)(ctx)
 
 
 @click.group(cls=KbenchGroup, context_settings={"help_option_names": ["-h", "--help"]})

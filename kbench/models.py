@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kbench.errors import BadInput
+
 
 @dataclass(frozen=True)
 class HeadConfig:
@@ -16,6 +18,14 @@ class HeadConfig:
 
     def label(self) -> str:
         return f"{self.num_qo_heads}/{self.num_kv_heads}x{self.head_dim}"
+
+
+def parse_heads(text: str) -> HeadConfig:
+    """`--heads 32/8/128` (q heads / kv heads / head_dim; 32x8x128 too), for sweep and select."""
+    parts = text.replace("x", "/").split("/")
+    if len(parts) != 3 or not all(p.strip().isdecimal() for p in parts):
+        raise BadInput(f"--heads {text!r}: expected QO/KV/DIM, e.g. 32/8/128")
+    return HeadConfig(*(int(p) for p in parts))
 
 
 MODELS: dict[str, HeadConfig] = {

@@ -36,7 +36,7 @@ from kbench import axes
 from kbench import axes as axes_mod  # apply_overrides takes **axes
 from kbench.case import Case
 from kbench.errors import BadInput
-from kbench.models import MODELS, HeadConfig
+from kbench.models import MODELS, HeadConfig, parse_heads
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -217,14 +217,6 @@ def _resolve_heads(model, heads, where: str) -> tuple[HeadConfig, str | None]:
     return HeadConfig(vals["num_qo_heads"], vals["num_kv_heads"], vals["head_dim"]), None
 
 
-def parse_heads_flag(text: str) -> HeadConfig:
-    """`--heads 32/8/128` (q heads / kv heads / head_dim)."""
-    parts = text.replace("x", "/").split("/")
-    if len(parts) != 3 or not all(p.strip().isdecimal() for p in parts):
-        raise BadInput(f"--heads: expected Q/KV/D such as 32/8/128, got {text!r}")
-    return HeadConfig(*(int(p) for p in parts))
-
-
 def scenario_from_dict(data: dict, where: str) -> Scenario:
     if not isinstance(data, dict):
         raise BadInput(f"{where}: expected a table at the top level")
@@ -327,7 +319,7 @@ def apply_overrides(sc: Scenario, **axes) -> Scenario:
             raise BadInput(f"--model: unknown model {axes['model']!r} (known: {', '.join(MODELS)})")
         changes["heads"], changes["model"] = MODELS[axes["model"]], axes["model"]
     if axes.get("heads") is not None:
-        changes["heads"], changes["model"] = parse_heads_flag(axes["heads"]), None
+        changes["heads"], changes["model"] = parse_heads(axes["heads"]), None
     timing = replace(sc.timing)
     for k in ("spread_target", "budget_s", "l2", "min_time_s", "duty"):
         if axes.get(k) is not None:

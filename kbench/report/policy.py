@@ -51,6 +51,7 @@ import pandas as pd
 
 from kbench import __version__, axes
 from kbench.errors import BadInput
+from kbench.models import parse_heads
 from kbench.report.runs import GROUP_COLUMNS, group_label
 from kbench.store import now_iso
 from kbench.winners import TIE
@@ -227,19 +228,12 @@ def load_policy(path: str | Path) -> dict:
 
 
 # ---- lookup ----------------------------------------------------------------------------------------------
-def parse_heads(s: str) -> tuple[int, int, int]:
-    """'32/8/128' -> (32, 8, 128)."""
-    parts = s.replace("x", "/").split("/")
-    if len(parts) != 3 or not all(p.strip().isdecimal() and int(p) > 0 for p in parts):
-        raise BadInput(f"--heads {s!r}: expected QO/KV/DIM, e.g. 32/8/128")
-    return tuple(int(p) for p in parts)
-
-
 def select_group(policy: dict, heads: str | None = None, dtype: str | None = None, kv_dtype: str | None = None,
                  page_size: int | None = None, kv_layout: str | None = None) -> dict:
     want = {}
     if heads:
-        want.update(zip(("num_qo_heads", "num_kv_heads", "head_dim"), parse_heads(heads)))
+        h = parse_heads(heads)
+        want.update(num_qo_heads=h.num_qo_heads, num_kv_heads=h.num_kv_heads, head_dim=h.head_dim)
     for k, v in (("dtype", dtype), ("kv_dtype", kv_dtype), ("page_size", page_size), ("kv_layout", kv_layout)):
         if v is not None:
             want[k] = v

@@ -1,0 +1,42 @@
+"""The gate's output formats behind one small interface (after hyperfine's export/ and guidellm's output
+registry): a format is a module with a `write_X(result, path)` function (markdown, junit, json_out) and
+one `Exporter` line in `formats()`, in the order they are written; `kbench gate` makes one `--NAME FILE`
+option per entry. A new format is its module plus its line here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from kbench.errors import BadInput
+from kbench.gate.compare import GateResult
+
+
+@dataclass(frozen=True)
+class Exporter:
+    name: str  # the option: --NAME FILE
+    help: str
+    write: Callable[[GateResult, Path | None], object]  # path None: the format was not asked for
+    always: bool = False  # called with None too (markdown also appends to $GITHUB_STEP_SUMMARY)
+
+
+def formats() -> tuple[Exporter, ...]:
+    from kbench.gate import json_out, junit, markdown
+
+    return (
+        Exporter("markdown", "Write the markdown summary here.", markdown.write_markdown, always=True),
+        Exporter("junit", "Write JUnit XML here.", junit.write_junit),
+        Exporter("json", "Write the result as JSON here.", json_out.write_json),
+    )
+
+
+def export(res: GateResult, paths: dict[str, str | Path | None]) -> None:
+    """Write every asked-for format; a file that cannot be written is one BadInput line."""
+    try:
+        for ex in formats():
+            path = paths.get(ex.name)
+            if path or ex.always:
+                ex.write(res, Path(path) if path else None)
+    except OSError as e:
+        raise BadInput(f"cannot write the gate report: {e}") from None
