@@ -66,6 +66,7 @@ class _RowMethods:
 
 Row = make_dataclass("Row", [*_HEAD, *((a.name, a.type) for a in axes.AXES), *_TAIL], bases=(_RowMethods,))
 Row.__module__ = __name__
+Row.__doc__ = "One (kernel, case) result: what was measured, the case's axes, outcome, time, roofline, check, environment."
 
 COLUMNS = [f.name for f in fields(Row)]
 CASE_COLUMNS = Case.field_names()

@@ -189,6 +189,7 @@ Scenario = make_dataclass("Scenario", [
     ("source", str, field(default="<python>")),
 ], bases=(_ScenarioMethods,))
 Scenario.__module__ = __name__
+Scenario.__doc__ = _ScenarioMethods.__doc__
 
 
 def _resolve_heads(model, heads, where: str) -> tuple[HeadConfig, str | None]:
