@@ -125,6 +125,7 @@ GRID = "grid"  # a [grid] key and a sweep override flag; the scenario holds a li
 HEADS = "heads"  # comes from `model` or the [heads] table (one value per scenario)
 GROUP = "group"  # report/policy/rich-table group key: cases of one group differ only in the other axes
 GATE = "gate"  # a gate/baseline row key column beside kernel and case_id
+REALISTIC = "realistic"  # an axis of realistic batches (issue #13): at its default the batch is the idealised one
 REQUIRED = object()  # default of an axis every case must give
 
 DTYPES = ("bf16", "fp16")
@@ -218,9 +219,35 @@ def _dtype_part(c) -> str:
     return c.dtype if c.kv_dtype == c.dtype else f"{c.dtype}-kv{c.kv_dtype}"
 
 
+def _lazy_dist(field: str):
+    def spec(item: str) -> str:
+        from kbench.dists import canonical
+
+        return canonical(field)(item)
+
+    return spec
+
+
+def _lazy_max_seq_len():
+    def spec(item: str) -> str:
+        from kbench.dists import parse_max_seq_len
+
+        return parse_max_seq_len(item)
+
+    return spec
+
+
+def _dist_id(text: str, field: str) -> str:
+    from kbench.dists import parse_dist
+
+    return parse_dist(text, field, "case").id_part
+
+
+SINKS = ("off", "on")
 _SHAPE = frozenset({GRID})
 _GROUP_GRID = frozenset({GRID, GROUP})
 _GROUP_HEADS = frozenset({HEADS, GROUP})
+_REALISTIC = frozenset({GRID, GROUP, GATE, REALISTIC})
 
 AXES: tuple[Axis, ...] = (
     Axis("batch_size", int, REQUIRED, "Override: list or range, e.g. 1,16,64 or 1..256*2.", _SHAPE,
@@ -240,6 +267,20 @@ AXES: tuple[Axis, ...] = (
     Axis("dtype", str, "bf16", "Override: bf16, fp16.", _GROUP_GRID | {GATE}, allowed=DTYPES, id_part=_dtype_part),
     Axis("kv_dtype", str, "bf16", "Override: bf16, fp16, fp8 (defaults to --dtype).", _GROUP_GRID,
          allowed=KV_DTYPES, id_part=lambda c: None, follows="dtype"),
+    # realistic batches (kbench.dists); at their defaults a case and its id are the idealised batch's
+    Axis("kv_dist", str, "fixed", "Per-request KV lengths: fixed, uniform:LO..HI, lognormal:SIGMA (same total "
+         "KV), zipf[:A], file:PATH (CSV/JSON list).", _REALISTIC, spec=_lazy_dist("kv_dist"),
+         id_part=lambda c: None if c.kv_dist == "fixed" else "kv" + _dist_id(c.kv_dist, "kv_dist")),
+    Axis("q_dist", str, "fixed", "Per-request query tokens: fixed, accept:RATE (1 + accepted drafts), "
+         "file:PATH.", _REALISTIC, spec=_lazy_dist("q_dist"),
+         id_part=lambda c: None if c.q_dist == "fixed" else "q" + _dist_id(c.q_dist, "q_dist")),
+    Axis("window_left", int, -1, "Sliding window: a query at position p sees keys p-N..p; -1 = full.",
+         _REALISTIC, minimum=-1, id_part=lambda c: None if c.window_left < 0 else f"w{c.window_left}"),
+    Axis("sinks", str, "off", "Attention sinks: on (seeded float32 logit per q head) or off.", _REALISTIC,
+         allowed=SINKS, id_part=lambda c: "sinks" if c.sinks == "on" else None),
+    Axis("max_seq_len", str, "tight", "max_seq_len decode kernels get: tight or context:N (the page table "
+         "that wide, as SGLang passes it).", _REALISTIC, spec=_lazy_max_seq_len(),
+         id_part=lambda c: None if c.max_seq_len == "tight" else "msl" + c.max_seq_len.partition(":")[2]),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
 

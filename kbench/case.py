@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, field, fields, make_dataclass
 
+from functools import lru_cache
+
 from kbench import axes
+
+
+@lru_cache(maxsize=256)
+def _lengths(kv_dist, q_dist, bs, kv_len, q_len, seed):
+    from kbench.dists import batch_lengths
+
+    return batch_lengths(kv_dist, q_dist, bs, kv_len, q_len, seed, where="case")
 
 
 class _CaseMethods:
@@ -30,15 +39,41 @@ class _CaseMethods:
     def kv_elem_bytes(self) -> int:
         return 1 if self.kv_dtype == "fp8" else 2
 
-    def kv_bytes(self) -> int:
-        """Bytes of K and V a kernel must read: the floor of its memory traffic."""
-        return self.batch_size * self.kv_len * self.num_kv_heads * self.head_dim * 2 * self.kv_elem_bytes()
+    def lengths(self, seed: int = 0):
+        """This case's per-request lengths (kbench.dists.BatchLengths), drawn once per seed."""
+        return _lengths(self.kv_dist, self.q_dist, self.batch_size, self.kv_len, self.q_len, seed)
 
-    def qo_bytes(self) -> int:
-        return 2 * self.batch_size * self.q_len * self.num_qo_heads * self.head_dim * 2
+    @property
+    def realistic(self) -> bool:
+        """Whether any realistic-batch axis (issue #13) is off its default (the idealised batch)."""
+        return any(getattr(self, a.name) != a.default for a in axes.axes_with(axes.REALISTIC))
 
-    def min_bytes(self) -> int:
-        return self.kv_bytes() + self.qo_bytes()
+    def max_seq_len_value(self, longest: int) -> int:
+        """The max_seq_len a decode kernel gets for a batch whose longest sequence is `longest`."""
+        if self.max_seq_len == "tight":
+            return longest
+        return max(longest, int(self.max_seq_len.partition(":")[2]))
+
+    def kv_tokens_read(self, seed: int = 0) -> int:
+        """KV tokens a kernel must read: every request's own length, clipped to what its window can see."""
+        if not self.realistic:
+            return self.batch_size * self.kv_len
+        b = self.lengths(seed)
+        if self.window_left < 0:
+            return b.total_kv
+        # the earliest query of a request sees keys from (kv - q) - window_left on
+        return sum(min(k, self.window_left + q) for k, q in zip(b.kv, b.q))
+
+    def kv_bytes(self, seed: int = 0) -> int:
+        """Bytes of K and V a kernel must read: the floor of its memory traffic (the real total)."""
+        return self.kv_tokens_read(seed) * self.num_kv_heads * self.head_dim * 2 * self.kv_elem_bytes()
+
+    def qo_bytes(self, seed: int = 0) -> int:
+        tokens = self.batch_size * self.q_len if self.q_dist == "fixed" else self.lengths(seed).total_q
+        return 2 * tokens * self.num_qo_heads * self.head_dim * 2
+
+    def min_bytes(self, seed: int = 0) -> int:
+        return self.kv_bytes(seed) + self.qo_bytes(seed)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -17,8 +17,11 @@ from kbench.errors import first_line
 
 
 def small_case(case: Case) -> Case:
-    """A one-request case that needs the same compiled modules as `case`."""
-    return replace(case, batch_size=1, kv_len=max(case.q_len, 2 * case.page_size))
+    """A small case that needs the same compiled modules as `case` (window and sinks select module
+    variants; a ragged q keeps its distribution over a few requests, a file of lengths does not travel)."""
+    ragged = case.q_dist != "fixed" and not case.q_dist.startswith("file:")
+    return replace(case, batch_size=8 if ragged else 1, kv_len=max(case.q_len, 2 * case.page_size), kv_dist="fixed",
+                   q_dist=case.q_dist if ragged else "fixed", max_seq_len="tight")
 
 
 @dataclass(frozen=True)

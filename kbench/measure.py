@@ -185,7 +185,7 @@ class CaseMeasurer:
     def row(self, k: Kernel, case: Case, status: str, **kw) -> Row:
         dev = self.dev
         return Row.for_case(k.name, k.path, k.backend(dev) if dev.cuda else k.name, case, status,
-                            kv_bytes=case.kv_bytes(), device=dev.name, sm=dev.sm, measured_at=now_iso(), **kw)
+                            seed=self.opt.seed, kv_bytes=case.kv_bytes(self.opt.seed), device=dev.name, sm=dev.sm, measured_at=now_iso(), **kw)
 
     def _failed(self, emit: Emit, row: Row) -> None:
         emit(row)
@@ -277,7 +277,7 @@ class CaseMeasurer:
                 out = fn(0)
                 if dev.cuda:
                     torch.cuda.synchronize()
-                chk = compare(out, ref, tol)
+                chk = compare(k.checked_output(inputs, out), ref, tol)
             except Exception as e:
                 self.wall.check_s += time.perf_counter() - t0
                 self._failed(emit, self.row(k, case, "failed", reason=first_line(e)))
@@ -298,7 +298,7 @@ class CaseMeasurer:
                 continue
             self.wall.timing_s += time.perf_counter() - t0
             self.measurements += 1
-            kv_bw = case.kv_bytes() / (m.median_us * 1e-6) / 1e9
+            kv_bw = case.kv_bytes(self.opt.seed) / (m.median_us * 1e-6) / 1e9
             extra = {}
             if dev.cuda:
                 extra = dict(sm_clock_mhz=clock, peak_mem_bytes=torch.cuda.max_memory_allocated(dev.index), reason=note)

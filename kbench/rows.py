@@ -21,6 +21,16 @@ _HEAD = [
 _TAIL = [
     ("status", str),  # ok | skipped | wrong | failed
     ("reason", str, field(default="")),
+    # the batch's per-request lengths as drawn (kbench.dists); the hash tells two runs whether they ran the
+    # same batch. An older run's rows lack them (read as missing).
+    ("kv_mean", float | None, field(default=None)),
+    ("kv_max", int | None, field(default=None)),
+    ("kv_min", int | None, field(default=None)),
+    ("kv_hash", str, field(default="")),
+    ("q_mean", float | None, field(default=None)),
+    ("q_max", int | None, field(default=None)),
+    ("q_min", int | None, field(default=None)),
+    ("q_hash", str, field(default="")),
     # time, microseconds per call
     ("median_us", float | None, field(default=None)),
     ("p25_us", float | None, field(default=None)),
@@ -53,9 +63,10 @@ _TAIL = [
 
 class _RowMethods:
     @classmethod
-    def for_case(cls, kernel: str, path: str, backend: str, case: Case, status: str, **kw) -> "Row":
+    def for_case(cls, kernel: str, path: str, backend: str, case: Case, status: str, seed: int = 0,
+                 **kw) -> "Row":
         return cls(kernel=kernel, path=path, backend=backend, case_id=case.case_id, status=status,
-                   **case.to_dict(), **kw)
+                   **case.to_dict(), **case.lengths(seed).summary(), **kw)
 
     def key(self) -> tuple[str, str]:
         return (self.kernel, self.case_id)

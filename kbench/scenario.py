@@ -135,6 +135,7 @@ class _ScenarioMethods:
         if big.min_bytes() > MAX_CASE_BYTES:
             raise BadInput(f"{where}: grid: the largest case needs {big.min_bytes() / 2**40:.0f} TiB of inputs; "
                            "narrow an axis or the heads")
+        self._check_lengths(where)
         from kbench.kernels.registry import kernel_names
 
         known = kernel_names()
@@ -144,6 +145,16 @@ class _ScenarioMethods:
             if k != "all" and k not in known:
                 raise BadInput(f"{where}: kernels: unknown kernel {k!r} (known: {', '.join(known)})")
         return self
+
+    def _check_lengths(self, where: str) -> None:
+        """Draw every per-request batch once (seed 0) so a bad file of lengths, or a request with more
+        query tokens than KV, stops here with one line instead of mid-sweep."""
+        if self.kv_dist == ["fixed"] and self.q_dist == ["fixed"]:
+            return
+        from kbench.dists import batch_lengths
+
+        for kd, qd, bs, kv, q in itertools.product(self.kv_dist, self.q_dist, self.batch_size, self.kv_len, self.q_len):
+            batch_lengths(kd, qd, bs, kv, q, 0, where=f"{where}: grid")
 
     def to_dict(self) -> dict:
         return {

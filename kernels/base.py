@@ -38,6 +38,10 @@ class Kernel:
     def prepare(self, inputs: "Inputs") -> KernelFn:
         raise NotImplementedError
 
+    def checked_output(self, inputs: "Inputs", out: "torch.Tensor") -> "torch.Tensor":
+        """The rows of an output that the reference checks (a padded kernel drops its padding rows)."""
+        return out
+
     # --- helpers shared by the FlashInfer kernels -------------------------------------------------
     def _workspace(self, device) -> "torch.Tensor":
         """Each kernel owns its workspace, zeroed before every case: xqa keeps semaphores in the first
@@ -51,6 +55,15 @@ class Kernel:
         else:
             ws.zero_()
         return ws
+
+
+def realistic_reason(case: "Case", window: bool = True, sinks: bool = True, what: str = "") -> str | None:
+    """Why a kernel cannot take this case's sliding window or sinks (None if it can)."""
+    if case.window_left >= 0 and not window:
+        return f"sliding window: {what or 'this kernel'} takes no window_left"
+    if case.sinks == "on" and not sinks:
+        return f"sinks: {what or 'this kernel'} cannot apply attention sinks"
+    return None
 
 
 def needs_cuda(device: "DeviceInfo", min_sm: int | None = None, only_sm: tuple[int, ...] | None = None,

@@ -1,9 +1,11 @@
-"""FlashInfer's tensor-core decode wrapper with q_len_per_req (q > 1 runs FA2 with a bottom-right mask)."""
+"""FlashInfer's tensor-core decode wrapper with q_len_per_req (q > 1 runs FA2 with a bottom-right mask).
+
+One q_len per request: a ragged batch is padded to its longest request (kbench.kernels.inputs.PaddedBatch)."""
 from __future__ import annotations
 
 import torch
 
-from kbench.kernels.base import Kernel, KernelFn, needs_cuda
+from kbench.kernels.base import Kernel, KernelFn, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs, torch_dtype
 
 
@@ -14,7 +16,13 @@ class DecodeWrapper(Kernel):
     kv_dtypes = ("bf16", "fp16", "fp8")
 
     def supports(self, device, case):
-        return needs_cuda(device, min_sm=80)
+        # FlashInfer 0.7.2.post1: the tensor-core route (fa2 below SM100) passes run(sinks=) to a module
+        # that drops it; only its cudnn/trtllm-gen routes apply sinks
+        return needs_cuda(device, min_sm=80) or realistic_reason(
+            case, sinks=False, what="the tensor-core decode wrapper (FlashInfer 0.7.2.post1's fa2 route drops sinks)")
+
+    def checked_output(self, inputs, out):
+        return inputs.padded.unpad(out)
 
     def jit_key(self, case):
         return (case.dtype, case.kv_dtype, case.head_dim)
@@ -25,16 +33,16 @@ class DecodeWrapper(Kernel):
         c = inputs.case
         ws = self._workspace(inputs.device)
         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, c.kv_layout, use_tensor_cores=True)
+        pb = inputs.padded
         w.plan(
-            inputs.host("kv_indptr"), inputs.host("kv_indices"), inputs.host("last_page_len"),
-            c.num_qo_heads, c.num_kv_heads, c.head_dim, c.page_size,
+            pb.host("kv_indptr"), pb.host("kv_indices"), pb.host("last_page_len"),
+            c.num_qo_heads, c.num_kv_heads, c.head_dim, c.page_size, window_left=c.window_left,
             sm_scale=inputs.sm_scale, q_data_type=torch_dtype(c.dtype), kv_data_type=torch_dtype(c.kv_dtype),
-            o_data_type=torch_dtype(c.dtype), q_len_per_req=c.q_len,
+            o_data_type=torch_dtype(c.dtype), q_len_per_req=pb.q_len,
         )
-        out = torch.full_like(inputs.q, float("nan"))
+        out = torch.full_like(inputs.q_padded(), float("nan"))
 
         def run(i: int) -> torch.Tensor:
-            cp = inputs.copies[i]
-            return w.run(cp.q, cp.kv_cache, out=out)
+            return w.run(inputs.q_padded(i), inputs.copies[i].kv_cache, out=out)
 
         return run

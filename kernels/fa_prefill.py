@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kbench.kernels.base import Kernel, KernelFn, needs_cuda
+from kbench.kernels.base import Kernel, KernelFn, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs, torch_dtype
 
 
@@ -19,8 +19,13 @@ class FaPrefill(Kernel):
 
     def supports(self, device, case):
         if self.fa == "fa3":
-            return needs_cuda(device, only_sm=(90,), label=" (FA3 is Hopper-only)")
-        return needs_cuda(device, min_sm=80)
+            reason = needs_cuda(device, only_sm=(90,), label=" (FA3 is Hopper-only)")
+        else:
+            reason = needs_cuda(device, min_sm=80)
+        # FlashInfer 0.7.2.post1: run(sinks=...) reaches the paged module, whose fa2/fa3 routes drop it
+        # (only the trtllm-gen and cudnn routes read sinks): the output would silently lack them
+        return reason or realistic_reason(case, sinks=False, what=f"the {self.fa} paged prefill wrapper "
+                                          "(FlashInfer 0.7.2.post1 drops run(sinks=) on this route)")
 
     def jit_key(self, case):
         return (case.dtype, case.kv_dtype, case.head_dim)
@@ -34,7 +39,7 @@ class FaPrefill(Kernel):
         w.plan(
             inputs.host("qo_indptr"), inputs.host("kv_indptr"), inputs.host("kv_indices"),
             inputs.host("last_page_len"), c.num_qo_heads, c.num_kv_heads, c.head_dim, c.page_size,
-            causal=True, sm_scale=inputs.sm_scale, q_data_type=torch_dtype(c.dtype),
+            causal=True, window_left=c.window_left, sm_scale=inputs.sm_scale, q_data_type=torch_dtype(c.dtype),
             kv_data_type=torch_dtype(c.kv_dtype), o_data_type=torch_dtype(c.dtype),
         )
         out = torch.full_like(inputs.q, float("nan"))

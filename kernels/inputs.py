@@ -1,17 +1,25 @@
 """The paged-KV inputs of one case, built the way engines build them for draft extend / target verify.
 
-Every request has the same q_len; seq_lens include the q_len new tokens; query token i of a request
-sees KV positions 0 .. kv_len - q_len + i (bottom-right aligned causal mask). Pages are handed out in a
-random order, so a kernel that ignores the page table reads the wrong data and fails the check.
+seq_lens include each request's new tokens; query token i of a request with q tokens and KV length kv
+sees KV positions 0 .. kv - q + i (bottom-right aligned causal mask), and with a sliding window only
+positions >= (kv - q + i) - window_left. In the idealised batch every request has the same q_len and
+kv_len; a realistic case (kbench.dists) gives each request its own lengths: the query is packed
+[total_q, Hq, d] (ragged, qo_indptr), page tables are sized per request, and a padded view serves the
+kernels that take one q_len per request (every request padded to the longest, padding appended after
+its real tokens with KV slots of its own, as a CUDA-graph engine pads its verify batch).
+Pages are handed out in a random order, so a kernel that ignores the page table reads the wrong data
+and fails the check.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
 import torch
 
 from kbench.case import Case
+from kbench.dists import BatchLengths
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -26,8 +34,38 @@ def torch_dtype(name: str) -> torch.dtype:
 class InputCopy:
     """One independent set of query and KV pool; several copies rotate so L2 does not hold them."""
 
-    q: torch.Tensor  # [bs*q_len, Hq, d]
+    q: torch.Tensor  # [total_q, Hq, d]: packed by qo_indptr (= [bs*q_len] in the idealised batch)
     kv_cache: torch.Tensor  # HND [pages, 2, Hkv, page, d] | NHD [pages, 2, page, Hkv, d]
+    q_padded: torch.Tensor | None = None  # [bs*max_q, Hq, d] when q is ragged; None: q itself
+
+
+@dataclass
+class PaddedBatch:
+    """The batch as a kernel with one q_len per request sees it: every request padded to max_q tokens.
+
+    A request with q tokens and KV length kv gets max_q - q padding tokens appended after its real ones,
+    so its seq_len becomes kv + max_q - q and its real tokens keep their positions; rows r*max_q + i
+    (i < q) are the real ones, and only those are checked."""
+
+    q_len: int  # max_q
+    seq_lens: torch.Tensor  # int32 [bs]
+    block_tables: torch.Tensor  # int32 [bs, width]
+    kv_indptr: torch.Tensor  # int32 [bs+1]
+    kv_indices: torch.Tensor
+    last_page_len: torch.Tensor  # int32 [bs]
+    draft_mask: torch.Tensor | None  # uint16 [bs, max_q, ceil(max_q/32)*2] for xqa
+    valid_rows: torch.Tensor | None  # int64 [total_q]: the real rows of a padded output; None: all rows
+    max_seq_len: int
+    extra: dict = field(default_factory=dict)
+
+    def unpad(self, out: torch.Tensor) -> torch.Tensor:
+        return out if self.valid_rows is None else out[self.valid_rows]
+
+    def host(self, name: str) -> torch.Tensor:
+        key = "host_" + name
+        if key not in self.extra:
+            self.extra[key] = getattr(self, name).cpu()
+        return self.extra[key]
 
 
 @dataclass
@@ -35,16 +73,20 @@ class Inputs:
     case: Case
     device: torch.device
     copies: list[InputCopy]
-    block_tables: torch.Tensor  # int32 [bs, pages_per_request]: physical page of each logical page
-    seq_lens: torch.Tensor  # int32 [bs], = kv_len (includes the new tokens)
-    qo_indptr: torch.Tensor  # int32 [bs+1]: query row offsets
+    block_tables: torch.Tensor  # int32 [bs, width]: physical page of each logical page (width: max_seq_len)
+    seq_lens: torch.Tensor  # int32 [bs]: each request's KV length (includes its new tokens)
+    qo_indptr: torch.Tensor  # int32 [bs+1]: query row offsets (ragged when q_dist is not fixed)
     kv_indptr: torch.Tensor  # int32 [bs+1]: page offsets into kv_indices
-    kv_indices: torch.Tensor  # int32 [bs*pages_per_request]: block_tables flattened
+    kv_indices: torch.Tensor  # int32 [sum of pages]: each request's pages, in order
     last_page_len: torch.Tensor  # int32 [bs]
     cum_seq_lens_kv: torch.Tensor  # int32 [bs+1]: token offsets
-    draft_mask: torch.Tensor | None  # uint16 [bs, q, ceil(q/32)*2] for xqa (None when q_len == 1)
+    draft_mask: torch.Tensor | None  # uint16 xqa mask: [bs, q, w] uniform, [total_q, w] ragged; None if q == 1
     sm_scale: float
     extra: dict = field(default_factory=dict)
+    lengths: BatchLengths | None = None  # per-request lengths (kbench.dists)
+    padded: PaddedBatch | None = None  # the padded view (the same batch when q is uniform)
+    sinks: torch.Tensor | None = None  # float32 [Hq] sink logits, when case.sinks == "on"
+    max_seq_len: int = 0  # what decode kernels get: the longest sequence, or the model's context length
 
     @property
     def q(self) -> torch.Tensor:
@@ -53,6 +95,18 @@ class Inputs:
     @property
     def kv_cache(self) -> torch.Tensor:
         return self.copies[0].kv_cache
+
+    @property
+    def max_q(self) -> int:
+        return self.lengths.max_q
+
+    @property
+    def max_kv(self) -> int:
+        return max(self.lengths.kv)
+
+    def q_padded(self, copy: int = 0) -> torch.Tensor:
+        cp = self.copies[copy]
+        return cp.q if cp.q_padded is None else cp.q_padded
 
     def k_v(self, copy: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         kv = self.copies[copy].kv_cache
@@ -71,6 +125,11 @@ def xqa_draft_mask(batch_size: int, q_len: int, device="cpu") -> torch.Tensor | 
     draft token j (causal: j <= i). The bits are little-endian uint32 words viewed as uint16 pairs."""
     if q_len <= 1:
         return None
+    return _mask_rows(q_len).unsqueeze(0).expand(batch_size, q_len, -1).contiguous().to(device)
+
+
+def _mask_rows(q_len: int) -> torch.Tensor:
+    """Row i of a causal draft block of q_len tokens: [q_len, ceil(q_len/32)*2] uint16."""
     words = (q_len + 31) // 32
     i = torch.arange(q_len).unsqueeze(1)
     j = torch.arange(words * 32).unsqueeze(0)
@@ -80,8 +139,16 @@ def xqa_draft_mask(batch_size: int, q_len: int, device="cpu") -> torch.Tensor | 
     lo = (packed & 0xFFFF).to(torch.int32)
     hi = (packed >> 16).to(torch.int32)
     rows = torch.stack([lo, hi], dim=-1).reshape(q_len, words * 2)  # low half first (little endian)
-    rows = rows.to(torch.uint16) if hasattr(torch, "uint16") else rows.to(torch.int16)
-    return rows.unsqueeze(0).expand(batch_size, q_len, words * 2).contiguous().to(device)
+    return rows.to(torch.uint16) if hasattr(torch, "uint16") else rows.to(torch.int16)
+
+
+def xqa_ragged_mask(q_lens, max_q: int, device="cpu") -> torch.Tensor | None:
+    """xqa's mask for ragged q (q_cu_seq_lens): rows packed by the same offsets as the query,
+    [total_q, ceil(max_q/32)*2]; request r's row i sees its own draft tokens j <= i."""
+    if max_q <= 1:
+        return None
+    rows = _mask_rows(max_q)
+    return torch.cat([rows[:n] for n in q_lens]).contiguous().to(device)
 
 
 def kv_pool_shape(case: Case, num_pages: int) -> tuple[int, ...]:
@@ -90,39 +157,97 @@ def kv_pool_shape(case: Case, num_pages: int) -> tuple[int, ...]:
     return (num_pages, 2, case.page_size, case.num_kv_heads, case.head_dim)
 
 
-def copy_bytes(case: Case) -> int:
+def _pages(n: int, page: int) -> int:
+    return -(-n // page)
+
+
+def copy_bytes(case: Case, seed: int = 0) -> int:
     """Device bytes of one input copy (pool rounded up to whole pages, plus the query)."""
-    pool = case.batch_size * case.pages_per_request * case.page_size * case.num_kv_heads * case.head_dim * 2
-    return pool * case.kv_elem_bytes() + case.batch_size * case.q_len * case.num_qo_heads * case.head_dim * 2
+    b = case.lengths(seed)
+    pages = sum(_pages(k, case.page_size) for k in b.padded_kv())
+    pool = pages * case.page_size * case.num_kv_heads * case.head_dim * 2
+    q_rows = case.batch_size * b.max_q + (0 if b.uniform_q else b.total_q)
+    return pool * case.kv_elem_bytes() + q_rows * case.num_qo_heads * case.head_dim * 2
+
+
+def _table(pages_of: list[torch.Tensor], width: int) -> torch.Tensor:
+    """[bs, width] int32; rows shorter than width are filled with page 0 (as engines leave unused slots)."""
+    t = torch.zeros((len(pages_of), width), dtype=torch.int32)
+    for r, p in enumerate(pages_of):
+        t[r, : len(p)] = p
+    return t
+
+
+def _paging(lengths, pages_of, page: int):
+    """kv_indptr, kv_indices, last_page_len for requests of these lengths (their first pages)."""
+    counts = [_pages(k, page) for k in lengths]
+    kv_indptr = torch.tensor([0] + list(itertools.accumulate(counts)), dtype=torch.int32)
+    kv_indices = torch.cat([p[:n] for p, n in zip(pages_of, counts)]).to(torch.int32)
+    last = torch.tensor([k - (n - 1) * page for k, n in zip(lengths, counts)], dtype=torch.int32)
+    return kv_indptr, kv_indices, last
+
+
+def sink_logits(num_qo_heads: int, seed: int = 0) -> torch.Tensor:
+    """Seeded float32 sink logits per q head, large enough to matter next to the scores of a few
+    thousand keys (a kernel that ignores them fails the check), as learned sinks do."""
+    gen = torch.Generator(device="cpu").manual_seed(seed + 7)
+    return torch.rand(num_qo_heads, generator=gen, dtype=torch.float32) * 8.0
 
 
 def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> Inputs:
     """Random (never zero) inputs for one case, on `device`, with `copies` independent query/KV sets."""
     dev = torch.device(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    bs, q_len, ppr = case.batch_size, case.q_len, case.pages_per_request
-    num_pages = bs * ppr
+    b = case.lengths(seed)
+    bs, page, max_q = case.batch_size, case.page_size, b.max_q
+    padded_kv = b.padded_kv()
     dt = torch_dtype(case.dtype)
     kv_dt = torch_dtype(case.kv_dtype)
 
+    # each request owns pages for its padded length (= its length when q is uniform), in a random order
+    capacity = [_pages(k, page) for k in padded_kv]
+    num_pages = sum(capacity)
     perm = torch.randperm(num_pages, generator=gen).to(torch.int32)
-    block_tables = perm.view(bs, ppr).contiguous()
-    seq_lens = torch.full((bs,), case.kv_len, dtype=torch.int32)
-    qo_indptr = torch.arange(0, (bs + 1) * q_len, q_len, dtype=torch.int32)
-    kv_indptr = torch.arange(0, (bs + 1) * ppr, ppr, dtype=torch.int32)
-    last = case.kv_len - (ppr - 1) * case.page_size
-    last_page_len = torch.full((bs,), last, dtype=torch.int32)
-    cum_kv = torch.arange(0, (bs + 1) * case.kv_len, case.kv_len, dtype=torch.int32)
+    pages_of = list(torch.split(perm, capacity))
+
+    max_seq_len = case.max_seq_len_value(max(b.kv))
+    # engines size the page table to max_seq_len (SGLang: the model's context length); xqa derives
+    # its split count from the table's width, so the width is part of the case
+    block_tables = _table(pages_of, _pages(max_seq_len, page))
+    seq_lens = torch.tensor(b.kv, dtype=torch.int32)
+    qo_indptr = torch.tensor([0] + list(itertools.accumulate(b.q)), dtype=torch.int32)
+    kv_indptr, kv_indices, last_page_len = _paging(b.kv, pages_of, page)
+    cum_kv = torch.tensor([0] + list(itertools.accumulate(b.kv)), dtype=torch.int32)
+
+    if b.uniform_q:
+        valid_rows = None
+        padded_max = max_seq_len
+        p_tables, p_seq, p_paging = block_tables, seq_lens, (kv_indptr, kv_indices, last_page_len)
+    else:
+        valid_rows = torch.cat([r * max_q + torch.arange(n) for r, n in enumerate(b.q)])
+        padded_max = case.max_seq_len_value(max(padded_kv))
+        p_tables = _table(pages_of, _pages(padded_max, page))
+        p_seq = torch.tensor(padded_kv, dtype=torch.int32)
+        p_paging = _paging(padded_kv, pages_of, page)
 
     dev_gen = torch.Generator(device=dev).manual_seed(seed + 1)
     out_copies = []
     for _ in range(copies):
-        q = torch.randn((bs * q_len, case.num_qo_heads, case.head_dim), generator=dev_gen, device=dev, dtype=dt)
+        q_pad = torch.randn((bs * max_q, case.num_qo_heads, case.head_dim), generator=dev_gen, device=dev, dtype=dt)
         kv = torch.randn(kv_pool_shape(case, num_pages), generator=dev_gen, device=dev, dtype=dt)
         if kv_dt != dt:
             kv = kv.to(kv_dt)
-        out_copies.append(InputCopy(q=q, kv_cache=kv))
+        if valid_rows is None:
+            out_copies.append(InputCopy(q=q_pad, kv_cache=kv))
+        else:
+            out_copies.append(InputCopy(q=q_pad[valid_rows.to(dev)].contiguous(), kv_cache=kv, q_padded=q_pad))
 
+    padded = PaddedBatch(
+        q_len=max_q, seq_lens=p_seq.to(dev), block_tables=p_tables.to(dev), kv_indptr=p_paging[0].to(dev),
+        kv_indices=p_paging[1].to(dev), last_page_len=p_paging[2].to(dev),
+        draft_mask=xqa_draft_mask(bs, max_q, dev), valid_rows=None if valid_rows is None else valid_rows.to(dev),
+        max_seq_len=padded_max,
+    )
     return Inputs(
         case=case,
         device=dev,
@@ -131,9 +256,13 @@ def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> In
         seq_lens=seq_lens.to(dev),
         qo_indptr=qo_indptr.to(dev),
         kv_indptr=kv_indptr.to(dev),
-        kv_indices=block_tables.flatten().to(dev),
+        kv_indices=kv_indices.to(dev),
         last_page_len=last_page_len.to(dev),
         cum_seq_lens_kv=cum_kv.to(dev),
-        draft_mask=xqa_draft_mask(bs, q_len, dev),
+        draft_mask=padded.draft_mask if b.uniform_q else xqa_ragged_mask(b.q, max_q, dev),
         sm_scale=1.0 / math.sqrt(case.head_dim),
+        lengths=b,
+        padded=padded,
+        sinks=sink_logits(case.num_qo_heads, seed).to(dev) if case.sinks == "on" else None,
+        max_seq_len=max_seq_len,
     )

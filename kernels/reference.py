@@ -10,44 +10,71 @@ from kbench.kernels.inputs import Inputs
 CHUNK_BYTES = 1 << 30
 
 
-def dense_kv(inputs: Inputs, requests: slice, copy: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """K and V of some requests as dense float32 [n, kv_len, Hkv, d], read through the page table."""
+def dense_kv(inputs: Inputs, requests, kv_len: int | None = None, copy: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V of some requests (a slice or an index tensor) as dense float32 [n, kv_len, Hkv, d], read
+    through the page table; kv_len defaults to the case's (all the requests must have at least it)."""
     c = inputs.case
+    kv_len = c.kv_len if kv_len is None else kv_len
     k_pool, v_pool = inputs.k_v(copy)
-    pages = inputs.block_tables[requests].long()  # [n, ppr]
+    pages = inputs.block_tables[requests][:, : -(-kv_len // c.page_size)].long()  # [n, pages]
     n, ppr = pages.shape
 
     def gather(pool: torch.Tensor) -> torch.Tensor:
         x = pool[pages].float()  # HND [n, ppr, Hkv, page, d] | NHD [n, ppr, page, Hkv, d]
         if c.kv_layout == "HND":
             x = x.permute(0, 1, 3, 2, 4)
-        return x.reshape(n, ppr * c.page_size, c.num_kv_heads, c.head_dim)[:, : c.kv_len]
+        return x.reshape(n, ppr * c.page_size, c.num_kv_heads, c.head_dim)[:, :kv_len]
 
     return gather(k_pool), gather(v_pool)
 
 
+def visible(q_len: int, kv_len: int, window_left: int, device=None) -> torch.Tensor:
+    """[q, kv] bool: query token i (at position kv - q + i) sees key j when j <= its position and,
+    with a window, j >= its position - window_left."""
+    qpos = (kv_len - q_len + torch.arange(q_len, device=device)).unsqueeze(1)
+    kpos = torch.arange(kv_len, device=device).unsqueeze(0)
+    allowed = kpos <= qpos
+    if window_left >= 0:
+        allowed &= kpos >= qpos - window_left
+    return allowed
+
+
 def reference_attention(inputs: Inputs, copy: int = 0) -> torch.Tensor:
-    """Output [bs*q, Hq, d] in float32: query token i of a request attends to KV positions
-    0 .. kv_len - q_len + i; query head h uses KV head h // group."""
+    """Output [total_q, Hq, d] in float32, packed like the query (by qo_indptr): query token i of a
+    request attends to KV positions 0 .. kv - q + i of its own KV (only the last window_left + 1 of
+    them with a window); query head h uses KV head h // group; a sink logit s_h adds exp(s_h) to the
+    softmax denominator. Requests with equal lengths are computed together, in chunks."""
     c = inputs.case
-    q_all = inputs.copies[copy].q.float().view(c.batch_size, c.q_len, c.num_qo_heads, c.head_dim)
+    b = inputs.lengths
+    q_all = inputs.copies[copy].q.float()
     out = torch.empty_like(q_all)
-    per_request = c.kv_len * c.num_kv_heads * c.head_dim * 4 * 2 + c.num_qo_heads * c.q_len * c.kv_len * 4 * 2
-    step = max(1, CHUNK_BYTES // max(per_request, 1))
-    qpos = torch.arange(c.q_len, device=q_all.device).unsqueeze(1)
-    kpos = torch.arange(c.kv_len, device=q_all.device).unsqueeze(0)
-    allowed = kpos <= (c.kv_len - c.q_len + qpos)  # [q, kv]
-    for start in range(0, c.batch_size, step):
-        sl = slice(start, min(start + step, c.batch_size))
-        k, v = dense_kv(inputs, sl, copy)  # [n, kv, Hkv, d]
-        k = k.repeat_interleave(c.group, dim=2)
-        v = v.repeat_interleave(c.group, dim=2)
-        q = q_all[sl]  # [n, q, Hq, d]
-        scores = torch.einsum("nqhd,nkhd->nhqk", q, k) * inputs.sm_scale
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        p = torch.softmax(scores, dim=-1)
-        out[sl] = torch.einsum("nhqk,nkhd->nqhd", p, v)
-    return out.view(c.batch_size * c.q_len, c.num_qo_heads, c.head_dim)
+    dev = q_all.device
+    starts = inputs.host("qo_indptr").tolist()
+    groups: dict[tuple[int, int], list[int]] = {}
+    for r, key in enumerate(zip(b.kv, b.q)):
+        groups.setdefault(key, []).append(r)
+    sinks = None if inputs.sinks is None else inputs.sinks.float().to(dev).view(1, -1, 1, 1)
+    for (kv_len, q_len), reqs in groups.items():
+        per_request = kv_len * c.num_kv_heads * c.head_dim * 4 * 2 + c.num_qo_heads * q_len * kv_len * 4 * 2
+        step = max(1, CHUNK_BYTES // max(per_request, 1))
+        allowed = visible(q_len, kv_len, c.window_left, dev)
+        for start in range(0, len(reqs), step):
+            chunk = reqs[start:start + step]
+            idx = torch.tensor(chunk, device=inputs.block_tables.device)
+            k, v = dense_kv(inputs, idx, kv_len, copy)  # [n, kv, Hkv, d]
+            k = k.repeat_interleave(c.group, dim=2).to(dev)
+            v = v.repeat_interleave(c.group, dim=2).to(dev)
+            rows = torch.tensor([starts[r] + i for r in chunk for i in range(q_len)], device=dev)
+            q = q_all[rows].view(len(chunk), q_len, c.num_qo_heads, c.head_dim)
+            scores = torch.einsum("nqhd,nkhd->nhqk", q, k) * inputs.sm_scale
+            scores = scores.masked_fill(~allowed, float("-inf"))
+            if sinks is None:
+                p = torch.softmax(scores, dim=-1)
+            else:  # the sink is one more logit in the denominator, with no value
+                sink_col = sinks.expand(len(chunk), -1, q_len, 1)
+                p = torch.softmax(torch.cat([scores, sink_col], dim=-1), dim=-1)[..., :-1]
+            out[rows] = torch.einsum("nhqk,nkhd->nqhd", p, v).reshape(-1, c.num_qo_heads, c.head_dim)
+    return out
 
 
 class ReferenceKernel(Kernel):

@@ -23,7 +23,7 @@ def _load() -> None:
     from kbench.kernels.trtllm_decode import TrtllmDecode
     from kbench.kernels.trtllm_fmha_v2 import TrtllmFmhaV2
 
-    for k in (TrtllmDecode(), DecodeWrapper(), TrtllmContext(), TrtllmFmhaV2(), FaPrefill("fa2"),
+    for k in (TrtllmDecode(), TrtllmDecode(ragged=True), DecodeWrapper(), TrtllmContext(), TrtllmFmhaV2(), FaPrefill("fa2"),
               FaPrefill("fa3"), ReferenceKernel(), OutOfBoundsWrite()):
         register(k)
 

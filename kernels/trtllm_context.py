@@ -1,4 +1,6 @@
-"""TRT-LLM context (prefill) kernel on a paged KV cache: Blackwell datacenter parts only."""
+"""TRT-LLM context (prefill) kernel on a paged KV cache: Blackwell datacenter parts only.
+
+Ragged q natively (cum_seq_lens_q); takes window_left, sinks and max_kv_len = max_seq_len as SGLang passes them."""
 from __future__ import annotations
 
 import os
@@ -54,9 +56,10 @@ class TrtllmContext(Kernel):
             cp = inputs.copies[i]
             return trtllm_batch_context_with_kv_cache(
                 query=cp.q, kv_cache=cp.kv_cache, workspace_buffer=ws, block_tables=inputs.block_tables,
-                seq_lens=inputs.seq_lens, max_q_len=c.q_len, max_kv_len=c.kv_len, bmm1_scale=inputs.sm_scale,
-                bmm2_scale=1.0, batch_size=c.batch_size, cum_seq_lens_q=inputs.qo_indptr,
-                cum_seq_lens_kv=inputs.cum_seq_lens_kv, out=out, kv_layout=c.kv_layout,
+                seq_lens=inputs.seq_lens, max_q_len=inputs.max_q, max_kv_len=inputs.max_seq_len,
+                bmm1_scale=inputs.sm_scale, bmm2_scale=1.0, batch_size=c.batch_size,
+                cum_seq_lens_q=inputs.qo_indptr, cum_seq_lens_kv=inputs.cum_seq_lens_kv, window_left=c.window_left,
+                sinks=inputs.sinks, out=out, kv_layout=c.kv_layout,
             )
 
         return run

@@ -76,7 +76,7 @@ def test_devices_runs_one_worker_per_listed_device_and_merges(tmp_path):
     runs = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
     assert len(runs) == 1
     run = load_run(runs[0])
-    assert len(run.rows) == 6 * 7 and not run.rows.duplicated(["kernel", "case_id"]).any()
+    assert len(run.rows) == 6 * 8 and not run.rows.duplicated(["kernel", "case_id"]).any()
     shards = sorted(m["shard"]["index"] for m in run.manifest["merged_from"])
     assert shards == [0, 1]
 
@@ -87,7 +87,7 @@ def test_devices_with_one_device_gives_one_complete_run(tmp_path):
                                  "--budget", "0.02", "--devices", "0", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     run = load_run(next(p for p in tmp_path.iterdir() if not p.name.startswith(".")))
-    assert run.manifest["status"] == "complete" and len(run.rows) == 2 * 7
+    assert run.manifest["status"] == "complete" and len(run.rows) == 2 * 8
 
 
 def test_devices_and_shard_bad_input(tmp_path):

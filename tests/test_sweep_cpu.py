@@ -30,7 +30,7 @@ def test_cpu_sweep_writes_a_complete_run(tmp_path):
     assert run.manifest["status"] == "complete"
     assert run.manifest["device"]["cuda"] is False
     assert set(run.manifest["wall_s"]) >= {"compile_s", "inputs_s", "reference_s", "check_s", "timing_s", "total_s"}
-    assert len(rows) == 4 * 7  # 4 cases x 7 kernels: nothing silently absent
+    assert len(rows) == 4 * 8  # 4 cases x 8 kernels (trtllm-decode-ragged: #13): nothing silently absent
     ref = rows[rows.kernel == "reference"]
     assert (ref.status == "ok").all() and (ref.timer == "wall-clock").all()
     assert (ref.median_us > 0).all() and (ref.num_samples >= 3).all()
@@ -97,7 +97,7 @@ def test_killed_mid_row_journal_is_tolerated_and_resumed(tmp_path):
     assert len(load_run(res.run_dir).rows) == 5
     resume_sweep(res.run_dir)
     rows = load_run(res.run_dir).rows
-    assert len(rows) == 28 and len(set(zip(rows.kernel, rows.case_id))) == 28
+    assert len(rows) == 32 and len(set(zip(rows.kernel, rows.case_id))) == 32  # 4 cases x 8 kernels
 
 
 def test_cli_default_sweep_runs_on_cpu(tmp_path):
@@ -117,7 +117,7 @@ def test_cli_resume_refuses_axis_options_and_finishes(tmp_path):
     assert r.exit_code == 2
     r = CliRunner().invoke(cli, ["sweep", "--resume", str(part.run_dir)])
     assert r.exit_code == 0, r.output
-    assert len(load_run(part.run_dir).rows) == 28
+    assert len(load_run(part.run_dir).rows) == 32  # 4 cases x 8 kernels
 
 
 def test_run_writer_refuses_to_overwrite_a_run(tmp_path):
