@@ -171,10 +171,12 @@ def copy_bytes(case: Case, seed: int = 0) -> int:
 
 
 def _table(pages_of: list[torch.Tensor], width: int) -> torch.Tensor:
-    """[bs, width] int32; rows shorter than width are filled with page 0 (as engines leave unused slots)."""
+    """[bs, width] int32: each request's first pages (a request's padding pages only fit where the
+    table is as wide as the padded batch); unused slots hold page 0, as engines leave them."""
     t = torch.zeros((len(pages_of), width), dtype=torch.int32)
     for r, p in enumerate(pages_of):
-        t[r, : len(p)] = p
+        n = min(len(p), width)
+        t[r, :n] = p[:n]
     return t
 
 
