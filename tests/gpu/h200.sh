@@ -7,6 +7,7 @@
 # Steps: env, sweep, sweep2 (--devices 0), repeat (two back-to-back sweeps, the second through --devices 0,
 # compared and gated), slow (the sweep at bs16 with fa2-prefill slowed, gated against the first repeat run),
 # fault (test-oob-write isolated, then in-process and resumed), validate, probe (tests/gpu/probe_noise.py),
+# realistic (tests/gpu/realistic.py: ragged q, per-request KV, window + sinks, max_seq_len; issue #13),
 # tests, cache, or any other word: a shell command.
 set -uo pipefail
 n=0
@@ -42,6 +43,8 @@ for s in "$@"; do
       step fault-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fault-*' ;;
     probe) step probe 300 python3 tests/gpu/probe_noise.py /tmp/res/probe ;;
     validate) step validate "${VALIDATE_LIMIT:-150}" kbench validate-timer --out /tmp/res/validate-timer.json ;;
+    realistic) step realistic "${REALISTIC_LIMIT:-420}" python3 tests/gpu/realistic.py /tmp/res/realistic
+      cat /tmp/res/realistic/realistic.txt >> "$OUT/summary.txt" 2>/dev/null ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
     cache) du -sh ~/.cache/flashinfer; (cd ~/.cache && tar czf /tmp/jit-cache.tgz flashinfer) && split -b 15m /tmp/jit-cache.tgz "$OUT/jit-cache.tgz.part-" ;;
     *) step "custom$((++n))" "${STEP_LIMIT:-300}" bash -c "$s" ;;
