@@ -36,4 +36,6 @@ MODELS: dict[str, HeadConfig] = {
     "qwen2.5-7b": HeadConfig(28, 4, 128),  # GQA 7
     "gqa8-d64": HeadConfig(16, 2, 64),  # synthetic: GQA 8 at head_dim 64
     "gemma2-9b": HeadConfig(16, 8, 256),  # GQA 2, head_dim 256
+    # gpt-oss-20b/120b: GQA 8 at head_dim 64; sliding window 128 on alternating layers, learned sinks on all
+    "gpt-oss": HeadConfig(64, 8, 64),
 }
