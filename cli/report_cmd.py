@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kbench import axes
 from kbench.errors import BadInput
 from kbench.report import build_report, load_policy, lookup
 from kbench.report import crossovers as xo
@@ -62,6 +63,14 @@ def _fmt_point(p: dict) -> str:
     return f"bs {p['batch_size']} q {p['q_len']} kv {p['kv_len']}"
 
 
+def _realistic_filters(f):
+    """One filter flag per realistic-batch axis of kbench.axes.AXES (a policy group holds one value of each)."""
+    for a in reversed(axes.axes_with(axes.REALISTIC)):
+        f = click.option(a.flag, a.name, default=None,
+                         help=f"Group filter: {a.help} (default: any; needed when groups differ in it).")(f)
+    return f
+
+
 @click.command("select")
 @click.option("--policy", "policy_file", required=True, type=click.Path(), help="policy.json from `kbench report`.")
 @click.option("--batch-size", type=click.IntRange(min=1), required=True)
@@ -74,12 +83,13 @@ def _fmt_point(p: dict) -> str:
 @click.option("--layout", "kv_layout", default=None)
 @click.option("--extrapolate", is_flag=True, help="Answer outside the measured range (clamped to its edge).")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+@_realistic_filters
 def select_cmd(policy_file, batch_size, q_len, kv_len, heads, dtype, kv_dtype, page_size, kv_layout, extrapolate,
-               as_json):
+               as_json, **realistic):
     """The kernel to use for one shape, from a policy file. Between grid points it uses the nearest measured
     neighbour (and says so); outside the measured range it refuses (exit 2) unless --extrapolate."""
     ans = lookup(load_policy(policy_file), batch_size, q_len, kv_len, extrapolate=extrapolate, heads=heads,
-                 dtype=dtype, kv_dtype=kv_dtype, page_size=page_size, kv_layout=kv_layout)
+                 dtype=dtype, kv_dtype=kv_dtype, page_size=page_size, kv_layout=kv_layout, **realistic)
     if as_json:
         click.echo(json.dumps(ans, indent=2))
         return

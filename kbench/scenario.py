@@ -101,6 +101,13 @@ class _ScenarioMethods:
             raise BadInput(f"{where}: heads: num_qo_heads ({h.num_qo_heads}) must be a multiple of num_kv_heads ({h.num_kv_heads})")
         for name in axes.HEAD_AXES:
             axes.AXIS[name].validate([getattr(h, name)], f"heads.{name}", where)
+        for name, vals in self.grid().items():  # spec axes in their canonical spelling (Python callers too)
+            spec = axes.AXIS[name].spec
+            if spec is not None and vals:
+                try:
+                    setattr(self, name, list(dict.fromkeys(spec(v) for v in vals)))
+                except (ValueError, AttributeError) as e:
+                    raise BadInput(f"{where}: grid.{name}: {e}") from None
         grid = self.grid()
         for name, vals in grid.items():
             if vals is not None or axes.AXIS[name].follows is None:

@@ -40,7 +40,7 @@ def test_report_writes_every_output_into_the_run_folder(demo_report):
     for p in out.glob("*.png"):
         assert p.read_bytes()[:8] == PNG and p.stat().st_size > 10_000
     policy = json.loads((out / "policy.json").read_text())
-    assert policy["schema"] == "kbench.policy/1" and policy["device"] == {"name": "NVIDIA H200", "sm": 90}
+    assert policy["schema"] == "kbench.policy/2" and policy["device"] == {"name": "NVIDIA H200", "sm": 90}
     assert policy["built_from"][0]["run"] == "demo-run" and policy["built_from"][0]["cases"] == 512
     assert "decode-wrapper" not in {c["kernel"] for g in policy["groups"] for c in g["cells"]
                                     if c["batch_size"] <= 4}  # wrong there, so never chosen there

@@ -116,10 +116,10 @@ def test_save_load_roundtrip_and_validation(tmp_path):
     pol, _, _ = policy_of(tmp_path, split_rows())
     p = save_policy(pol, tmp_path / "policy.json")
     assert load_policy(p) == json.loads(p.read_text()) and load_policy(p)["schema"] == POLICY_SCHEMA
-    bad = dict(pol, schema="kbench.policy/2")
-    (tmp_path / "v2.json").write_text(json.dumps(bad))
-    with pytest.raises(BadInput, match="not 'kbench.policy/1'"):
-        load_policy(tmp_path / "v2.json")
+    bad = dict(pol, schema="kbench.policy/3")
+    (tmp_path / "v3.json").write_text(json.dumps(bad))
+    with pytest.raises(BadInput, match="not 'kbench.policy/2'"):
+        load_policy(tmp_path / "v3.json")
     (tmp_path / "trunc.json").write_text(p.read_text()[: len(p.read_text()) // 2])
     with pytest.raises(BadInput, match="not valid JSON"):
         load_policy(tmp_path / "trunc.json")
@@ -181,3 +181,25 @@ def test_regret_counts_a_policy_kernel_that_was_not_usable(tmp_path):
                                                   row(FA2, case(1, 1, 1024), 15.0)])])
     r = regret(pol, measured(rs2.rows), case_winners(rs2.rows), "later run")
     assert r.unavailable == 1 and r.mean_pct is None and r.per_case.iloc[0]["chosen"] == DECODE
+
+
+def test_a_schema_1_policy_is_read_as_idealised_batches_and_selects(tmp_path):
+    """Policies written before the realistic-batch axes (schema /1, no kv_dist/q_dist/... in a group) still
+    load: their groups are the idealised batch, and select filters on the new axes answer from them."""
+    pol, _, _ = policy_of(tmp_path, split_rows())
+    old = json.loads(json.dumps(pol))
+    old["schema"] = "kbench.policy/1"
+    for g in old["groups"]:
+        for k in ("kv_dist", "q_dist", "window_left", "sinks", "max_seq_len"):
+            del g[k]
+    (tmp_path / "v1.json").write_text(json.dumps(old))
+    loaded = load_policy(tmp_path / "v1.json")
+    assert all(g["kv_dist"] == "fixed" and g["window_left"] == -1 and g["max_seq_len"] == "tight"
+               for g in loaded["groups"])
+    g = pol["groups"][0]
+    bs, q, kv = g["grid"]["batch_size"][0], g["grid"]["q_len"][0], g["grid"]["kv_len"][0]
+    assert lookup(loaded, bs, q, kv, sinks="off", kv_dist="fixed")["kernel"] == lookup(pol, bs, q, kv)["kernel"]
+    with pytest.raises(BadInput, match="no measured group matches"):
+        lookup(loaded, bs, q, kv, window_left="128")
+    with pytest.raises(BadInput, match="--window-left: values must be >= -1"):
+        lookup(loaded, bs, q, kv, window_left="-3")

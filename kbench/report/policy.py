@@ -1,10 +1,12 @@
 """The kernel-selection policy: a JSON file mapping shape ranges to the kernel to use.
 
-Schema ``kbench.policy/1`` (summarised for users in README.md; bump the number when a field
-changes meaning, readers refuse other versions)::
+Schema ``kbench.policy/2`` (summarised for users in README.md; bump the number when a field
+changes meaning). /2 added the realistic-batch axes (kv_dist, q_dist, window_left, sinks, max_seq_len) to
+every group; a /1 policy is read as groups of the idealised batch (those axes at their defaults); readers
+refuse any other version::
 
     {
-      "schema": "kbench.policy/1",
+      "schema": "kbench.policy/2",
       "kbench_version": "0.1.0", "created_at": "2025-...+00:00",
       "device": {"name": "NVIDIA H200", "sm": 90},
       "built_from": [{"run": "draft-extend-2025...", "path": "...", "start_time": "...", "cases": 1008}],
@@ -13,7 +15,8 @@ changes meaning, readers refuse other versions)::
       "groups": [{                                    # one per head config / dtype / page size / layout
         "heads": "32/8/128", "num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128,
         "dtype": "bf16", "kv_dtype": "bf16", "page_size": 64, "kv_layout": "HND",
-        "label": "32/8/128 bf16 p64 HND",
+        "kv_dist": "fixed", "q_dist": "accept:0.7", "window_left": -1, "sinks": "off", "max_seq_len": "tight",
+        "label": "32/8/128 bf16 p64 HND q_dist=accept:0.7",
         "grid": {"batch_size": [1, 2, ...], "kv_len": [512, ...], "q_len": [1, ..., 16]},  # measured values
         "rules": [{                                   # tile the measured box; bounds inclusive
           "batch_size": [lo, hi], "kv_len": [lo, hi], "q_len": [lo, hi],
@@ -56,7 +59,10 @@ from kbench.report.runs import GROUP_COLUMNS, group_label
 from kbench.store import now_iso
 from kbench.winners import TIE
 
-POLICY_SCHEMA = "kbench.policy/1"
+POLICY_SCHEMA = "kbench.policy/2"
+# older schemas still read, and how: /1 predates the realistic-batch axes, so its groups are idealised batches
+READ_AS_CURRENT = {"kbench.policy/1": {a.name: a.default for a in axes.axes_with(axes.REALISTIC)}}
+REALISTIC_AXES = axes.names(axes.REALISTIC)
 TIE_RULE = ("two kernels tie when |m1 - m2| <= h1 + h2, h = median_us * rel_spread (95% CI half-width of the "
             "median), else iqr_us / 2")
 LOOKUP_RULE = ("nearest measured neighbour per axis: log2 distance in batch_size and kv_len, linear in q_len, "
@@ -187,7 +193,12 @@ def validate_policy(policy, where: str = "policy") -> dict:
     if not isinstance(policy, dict):
         raise BadInput(f"{where}: expected a JSON object")
     schema = policy.get("schema")
-    if schema != POLICY_SCHEMA:
+    if schema in READ_AS_CURRENT and isinstance(policy.get("groups"), list):
+        for g in policy["groups"]:
+            if isinstance(g, dict):
+                for k, v in READ_AS_CURRENT[schema].items():
+                    g.setdefault(k, v)
+    elif schema != POLICY_SCHEMA:
         raise BadInput(f"{where}: schema {schema!r} is not {POLICY_SCHEMA!r} (not a kbench policy, or another version)")
     groups = _need(policy, "groups", list, where)
     for i, g in enumerate(groups):
@@ -229,7 +240,9 @@ def load_policy(path: str | Path) -> dict:
 
 # ---- lookup ----------------------------------------------------------------------------------------------
 def select_group(policy: dict, heads: str | None = None, dtype: str | None = None, kv_dtype: str | None = None,
-                 page_size: int | None = None, kv_layout: str | None = None) -> dict:
+                 page_size: int | None = None, kv_layout: str | None = None, **realistic) -> dict:
+    """The one group matching the filters; realistic: kv_dist, q_dist, window_left, sinks, max_seq_len
+    (any accepted spelling, e.g. lognormal:1 for lognormal:1.0)."""
     want = {}
     if heads:
         h = parse_heads(heads)
@@ -237,18 +250,29 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
     for k, v in (("dtype", dtype), ("kv_dtype", kv_dtype), ("page_size", page_size), ("kv_layout", kv_layout)):
         if v is not None:
             want[k] = v
-    groups = [g for g in policy["groups"] if all(g[k] == v for k, v in want.items())]
+    for k, v in realistic.items():
+        if k not in REALISTIC_AXES:
+            raise TypeError(f"select_group() got an unexpected filter {k!r}")
+        if v is not None:
+            vals = axes.AXIS[k].parse(v, axes.AXIS[k].flag, "select")
+            axes.AXIS[k].validate(vals, axes.AXIS[k].flag, "select")
+            if len(vals) != 1:
+                raise BadInput(f"select: {axes.AXIS[k].flag}: give one value, got {v!r}")
+            want[k] = vals[0]
+    groups = [g for g in policy["groups"] if all(g.get(k) == v for k, v in want.items())]
     have = "; ".join(g.get("label") or group_label(g) for g in policy["groups"]) or "none"
     if not groups:
         raise BadInput(f"no measured group matches {want or 'the query'} (policy has: {have})")
     if len(groups) > 1:
-        raise BadInput(f"{len(groups)} groups match; narrow with --heads/--dtype/--kv-dtype/--page-size/--layout "
-                       f"(policy has: {have})")
+        flags = "/".join(["--heads", "--dtype", "--kv-dtype", "--page-size", "--layout"]
+                         + [axes.AXIS[n].flag for n in REALISTIC_AXES])
+        raise BadInput(f"{len(groups)} groups match; narrow with {flags} (policy has: {have})")
     return groups[0]
 
 
 def lookup(policy: dict, batch_size: int, q_len: int, kv_len: int, extrapolate: bool = False, **group) -> dict:
-    """The kernel for one shape. group: heads='32/8/128', dtype, kv_dtype, page_size, kv_layout filters."""
+    """The kernel for one shape. group: heads='32/8/128', dtype, kv_dtype, page_size, kv_layout and the
+    realistic-batch axes as filters (see select_group)."""
     g = select_group(policy, **group)
     grid = g["grid"]
     query = {"batch_size": int(batch_size), "q_len": int(q_len), "kv_len": int(kv_len)}

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kbench import axes
 from kbench.report.runs import group_label
 
-# the realistic axes and the value of the idealised batch
-REALISTIC_DEFAULTS = {"kv_dist": "fixed", "q_dist": "fixed", "window_left": -1, "sinks": "off", "max_seq_len": "tight"}
-SHAPE = ["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout", "batch_size",
-         "q_len", "kv_len"]
+# the realistic axes and their values in the idealised batch
+REALISTIC_DEFAULTS = {a.name: a.default for a in axes.axes_with(axes.REALISTIC)}
+# every other axis: rows paired on one realistic axis agree on all of these
+SHAPE = [n for n in axes.names() if n not in REALISTIC_DEFAULTS]
 PADDED_DECODE = ("trtllm-decode", "decode-wrapper")
 RAGGED_DECODE = ("trtllm-decode-ragged",)
 
@@ -33,7 +34,8 @@ def _us(v) -> str:
 
 
 def _shape_label(r: dict) -> str:
-    return f"{group_label(r)} bs{int(r['batch_size'])} q{int(r['q_len'])} kv{int(r['kv_len'])}"
+    """The group and shape; the realistic axes have their own columns."""
+    return f"{group_label({**r, **REALISTIC_DEFAULTS})} bs{int(r['batch_size'])} q{int(r['q_len'])} kv{int(r['kv_len'])}"
 
 
 def _best(rows: pd.DataFrame) -> tuple[str, float] | None:
