@@ -7,7 +7,8 @@
 # Steps: env, sweep, sweep2 (--devices 0), repeat (two back-to-back sweeps, the second through --devices 0,
 # compared and gated), slow (the sweep at bs16 with fa2-prefill slowed, gated against the first repeat run),
 # fault (test-oob-write isolated, then in-process and resumed), validate, probe (tests/gpu/probe_noise.py),
-# realistic (tests/gpu/realistic.py: ragged q, per-request KV, window + sinks, max_seq_len; issue #13),
+# realistic (four small sweeps: per-request KV, accept:0.7 ragged q, gpt-oss window + sinks, max_seq_len;
+# tests/gpu/realistic.py prints the table; issue #13),
 # tests, cache, or any other word: a shell command.
 set -uo pipefail
 n=0
@@ -43,8 +44,13 @@ for s in "$@"; do
       step fault-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fault-*' ;;
     probe) step probe 300 python3 tests/gpu/probe_noise.py /tmp/res/probe ;;
     validate) step validate "${VALIDATE_LIMIT:-150}" kbench validate-timer --out /tmp/res/validate-timer.json ;;
-    realistic) step realistic "${REALISTIC_LIMIT:-420}" python3 tests/gpu/realistic.py /tmp/res/realistic
-      cat /tmp/res/realistic/realistic.txt >> "$OUT/summary.txt" 2>/dev/null ;;
+    realistic) R="--out /tmp/res --budget 0.5 --kernels trtllm-decode,trtllm-decode-ragged,fa2-prefill --kv-len 4096 --batch-size 16,64"
+      step real-kv 300 kbench sweep --scenario draft-extend --q-len 4,8 --kv-dist fixed,lognormal:1.0 --name real-kv $R
+      step real-accept 300 kbench sweep --scenario draft-extend --q-len 4,8 --q-dist accept:0.7 --name real-accept $R
+      step real-gptoss 300 kbench sweep --scenario gpt-oss --q-len 4 --name real-gptoss $R
+      step real-msl 300 kbench sweep --scenario draft-extend --q-len 4 --max-seq-len tight,context:131072 --name real-msl $R
+      step real-table 60 python3 tests/gpu/realistic.py /tmp/res/realistic.txt /tmp/res/real-kv-* /tmp/res/real-accept-* /tmp/res/real-gptoss-* /tmp/res/real-msl-*
+      cat /tmp/res/realistic.txt >> "$OUT/summary.txt" 2>/dev/null ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
     cache) du -sh ~/.cache/flashinfer; (cd ~/.cache && tar czf /tmp/jit-cache.tgz flashinfer) && split -b 15m /tmp/jit-cache.tgz "$OUT/jit-cache.tgz.part-" ;;
     *) step "custom$((++n))" "${STEP_LIMIT:-300}" bash -c "$s" ;;
