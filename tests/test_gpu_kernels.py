@@ -1,7 +1,8 @@
 """On a GPU: every available kernel computes draft-extend attention correctly, through the sweep engine.
 
 Shapes cover HND and NHD, page sizes 16/32/64, partial last pages, GQA 4 and 8, head_dim 64 and 128,
-bf16 and fp16, an fp8 KV cache, and q_len from 1 to 16. Run on the H200 with `pytest -m gpu`.
+bf16 and fp16, an fp8 KV cache, q_len from 1 to 16, and realistic batches (ragged q, per-request KV,
+window, sinks, max_seq_len context:N). Run on the H200 with `pytest -m gpu`.
 """
 import pytest
 
@@ -28,12 +29,23 @@ SHAPES = {
                               dtype=["bf16"], kernels=CHEAP),
     "fp8-kv": dict(heads=MODELS["llama3-8b"], batch_size=[2], q_len=[4], kv_len=[1024], page_size=[64],
                    dtype=["bf16"], kv_dtype=["fp8"], kernels=["trtllm-decode", "decode-wrapper"]),
+    # realistic batches (#13): ragged q (padded, ragged and context kernels), per-request KV, window, sinks,
+    # a page table as wide as a 128k context
+    "realistic-llama-ragged": dict(heads=MODELS["llama3-8b"], batch_size=[5], q_len=[4], kv_len=[700],
+                                   page_size=[16], dtype=["bf16"], kv_dist=["fixed", "lognormal:1.0"],
+                                   q_dist=["accept:0.6"], window_left=[-1, 100],
+                                   kernels=["trtllm-decode", "trtllm-decode-ragged", "decode-wrapper", "fa2-prefill",
+                                            "trtllm-fmha-v2"]),
+    "realistic-gpt-oss": dict(heads=MODELS["gpt-oss"], batch_size=[3], q_len=[3], kv_len=[600], page_size=[64],
+                              dtype=["bf16"], q_dist=["fixed", "accept:0.7"], window_left=[-1, 128],
+                              sinks=["on", "off"], max_seq_len=["tight", "context:131072"],
+                              kernels=["trtllm-decode", "trtllm-decode-ragged", "fa2-prefill"]),
 }
 
 # what must run (not be skipped) on each architecture
 EXPECTED_OK = {
-    90: {"trtllm-decode", "decode-wrapper", "trtllm-fmha-v2", "fa2-prefill", "fa3-prefill"},
-    100: {"trtllm-decode", "decode-wrapper", "trtllm-context", "fa2-prefill"},
+    90: {"trtllm-decode", "trtllm-decode-ragged", "decode-wrapper", "trtllm-fmha-v2", "fa2-prefill", "fa3-prefill"},
+    100: {"trtllm-decode", "trtllm-decode-ragged", "decode-wrapper", "trtllm-context", "fa2-prefill"},
 }
 
 
@@ -50,6 +62,8 @@ def test_every_kernel_matches_reference(name, tmp_path):
     expected = EXPECTED_OK.get(res.device.sm, set())
     if SHAPES[name]["kernels"] != ALL:
         expected &= set(SHAPES[name]["kernels"])
+    if SHAPES[name].get("q_dist", ["fixed"]) == ["fixed"]:
+        expected.discard("trtllm-decode-ragged")  # it runs ragged batches only
     ran = set(ok["kernel"])
     assert expected <= ran, f"expected {expected - ran} to run; rows: {rows[['kernel', 'status', 'reason']].drop_duplicates().to_string()}"
     ctx = rows[rows["kernel"] == "trtllm-context"]
