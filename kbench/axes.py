@@ -228,6 +228,15 @@ def _lazy_dist(field: str):
     return spec
 
 
+def _lazy_skip_softmax():
+    def spec(item: str) -> str:
+        from kbench.dists import parse_skip_softmax
+
+        return parse_skip_softmax(item)
+
+    return spec
+
+
 def _lazy_max_seq_len():
     def spec(item: str) -> str:
         from kbench.dists import parse_max_seq_len
@@ -281,6 +290,9 @@ AXES: tuple[Axis, ...] = (
     Axis("max_seq_len", str, "tight", "max_seq_len decode kernels get: tight or context:N (the page table "
          "that wide, as SGLang passes it).", _REALISTIC, spec=_lazy_max_seq_len(),
          id_part=lambda c: None if c.max_seq_len == "tight" else "msl" + c.max_seq_len.partition(":")[2]),
+    Axis("skip_softmax", str, "off", "Skip-softmax (an approximation, judged by its own tolerance): off or "
+         "a threshold scale factor, e.g. 1000.", _REALISTIC, spec=_lazy_skip_softmax(),
+         id_part=lambda c: None if c.skip_softmax == "off" else "ss" + c.skip_softmax),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
 

@@ -143,6 +143,21 @@ def _parse(text, field: str) -> DistSpec:
     return DistSpec(field, kind, v)
 
 
+def parse_skip_softmax(text) -> str:
+    """`off` or a positive threshold scale factor (FlashInfer's skip_softmax_threshold_scale_factor; the
+    threshold is the factor divided by the context length); ValueError otherwise."""
+    t = text.strip().lower() if isinstance(text, str) else None
+    if t == "off":
+        return "off"
+    try:
+        v = float(t)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected 'off' or a positive number, got {text!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"expected 'off' or a positive number, got {text!r}")
+    return f"{v:g}"
+
+
 def parse_max_seq_len(text) -> str:
     """`tight` (the batch's longest sequence) or `context:N` (what SGLang passes: the model's context
     length); ValueError otherwise."""

@@ -257,7 +257,7 @@ class CaseMeasurer:
                 self._failed(emit, self.row(k, case, "failed", reason="inputs/reference: " + first_line(e)))
             return
         self.wall.reference_s += time.perf_counter() - t0
-        tol = tolerance_for(case.dtype, case.kv_dtype)
+        tol = tolerance_for(case.dtype, case.kv_dtype, case.skip_softmax)
         if not dev.cuda:
             l2 = "cpu"
         elif copies > 1:

@@ -57,12 +57,13 @@ class Kernel:
         return ws
 
 
-def realistic_reason(case: "Case", window: bool = True, sinks: bool = True, what: str = "") -> str | None:
-    """Why a kernel cannot take this case's sliding window or sinks (None if it can)."""
-    if case.window_left >= 0 and not window:
-        return f"sliding window: {what or 'this kernel'} takes no window_left"
-    if case.sinks == "on" and not sinks:
-        return f"sinks: {what or 'this kernel'} cannot apply attention sinks"
+def realistic_reason(case: "Case", **cannot: str) -> str | None:
+    """The reason a kernel gives for a realistic-batch axis it cannot take: cannot maps window / sinks /
+    skip_softmax to that reason; None when the case asks for none of them."""
+    asks = {"window": case.window_left >= 0, "sinks": case.sinks == "on", "skip_softmax": case.skip_softmax != "off"}
+    for axis, why in cannot.items():
+        if asks[axis]:
+            return why
     return None
 
 

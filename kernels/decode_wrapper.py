@@ -16,10 +16,11 @@ class DecodeWrapper(Kernel):
     kv_dtypes = ("bf16", "fp16", "fp8")
 
     def supports(self, device, case):
-        # FlashInfer 0.7.2.post1: the tensor-core route (fa2 below SM100) passes run(sinks=) to a module
-        # that drops it; only its cudnn/trtllm-gen routes apply sinks
+        # FlashInfer 0.7.2.post1: the tensor-core route (fa2 below SM100) passes run(sinks=) and skip-softmax to
+        # a module that drops them; only its cudnn/trtllm-gen routes apply them
         return needs_cuda(device, min_sm=80) or realistic_reason(
-            case, sinks=False, what="the tensor-core decode wrapper (FlashInfer 0.7.2.post1's fa2 route drops sinks)")
+            case, sinks="sinks: FlashInfer 0.7.2.post1's tensor-core decode route (fa2) drops run(sinks=)",
+            skip_softmax="skip-softmax: FlashInfer 0.7.2.post1's tensor-core decode route (fa2) drops it")
 
     def checked_output(self, inputs, out):
         return inputs.padded.unpad(out)

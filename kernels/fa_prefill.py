@@ -22,10 +22,12 @@ class FaPrefill(Kernel):
             reason = needs_cuda(device, only_sm=(90,), label=" (FA3 is Hopper-only)")
         else:
             reason = needs_cuda(device, min_sm=80)
-        # FlashInfer 0.7.2.post1: run(sinks=...) reaches the paged module, whose fa2/fa3 routes drop it
-        # (only the trtllm-gen and cudnn routes read sinks): the output would silently lack them
-        return reason or realistic_reason(case, sinks=False, what=f"the {self.fa} paged prefill wrapper "
-                                          "(FlashInfer 0.7.2.post1 drops run(sinks=) on this route)")
+        # FlashInfer 0.7.2.post1: run(sinks=..., skip_softmax_threshold_scale_factor=...) reach the paged
+        # module, whose fa2/fa3 routes drop both (only the trtllm-gen and cudnn routes read them)
+        return reason or realistic_reason(
+            case, sinks=f"sinks: FlashInfer 0.7.2.post1's {self.fa} paged prefill route drops run(sinks=)",
+            skip_softmax=f"skip-softmax: FlashInfer 0.7.2.post1's {self.fa} paged prefill route drops "
+                         "skip_softmax_threshold_scale_factor")
 
     def jit_key(self, case):
         return (case.dtype, case.kv_dtype, case.head_dim)

@@ -51,6 +51,7 @@ class TrtllmContext(Kernel):
         c = inputs.case
         ws = self._workspace(inputs.device)
         out = torch.full_like(inputs.q, float("nan"))
+        skip = {} if c.skip_softmax == "off" else {"skip_softmax_threshold_scale_factor": float(c.skip_softmax)}
 
         def run(i: int) -> torch.Tensor:
             cp = inputs.copies[i]
@@ -59,7 +60,7 @@ class TrtllmContext(Kernel):
                 seq_lens=inputs.seq_lens, max_q_len=inputs.max_q, max_kv_len=inputs.max_seq_len,
                 bmm1_scale=inputs.sm_scale, bmm2_scale=1.0, batch_size=c.batch_size,
                 cum_seq_lens_q=inputs.qo_indptr, cum_seq_lens_kv=inputs.cum_seq_lens_kv, window_left=c.window_left,
-                sinks=inputs.sinks, out=out, kv_layout=c.kv_layout,
+                sinks=inputs.sinks, out=out, kv_layout=c.kv_layout, **skip,
             )
 
         return run

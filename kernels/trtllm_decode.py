@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from kbench.kernels.base import Kernel, KernelFn, needs_cuda
+from kbench.kernels.base import Kernel, KernelFn, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs
 
 TRTLLM_GEN_SMS = (100, 103)
@@ -40,6 +40,10 @@ class TrtllmDecode(Kernel):
         reason = needs_cuda(device, only_sm=TRTLLM_GEN_SMS + XQA_SMS)
         if reason is None and self.ragged and case.q_dist == "fixed":
             return "q_dist fixed: every request has q_len tokens, trtllm-decode runs this batch"
+        if reason is None and self.backend(device) == "xqa":
+            # FlashInfer 0.7.2.post1 hands skip_softmax_threshold_scale_factor to trtllm-gen only; xqa drops it
+            reason = realistic_reason(case, skip_softmax="skip-softmax: xqa does not take it (FlashInfer "
+                                      "0.7.2.post1 passes skip_softmax_threshold_scale_factor to trtllm-gen only)")
         return reason
 
     def jit_key(self, case):
@@ -71,7 +75,7 @@ def _padded(inputs: Inputs, ws: torch.Tensor, xqa: bool) -> KernelFn:
             query=inputs.q_padded(i), kv_cache=inputs.copies[i].kv_cache, workspace_buffer=ws,
             block_tables=pb.block_tables, seq_lens=pb.seq_lens, max_seq_len=pb.max_seq_len,
             bmm1_scale=inputs.sm_scale, bmm2_scale=1.0, window_left=c.window_left, sinks=inputs.sinks,
-            out=out, kv_layout=c.kv_layout, backend="auto", q_len_per_req=pb.q_len, mask=mask,
+            out=out, kv_layout=c.kv_layout, backend="auto", q_len_per_req=pb.q_len, mask=mask, **_skip(c, xqa),
         )
 
     return run
@@ -104,10 +108,15 @@ def _ragged(inputs: Inputs, ws: torch.Tensor, xqa: bool) -> KernelFn:
         cp = inputs.copies[i]
         return trtllm_batch_decode_with_kv_cache(
             query=cp.q, kv_cache=cp.kv_cache, **common, backend="trtllm-gen", q_len_per_req=None,
-            max_q_len=inputs.max_q, cum_seq_lens_q=inputs.qo_indptr,
+            max_q_len=inputs.max_q, cum_seq_lens_q=inputs.qo_indptr, **_skip(c, False),
         )
 
     return run_gen
+
+
+def _skip(case, xqa: bool) -> dict:
+    """skip_softmax_threshold_scale_factor for trtllm-gen (supports() keeps such cases off xqa)."""
+    return {} if xqa or case.skip_softmax == "off" else {"skip_softmax_threshold_scale_factor": float(case.skip_softmax)}
 
 
 def _device_of(inputs: Inputs):

@@ -35,6 +35,7 @@ class TrtllmFmhaV2(Kernel):
                 (cp.q, cp.kv_cache), layout, ws, inputs.seq_lens, inputs.max_q, inputs.max_kv, inputs.sm_scale,
                 1.0, c.batch_size, inputs.qo_indptr, inputs.cum_seq_lens_kv, block_tables=inputs.block_tables,
                 out=out, mask_mode=mask_mode, window_left=c.window_left, sinks=inputs.sinks,
+                skip_softmax_threshold_scale_factor=0.0 if c.skip_softmax == "off" else float(c.skip_softmax),
             )
 
         return run

@@ -153,3 +153,14 @@ def test_max_seq_len_value_never_below_the_longest():
     c = Case(1, 1, 100, 8, 1, 64, max_seq_len="context:50")
     assert c.max_seq_len_value(100) == 100
     assert Case(1, 1, 100, 8, 1, 64, max_seq_len="context:131072").max_seq_len_value(100) == 131072
+
+
+@pytest.mark.parametrize("text,canon", [("off", "off"), ("1000", "1000"), ("1e3", "1000"), ("0.5", "0.5")])
+def test_skip_softmax_parses(text, canon):
+    assert axes.AXIS["skip_softmax"].parse(text, "grid.skip_softmax", "f.toml") == [canon]
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "on", "nan", "inf"])
+def test_bad_skip_softmax_is_one_line(text):
+    with pytest.raises(BadInput, match="^f.toml: grid.skip_softmax: expected 'off' or a positive number"):
+        axes.AXIS["skip_softmax"].parse(text, "grid.skip_softmax", "f.toml")

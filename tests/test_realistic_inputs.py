@@ -196,3 +196,21 @@ def test_padded_kernels_check_only_the_real_rows():
         assert torch.equal(got, padded_out[inp.padded.valid_rows]) and got.shape[0] == inp.lengths.total_q
     assert get_kernel("trtllm-decode-ragged").checked_output(inp, inp.q) is inp.q
     assert get_kernel("fa2-prefill").checked_output(inp, inp.q) is inp.q
+
+
+def test_skip_softmax_goes_only_where_flashinfer_applies_it():
+    assert "xqa does not take it" in _reason("trtllm-decode", skip_softmax="1000")
+    assert "xqa does not take it" in _reason("trtllm-decode-ragged", q_dist="accept:0.7", skip_softmax="1000")
+    assert _reason("trtllm-decode", B200, skip_softmax="1000") is None  # trtllm-gen takes it
+    assert _reason("trtllm-fmha-v2", skip_softmax="1000") is None
+    for k in ("fa2-prefill", "decode-wrapper"):
+        assert "skip-softmax" in _reason(k, skip_softmax="1000") and "0.7.2.post1" in _reason(k, skip_softmax="1000")
+
+
+def test_skip_softmax_is_judged_by_its_own_tolerance_and_is_its_own_case():
+    from kbench.check import SKIP_SOFTMAX_TOLERANCE, tolerance_for
+
+    assert tolerance_for("bf16", "bf16", "1000") == SKIP_SOFTMAX_TOLERANCE > tolerance_for("bf16", "fp8")
+    assert tolerance_for("bf16", "bf16") == 2e-2
+    c = Case(16, 4, 4096, 32, 8, 128, skip_softmax="1000")
+    assert c.case_id == Case(16, 4, 4096, 32, 8, 128).case_id + "-ss1000" and c.realistic

@@ -193,7 +193,7 @@ def validate_policy(policy, where: str = "policy") -> dict:
     if not isinstance(policy, dict):
         raise BadInput(f"{where}: expected a JSON object")
     schema = policy.get("schema")
-    if schema in READ_AS_CURRENT and isinstance(policy.get("groups"), list):
+    if isinstance(schema, str) and schema in READ_AS_CURRENT and isinstance(policy.get("groups"), list):
         for g in policy["groups"]:
             if isinstance(g, dict):
                 for k, v in READ_AS_CURRENT[schema].items():

@@ -3,7 +3,8 @@
 - padded decode vs ragged decode vs context, per acceptance rate (q_dist accept:RATE);
 - what per-request KV lengths do to each kernel against the uniform batch of the same total KV;
 - what a sliding window (and sinks) does against full attention;
-- what max_seq_len = context:N (as SGLang passes it) costs against the tight value.
+- what max_seq_len = context:N (as SGLang passes it) costs against the tight value;
+- what skip-softmax (an approximation, checked by its own tolerance) saves against the exact kernel.
 Each answer pairs rows that differ in one axis only; a run without such rows gets no section.
 """
 from __future__ import annotations
@@ -125,7 +126,8 @@ def realistic_blocks(ok_rows: pd.DataFrame) -> list[tuple]:
     for axis, title in (("kv_dist", "Per-request KV lengths vs the uniform batch of the same total KV"),
                         ("window_left", "Sliding window vs full attention"),
                         ("sinks", "Attention sinks vs none"),
-                        ("max_seq_len", "max_seq_len = context:N vs the batch's longest sequence")):
+                        ("max_seq_len", "max_seq_len = context:N vs the batch's longest sequence"),
+                        ("skip_softmax", "Skip-softmax (approximate: its own tolerance) vs exact")):
         t = axis_effect_table(ok, axis)
         if t[1]:
             blocks += [("h", 3, title), ("table", *t)]

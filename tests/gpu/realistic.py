@@ -58,7 +58,8 @@ def main(argv: list[str]) -> int:
                          ("per-request KV (lognormal) vs uniform, same total KV", axis_effect_table(ok, "kv_dist")),
                          ("sliding window vs full attention", axis_effect_table(ok, "window_left")),
                          ("sinks vs none", axis_effect_table(ok, "sinks")),
-                         ("max_seq_len context:N vs tight", axis_effect_table(ok, "max_seq_len"))):
+                         ("max_seq_len context:N vs tight", axis_effect_table(ok, "max_seq_len")),
+                         ("skip-softmax vs exact", axis_effect_table(ok, "skip_softmax"))):
         if table[1]:
             parts.append(f"== {title}\n" + fmt_table(*table))
     bad = rows[rows["status"].isin(["wrong", "failed"])]
