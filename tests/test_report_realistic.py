@@ -1,4 +1,6 @@
 """The report's realistic-batch section: rows paired on one axis, winners and ratios."""
+import json
+
 import pandas as pd
 
 from kbench.case import Case
@@ -52,3 +54,36 @@ def test_sections_present_only_for_realistic_rows():
     assert realistic_blocks(plain) == []
     old = plain.drop(columns=["kv_dist", "q_dist", "window_left", "sinks", "max_seq_len"])  # an older run
     assert realistic_blocks(old) == []
+
+
+def test_report_and_select_end_to_end_on_realistic_runs(tmp_path):
+    """A run with ragged-q and windowed cases: the report's section answers, the policy keeps one group per
+    realistic setting (schema /2), and select picks the group by the new flags."""
+    from report_synth import DECODE, FA2, case, cli, row, write_run
+
+    RAGGED = "trtllm-decode-ragged"
+    rows = []
+    for q in (2, 4, 8):
+        for bs in (16, 64):
+            u, a, w = case(bs, q, 4096), case(bs, q, 4096, q_dist="accept:0.7"), case(bs, q, 4096, window_left=128)
+            rows += [row(DECODE, u, 50.0), row(FA2, u, 60.0),
+                     row(DECODE, a, 52.0), row(RAGGED, a, 51.0, path="decode"), row(FA2, a, 40.0),
+                     row(DECODE, w, 9.0), row(FA2, w, 17.0)]
+    run = write_run(tmp_path / "real-run", rows)
+    res = cli("report", run, "--out", tmp_path / "rep")
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Realistic batches" in md and "Padded vs ragged decode vs context, per acceptance rate" in md
+    assert "Sliding window vs full attention" in md and "fa2-prefill by 1.27x" in md  # 52 -> 40 at accept:0.7
+    pol = json.loads((tmp_path / "rep" / "policy.json").read_text())
+    assert pol["schema"] == "kbench.policy/2" and len(pol["groups"]) == 3
+    base = ["select", "--policy", tmp_path / "rep" / "policy.json", "--batch-size", 16, "--q-len", 4,
+            "--kv-len", 4096]
+    amb = cli(*base)
+    assert amb.exit_code == 2 and "3 groups match" in amb.output and "--q-dist" in amb.output
+    acc = cli(*base, "--q-dist", "accept:0.7", "--window-left", "-1", "--json")
+    assert acc.exit_code == 0 and json.loads(acc.output)["kernel"] == FA2
+    win = cli(*base, "--window-left", "128", "--json")
+    assert win.exit_code == 0 and json.loads(win.output)["kernel"] == DECODE
+    bad = cli(*base, "--q-dist", "poisson:1")
+    assert bad.exit_code == 2 and "--q-dist: unknown distribution 'poisson'" in bad.output
