@@ -128,8 +128,10 @@ def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignor
 @click.option("--name", required=True, help="Baseline name: results/baselines/NAME (one folder name).")
 @click.option("--root", default="results/baselines", show_default=True, type=click.Path(file_okay=False),
               help="Folder that holds the baselines.")
+@click.option("--force", is_flag=True, help="Replace an existing baseline of the same name (refused without it).")
+@click.option("--allow-partial", is_flag=True, help="Accept runs that are not complete (interrupted, still running).")
 @one_line_errors
-def baseline(runs, name, root):
+def baseline(runs, name, root, force, allow_partial):
     """Write or refresh the baseline NAME from RUN (rows and manifest), meant to be committed.
 
     \b
@@ -138,15 +140,18 @@ def baseline(runs, name, root):
     run_spread = (max - min) / median of the per-run medians, and the runs' samples pooled. The gate
     widens its band by run_spread: band = max(threshold, K * run_noise, run_spread), see kbench gate --help.
     """
-    from kbench.baselines import write_multi_baseline
+    from kbench.baselines import baseline_dir, write_multi_baseline
+    from kbench.outputs import writable_dir
     from kbench.store import load_run
 
+    baseline_dir(name, root)  # a bad name is refused before the root is created
+    writable_dir(root, "--root", create=False)
     loaded = [load_run(r) for r in runs]
     for run, r in zip(runs, loaded):
-        if r.manifest.get("status") not in (None, "complete"):
+        if r.manifest.get("status") not in (None, "complete") and allow_partial:
             click.echo(f"warning: {run} has status {r.manifest.get('status')!r}; the baseline holds only the rows "
                        "it measured", err=True)
-    dest, rows, warnings = write_multi_baseline(loaded, name, root)
+    dest, rows, warnings = write_multi_baseline(loaded, name, root, force, allow_partial)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
     counts = rows["status"].value_counts().to_dict() if "status" in rows else {}

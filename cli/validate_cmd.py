@@ -5,9 +5,11 @@ import json
 from pathlib import Path
 
 import click
+
 from rich.console import Console
 from rich.table import Table
 
+from kbench import atomic
 from kbench.errors import BadInput
 
 
@@ -56,4 +58,4 @@ def validate_timer_cmd(kernels, out_file, tolerance):
     console.print(t)
     console.print(f"{len(rows) - outside}/{len(rows)} within {tolerance:.0%} of CUPTI")
     if out_file:
-        Path(out_file).write_text(json.dumps([r.to_dict() for r in rows], indent=2))
+        atomic.write_text(out_file, json.dumps([r.to_dict() for r in rows], indent=2))

@@ -54,10 +54,19 @@ class RunLock:
 
 
 def holder(run_dir: str | os.PathLike) -> int | None:
-    """The pid writing the run now, or None when nobody holds its lock."""
+    """The pid writing the run now (-1 when it is not recorded), or None when nobody holds its lock.
+    Creates nothing: a folder without a lock file has no writer."""
+    path = Path(run_dir) / LOCK_FILE
     try:
-        with RunLock(run_dir):
-            return None
-    except BadInput:
-        text = (Path(run_dir) / LOCK_FILE).read_text(errors="replace").strip()
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except BlockingIOError:
+        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
         return int(text) if text.isdecimal() else -1
+    finally:
+        os.close(fd)

@@ -13,14 +13,16 @@ import pandas as pd
 
 from kbench import RESULT_SCHEMA_VERSION, __version__
 from kbench.case import Case
-from kbench.errors import BadInput
+from kbench.errors import BadInput, first_line
 from kbench.kernels.device import DeviceInfo
 from kbench.measure import (
     L2_COVER, CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit, kernel_reason,
 )
 from kbench.rows import Row
 from kbench.scenario import Scenario, scenario_data, scenario_from_dict
+from kbench.signals import stop_reason
 from kbench.store import RunWriter, new_run_dir, read_journal
+
 
 class SweepObserver:
     """Receives progress; the CLI renders it with rich. Every method is optional."""
@@ -153,11 +155,19 @@ class Sweep:
             else:
                 for case in todo:
                     self.measurer.measure(case, done, bw, self._emitter(writer, done))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.signals.terminate_as_interrupt
             status = "interrupted"
+            writer.manifest["stopped_by"] = stop_reason(e)
         except CudaContextLost as e:  # not isolated: this process can run nothing more on the GPU
             status, error = "interrupted", str(e)
             writer.manifest["stopped_by"] = error
+        except OSError as e:  # the journal cannot grow (a full disk): complete rows kept, the run interrupted
+            status, error = "interrupted", f"cannot write the run: {e.strerror or e}"
+            writer.manifest["stopped_by"] = error
+        except BaseException as e:  # anything else: the run is not complete, say why, then let it go up
+            status = "interrupted"
+            writer.manifest["stopped_by"] = first_line(e)
+            raise
         finally:
             if self._isolated is not None:
                 writer.manifest["worker_restarts"] = self._isolated.restarts
@@ -168,7 +178,8 @@ class Sweep:
             writer.manifest["wall_s"] = self.wall.as_dict()
             if prev_wall:
                 writer.manifest.setdefault("wall_s_earlier", []).append(prev_wall)
-            writer.manifest["measurements"] = self.measurements
+            # cumulative over --resume calls (SweepResult.measurements counts this call)
+            writer.manifest["measurements"] = int(writer.manifest.get("measurements") or 0) + self.measurements
             if dev.cuda and not error:
                 from kbench.hardware import clocks
 

@@ -70,11 +70,13 @@ def test_merge_refuses_mismatched_manifests(tmp_path):
 
 
 def test_devices_runs_one_worker_per_listed_device_and_merges(tmp_path):
-    r = CliRunner().invoke(cli, ["sweep", "--batch-size", "1,2", "--q-len", "1,2,4", "--kv-len", "64",
-                                 "--budget", "0.02", "--devices", "0,0", "--out", str(tmp_path)])
-    assert r.exit_code == 0, r.output
+    """The worker machinery from Python (the CLI refuses --devices without GPUs): two workers on 'device 0'."""
+    from kbench.devices import run_on_devices
+
+    merged = run_on_devices(["--batch-size", "1,2", "--q-len", "1,2,4", "--kv-len", "64", "--budget", "0.02"],
+                            [0, 0], tmp_path, "quick")
     runs = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
-    assert len(runs) == 1
+    assert runs == [merged]
     run = load_run(runs[0])
     assert len(run.rows) == 6 * 7 and not run.rows.duplicated(["kernel", "case_id"]).any()
     shards = sorted(m["shard"]["index"] for m in run.manifest["merged_from"])
@@ -83,10 +85,11 @@ def test_devices_runs_one_worker_per_listed_device_and_merges(tmp_path):
 
 def test_devices_with_one_device_gives_one_complete_run(tmp_path):
     """Seen on the H200: --devices 0 ran its shard and then refused to 'merge' a single run."""
-    r = CliRunner().invoke(cli, ["sweep", "--batch-size", "1", "--q-len", "1,2", "--kv-len", "64",
-                                 "--budget", "0.02", "--devices", "0", "--out", str(tmp_path)])
-    assert r.exit_code == 0, r.output
-    run = load_run(next(p for p in tmp_path.iterdir() if not p.name.startswith(".")))
+    from kbench.devices import run_on_devices
+
+    merged = run_on_devices(["--batch-size", "1", "--q-len", "1,2", "--kv-len", "64", "--budget", "0.02"],
+                            [0], tmp_path, "quick")
+    run = load_run(merged)
     assert run.manifest["status"] == "complete" and len(run.rows) == 2 * 7
 
 

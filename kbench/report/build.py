@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from kbench import atomic
 from kbench.errors import BadInput
+from kbench.outputs import writable_dir
 from kbench.report import crossovers as xo
 from kbench.report import html as html_out
 from kbench.report import markdown as md_out
@@ -69,7 +71,7 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
                               f"holdout {holdout:.0%} (seed {seed}, {len(test)} cases)"))
     result = ReportResult(out, rs, cases, xo.crossovers(cases), policy, regrets, holdout_policy)
 
-    out.mkdir(parents=True, exist_ok=True)
+    writable_dir(out, "--out")
     pts = plot_points or None
     result.plots += [(p, f"Decode/context speedup over batch x kv_len per q_len: {p.stem}")
                      for p in plots.speedup_heatmaps(cases, out)]
@@ -81,14 +83,15 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
     files.append(save_policy(policy, out / "policy.json"))
     if holdout_policy is not None:
         files.append(save_policy(holdout_policy, out / "policy-holdout.json"))
-    cases.to_csv(out / "cases.csv", index=False)
+    atomic.write_with(out / "cases.csv", lambda tmp: cases.to_csv(tmp, index=False))
     headers, rows = xo.table(result.crossovers)
-    pd.DataFrame(rows, columns=headers).to_csv(out / "crossovers.csv", index=False)
-    pd.concat([r.per_case.assign(judged_on=r.label) for r in regrets]).to_csv(out / "regret.csv", index=False)
+    atomic.write_with(out / "crossovers.csv", lambda tmp: pd.DataFrame(rows, columns=headers).to_csv(tmp, index=False))
+    regret_rows = pd.concat([r.per_case.assign(judged_on=r.label) for r in regrets])
+    atomic.write_with(out / "regret.csv", lambda tmp: regret_rows.to_csv(tmp, index=False))
     files += [out / "cases.csv", out / "crossovers.csv", out / "regret.csv"]
     doc = build_document(result)
-    (out / "report.md").write_text(md_out.render(doc, out), encoding="utf-8")
-    (out / "report.html").write_text(html_out.render(doc), encoding="utf-8")
+    atomic.write_text(out / "report.md", md_out.render(doc, out))
+    atomic.write_text(out / "report.html", html_out.render(doc))
     files += [out / "report.md", out / "report.html"]
     result.files = files
     return result

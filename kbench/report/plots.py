@@ -20,6 +20,7 @@ from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from kbench import atomic
 from kbench.errors import BadInput  # noqa: E402
 from kbench.report.runs import GROUP_COLUMNS, group_label  # noqa: E402
 from kbench.store import safe_name  # noqa: E402
@@ -34,7 +35,7 @@ def _groups(df: pd.DataFrame):
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, bbox_inches="tight"))
     return path
 
 
