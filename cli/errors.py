@@ -27,6 +27,11 @@ def closed_pipe() -> None:
     sys.exit(0)
 
 
+def rich_closed_pipe(console) -> None:
+    """rich's Console.on_broken_pipe: rich itself would exit 1; one_line_errors then ends quietly with 0."""
+    raise BrokenPipeError(errno.EPIPE, "closed pipe")
+
+
 def one_line_errors(fn):
     """Wraps a command (or the group's invoke): also when a command runs outside the group (tests, plugins)."""
     @functools.wraps(fn)

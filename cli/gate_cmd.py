@@ -56,7 +56,7 @@ _STYLE = {"regression": "bold red", "wrong": "bold red", "failed": "bold red", "
 def render(res, console: Console, show_all: bool) -> None:
     from kbench.gate.markdown import fmt_change, fmt_value
 
-    rows = res.rows if show_all else [r for r in res.rows if r.outcome not in ("pass",)]
+    rows = res.rows if show_all else [r for r in res.rows if r.outcome not in ("pass", "not-compared")]
     table = Table(title=escape(f"kbench gate: {res.baseline} -> {res.candidate}"), show_lines=False)
     for col, kw in (("kernel", {}), ("case", {}), ("metric", {}), ("baseline", {"justify": "right"}),
                     ("candidate", {"justify": "right"}), ("change", {"justify": "right"}), ("outcome", {}),
@@ -69,9 +69,18 @@ def render(res, console: Console, show_all: bool) -> None:
                       f"[{style}]{r.outcome}[/]" if style else r.outcome, escape(r.note))
     if rows:
         console.print(table)
-    hidden = len(res.rows) - len(rows)
-    if hidden:
-        console.print(f"[dim]{hidden} row(s) passed within the threshold (--show-all lists them)[/]")
+    passed = sum(r.outcome == "pass" for r in res.rows) if not show_all else 0
+    if passed:
+        console.print(f"[dim]{passed} row(s) passed within the threshold (--show-all lists them)[/]")
+    skipped = [r for r in res.rows if r.outcome == "not-compared"] if not show_all else []
+    if skipped:
+        why: dict[str, int] = {}
+        for r in skipped:
+            k = f"{r.kernel}: {r.note}" if r.kernel else r.note
+            why[k] = why.get(k, 0) + 1
+        top = "; ".join(f"{n} {k}" for k, n in sorted(why.items(), key=lambda kv: -kv[1])[:4])
+        console.print(escape(f"{len(skipped)} row(s) not compared ({top}{'; ...' if len(why) > 4 else ''}); "
+                             f"--show-all lists them"), style="dim")
     for w in res.winner_changes:
         tag = "[bold red]winner change[/]" if w.fails else "[yellow]winner change (allowed)[/]"
         console.print(f"{tag} " + escape(f"{w.case_id}: {w.base_path} ({w.base_winner}) -> {w.cand_path} "

@@ -8,7 +8,7 @@ import sys
 import click
 
 from kbench import __version__
-from kbench.cli.errors import one_line_errors
+from kbench.cli.errors import one_line_errors, rich_closed_pipe
 
 # command name -> (module, attribute, the line `kbench --help` shows for it without importing it;
 # tests/test_edges.py checks each command exists and its own help says the same thing)
@@ -47,6 +47,9 @@ class KbenchGroup(click.Group):
             formatter.write_dl(rows)
 
     def invoke(self, ctx):
+        from rich.console import Console
+
+        Console.on_broken_pipe = rich_closed_pipe  # rich would exit 1 on its own
         return one_line_errors(super().invoke)(ctx)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):

@@ -64,3 +64,28 @@ def write_with(path: str | os.PathLike, writer: Callable[[Path], object]) -> Pat
     with atomic_path(path) as tmp:
         writer(tmp)
     return Path(path)
+
+
+class SpaceReserve:
+    """A few KiB held in a hidden file while a run writes, freed when the disk fills so that the final
+    manifest (status `interrupted` and why) can still be written. Best effort: no reserve when even it
+    does not fit."""
+
+    def __init__(self, folder: str | os.PathLike, nbytes: int = 16 << 10, name: str = ".kbench.reserve"):
+        self.path = Path(folder) / name
+        try:
+            with open(self.path, "wb") as f:
+                try:
+                    os.posix_fallocate(f.fileno(), 0, nbytes)
+                except (AttributeError, OSError):
+                    f.write(b"\0" * nbytes)
+                    f.flush()
+                    os.fsync(f.fileno())
+        except OSError:
+            self.free()
+
+    def free(self) -> None:
+        try:
+            self.path.unlink()
+        except OSError:
+            pass

@@ -91,6 +91,7 @@ class RunWriter:
     def __init__(self, run_dir: str | Path, manifest: dict, resume: bool = False):
         self.dir = Path(run_dir)
         self.lock = None
+        self._reserve = None
         try:
             self._open(manifest, resume)
         except BaseException:
@@ -131,6 +132,7 @@ class RunWriter:
         self.manifest["status"] = "running"
         _write_json_atomic(self.dir / MANIFEST, self.manifest)
         self._journal = open(self.dir / JOURNAL, "a", encoding="utf-8")
+        self._reserve = atomic.SpaceReserve(self.dir)  # room for the last manifest when the disk fills
 
     def append(self, row: Row | dict) -> None:
         """One line, flushed and fsynced. A write that fails (a full disk) is cut back off the journal,
@@ -148,6 +150,7 @@ class RunWriter:
             except OSError:
                 pass
             os.truncate(self.dir / JOURNAL, start)
+            self._reserve.free()
             raise
 
     def manifest_shard(self) -> tuple[int, int] | None:
@@ -171,14 +174,20 @@ class RunWriter:
         except BadInput as e:
             if "cannot write" not in str(e):
                 raise
+            self._reserve.free()
             status = "interrupted"
             self.manifest["stopped_by"] = self.manifest.get("stopped_by") or str(e)
         self.manifest["status"] = status
         self.manifest["end_time"] = now_iso()
         self.manifest["num_rows"] = len(rows)
         try:
-            _write_json_atomic(self.dir / MANIFEST, self.manifest)
+            try:
+                _write_json_atomic(self.dir / MANIFEST, self.manifest)
+            except BadInput:
+                self._reserve.free()
+                _write_json_atomic(self.dir / MANIFEST, self.manifest)
         finally:
+            self._reserve.free()
             self.release()
         return self.dir
 

@@ -408,6 +408,12 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
         warnings.append(f"baseline {'has a single run' if n_runs < 2 else 'records no run_spread'}: run-to-run "
                         "noise is unknown, only within-run noise is tested; record it with "
                         "`kbench baseline RUN1 RUN2 ... --name NAME` (or pass --noise-floor)")
+    if kind == "sweep" and {"path", "status"} <= set(base.rows.columns):
+        n_ref = int(((base.rows["path"] == "reference") & (base.rows["status"] == "ok")).sum())
+        if n_ref:
+            warnings.append(f"{n_ref} ok reference row(s) are not gated (the float32 oracle, timed only on a "
+                            f"CPU); a CPU run has no kernel rows to gate: try the committed H200 baseline, e.g. "
+                            f"kbench gate --baseline results/baselines/h200-draft-extend-kv4096 --candidate RUN")
     noise = run_noise_of(base_recs, noise_floor)
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
                         run_spread_k)
