@@ -360,3 +360,11 @@ def test_closed_pipe_is_quiet_and_exit_0(tmp_path):
     r = subprocess.run(f"set -o pipefail; {sys.executable} -m kbench.cli.main report {BASELINE} --out "
                        f"{tmp_path / 'rep'} | head -1 >/dev/null", shell=True, executable="/bin/bash")
     assert r.returncode == 0
+
+
+# ---- a CPU path that tells the truth ---------------------------------------------------------------------
+def test_report_of_a_cpu_run_says_why_and_points_to_the_baseline(tmp_path, cpu_run):
+    line = one_error_line(run_cli(["report", cpu_run, "--out", tmp_path / "rep"]))
+    assert "this run is from a CPU" in line and "12 skipped" in line
+    assert "2 ok row(s) are the float32 reference" in line and "kbench report results/baselines/h200" in line
+    assert not (tmp_path / "rep").exists()

@@ -50,6 +50,23 @@ class ReportResult:
         return self.regrets[1] if len(self.regrets) > 1 else None
 
 
+COMMITTED_BASELINE = "results/baselines/h200-draft-extend-kv4096"
+
+
+def nothing_to_report(rows: pd.DataFrame, device: dict) -> str:
+    """Why a run has no kernel row to report on, with what to try instead (one line)."""
+    kern = rows[rows["path"] != "reference"]
+    counts = kern["status"].value_counts().to_dict()
+    ref_ok = int(((rows["path"] == "reference") & (rows["status"] == "ok")).sum())
+    parts = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no kernel rows"
+    ref = f"; its {ref_ok} ok row(s) are the float32 reference, which is not reported on" if ref_ok else ""
+    if not device.get("sm"):  # a CPU run: the FlashInfer kernels need a CUDA GPU
+        return (f"nothing to report: this run is from a CPU, where every FlashInfer kernel is skipped ({parts})"
+                f"{ref}; without a GPU, try report, select and gate on the committed H200 baseline: "
+                f"kbench report {COMMITTED_BASELINE}")
+    return f"nothing to report: no kernel row with status ok ({parts}){ref}"
+
+
 def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None, holdout: float | None = None,
                  seed: int = 0, plot_points: list[tuple[int, int]] | None = None) -> ReportResult:
     rs = combine(runs)
@@ -57,7 +74,7 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
     out = Path(out_dir) if out_dir is not None else first / "report"
     cases = case_winners(rs.rows)
     if cases.empty:
-        raise BadInput("no row with status ok to report on (every kernel skipped, failed or was wrong)")
+        raise BadInput(nothing_to_report(rs.rows, rs.device))
     ok = measured(rs.rows)
     policy = build_policy(cases, rs.device, rs.sources())
     regrets = [regret(policy, ok, cases, "all cases (in-sample)")]
