@@ -125,6 +125,9 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
     runner = Sweep(sc, opts)  # refuses bad --slow-kernel names before anything is printed
     console.print(f"[bold]{sc.name}[/]: {len(cases)} cases x {len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels "
                   f"({sc.source})")
+    long_cpu = cpu_sweep_warning(len(cases), sc.timing)
+    if long_cpu:
+        console.print(f"[yellow]{long_cpu}[/]")
     with terminate_as_interrupt() as stop, RichSweepObserver(console) as obs:
         runner.obs = obs
         result = runner.run()
@@ -162,6 +165,24 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
                       + ("" if allow_wrong else " (exit 1; --allow-wrong to accept)"))
         if not allow_wrong:
             sys.exit(1)
+
+
+CPU_S_PER_CASE = 0.5  # inputs, reference and check of a case on a CPU, beyond its timing
+CPU_WARN_S = 180
+
+
+def cpu_sweep_warning(n_cases: int, timing) -> str | None:
+    """On a CPU (no CUDA): a warning when the sweep will take more than a few minutes, with how to narrow it."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    est = n_cases * (max(timing.budget_s, timing.min_time_s) + CPU_S_PER_CASE)
+    if est <= CPU_WARN_S:
+        return None
+    return (f"on a CPU these {n_cases} cases take up to about {est / 60:.0f} min (the reference is timed up to "
+            f"{timing.budget_s:g} s per case; the FlashInfer kernels need a GPU); narrow the grid with "
+            f"--batch-size/--q-len/--kv-len, or lower --budget")
 
 
 # options fixed by the run that --resume finishes: given with --resume they are refused, not ignored

@@ -1,6 +1,8 @@
 """Device-wide figures a run records once: copy bandwidth (the roofline ceiling) and SM clocks."""
 from __future__ import annotations
 
+import os
+
 
 def copy_bandwidth_gbs(device: str = "cuda", nbytes: int = 1 << 30, reps: int = 20) -> float | None:
     """Device-to-device copy, bytes read + written per second (GB/s), median of `reps` copies."""
@@ -23,6 +25,21 @@ def copy_bandwidth_gbs(device: str = "cuda", nbytes: int = 1 << 30, reps: int = 
     del src, dst
     torch.cuda.empty_cache()
     return 2 * nbytes / times[len(times) // 2] / 1e9
+
+
+def host_available_bytes() -> int | None:
+    """Memory the OS can give this process now (MemAvailable), or None where it does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 _nvml = None

@@ -368,3 +368,34 @@ def test_report_of_a_cpu_run_says_why_and_points_to_the_baseline(tmp_path, cpu_r
     assert "this run is from a CPU" in line and "12 skipped" in line
     assert "2 ok row(s) are the float32 reference" in line and "kbench report results/baselines/h200" in line
     assert not (tmp_path / "rep").exists()
+
+
+def test_cpu_case_too_big_for_host_memory_is_skipped_before_allocating(tmp_path, monkeypatch):
+    from kbench import hardware
+    from kbench.scenario import apply_overrides, load_scenario
+    from kbench.sweep import run_sweep
+
+    monkeypatch.setattr(hardware, "host_available_bytes", lambda: 3 << 30)
+    sc = apply_overrides(load_scenario("quick"), batch_size="1,256", q_len="16", kv_len="32768",
+                         kernels="reference", budget_s=0.02)
+    res = run_sweep(sc, tmp_path)
+    big = res.rows[res.rows["batch_size"] == 256].iloc[0]
+    assert big.status == "skipped" and "GiB of host memory, 3.0 GiB available" in big.reason
+    assert res.rows[res.rows["batch_size"] == 1].iloc[0].status == "ok"
+
+
+def test_long_cpu_sweep_says_so_at_the_start(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CPU warning")
+    p = subprocess.Popen([sys.executable, "-m", "kbench.cli.main", "sweep", "-s", "draft-extend", "--out",
+                          str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "COLUMNS": "300"})
+    try:
+        head = [p.stdout.readline() for _ in range(2)]
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=120)
+    text = " ".join(" ".join(head).split())
+    assert "1008 cases" in text and "take up to about" in text and "narrow the grid" in text
