@@ -78,7 +78,7 @@ class RichSweepObserver(SweepObserver):
         self.console.print(f"[yellow]{text}[/]")
 
 
-def summary_tables(rows: pd.DataFrame, copy_bw: float | None, max_cases: int = 400) -> list[Table]:
+def summary_tables(rows: pd.DataFrame, ceiling_bw: float | None, max_cases: int = 400) -> list[Table]:
     """One table per (heads, dtype, layout, page) group: a line per case, a column per kernel
     (median us; KV bandwidth and roofline fraction under it), the decode speedup and the winner."""
     if rows.empty:
@@ -91,7 +91,7 @@ def summary_tables(rows: pd.DataFrame, copy_bw: float | None, max_cases: int = 4
         kv_note = "" if k["kv_dtype"] == k["dtype"] else f" kv {k['kv_dtype']}"
         t = Table(title=f"heads {k['num_qo_heads']}/{k['num_kv_heads']}x{k['head_dim']}  {k['dtype']}{kv_note}  "
                         f"{k['kv_layout']}  page {k['page_size']}{extra_label(k)}   "
-                        f"(us per call; KV GB/s, % of copy bw {fmt_bw(copy_bw)})",
+                        f"(us per call; KV GB/s, % of the read ceiling {fmt_bw(ceiling_bw)})",
                   show_lines=False, header_style="bold")
         for c in ("bs", "q", "kv"):
             t.add_column(c, justify="right")

@@ -132,7 +132,7 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
         runner.obs = obs
         result = runner.run()
     rows = result.rows
-    for t in summary_tables(rows, result.copy_bandwidth_gbs, max_table_cases):
+    for t in summary_tables(rows, result.ceiling_gbs, max_table_cases):
         console.print(t)
     skipped = skipped_reasons(rows)
     if skipped is not None:
@@ -140,7 +140,8 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
     w = result.wall
     counts = rows["status"].value_counts().to_dict()
     console.print(
-        f"device: {result.device.name} (SM{result.device.sm})  copy bandwidth {fmt_bw(result.copy_bandwidth_gbs)}\n"
+        f"device: {result.device.name} (SM{result.device.sm})  copy bandwidth {fmt_bw(result.copy_bandwidth_gbs)}, read "
+        f"bandwidth {fmt_bw(result.read_bandwidth_gbs)} (the roofline ceiling: {fmt_bw(result.ceiling_gbs)})\n"
         f"rows: {len(rows)} ({', '.join(f'{k} {v}' for k, v in counts.items())}); timed {result.measurements} this call\n"
         f"wall {w.total_s:.1f} s: compile {w.compile_s:.1f}, inputs {w.inputs_s:.1f}, reference {w.reference_s:.1f}, "
         f"check {w.check_s:.1f}, timing {w.timing_s:.1f}\n"
@@ -215,7 +216,8 @@ def _sweep_on_devices(console, sc, opts, devices, out_dir, name, allow_wrong, ma
         Sweep(sc, opts)  # refuses bad --slow-kernel names before a worker starts
         merged = run_on_devices(sweep_payload(sc, opts), devices, out_dir, name, on_poll=poll)
     run = load_run(merged)
-    for t in summary_tables(run.rows, run.manifest.get("copy_bandwidth_gbs"), max_table_cases):
+    ceiling = run.manifest.get("read_bandwidth_gbs") or run.manifest.get("copy_bandwidth_gbs")
+    for t in summary_tables(run.rows, ceiling, max_table_cases):
         console.print(t)
     wall = [m.get("wall_s", {}).get("total_s") for m in run.manifest["merged_from"]]
     console.print(f"merged {len(run.rows)} rows from {len(devices)} shard(s) (worker wall s: {wall})\nrun: {merged}")

@@ -44,6 +44,8 @@ class SweepResult:
     copy_bandwidth_gbs: float | None = None
     measurements: int = 0
     error: str = ""  # why the run stopped early (a lost CUDA context), else ""
+    read_bandwidth_gbs: float | None = None  # kbench.hardware.read_bandwidth_gbs
+    ceiling_gbs: float | None = None  # roofline_frac's ceiling: the read figure, else (not measured) the copy figure
 
 
 @dataclass
@@ -131,16 +133,21 @@ class Sweep:
             writer = RunWriter(self.opt.resume, {}, resume=True)
             prev = read_journal(writer.dir / "rows.jsonl")
             done = set(zip(prev["kernel"], prev["case_id"]))
-            bw = writer.manifest.get("copy_bandwidth_gbs")
+            copy_bw, read_bw = writer.manifest.get("copy_bandwidth_gbs"), writer.manifest.get("read_bandwidth_gbs")
+            bw = read_bw or copy_bw
         else:
-            bw = None
+            bw = copy_bw = read_bw = None
             if dev.cuda:
-                self.obs.phase("measuring copy bandwidth")
-                from kbench.hardware import copy_bandwidth_gbs
+                self.obs.phase("measuring copy and read bandwidth")
+                from kbench.hardware import copy_bandwidth_gbs, read_bandwidth_gbs
 
-                bw = copy_bandwidth_gbs(dev.torch_device)
+                copy_bw = copy_bandwidth_gbs(dev.torch_device)
+                read_bw = read_bandwidth_gbs(dev.torch_device)
+                bw = read_bw or copy_bw  # the roofline ceiling
             run_dir = new_run_dir(self.opt.out_dir, self.opt.run_name or self.sc.name)
-            writer = RunWriter(run_dir, self._manifest(dev, bw))
+            ceiling = "read_bandwidth_gbs" if read_bw or not copy_bw else "copy_bandwidth_gbs"
+            writer = RunWriter(run_dir, {**self._manifest(dev, copy_bw), "read_bandwidth_gbs": read_bw,
+                                         "roofline_ceiling": ceiling})
         status, error = "complete", ""
         try:
             cases = shard_cases(self.sc.cases(), self.opt.shard or writer.manifest_shard())
@@ -186,7 +193,8 @@ class Sweep:
                 writer.manifest["clocks_end"] = clocks(dev.index)
             run_dir = writer.finalize(status)
         rows = read_journal(run_dir / "rows.jsonl")
-        return SweepResult(run_dir, rows, self.wall, status, dev, bw, self.measurements, error)
+        return SweepResult(run_dir, rows, self.wall, status, dev, copy_bw, self.measurements, error,
+                           read_bandwidth_gbs=read_bw, ceiling_gbs=bw)
 
     def _compile(self, dev: DeviceInfo, cases: list[Case], done, in_process: bool = True) -> None:
         """Compile every JIT module the sweep needs before the first measurement: each distinct

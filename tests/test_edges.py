@@ -399,3 +399,11 @@ def test_long_cpu_sweep_says_so_at_the_start(tmp_path):
         p.communicate(timeout=120)
     text = " ".join(" ".join(head).split())
     assert "1008 cases" in text and "take up to about" in text and "narrow the grid" in text
+
+
+def test_env_measures_copy_and_read_bandwidth_on_a_cpu():
+    r = run_cli(["env", "--json"])
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.output)
+    assert info["copy_bandwidth_gbs"] > 0 and info["read_bandwidth_gbs"] > 0
+    assert info["read_over_copy"] == round(info["read_bandwidth_gbs"] / info["copy_bandwidth_gbs"], 3)

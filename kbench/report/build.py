@@ -61,10 +61,11 @@ def nothing_to_report(rows: pd.DataFrame, device: dict) -> str:
     parts = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no kernel rows"
     ref = f"; its {ref_ok} ok row(s) are the float32 reference, which is not reported on" if ref_ok else ""
     if not device.get("sm"):  # a CPU run: the FlashInfer kernels need a CUDA GPU
-        return (f"nothing to report: this run is from a CPU, where every FlashInfer kernel is skipped ({parts})"
+        return (f"no row with status ok to report on: this run is from a CPU, where every FlashInfer kernel is "
+                f"skipped ({parts})"
                 f"{ref}; without a GPU, try report, select and gate on the committed H200 baseline: "
                 f"kbench report {COMMITTED_BASELINE}")
-    return f"nothing to report: no kernel row with status ok ({parts}){ref}"
+    return f"no row with status ok to report on ({parts}){ref}"
 
 
 def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None, holdout: float | None = None,
@@ -93,9 +94,10 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
     result.plots += [(p, f"Decode/context speedup over batch x kv_len per q_len: {p.stem}")
                      for p in plots.speedup_heatmaps(cases, out)]
     result.plots += [(p, f"Time against q_len per kernel: {p.stem}") for p in plots.time_vs_q(ok, pts, out)]
-    roof = plots.roofline(ok, rs.copy_bandwidth_gbs, out)
+    kind, ceiling = rs.ceiling
+    roof = plots.roofline(ok, ceiling, out, kind)
     if roof:
-        result.plots.append((roof, "Fraction of the copy-bandwidth roofline per kernel"))
+        result.plots.append((roof, f"Fraction of the {kind}-bandwidth roofline per kernel"))
     files = [p for p, _ in result.plots]
     files.append(save_policy(policy, out / "policy.json"))
     if holdout_policy is not None:
