@@ -407,3 +407,26 @@ def test_env_measures_copy_and_read_bandwidth_on_a_cpu():
     info = json.loads(r.output)
     assert info["copy_bandwidth_gbs"] > 0 and info["read_bandwidth_gbs"] > 0
     assert info["read_over_copy"] == round(info["read_bandwidth_gbs"] / info["copy_bandwidth_gbs"], 3)
+
+
+# ---- plots a reader understands --------------------------------------------------------------------------
+def test_heatmap_colorbar_has_a_scale_and_roofline_says_its_ceiling(tmp_path, monkeypatch):
+    from kbench.report import plots
+    from kbench.report.build import build_report
+
+    figs = {}
+    real = plots._save
+
+    def keep(fig, path):
+        figs[Path(path).name] = fig
+        return real(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    build_report([BASELINE], tmp_path / "rep")
+    heat = next(f for n, f in figs.items() if n.startswith("speedup-heatmap"))
+    cbar = heat.axes[-1]
+    labels = [t.get_text() for t in cbar.get_yticklabels() if t.get_text()]
+    assert len(labels) >= 5 and "1x" in labels, labels
+    roof = figs["roofline.png"].axes[0]
+    assert "copy bandwidth" in roof.get_ylabel() and "may pass 1.0" in roof.get_title()
+    assert [t.get_text() for t in roof.get_xticklabels()] == ["268", "1,074"]

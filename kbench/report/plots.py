@@ -80,8 +80,12 @@ def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path) -> list[Path]:
         for j in range(len(qs), nrows * ncols):
             axes[j // ncols][j % ncols].set_visible(False)
         cb = fig.colorbar(im, ax=axes, shrink=0.8, label="decode speedup (best context / best decode time)")
-        ticks = [t for t in (-3, -2, -1, -0.5, 0, 0.5, 1, 2, 3) if -lim <= t <= lim]
-        cb.set_ticks(ticks, labels=[f"{2 ** t:.2g}x" for t in ticks])
+        # ticks at round speedups inside the range, at least 5 (a range of 0.8x..1.25x got a lone `1x`)
+        ticks = np.log2([v for v in (0.125, 0.25, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2, 4, 8)
+                         if abs(math.log2(v)) <= lim + 1e-9])
+        if len(ticks) < 5:
+            ticks = np.linspace(-lim, lim, 5)
+        cb.set_ticks(list(ticks), labels=[f"{2 ** t:.3g}x" for t in ticks])
         fig.suptitle(f"Decode vs context speedup, {label}   (blue: decode faster, red: context faster, "
                      f"'=' tie, '-' one path missing)", fontsize=11)
         out.append(_save(fig, out_dir / f"{safe_name('speedup-heatmap-' + label)}.png"))
