@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kbench.cli.console import make_console
+
 from kbench.cli.errors import one_line_errors
 
 GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
@@ -127,7 +129,7 @@ def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignor
     res = run_gate(baseline, candidate, threshold=parse_threshold(threshold), alpha=alpha,
                    ignore_winner_change=ignore_winner_change, allow_missing=allow_missing, force=force,
                    run_spread_k=run_spread_k, noise_floor=parse_threshold(noise_floor, "--noise-floor"))
-    render(res, Console(), show_all)
+    render(res, make_console(), show_all)
     export(res, {name.removesuffix("_file"): path for name, path in files.items()})  # markdown: $GITHUB_STEP_SUMMARY too
     sys.exit(res.exit_code)
 

@@ -5,6 +5,8 @@ import json
 
 import click
 from rich.console import Console
+
+from kbench.cli.console import make_console
 from rich.table import Table
 
 from kbench.case import Case
@@ -30,7 +32,7 @@ def kernels_cmd(models, as_json):
     if as_json:
         click.echo(json.dumps({"device": dev.to_dict(), "kernels": data}, indent=2))
         return
-    c = Console()
+    c = make_console()
     t = Table(title=f"kernels on {dev.name} (SM{dev.sm}), checked at a Llama-3-8B bf16 HND shape", header_style="bold")
     for col in ("kernel", "path", "backend", "available", "why not / call"):
         t.add_column(col)
@@ -81,4 +83,4 @@ def env_cmd(as_json, no_bandwidth):
         elif isinstance(v, dict):
             v = ", ".join(f"{a} {b:.0f}" for a, b in v.items()) or "-"
         t.add_row(k, "-" if v in (None, "") else str(v))
-    Console().print(t)
+    make_console().print(t)

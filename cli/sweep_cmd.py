@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from kbench.axes import GRID, axes_with
+from kbench.cli.console import make_console
 from kbench.errors import BadInput
 from kbench.scenario import apply_overrides, load_scenario
 from kbench.devices import parse_devices, run_on_devices
@@ -79,7 +80,7 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
     Exit 1 if a kernel computed the wrong thing (unless --allow-wrong) or a fault stopped an in-process
     sweep, 2 on bad input.
     """
-    console = Console()
+    console = make_console()
     if jit_cache is not None:
         import os
 
@@ -236,4 +237,4 @@ def merge(runs, out_dir, name):
     writable_dir(out_dir, "--out")
     path = merge_runs(list(runs), out_dir, name)
     run = load_run(path)
-    Console().print(f"merged {len(run.rows)} rows from {len(runs)} runs ({run.manifest['status']}): {path}")
+    make_console().print(f"merged {len(run.rows)} rows from {len(runs)} runs ({run.manifest['status']}): {path}")

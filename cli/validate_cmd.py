@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 
 from rich.console import Console
+
+from kbench.cli.console import make_console
 from rich.table import Table
 
 from kbench import atomic
@@ -33,7 +35,7 @@ def validate_timer_cmd(kernels, out_file, tolerance):
         raise BadInput("validate-timer needs a CUDA GPU (none here)")
     from kbench.validate import validate_timer
 
-    console = Console()
+    console = make_console()
     names = [k.strip() for k in kernels.split(",")] if kernels else None
     rows = validate_timer(names, on_row=lambda r: console.print(f"  {r.kernel} {r.case_id}: {r.kbench_us:.1f} us"))
     t = Table(title="kbench timer vs CUPTI (same graph replays; eager alone; eager back to back) and "

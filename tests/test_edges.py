@@ -430,3 +430,14 @@ def test_heatmap_colorbar_has_a_scale_and_roofline_says_its_ceiling(tmp_path, mo
     roof = figs["roofline.png"].axes[0]
     assert "copy bandwidth" in roof.get_ylabel() and "may pass 1.0" in roof.get_title()
     assert [t.get_text() for t in roof.get_xticklabels()] == ["268", "1,074"]
+
+
+# ---- CI logs ---------------------------------------------------------------------------------------------
+def test_without_a_terminal_tables_keep_words_and_progress_is_logged(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["KBENCH_PROGRESS_S"] = "0"
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", *TINY, "--out", str(tmp_path)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "trtllm-decode" in r.stdout and "trtllm-context" in r.stdout  # one word, not trtl/lm-d/ecod/e
+    assert "  measuring: 1/2 after" in r.stdout and "  measuring: 2/2 after" in r.stdout
