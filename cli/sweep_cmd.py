@@ -90,11 +90,11 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
     if resume:
         if any(v is not None for v in axes.values()):
             raise BadInput("--resume takes the scenario from the run; drop the axis options")
+        manifest = read_manifest(resume)
         fixed = [flag for name, flag in _FIXED_BY_RUN if _given(name)]
         if fixed:
             raise BadInput(f"--resume finishes the run as it was started: {', '.join(fixed)} cannot change it "
                            f"(drop {'them' if len(fixed) > 1 else 'it'})")
-        manifest = read_manifest(resume)
         check_resumable(resume, manifest)
         from kbench.kernels.device import probe_device
         from kbench.resume import check_resume
@@ -111,7 +111,7 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
         if force:
             raise BadInput("--force goes with --resume")
         sc = apply_overrides(load_scenario(scenario), **axes)
-        writable_dir(out_dir, "--out")
+        writable_dir(out_dir, "--out", create=False)  # the run folder is made when the sweep starts
     opts = SweepOptions(out_dir=out_dir, resume=resume, run_name=run_name, device_index=device_index, seed=seed,
                         slow_kernel=_slow(slow_kernel), compile_workers=compile_workers, isolate=isolate, command_line=shlex.join(["kbench", *sys.argv[1:]]))
     if devices:
@@ -234,7 +234,7 @@ def merge(runs, out_dir, name):
     """Join shard runs (from --shard i/N or --devices) into one run; refuses mismatched manifests."""
     from kbench.merge import merge_runs
 
-    writable_dir(out_dir, "--out")
+    writable_dir(out_dir, "--out", create=False)
     path = merge_runs(list(runs), out_dir, name)
     run = load_run(path)
     make_console().print(f"merged {len(run.rows)} rows from {len(runs)} runs ({run.manifest['status']}): {path}")
