@@ -7,6 +7,7 @@
 # Steps: env, sweep, sweep2 (--devices 0), repeat (two back-to-back sweeps, the second through --devices 0,
 # compared and gated), slow (the sweep at bs16 with fa2-prefill slowed, gated against the first repeat run),
 # fault (test-oob-write isolated, then in-process and resumed), validate, probe (tests/gpu/probe_noise.py),
+# ceiling (copy vs read bandwidth, and the sweep runs' best KV read rate against both: tests/gpu/ceiling.py),
 # tests, cache, or any other word: a shell command.
 set -uo pipefail
 n=0
@@ -40,6 +41,7 @@ for s in "$@"; do
       step fault-isolated 200 kbench sweep $F --name fault-isolated
       step fault-inproc 200 bash -c "kbench sweep $F --name fault-inproc --no-isolate; echo rc=\$?; kbench sweep --resume /tmp/res/fault-inproc-*"
       step fault-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fault-*' ;;
+    ceiling) step ceiling 120 python3 tests/gpu/ceiling.py /tmp/res ;;
     probe) step probe 300 python3 tests/gpu/probe_noise.py /tmp/res/probe ;;
     validate) step validate "${VALIDATE_LIMIT:-150}" kbench validate-timer --out /tmp/res/validate-timer.json ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
