@@ -9,7 +9,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from kbench.cli.console import make_console
-
 from kbench.cli.errors import one_line_errors
 
 GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.

@@ -441,3 +441,21 @@ def test_without_a_terminal_tables_keep_words_and_progress_is_logged(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "trtllm-decode" in r.stdout and "trtllm-context" in r.stdout  # one word, not trtl/lm-d/ecod/e
     assert "  measuring: 1/14 after" in r.stdout and "  measuring: 14/14 after" in r.stdout
+
+
+def test_read_bandwidth_in_the_typed_manifest_keeps_old_runs_comparable(tmp_path):
+    """A run with the read ceiling and the committed baseline (from before it) merge, pool and gate alike."""
+    from kbench.manifest import GATE, MERGE, POOL, Manifest, comparable
+
+    old = load_run(BASELINE)
+    new_dir = tmp_path / "new"
+    shutil.copytree(BASELINE, new_dir)
+    m = json.loads((new_dir / "manifest.json").read_text())
+    m.update(read_bandwidth_gbs=4418.0, roofline_ceiling="read_bandwidth_gbs")
+    (new_dir / "manifest.json").write_text(json.dumps(m))
+    new = load_run(new_dir)
+    assert Manifest.of(old).ceiling == ("copy", pytest.approx(4134.36, abs=0.01))
+    assert Manifest.of(new).ceiling == ("read", 4418.0)
+    for purpose in (MERGE, POOL, GATE):
+        v = comparable(old, new, purpose)
+        assert v.ok and not v.warnings, (purpose, v)

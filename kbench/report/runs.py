@@ -14,6 +14,7 @@ import pandas as pd
 
 from kbench import axes
 from kbench.errors import BadInput
+from kbench.manifest import ceiling
 from kbench.store import Run, load_run
 
 GROUP_COLUMNS = axes.GROUP_COLUMNS  # re-exported: the report's group key
@@ -29,8 +30,8 @@ class RunSet:
 
     @property
     def ceiling(self) -> tuple[str, float | None]:
-        """The roofline ceiling the rows' roofline_frac was computed against: ('read', GB/s) or ('copy', GB/s)."""
-        return ("read", self.read_bandwidth_gbs) if self.read_bandwidth_gbs else ("copy", self.copy_bandwidth_gbs)
+        """The roofline ceiling the rows' roofline_frac was computed against (kbench.manifest.ceiling)."""
+        return ceiling(self.copy_bandwidth_gbs, self.read_bandwidth_gbs)
 
     def sources(self) -> list[dict]:
         counts = self.rows.groupby("run")["case_id"].nunique().to_dict() if len(self.rows) else {}
