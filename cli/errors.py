@@ -1,12 +1,35 @@
-"""kbench's own errors as one `error: ...` line and their exit code (2 for bad input), never a traceback."""
+"""kbench's own errors, file-system errors on a path and closed pipes as one `error: ...` line and their exit
+code (2 for bad input), never a traceback."""
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import sys
 
 import click
 
 from kbench.errors import KbenchError
+
+# errors of the file system that mean "this output (or input) path cannot be used": one line, exit 2
+_PATH_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
+                errno.EDQUOT, errno.EFBIG, errno.EEXIST, errno.ENAMETOOLONG}
+
+
+def closed_pipe() -> None:
+    """The reader of our output went away (`kbench report | head -2`): it has what it wanted. Send the
+    rest of our output nowhere (no 'Exception ignored' at exit) and end quietly with 0."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(0)
+
+
+def rich_closed_pipe(console) -> None:
+    """rich's Console.on_broken_pipe: rich itself would exit 1; one_line_errors then ends quietly with 0."""
+    raise BrokenPipeError(errno.EPIPE, "closed pipe")
 
 
 def one_line_errors(fn):
@@ -18,4 +41,14 @@ def one_line_errors(fn):
         except KbenchError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
+        except BrokenPipeError:
+            closed_pipe()
+        except OSError as e:
+            if e.errno == errno.EPIPE:
+                closed_pipe()
+            if e.errno not in _PATH_ERRNOS:
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            click.echo(f"error: {where}{e.strerror or e}", err=True)
+            sys.exit(2)
     return wrapper

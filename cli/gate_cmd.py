@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kbench.cli.console import make_console
 from kbench.cli.errors import one_line_errors
 
 GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
@@ -56,7 +57,7 @@ _STYLE = {"regression": "bold red", "wrong": "bold red", "failed": "bold red", "
 def render(res, console: Console, show_all: bool) -> None:
     from kbench.gate.markdown import fmt_change, fmt_value
 
-    rows = res.rows if show_all else [r for r in res.rows if r.outcome not in ("pass",)]
+    rows = res.rows if show_all else [r for r in res.rows if r.outcome not in ("pass", "not-compared")]
     table = Table(title=escape(f"kbench gate: {res.baseline} -> {res.candidate}"), show_lines=False)
     for col, kw in (("kernel", {}), ("case", {}), ("metric", {}), ("baseline", {"justify": "right"}),
                     ("candidate", {"justify": "right"}), ("change", {"justify": "right"}), ("outcome", {}),
@@ -69,9 +70,18 @@ def render(res, console: Console, show_all: bool) -> None:
                       f"[{style}]{r.outcome}[/]" if style else r.outcome, escape(r.note))
     if rows:
         console.print(table)
-    hidden = len(res.rows) - len(rows)
-    if hidden:
-        console.print(f"[dim]{hidden} row(s) passed within the threshold (--show-all lists them)[/]")
+    passed = sum(r.outcome == "pass" for r in res.rows) if not show_all else 0
+    if passed:
+        console.print(f"[dim]{passed} row(s) passed within the threshold (--show-all lists them)[/]")
+    skipped = [r for r in res.rows if r.outcome == "not-compared"] if not show_all else []
+    if skipped:
+        why: dict[str, int] = {}
+        for r in skipped:
+            k = f"{r.kernel}: {r.note}" if r.kernel else r.note
+            why[k] = why.get(k, 0) + 1
+        top = "; ".join(f"{n} {k}" for k, n in sorted(why.items(), key=lambda kv: -kv[1])[:4])
+        console.print(escape(f"{len(skipped)} row(s) not compared ({top}{'; ...' if len(why) > 4 else ''}); "
+                             f"--show-all lists them"), style="dim")
     for w in res.winner_changes:
         tag = "[bold red]winner change[/]" if w.fails else "[yellow]winner change (allowed)[/]"
         console.print(f"{tag} " + escape(f"{w.case_id}: {w.base_path} ({w.base_winner}) -> {w.cand_path} "
@@ -118,7 +128,7 @@ def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignor
     res = run_gate(baseline, candidate, threshold=parse_threshold(threshold), alpha=alpha,
                    ignore_winner_change=ignore_winner_change, allow_missing=allow_missing, force=force,
                    run_spread_k=run_spread_k, noise_floor=parse_threshold(noise_floor, "--noise-floor"))
-    render(res, Console(), show_all)
+    render(res, make_console(), show_all)
     export(res, {name.removesuffix("_file"): path for name, path in files.items()})  # markdown: $GITHUB_STEP_SUMMARY too
     sys.exit(res.exit_code)
 
@@ -128,8 +138,10 @@ def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignor
 @click.option("--name", required=True, help="Baseline name: results/baselines/NAME (one folder name).")
 @click.option("--root", default="results/baselines", show_default=True, type=click.Path(file_okay=False),
               help="Folder that holds the baselines.")
+@click.option("--force", is_flag=True, help="Replace an existing baseline of the same name (refused without it).")
+@click.option("--allow-partial", is_flag=True, help="Accept runs that are not complete (interrupted, still running).")
 @one_line_errors
-def baseline(runs, name, root):
+def baseline(runs, name, root, force, allow_partial):
     """Write or refresh the baseline NAME from RUN (rows and manifest), meant to be committed.
 
     \b
@@ -138,15 +150,18 @@ def baseline(runs, name, root):
     run_spread = (max - min) / median of the per-run medians, and the runs' samples pooled. The gate
     widens its band by run_spread: band = max(threshold, K * run_noise, run_spread), see kbench gate --help.
     """
-    from kbench.baselines import write_multi_baseline
+    from kbench.baselines import baseline_dir, write_multi_baseline
+    from kbench.outputs import writable_dir
     from kbench.store import load_run
 
+    baseline_dir(name, root)  # a bad name is refused before the root is created
+    writable_dir(root, "--root", create=False)
     loaded = [load_run(r) for r in runs]
     for run, r in zip(runs, loaded):
-        if r.manifest.get("status") not in (None, "complete"):
+        if r.manifest.get("status") not in (None, "complete") and allow_partial:
             click.echo(f"warning: {run} has status {r.manifest.get('status')!r}; the baseline holds only the rows "
                        "it measured", err=True)
-    dest, rows, warnings = write_multi_baseline(loaded, name, root)
+    dest, rows, warnings = write_multi_baseline(loaded, name, root, force, allow_partial)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
     counts = rows["status"].value_counts().to_dict() if "status" in rows else {}

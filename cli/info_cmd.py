@@ -5,6 +5,8 @@ import json
 
 import click
 from rich.console import Console
+
+from kbench.cli.console import make_console
 from rich.table import Table
 
 from kbench.case import Case
@@ -30,7 +32,7 @@ def kernels_cmd(models, as_json):
     if as_json:
         click.echo(json.dumps({"device": dev.to_dict(), "kernels": data}, indent=2))
         return
-    c = Console()
+    c = make_console()
     t = Table(title=f"kernels on {dev.name} (SM{dev.sm}), checked at a Llama-3-8B bf16 HND shape", header_style="bold")
     for col in ("kernel", "path", "backend", "available", "why not / call"):
         t.add_column(col)
@@ -49,18 +51,22 @@ def kernels_cmd(models, as_json):
 
 @click.command("env")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--no-bandwidth", is_flag=True, help="Skip the copy-bandwidth measurement.")
+@click.option("--no-bandwidth", is_flag=True, help="Skip the copy and read bandwidth measurements.")
 def env_cmd(as_json, no_bandwidth):
-    """The device, SM, versions, clocks and measured copy bandwidth."""
+    """The device, SM, versions, clocks and measured copy and read bandwidth (the read figure is the
+    roofline ceiling of sweep's roofline_frac; both are measured on a CPU too)."""
     from kbench import __version__
-    from kbench.hardware import clocks, copy_bandwidth_gbs
+    from kbench.hardware import clocks, copy_bandwidth_gbs, read_bandwidth_gbs
 
     dev = probe_device()
     info = {"kbench": __version__, **dev.to_dict()}
     if dev.cuda:
         info["clocks"] = clocks(dev.index)
-        if not no_bandwidth:
-            info["copy_bandwidth_gbs"] = copy_bandwidth_gbs(dev.torch_device)
+    if not no_bandwidth:
+        info["copy_bandwidth_gbs"] = copy_bandwidth_gbs(dev.torch_device)
+        info["read_bandwidth_gbs"] = read_bandwidth_gbs(dev.torch_device)
+        if info["copy_bandwidth_gbs"] and info["read_bandwidth_gbs"]:
+            info["read_over_copy"] = round(info["read_bandwidth_gbs"] / info["copy_bandwidth_gbs"], 3)
     if as_json:
         click.echo(json.dumps(info, indent=2, default=str))
         return
@@ -71,8 +77,10 @@ def env_cmd(as_json, no_bandwidth):
         if k == "total_memory" or k == "l2_bytes":
             v = f"{v / 2**20:,.0f} MiB" if v else "-"
         elif k == "copy_bandwidth_gbs" and v:
-            v = f"{v:,.0f} GB/s (device-to-device copy, bytes read + written)"
+            v = f"{v:,.0f} GB/s (copy, bytes read + written)"
+        elif k == "read_bandwidth_gbs" and v:
+            v = f"{v:,.0f} GB/s (read-only reduction over a buffer far above the cache: the roofline ceiling)"
         elif isinstance(v, dict):
             v = ", ".join(f"{a} {b:.0f}" for a, b in v.items()) or "-"
         t.add_row(k, "-" if v in (None, "") else str(v))
-    Console().print(t)
+    make_console().print(t)

@@ -1,29 +1,73 @@
-"""`kbench` entry point: one click group; each command lives in its own module under cli/."""
+"""`kbench` entry point: one click group; each command lives in its own module under cli/, imported only
+when that command runs (torch and pandas load in about 4 s: `kbench --help` must not pay for them)."""
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
 from kbench import __version__
-from kbench.cli.errors import one_line_errors
+from kbench.cli.errors import one_line_errors, rich_closed_pipe
 
-# module -> click command objects it defines (each module keeps its command next to its rendering)
-COMMAND_MODULES = {
-    "kbench.cli.sweep_cmd": ["sweep", "merge"],
-    "kbench.cli.info_cmd": ["kernels_cmd", "env_cmd"],
-    "kbench.cli.validate_cmd": ["validate_timer_cmd"],
-    "kbench.cli.server_bench_cmd": ["server_bench"],
-    "kbench.cli.gate_cmd": ["gate", "baseline"],
-    "kbench.cli.report_cmd": ["report_cmd", "select_cmd"],
+# command name -> (module, attribute, the line `kbench --help` shows for it without importing it;
+# tests/test_edges.py checks each command exists and its own help says the same thing)
+COMMANDS = {
+    "sweep": ("kbench.cli.sweep_cmd", "sweep", "Sweep batch size x q_len x kv_len over every decode and context kernel."),
+    "merge": ("kbench.cli.sweep_cmd", "merge", "Join shard runs (from --shard i/N or --devices) into one run."),
+    "kernels": ("kbench.cli.info_cmd", "kernels_cmd", "List every kernel with its availability on this machine."),
+    "env": ("kbench.cli.info_cmd", "env_cmd", "The device, SM, versions, clocks and measured bandwidth ceilings."),
+    "validate-timer": ("kbench.cli.validate_cmd", "validate_timer_cmd", "Time every available kernel at 6 shapes with kbench's timer and CUPTI."),
+    "server-bench": ("kbench.cli.server_bench_cmd", "server_bench", "One-batch benchmark of a live SGLang or vLLM server."),
+    "gate": ("kbench.cli.gate_cmd", "gate", "Compare a candidate run with a baseline; exit 1 on a regression."),
+    "baseline": ("kbench.cli.gate_cmd", "baseline", "Write or refresh the baseline NAME from RUN, meant to be committed."),
+    "report": ("kbench.cli.report_cmd", "report_cmd", "Winners, crossovers, a selection policy, regret and plots from RUNs."),
+    "select": ("kbench.cli.report_cmd", "select_cmd", "The kernel to use for one shape, from a policy file."),
 }
 
 
 class KbenchGroup(click.Group):
-    """Turns kbench's own errors into one line and their exit code (2 for bad input), never a traceback."""
+    """Lazy commands; kbench's own errors, file-system errors and click's usage errors as one line and
+    their exit code (2 for bad input), never a traceback."""
+
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        mod, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(mod), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = []
+        for name, (_, _, short) in COMMANDS.items():
+            rows.append((name, short))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx):
+        from rich.console import Console
+
+        Console.on_broken_pipe = rich_closed_pipe  # rich would exit 1 on its own
         return one_line_errors(super().invoke)(ctx)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as e:  # unknown option, missing argument, bad choice: one line, exit 2
+            where = e.ctx.command_path if e.ctx is not None else (prog_name or "kbench")
+            click.echo(f"error: {e.format_message()} (see {where} --help)", err=True)
+            sys.exit(2)
+        except click.ClickException as e:
+            click.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
 
 
 @click.group(cls=KbenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,12 +79,6 @@ def cli():
     time them, and turn the results into a kernel-selection policy, a CI gate and a server benchmark.
     Exit codes: 0 ok, 1 gate failed or a kernel was wrong, 2 bad input.
     """
-
-
-for _mod, _names in COMMAND_MODULES.items():
-    _m = importlib.import_module(_mod)
-    for _n in _names:
-        cli.add_command(getattr(_m, _n))
 
 
 def main() -> None:

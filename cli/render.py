@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import os
+import time
 
 import pandas as pd
 from rich.console import Console
@@ -13,6 +15,7 @@ from kbench.rows import Row
 from kbench.sweep import SweepObserver
 from kbench.winners import case_winners
 
+LOG_EVERY_S = 30  # progress line period without a terminal (env KBENCH_PROGRESS_S)
 STATUS_STYLE = {"ok": "green", "skipped": "dim", "wrong": "bold red", "failed": "red"}
 
 
@@ -34,6 +37,9 @@ class RichSweepObserver(SweepObserver):
         )
         self.task = None
         self.counted = False
+        # without a terminal the bar is drawn once, at the end: log a progress line every LOG_EVERY_S instead
+        self.log_every_s = float(os.environ.get("KBENCH_PROGRESS_S", LOG_EVERY_S))
+        self._last_log = time.monotonic()
 
     def __enter__(self):
         self.progress.start()
@@ -69,6 +75,17 @@ class RichSweepObserver(SweepObserver):
                 self.progress.advance(self.task)
         elif self.counted:
             self.progress.advance(self.task)
+        self._log_line()
+
+    def _log_line(self) -> None:
+        if self.console.is_terminal or self.task is None or time.monotonic() - self._last_log < self.log_every_s:
+            return
+        self._last_log = time.monotonic()
+        t = next(t for t in self.progress.tasks if t.id == self.task)
+        eta = f", eta {t.time_remaining:.0f} s" if t.time_remaining is not None else ""
+        of = f"/{t.total:.0f}" if t.total is not None else ""
+        self.console.print(f"  {t.fields.get('phase', '')}: {t.completed:.0f}{of} after {t.elapsed or 0:.0f} s{eta}"
+                           f"{' - ' + t.description if t.description else ''}", markup=False, highlight=False)
 
     def row(self, row: Row):
         if row.status in ("wrong", "failed"):
@@ -78,7 +95,7 @@ class RichSweepObserver(SweepObserver):
         self.console.print(f"[yellow]{text}[/]")
 
 
-def summary_tables(rows: pd.DataFrame, copy_bw: float | None, max_cases: int = 400) -> list[Table]:
+def summary_tables(rows: pd.DataFrame, ceiling_bw: float | None, max_cases: int = 400) -> list[Table]:
     """One table per (heads, dtype, layout, page) group: a line per case, a column per kernel
     (median us; KV bandwidth and roofline fraction under it), the decode speedup and the winner."""
     if rows.empty:
@@ -91,7 +108,7 @@ def summary_tables(rows: pd.DataFrame, copy_bw: float | None, max_cases: int = 4
         kv_note = "" if k["kv_dtype"] == k["dtype"] else f" kv {k['kv_dtype']}"
         t = Table(title=f"heads {k['num_qo_heads']}/{k['num_kv_heads']}x{k['head_dim']}  {k['dtype']}{kv_note}  "
                         f"{k['kv_layout']}  page {k['page_size']}{extra_label(k)}   "
-                        f"(us per call; KV GB/s, % of copy bw {fmt_bw(copy_bw)})",
+                        f"(us per call; KV GB/s, % of the read ceiling {fmt_bw(ceiling_bw)})",
                   show_lines=False, header_style="bold")
         for c in ("bs", "q", "kv"):
             t.add_column(c, justify="right")

@@ -5,6 +5,8 @@ import json
 
 import click
 from rich.console import Console
+
+from kbench.cli.console import make_console
 from rich.markup import escape
 from rich.table import Table
 
@@ -47,7 +49,7 @@ def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows):
         raise BadInput("--plot-batch and --plot-kv must be given the same number of times (they pair up)")
     res = build_report(list(runs), out_dir, holdout=holdout, seed=seed,
                        plot_points=list(zip(plot_batch, plot_kv)) or None)
-    con = Console()
+    con = make_console()
     headers, rows = case_table(res.cases)
     shown = rows[:max_rows] if max_rows >= 0 else rows
     con.print(_table(f"Per case ({len(rows)} cases; ties marked)", headers, shown, highlight="tie"))

@@ -8,12 +8,16 @@ import click
 from rich.console import Console
 
 from kbench.axes import GRID, axes_with
+from kbench.cli.console import make_console
 from kbench.errors import BadInput
 from kbench.scenario import apply_overrides, load_scenario
 from kbench.devices import parse_devices, run_on_devices
 from kbench.store import load_run
 from kbench.sweep import Sweep, SweepOptions, parse_shard, scenario_of_run, shard_cases, sweep_payload
 from kbench.store import check_resumable, read_manifest
+
+from kbench.outputs import writable_dir
+from kbench.signals import terminate_as_interrupt
 
 from kbench.cli.render import RichSweepObserver, fmt_bw, skipped_reasons, summary_tables
 
@@ -62,9 +66,10 @@ def grid_axis_options(f):
 @click.option("--isolate/--no-isolate", default=None,
               help="Run kernels in a worker process restarted after a crash (a CUDA fault poisons the process): the crashed kernel gets a failed row, the sweep goes on. Default: on when a GPU is there.")
 @click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
+@click.option("--force", is_flag=True, help="With --resume: finish a baseline folder or a run measured on another device anyway.")
 def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, duty, l2, out_dir, run_name, resume,
           device_index, seed, allow_wrong, slow_kernel, compile_workers, jit_cache, shard, devices, isolate,
-          max_table_cases, **grid):
+          max_table_cases, force, **grid):
     """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
 
     Each kernel's output is checked against a float32 torch reference before it is timed (CUDA-graph
@@ -75,42 +80,60 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
     Exit 1 if a kernel computed the wrong thing (unless --allow-wrong) or a fault stopped an in-process
     sweep, 2 on bad input.
     """
-    console = Console()
-    if jit_cache:
+    console = make_console()
+    if jit_cache is not None:
         import os
 
-        os.makedirs(jit_cache, exist_ok=True)
-        os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(jit_cache)
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(writable_dir(jit_cache, "--jit-cache"))
     axes = dict(**grid, model=model, heads=heads, kernels=kernels,
                 spread_target=spread_target, budget_s=budget_s, l2=l2, min_time_s=min_time_s, duty=duty)
     if resume:
         if any(v is not None for v in axes.values()):
             raise BadInput("--resume takes the scenario from the run; drop the axis options")
         manifest = read_manifest(resume)
+        fixed = [flag for name, flag in _FIXED_BY_RUN if _given(name)]
+        if fixed:
+            raise BadInput(f"--resume finishes the run as it was started: {', '.join(fixed)} cannot change it "
+                           f"(drop {'them' if len(fixed) > 1 else 'it'})")
         check_resumable(resume, manifest)
+        from kbench.kernels.device import probe_device
+        from kbench.resume import check_resume
+
+        nothing = check_resume(resume, manifest, probe_device(device_index, with_flashinfer=False).to_dict(), force)
+        if nothing:
+            console.print(nothing, markup=False)
+            return
         try:
             sc = scenario_of_run(manifest)
         except (KeyError, TypeError, AttributeError) as e:  # a hand-edited or foreign manifest
             raise BadInput(f"{resume}: the manifest's scenario is incomplete ({type(e).__name__}: {e})") from None
     else:
+        if force:
+            raise BadInput("--force goes with --resume")
         sc = apply_overrides(load_scenario(scenario), **axes)
+        writable_dir(out_dir, "--out", create=False)  # the run folder is made when the sweep starts
     opts = SweepOptions(out_dir=out_dir, resume=resume, run_name=run_name, device_index=device_index, seed=seed,
                         slow_kernel=_slow(slow_kernel), compile_workers=compile_workers, isolate=isolate, command_line=shlex.join(["kbench", *sys.argv[1:]]))
     if devices:
         if shard or resume:
             raise BadInput("--devices runs its own shards: drop --shard/--resume")
-        return _sweep_on_devices(console, sc, opts, parse_devices(devices), out_dir, run_name or sc.name,
-                                 allow_wrong, max_table_cases)
+        import torch
+
+        devs = parse_devices(devices, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+        return _sweep_on_devices(console, sc, opts, devs, out_dir, run_name or sc.name, allow_wrong, max_table_cases)
     opts.shard = parse_shard(shard) if shard else None  # isdecimal digits only: int() takes each
     cases = shard_cases(sc.cases(), opts.shard)
     runner = Sweep(sc, opts)  # refuses bad --slow-kernel names before anything is printed
     console.print(f"[bold]{sc.name}[/]: {len(cases)} cases x {len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels "
                   f"({sc.source})")
-    with RichSweepObserver(console) as obs:
+    long_cpu = cpu_sweep_warning(len(cases), sc.timing)
+    if long_cpu:
+        console.print(f"[yellow]{long_cpu}[/]")
+    with terminate_as_interrupt() as stop, RichSweepObserver(console) as obs:
         runner.obs = obs
         result = runner.run()
     rows = result.rows
-    for t in summary_tables(rows, result.copy_bandwidth_gbs, max_table_cases):
+    for t in summary_tables(rows, result.ceiling_gbs, max_table_cases):
         console.print(t)
     skipped = skipped_reasons(rows)
     if skipped is not None:
@@ -118,26 +141,62 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
     w = result.wall
     counts = rows["status"].value_counts().to_dict()
     console.print(
-        f"device: {result.device.name} (SM{result.device.sm})  copy bandwidth {fmt_bw(result.copy_bandwidth_gbs)}\n"
+        f"device: {result.device.name} (SM{result.device.sm})  copy bandwidth {fmt_bw(result.copy_bandwidth_gbs)}, read "
+        f"bandwidth {fmt_bw(result.read_bandwidth_gbs)} (the roofline ceiling: {fmt_bw(result.ceiling_gbs)})\n"
         f"rows: {len(rows)} ({', '.join(f'{k} {v}' for k, v in counts.items())}); timed {result.measurements} this call\n"
         f"wall {w.total_s:.1f} s: compile {w.compile_s:.1f}, inputs {w.inputs_s:.1f}, reference {w.reference_s:.1f}, "
         f"check {w.check_s:.1f}, timing {w.timing_s:.1f}\n"
         f"run: {result.run_dir}"
     )
+    if result.error.startswith("cannot write"):
+        click.echo(f"error: {result.error}; the journal keeps {len(rows)} complete row(s); free space, then "
+                   f"kbench sweep --resume {result.run_dir}", err=True)
+        sys.exit(2)
     if result.error:
         console.print(f"[bold red]stopped: {result.error}[/]\n[yellow]rows so far are kept; finish in a fresh process "
                       f"with kbench sweep --resume {result.run_dir} (isolation, the default on a GPU, restarts "
                       f"its worker instead)[/]")
         sys.exit(1)
     if result.status == "interrupted":
-        console.print(f"[yellow]interrupted: rows so far are kept; finish with kbench sweep --resume {result.run_dir}[/]")
-        sys.exit(130)
+        console.print(f"[yellow]interrupted ({stop.reason}): rows so far are kept; finish with "
+                      f"kbench sweep --resume {result.run_dir}[/]")
+        sys.exit(stop.exit_code)
     bad = rows[rows["status"] == "wrong"]
     if len(bad):
         console.print(f"[bold red]{len(bad)} kernel result(s) WRONG against the reference[/]"
                       + ("" if allow_wrong else " (exit 1; --allow-wrong to accept)"))
         if not allow_wrong:
             sys.exit(1)
+
+
+CPU_S_PER_CASE = 0.5  # inputs, reference and check of a case on a CPU, beyond its timing
+CPU_WARN_S = 180
+
+
+def cpu_sweep_warning(n_cases: int, timing) -> str | None:
+    """On a CPU (no CUDA): a warning when the sweep will take more than a few minutes, with how to narrow it."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    est = n_cases * (max(timing.budget_s, timing.min_time_s) + CPU_S_PER_CASE)
+    if est <= CPU_WARN_S:
+        return None
+    return (f"on a CPU these {n_cases} cases take up to about {est / 60:.0f} min (the reference is timed up to "
+            f"{timing.budget_s:g} s per case; the FlashInfer kernels need a GPU); narrow the grid with "
+            f"--batch-size/--q-len/--kv-len, or lower --budget")
+
+
+# options fixed by the run that --resume finishes: given with --resume they are refused, not ignored
+_FIXED_BY_RUN = (("scenario", "--scenario"), ("out_dir", "--out"), ("run_name", "--name"), ("shard", "--shard"),
+                 ("devices", "--devices"), ("seed", "--seed"))
+
+
+def _given(name: str) -> bool:
+    from click.core import ParameterSource
+
+    src = click.get_current_context().get_parameter_source(name)
+    return src in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
 def _sweep_on_devices(console, sc, opts, devices, out_dir, name, allow_wrong, max_table_cases):
@@ -158,7 +217,8 @@ def _sweep_on_devices(console, sc, opts, devices, out_dir, name, allow_wrong, ma
         Sweep(sc, opts)  # refuses bad --slow-kernel names before a worker starts
         merged = run_on_devices(sweep_payload(sc, opts), devices, out_dir, name, on_poll=poll)
     run = load_run(merged)
-    for t in summary_tables(run.rows, run.manifest.get("copy_bandwidth_gbs"), max_table_cases):
+    ceiling = run.manifest.get("read_bandwidth_gbs") or run.manifest.get("copy_bandwidth_gbs")
+    for t in summary_tables(run.rows, ceiling, max_table_cases):
         console.print(t)
     wall = [m.get("wall_s", {}).get("total_s") for m in run.manifest["merged_from"]]
     console.print(f"merged {len(run.rows)} rows from {len(devices)} shard(s) (worker wall s: {wall})\nrun: {merged}")
@@ -174,6 +234,7 @@ def merge(runs, out_dir, name):
     """Join shard runs (from --shard i/N or --devices) into one run; refuses mismatched manifests."""
     from kbench.merge import merge_runs
 
+    writable_dir(out_dir, "--out", create=False)
     path = merge_runs(list(runs), out_dir, name)
     run = load_run(path)
-    Console().print(f"merged {len(run.rows)} rows from {len(runs)} runs ({run.manifest['status']}): {path}")
+    make_console().print(f"merged {len(run.rows)} rows from {len(runs)} runs ({run.manifest['status']}): {path}")

@@ -5,9 +5,13 @@ import json
 from pathlib import Path
 
 import click
+
 from rich.console import Console
+
+from kbench.cli.console import make_console
 from rich.table import Table
 
+from kbench import atomic
 from kbench.errors import BadInput
 
 
@@ -31,7 +35,7 @@ def validate_timer_cmd(kernels, out_file, tolerance):
         raise BadInput("validate-timer needs a CUDA GPU (none here)")
     from kbench.validate import validate_timer
 
-    console = Console()
+    console = make_console()
     names = [k.strip() for k in kernels.split(",")] if kernels else None
     rows = validate_timer(names, on_row=lambda r: console.print(f"  {r.kernel} {r.case_id}: {r.kbench_us:.1f} us"))
     t = Table(title="kbench timer vs CUPTI (same graph replays; eager alone; eager back to back) and "
@@ -56,4 +60,4 @@ def validate_timer_cmd(kernels, out_file, tolerance):
     console.print(t)
     console.print(f"{len(rows) - outside}/{len(rows)} within {tolerance:.0%} of CUPTI")
     if out_file:
-        Path(out_file).write_text(json.dumps([r.to_dict() for r in rows], indent=2))
+        atomic.write_text(out_file, json.dumps([r.to_dict() for r in rows], indent=2))

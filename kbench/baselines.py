@@ -4,8 +4,9 @@
     results/baselines/NAME/rows.parquet    every row (ok, wrong, skipped, failed)
     results/baselines/NAME/rows.csv        the same, diffable in a pull request
 
-No journal: load_run reads the Parquet. Writing an existing name replaces it (that is how a baseline is
-refreshed after an improvement).
+No journal: load_run reads the Parquet. An existing baseline is replaced only with force=True (`--force`:
+that is how a baseline is refreshed after an improvement). A source run must hold at least one ok row, no
+row twice, and be complete (unless allow_partial): see check_source.
 
 One run: the baseline is a copy of its rows, nothing added.
 
@@ -36,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kbench import atomic, axes
 from kbench.values import finite, status
-from kbench import axes
 from kbench.errors import BadInput
 from kbench.manifest import POOL, comparable, num_runs
 from kbench.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, now_iso, safe_name, write_tables
@@ -158,7 +159,25 @@ def pool_runs(runs: list[Run]) -> tuple[pd.DataFrame, list[str]]:
 
 # --- writing --------------------------------------------------------------------------------------
 
-def _prepare_dest(name: str, root, sources: list[Path]) -> Path:
+def check_source(run: Run, allow_partial: bool = False) -> None:
+    """BadInput unless the run can be a baseline: some ok row (rows a gate can compare), no row twice,
+    and status complete (a run still running or interrupted only with allow_partial)."""
+    rows = run.rows
+    run_status = run.manifest.get("status")
+    if run_status not in (None, "complete") and not allow_partial:
+        raise BadInput(f"{run.path} is {run_status!r}, not complete: finish it (kbench sweep --resume {run.path}) "
+                       f"or pass --allow-partial")
+    if rows.empty or "status" not in rows or not (rows["status"] == "ok").any():
+        raise BadInput(f"{run.path}: no ok row ({len(rows)} row(s)); a baseline needs measured rows")
+    key = [c for c in (KEY if run.kind == "sweep" else ("case_id",)) if c in rows]
+    dup = rows.duplicated(key, keep=False)
+    if dup.any():
+        first = rows[dup].iloc[0]
+        raise BadInput(f"{run.path}: {int(dup.sum())} rows share a key (e.g. {' '.join(str(first[c]) for c in key)}); "
+                       f"a baseline needs each row once")
+
+
+def _prepare_dest(name: str, root, sources: list[Path], force: bool = False) -> Path:
     dest = baseline_dir(name, root)
     for src in sources:
         if dest.resolve() == Path(src).resolve():
@@ -168,6 +187,8 @@ def _prepare_dest(name: str, root, sources: list[Path]) -> Path:
             raise BadInput(f"{dest}: exists and is not a folder")
         if any(dest.iterdir()) and not (dest / MANIFEST).is_file():
             raise BadInput(f"{dest}: exists and is not a kbench baseline; choose another --name")
+        if (dest / MANIFEST).is_file() and not force:
+            raise BadInput(f"{dest}: the baseline {dest.name!r} exists; --force replaces it")
     return dest
 
 
@@ -183,14 +204,14 @@ def _write(dest: Path, rows: pd.DataFrame, kind: str, manifest: dict) -> None:
     stale = dest / JOURNAL  # a journal would shadow the new Parquet for readers
     if stale.exists():
         stale.unlink()
-    tmp = dest / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, dest / MANIFEST)
+    atomic.write_text(dest / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n")
 
 
-def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT) -> Path:
+def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT, force: bool = False,
+                   allow_partial: bool = False) -> Path:
     """A baseline from one run: its rows unchanged."""
-    dest = _prepare_dest(name, root, [run.path])
+    check_source(run, allow_partial)
+    dest = _prepare_dest(name, root, [run.path], force)
     manifest = dict(run.manifest)
     manifest.pop("baseline", None)
     manifest["baseline"] = {
@@ -208,17 +229,19 @@ def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT) -> Path
     return dest
 
 
-def write_multi_baseline(runs: list[Run], name: str, root: str | Path = DEFAULT_ROOT
-                         ) -> tuple[Path, pd.DataFrame, list[str]]:
+def write_multi_baseline(runs: list[Run], name: str, root: str | Path = DEFAULT_ROOT, force: bool = False,
+                         allow_partial: bool = False) -> tuple[Path, pd.DataFrame, list[str]]:
     """A baseline from several runs of the same scenario on the same GPU (module docstring).
     Returns (folder, rows, warnings). One run: write_baseline."""
     if not runs:
         raise BadInput("a baseline needs at least one run")
     if len(runs) == 1:
-        dest = write_baseline(runs[0], name, root)
+        dest = write_baseline(runs[0], name, root, force, allow_partial)
         return dest, runs[0].rows, []
+    for r in runs:
+        check_source(r, allow_partial)
     rows, warnings = pool_runs(runs)
-    dest = _prepare_dest(name, root, [r.path for r in runs])
+    dest = _prepare_dest(name, root, [r.path for r in runs], force)
     manifest = dict(runs[0].manifest)
     manifest.pop("baseline", None)
     manifest["status"] = "complete" if all(r.manifest.get("status") in (None, "complete") for r in runs) \

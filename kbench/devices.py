@@ -1,9 +1,10 @@
 """One worker process per GPU over a deterministic partition of the cases, then one merged run.
 
-`kbench sweep --devices 0,1` starts one worker process per listed device (a device may be listed twice:
-two workers then share it), each running the sweep's shard i/N on its device, waits, and merges the shard
-runs. A worker gets the same `kbench.measure.Payload` as an isolated worker (the scenario as data and the
-options), written to a JSON file beside its log, plus its shard, device and output folder. On a cluster,
+`kbench sweep --devices 0,1` starts one worker process per listed GPU (each GPU once, and only GPUs that
+exist), each running the sweep's shard i/N on its device, waits, and merges the shard runs. From Python,
+run_on_devices takes any list (the CPU tests run two workers on "device 0"). A worker gets the same
+`kbench.measure.Payload` as an isolated worker (the scenario as data and the options), written to a JSON
+file beside its log, plus its shard, device and output folder. On a cluster,
 run the `--shard i/N` slices yourself (a Slurm array, a Kubernetes indexed job) and `kbench merge` them.
 """
 from __future__ import annotations
@@ -20,13 +21,25 @@ from kbench.measure import Payload
 from kbench.merge import merge_runs
 
 
-def parse_devices(text: str) -> list[int]:
+def parse_devices(text: str, available: int | None = None) -> list[int]:
+    """GPU indices, each once; with ``available`` (the GPUs torch sees) each must exist."""
     try:
         devs = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}") from None
     if not devs or min(devs) < 0:
         raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}")
+    dup = sorted({d for d in devs if devs.count(d) > 1})
+    if dup:
+        raise BadInput(f"--devices {text}: GPU {dup[0]} is listed twice (one worker per GPU)")
+    if available is not None:
+        if available == 0:
+            raise BadInput(f"--devices {text}: this machine has no GPU that torch can use; drop --devices to "
+                           f"sweep on the CPU")
+        bad = [d for d in devs if d >= available]
+        if bad:
+            raise BadInput(f"--devices {text}: GPU {bad[0]} does not exist (this machine has {available}: "
+                           f"0..{available - 1})")
     return devs
 
 

@@ -11,6 +11,10 @@ name, the GPU read from the rows when the manifest lacks it). `comparable(a, b, 
          description aside) and --slow-kernel. Any difference refuses.
   gate   baseline vs candidate: a different GPU model or SM refuses (--force compares anyway); an unknown
          GPU on one side, another result schema or other timer settings warn.
+
+The bandwidth figures (`copy_bandwidth_gbs`, and `read_bandwidth_gbs` since the read ceiling: older runs and
+the committed baseline have none) are measurements of the machine, not settings: no purpose compares them.
+`ceiling(copy, read)` is the roofline ceiling a run's roofline_frac was computed against.
 """
 from __future__ import annotations
 
@@ -52,14 +56,21 @@ class Manifest:
     scenario: dict = field(default_factory=dict)
     timer: dict = field(default_factory=dict)
     num_runs: int = 1  # runs a baseline was built from (a plain run: 1)
+    copy_bandwidth_gbs: float | None = None  # device-to-device copy (bytes read + written), kbench.hardware
+    read_bandwidth_gbs: float | None = None  # read-only reduction; None in runs from before it was measured
     version: int = MANIFEST_VERSION
+
+    @property
+    def ceiling(self) -> tuple[str, float | None]:
+        return ceiling(self.copy_bandwidth_gbs, self.read_bandwidth_gbs)
 
     @classmethod
     def of(cls, run: Run) -> "Manifest":
         m = run.manifest
         sc = m.get("scenario") if isinstance(m.get("scenario"), dict) else {}
         timer = m.get("timer") if isinstance(m.get("timer"), dict) else {}
-        return cls(run.kind, m, hardware_of(run), device_key(m), sc, timer, num_runs(m))
+        return cls(run.kind, m, hardware_of(run), device_key(m), sc, timer, num_runs(m),
+                   _gbs(m.get("copy_bandwidth_gbs")), _gbs(m.get("read_bandwidth_gbs")))
 
     def get(self, key: str, default=None):
         return self.raw.get(key, default)
@@ -73,6 +84,16 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return not self.refusals
+
+
+def _gbs(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def ceiling(copy_gbs: float | None, read_gbs: float | None) -> tuple[str, float | None]:
+    """The roofline ceiling of roofline_frac: ('read', GB/s) when the read figure was measured, else
+    ('copy', GB/s) (runs from before the read ceiling, or a read measurement that failed)."""
+    return ("read", read_gbs) if read_gbs else ("copy", copy_gbs)
 
 
 def num_runs(manifest: dict) -> int:

@@ -34,6 +34,7 @@ THROTTLE_RETRIES = 1
 THROTTLE_PAUSE_S = 0.3
 # device memory kept free beyond what a case needs (reference temporaries, workspaces, allocator slack)
 HEADROOM_BYTES = 6 << 30
+HOST_HEADROOM_BYTES = 1 << 30
 
 
 class CudaContextLost(RuntimeError):
@@ -109,7 +110,12 @@ def copies_for(case: Case, device: DeviceInfo, timing: Timing) -> int:
 
 def fits(case: Case, copies: int, device: DeviceInfo) -> str | None:
     """Why the case cannot fit on the device (checked before anything is allocated), or None."""
-    if not device.cuda:
+    if not device.cuda:  # host memory: inputs plus the float32 reference's working set
+        from kbench.hardware import host_available_bytes
+
+        avail, need = host_available_bytes(), 2 * copies * copy_bytes(case) + HOST_HEADROOM_BYTES
+        if avail is not None and need > avail:
+            return f"needs {need / 2**30:.1f} GiB of host memory, {avail / 2**30:.1f} GiB available"
         return None
     import torch
 

@@ -41,6 +41,7 @@ def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: s
     manifest = {k: first.get(k) for k in MERGE_FIELDS}
     manifest.update(
         device=first.get("device"), copy_bandwidth_gbs=first.get("copy_bandwidth_gbs"),
+        read_bandwidth_gbs=first.get("read_bandwidth_gbs"), roofline_ceiling=first.get("roofline_ceiling"),
         command_line=first.get("command_line", ""), shard=None,
         merged_from=[{"run": r.name, "shard": r.manifest.get("shard"), "device": r.manifest.get("device", {}).get("index"),
                       "host": r.manifest.get("device", {}).get("host"), "status": r.manifest.get("status"),

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from kbench import RESULT_SCHEMA_VERSION, atomic, axes
 from kbench.values import json_safe
-from kbench import RESULT_SCHEMA_VERSION, axes
 from kbench.errors import BadInput
+from kbench.lock import RunLock
 from kbench.rows import COLUMNS, Row
 from kbench.server import rows as server_rows
 
@@ -81,9 +82,7 @@ def _plain(v):
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 class RunWriter:
@@ -91,15 +90,29 @@ class RunWriter:
 
     def __init__(self, run_dir: str | Path, manifest: dict, resume: bool = False):
         self.dir = Path(run_dir)
+        self.lock = None
+        self._reserve = None
+        try:
+            self._open(manifest, resume)
+        except BaseException:
+            self.release()
+            raise
+
+    def _open(self, manifest: dict, resume: bool) -> None:
         if resume:
             if not (self.dir / MANIFEST).is_file():
                 raise BadInput(f"{self.dir}: not a kbench run (no {MANIFEST})")
+            self.lock = RunLock(self.dir).acquire()  # one writer per run folder
             self.manifest = read_manifest(self.dir)
             self.manifest.setdefault("resumed_at", []).append(now_iso())
         else:
             if self.dir.exists() and any(self.dir.iterdir()):
                 raise BadInput(f"{self.dir}: already exists and is not empty (use --resume to finish it)")
-            self.dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise BadInput(f"{self.dir}: cannot create the run folder ({e.strerror or e})") from None
+            self.lock = RunLock(self.dir).acquire()
             self.manifest = dict(manifest)
             self.manifest.setdefault("kind", "sweep")
             self.manifest.setdefault("schema_version", RESULT_SCHEMA_VERSION)
@@ -112,21 +125,33 @@ class RunWriter:
             elif (self.dir / PARQUET).exists() or (self.dir / CSV).exists():
                 # no journal (deleted, or a folder of tables): carry its rows over so none is lost or re-measured
                 kept = check_rows(load_rows(self.dir, self.kind), self.kind, self.dir)
-                tmp = self.dir / (JOURNAL + ".tmp")
-                with open(tmp, "w", encoding="utf-8") as f:
-                    for rec in kept.to_dict("records"):
-                        f.write(json.dumps({k: json_safe(_plain(v)) for k, v in rec.items()}) + "\n")
-                os.replace(tmp, self.dir / JOURNAL)
+                atomic.write_text(self.dir / JOURNAL, "".join(
+                    json.dumps({k: json_safe(_plain(v)) for k, v in rec.items()}) + "\n"
+                    for rec in kept.to_dict("records")))
             _drop_partial_last_line(self.dir / JOURNAL)
         self.manifest["status"] = "running"
         _write_json_atomic(self.dir / MANIFEST, self.manifest)
         self._journal = open(self.dir / JOURNAL, "a", encoding="utf-8")
+        self._reserve = atomic.SpaceReserve(self.dir)  # room for the last manifest when the disk fills
 
     def append(self, row: Row | dict) -> None:
+        """One line, flushed and fsynced. A write that fails (a full disk) is cut back off the journal,
+        so it keeps only complete rows, and the OSError goes up to the caller."""
         d = row.to_dict() if isinstance(row, Row) else dict(row)
-        self._journal.write(json.dumps({k: json_safe(v) for k, v in d.items()}) + "\n")
-        self._journal.flush()
-        os.fsync(self._journal.fileno())
+        line = json.dumps({k: json_safe(v) for k, v in d.items()}) + "\n"
+        start = self._journal.tell()
+        try:
+            self._journal.write(line)
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+        except OSError:
+            try:
+                self._journal.close()
+            except OSError:
+                pass
+            os.truncate(self.dir / JOURNAL, start)
+            self._reserve.free()
+            raise
 
     def manifest_shard(self) -> tuple[int, int] | None:
         return manifest_shard(self.manifest, self.dir)
@@ -136,15 +161,40 @@ class RunWriter:
         _write_json_atomic(self.dir / MANIFEST, self.manifest)
 
     def finalize(self, status: str = "complete") -> Path:
+        """Parquet/CSV from the journal, then the manifest's status. When the tables cannot be written
+        (a full disk) the run is marked interrupted with the reason; the journal keeps every row."""
         if not self._journal.closed:
-            self._journal.close()
+            try:
+                self._journal.close()
+            except OSError:
+                pass
         rows = read_journal(self.dir / JOURNAL, self.kind)
-        write_tables(self.dir, rows, self.kind)
+        try:
+            write_tables(self.dir, rows, self.kind)
+        except BadInput as e:
+            if "cannot write" not in str(e):
+                raise
+            self._reserve.free()
+            status = "interrupted"
+            self.manifest["stopped_by"] = self.manifest.get("stopped_by") or str(e)
         self.manifest["status"] = status
         self.manifest["end_time"] = now_iso()
         self.manifest["num_rows"] = len(rows)
-        _write_json_atomic(self.dir / MANIFEST, self.manifest)
+        try:
+            try:
+                _write_json_atomic(self.dir / MANIFEST, self.manifest)
+            except BadInput:
+                self._reserve.free()
+                _write_json_atomic(self.dir / MANIFEST, self.manifest)
+        finally:
+            self._reserve.free()
+            self.release()
         return self.dir
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
 
 def _drop_partial_last_line(path: Path) -> None:
@@ -163,21 +213,18 @@ def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None
     """Parquet and CSV beside the journal (atomically replaced)."""
     rows = normalize(rows, kind)
     list_columns = ROW_KINDS[kind][1]
-    tmp = run_dir / (PARQUET + ".tmp")
     try:
-        rows.to_parquet(tmp, index=False)
+        atomic.write_with(run_dir / PARQUET, lambda tmp: rows.to_parquet(tmp, index=False))
+    except (BadInput, OSError):
+        raise
     except Exception as e:  # pyarrow refuses mixed types in a column (a hand-edited journal row)
-        tmp.unlink(missing_ok=True)
         raise BadInput(f"{run_dir}: rows cannot be written as Parquet ({type(e).__name__}: "
                        f"{str(e).splitlines()[0][:200] if str(e) else ''})") from None
-    os.replace(tmp, run_dir / PARQUET)
     csv_rows = rows.copy()
     for c in list_columns:
         if c in csv_rows:
             csv_rows[c] = csv_rows[c].map(lambda v: json.dumps(list(v)) if v is not None else "[]")
-    tmp = run_dir / (CSV + ".tmp")
-    csv_rows.to_csv(tmp, index=False)
-    os.replace(tmp, run_dir / CSV)
+    atomic.write_with(run_dir / CSV, lambda tmp: csv_rows.to_csv(tmp, index=False))
 
 
 def normalize(df: pd.DataFrame, kind: str = "sweep") -> pd.DataFrame:

@@ -13,14 +13,16 @@ import pandas as pd
 
 from kbench import RESULT_SCHEMA_VERSION, __version__
 from kbench.case import Case
-from kbench.errors import BadInput
+from kbench.errors import BadInput, first_line
 from kbench.kernels.device import DeviceInfo
 from kbench.measure import (
     L2_COVER, CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit, kernel_reason,
 )
 from kbench.rows import Row
 from kbench.scenario import Scenario, scenario_data, scenario_from_dict
+from kbench.signals import stop_reason
 from kbench.store import RunWriter, new_run_dir, read_journal
+
 
 class SweepObserver:
     """Receives progress; the CLI renders it with rich. Every method is optional."""
@@ -42,6 +44,8 @@ class SweepResult:
     copy_bandwidth_gbs: float | None = None
     measurements: int = 0
     error: str = ""  # why the run stopped early (a lost CUDA context), else ""
+    read_bandwidth_gbs: float | None = None  # kbench.hardware.read_bandwidth_gbs
+    ceiling_gbs: float | None = None  # roofline_frac's ceiling: the read figure, else (not measured) the copy figure
 
 
 @dataclass
@@ -129,16 +133,21 @@ class Sweep:
             writer = RunWriter(self.opt.resume, {}, resume=True)
             prev = read_journal(writer.dir / "rows.jsonl")
             done = set(zip(prev["kernel"], prev["case_id"]))
-            bw = writer.manifest.get("copy_bandwidth_gbs")
+            copy_bw, read_bw = writer.manifest.get("copy_bandwidth_gbs"), writer.manifest.get("read_bandwidth_gbs")
+            bw = read_bw or copy_bw
         else:
-            bw = None
+            bw = copy_bw = read_bw = None
             if dev.cuda:
-                self.obs.phase("measuring copy bandwidth")
-                from kbench.hardware import copy_bandwidth_gbs
+                self.obs.phase("measuring copy and read bandwidth")
+                from kbench.hardware import copy_bandwidth_gbs, read_bandwidth_gbs
 
-                bw = copy_bandwidth_gbs(dev.torch_device)
+                copy_bw = copy_bandwidth_gbs(dev.torch_device)
+                read_bw = read_bandwidth_gbs(dev.torch_device)
+                bw = read_bw or copy_bw  # the roofline ceiling
             run_dir = new_run_dir(self.opt.out_dir, self.opt.run_name or self.sc.name)
-            writer = RunWriter(run_dir, self._manifest(dev, bw))
+            ceiling = "read_bandwidth_gbs" if read_bw or not copy_bw else "copy_bandwidth_gbs"
+            writer = RunWriter(run_dir, {**self._manifest(dev, copy_bw), "read_bandwidth_gbs": read_bw,
+                                         "roofline_ceiling": ceiling})
         status, error = "complete", ""
         try:
             cases = shard_cases(self.sc.cases(), self.opt.shard or writer.manifest_shard())
@@ -153,11 +162,19 @@ class Sweep:
             else:
                 for case in todo:
                     self.measurer.measure(case, done, bw, self._emitter(writer, done))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.signals.terminate_as_interrupt
             status = "interrupted"
+            writer.manifest["stopped_by"] = stop_reason(e)
         except CudaContextLost as e:  # not isolated: this process can run nothing more on the GPU
             status, error = "interrupted", str(e)
             writer.manifest["stopped_by"] = error
+        except OSError as e:  # the journal cannot grow (a full disk): complete rows kept, the run interrupted
+            status, error = "interrupted", f"cannot write the run: {e.strerror or e}"
+            writer.manifest["stopped_by"] = error
+        except BaseException as e:  # anything else: the run is not complete, say why, then let it go up
+            status = "interrupted"
+            writer.manifest["stopped_by"] = first_line(e)
+            raise
         finally:
             if self._isolated is not None:
                 writer.manifest["worker_restarts"] = self._isolated.restarts
@@ -168,14 +185,16 @@ class Sweep:
             writer.manifest["wall_s"] = self.wall.as_dict()
             if prev_wall:
                 writer.manifest.setdefault("wall_s_earlier", []).append(prev_wall)
-            writer.manifest["measurements"] = self.measurements
+            # cumulative over --resume calls (SweepResult.measurements counts this call)
+            writer.manifest["measurements"] = int(writer.manifest.get("measurements") or 0) + self.measurements
             if dev.cuda and not error:
                 from kbench.hardware import clocks
 
                 writer.manifest["clocks_end"] = clocks(dev.index)
             run_dir = writer.finalize(status)
         rows = read_journal(run_dir / "rows.jsonl")
-        return SweepResult(run_dir, rows, self.wall, status, dev, bw, self.measurements, error)
+        return SweepResult(run_dir, rows, self.wall, status, dev, copy_bw, self.measurements, error,
+                           read_bandwidth_gbs=read_bw, ceiling_gbs=bw)
 
     def _compile(self, dev: DeviceInfo, cases: list[Case], done, in_process: bool = True) -> None:
         """Compile every JIT module the sweep needs before the first measurement: each distinct

@@ -97,6 +97,9 @@ def test_resume_without_journal_keeps_the_tables_rows(tmp_path, uninterrupted):
     run = tmp_path / "run"
     shutil.copytree(uninterrupted.path, run)
     (run / "rows.jsonl").unlink()
+    m = json.loads((run / "manifest.json").read_text())
+    m["status"] = "interrupted"  # a complete run is left untouched by --resume (issue #17)
+    (run / "manifest.json").write_text(json.dumps(m))
     before = load_run(run).rows
     r = CliRunner().invoke(cli, ["sweep", "--resume", str(run)])
     assert r.exit_code == 0, r.output

@@ -39,7 +39,7 @@ def test_baseline_refresh_after_improvement(tmp_path):
     dest = write_baseline(load_run(old), "main", root)
     res, data = gate_json(tmp_path, dest, new)
     assert res.exit_code == 0 and data["counts"]["improvement"] == 1
-    write_baseline(load_run(new), "main", root)
+    write_baseline(load_run(new), "main", root, force=True)
     assert json.loads((dest / "manifest.json").read_text())["baseline"]["source_run"] == str(new)
     # against the refreshed baseline the old, slower run is now a regression
     assert gate_json(tmp_path, dest, old)[0].exit_code == 1

@@ -6,6 +6,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
 from kbench.cli.main import cli
+from kbench.devices import run_on_devices
 from kbench.errors import BadInput
 from kbench.merge import merge_runs
 from kbench.models import MODELS
@@ -69,12 +70,21 @@ def test_merge_refuses_mismatched_manifests(tmp_path):
     assert r.exit_code == 2 and "Traceback" not in r.output
 
 
+def _quick_payload(batch_size, q_len):
+    """What `kbench sweep --batch-size .. --q-len .. --kv-len 64 --budget 0.02 --devices ..` hands its workers."""
+    from kbench.scenario import apply_overrides, load_scenario
+    from kbench.sweep import SweepOptions, sweep_payload
+
+    scenario = apply_overrides(load_scenario("quick"), batch_size=",".join(map(str, batch_size)),
+                               q_len=",".join(map(str, q_len)), kv_len="64", budget_s=0.02)
+    return sweep_payload(scenario, SweepOptions())
+
+
 def test_devices_runs_one_worker_per_listed_device_and_merges(tmp_path):
-    r = CliRunner().invoke(cli, ["sweep", "--batch-size", "1,2", "--q-len", "1,2,4", "--kv-len", "64",
-                                 "--budget", "0.02", "--devices", "0,0", "--out", str(tmp_path)])
-    assert r.exit_code == 0, r.output
+    """The worker machinery from Python (the CLI refuses --devices without GPUs): two workers on 'device 0'."""
+    merged = run_on_devices(_quick_payload([1, 2], [1, 2, 4]), [0, 0], tmp_path, "quick")
     runs = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
-    assert len(runs) == 1
+    assert runs == [merged]
     run = load_run(runs[0])
     assert len(run.rows) == 6 * 8 and not run.rows.duplicated(["kernel", "case_id"]).any()
     shards = sorted(m["shard"]["index"] for m in run.manifest["merged_from"])
@@ -83,10 +93,8 @@ def test_devices_runs_one_worker_per_listed_device_and_merges(tmp_path):
 
 def test_devices_with_one_device_gives_one_complete_run(tmp_path):
     """Seen on the H200: --devices 0 ran its shard and then refused to 'merge' a single run."""
-    r = CliRunner().invoke(cli, ["sweep", "--batch-size", "1", "--q-len", "1,2", "--kv-len", "64",
-                                 "--budget", "0.02", "--devices", "0", "--out", str(tmp_path)])
-    assert r.exit_code == 0, r.output
-    run = load_run(next(p for p in tmp_path.iterdir() if not p.name.startswith(".")))
+    merged = run_on_devices(_quick_payload([1], [1, 2]), [0], tmp_path, "quick")
+    run = load_run(merged)
     assert run.manifest["status"] == "complete" and len(run.rows) == 2 * 8
 
 

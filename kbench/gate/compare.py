@@ -123,8 +123,14 @@ class GateResult:
         return [r for r in self.rows if r.fails]
 
     @property
+    def compared(self) -> list[RowResult]:
+        """Rows where both sides had something to judge (a gate that compared none of them proves nothing)."""
+        judged = ("pass", "within-noise", "improvement", "regression", "wrong", "failed")
+        return [r for r in self.rows if r.outcome in judged or r.fails]
+
+    @property
     def passed(self) -> bool:
-        return not self.failing_rows and not any(w.fails for w in self.winner_changes)
+        return bool(self.compared) and not self.failing_rows and not any(w.fails for w in self.winner_changes)
 
     @property
     def exit_code(self) -> int:
@@ -142,7 +148,10 @@ class GateResult:
         order = ["regression", "wrong", "failed", "skipped", "missing", "winner-change", "improvement",
                  "within-noise", "pass", "new", "not-compared"]
         parts = [f"{c[k]} {k}" for k in order if c.get(k)]
-        return f"{'PASS' if self.passed else 'FAIL'}: " + (", ".join(parts) or "nothing compared")
+        if not self.compared:
+            return ("FAIL: nothing compared: no row is ok and timed on both sides"
+                    + (f" ({', '.join(parts)})" if parts else ""))
+        return f"{'PASS' if self.passed else 'FAIL'}: " + ", ".join(parts)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -386,6 +395,12 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     base_recs = _records(base, kind, key_cols, warnings, "baseline")
     cand_recs = _records(cand, kind, key_cols, warnings, "candidate")
     if not base_recs:
+        ref_ok = int(((base.rows.get("path") == "reference") & (base.rows.get("status") == "ok")).sum()) \
+            if kind == "sweep" and {"path", "status"} <= set(base.rows.columns) else 0
+        if ref_ok:
+            raise BadInput(f"baseline {baseline_path}: its {ref_ok} ok row(s) are all reference rows (the float32 "
+                           f"oracle, timed only on a CPU), and reference rows are not gated; gate runs with kernel "
+                           f"rows, e.g. the committed H200 baseline results/baselines/h200-draft-extend-kv4096")
         raise BadInput(f"baseline {baseline_path}: no rows to compare")
     n_runs = num_runs(base.manifest)
     has_spread = "run_spread" in base.rows and base.rows["run_spread"].notna().any()
@@ -393,6 +408,12 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
         warnings.append(f"baseline {'has a single run' if n_runs < 2 else 'records no run_spread'}: run-to-run "
                         "noise is unknown, only within-run noise is tested; record it with "
                         "`kbench baseline RUN1 RUN2 ... --name NAME` (or pass --noise-floor)")
+    if kind == "sweep" and {"path", "status"} <= set(base.rows.columns):
+        n_ref = int(((base.rows["path"] == "reference") & (base.rows["status"] == "ok")).sum())
+        if n_ref:
+            warnings.append(f"{n_ref} ok reference row(s) are not gated (the float32 oracle, timed only on a "
+                            f"CPU); a CPU run has no kernel rows to gate: try the committed H200 baseline, e.g. "
+                            f"kbench gate --baseline results/baselines/h200-draft-extend-kv4096 --candidate RUN")
     noise = run_noise_of(base_recs, noise_floor)
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
                         run_spread_k)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kbench import atomic
 from kbench.values import json_safe
 from kbench.gate.compare import GateResult
 
@@ -13,4 +14,4 @@ def to_json(res: GateResult) -> str:
 
 
 def write_json(res: GateResult, path: str | Path) -> None:
-    Path(path).write_text(to_json(res), encoding="utf-8")
+    atomic.write_text(path, to_json(res))

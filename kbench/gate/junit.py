@@ -4,6 +4,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from kbench import atomic
 from kbench.gate.compare import GateResult
 from kbench.gate.markdown import fmt_change, fmt_value
 
@@ -55,4 +56,5 @@ def to_junit(res: GateResult) -> ET.ElementTree:
 
 
 def write_junit(res: GateResult, path: str | Path) -> None:
-    to_junit(res).write(path, encoding="utf-8", xml_declaration=True)
+    tree = to_junit(res)
+    atomic.write_with(path, lambda tmp: tree.write(tmp, encoding="utf-8", xml_declaration=True))

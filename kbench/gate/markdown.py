@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+
 from pathlib import Path
 
+from kbench import atomic
 from kbench.gate.compare import GateResult, RowResult
 
 
@@ -76,7 +78,7 @@ def write_markdown(res: GateResult, path: str | Path | None) -> str:
     """Writes the summary to ``path`` (if given) and appends it to $GITHUB_STEP_SUMMARY (if set)."""
     text = to_markdown(res)
     if path:
-        Path(path).write_text(text, encoding="utf-8")
+        atomic.write_text(path, text)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as f:

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from kbench import atomic
 from kbench.errors import BadInput
+from kbench.outputs import writable_dir
 from kbench.report import crossovers as xo
 from kbench.report import html as html_out
 from kbench.report import markdown as md_out
@@ -48,6 +50,24 @@ class ReportResult:
         return self.regrets[1] if len(self.regrets) > 1 else None
 
 
+COMMITTED_BASELINE = "results/baselines/h200-draft-extend-kv4096"
+
+
+def nothing_to_report(rows: pd.DataFrame, device: dict) -> str:
+    """Why a run has no kernel row to report on, with what to try instead (one line)."""
+    kern = rows[rows["path"] != "reference"]
+    counts = kern["status"].value_counts().to_dict()
+    ref_ok = int(((rows["path"] == "reference") & (rows["status"] == "ok")).sum())
+    parts = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no kernel rows"
+    ref = f"; its {ref_ok} ok row(s) are the float32 reference, which is not reported on" if ref_ok else ""
+    if not device.get("sm"):  # a CPU run: the FlashInfer kernels need a CUDA GPU
+        return (f"no row with status ok to report on: this run is from a CPU, where every FlashInfer kernel is "
+                f"skipped ({parts})"
+                f"{ref}; without a GPU, try report, select and gate on the committed H200 baseline: "
+                f"kbench report {COMMITTED_BASELINE}")
+    return f"no row with status ok to report on ({parts}){ref}"
+
+
 def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None, holdout: float | None = None,
                  seed: int = 0, plot_points: list[tuple[int, int]] | None = None) -> ReportResult:
     rs = combine(runs)
@@ -55,7 +75,7 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
     out = Path(out_dir) if out_dir is not None else first / "report"
     cases = case_winners(rs.rows)
     if cases.empty:
-        raise BadInput("no row with status ok to report on (every kernel skipped, failed or was wrong)")
+        raise BadInput(nothing_to_report(rs.rows, rs.device))
     ok = measured(rs.rows)
     policy = build_policy(cases, rs.device, rs.sources())
     regrets = [regret(policy, ok, cases, "all cases (in-sample)")]
@@ -69,26 +89,28 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
                               f"holdout {holdout:.0%} (seed {seed}, {len(test)} cases)"))
     result = ReportResult(out, rs, cases, xo.crossovers(cases), policy, regrets, holdout_policy)
 
-    out.mkdir(parents=True, exist_ok=True)
+    writable_dir(out, "--out")
     pts = plot_points or None
     result.plots += [(p, f"Decode/context speedup over batch x kv_len per q_len: {p.stem}")
                      for p in plots.speedup_heatmaps(cases, out)]
     result.plots += [(p, f"Time against q_len per kernel: {p.stem}") for p in plots.time_vs_q(ok, pts, out)]
-    roof = plots.roofline(ok, rs.copy_bandwidth_gbs, out)
+    kind, ceiling = rs.ceiling
+    roof = plots.roofline(ok, ceiling, out, kind)
     if roof:
-        result.plots.append((roof, "Fraction of the copy-bandwidth roofline per kernel"))
+        result.plots.append((roof, f"Fraction of the {kind}-bandwidth roofline per kernel"))
     files = [p for p, _ in result.plots]
     files.append(save_policy(policy, out / "policy.json"))
     if holdout_policy is not None:
         files.append(save_policy(holdout_policy, out / "policy-holdout.json"))
-    cases.to_csv(out / "cases.csv", index=False)
+    atomic.write_with(out / "cases.csv", lambda tmp: cases.to_csv(tmp, index=False))
     headers, rows = xo.table(result.crossovers)
-    pd.DataFrame(rows, columns=headers).to_csv(out / "crossovers.csv", index=False)
-    pd.concat([r.per_case.assign(judged_on=r.label) for r in regrets]).to_csv(out / "regret.csv", index=False)
+    atomic.write_with(out / "crossovers.csv", lambda tmp: pd.DataFrame(rows, columns=headers).to_csv(tmp, index=False))
+    regret_rows = pd.concat([r.per_case.assign(judged_on=r.label) for r in regrets])
+    atomic.write_with(out / "regret.csv", lambda tmp: regret_rows.to_csv(tmp, index=False))
     files += [out / "cases.csv", out / "crossovers.csv", out / "regret.csv"]
     doc = build_document(result)
-    (out / "report.md").write_text(md_out.render(doc, out), encoding="utf-8")
-    (out / "report.html").write_text(html_out.render(doc), encoding="utf-8")
+    atomic.write_text(out / "report.md", md_out.render(doc, out))
+    atomic.write_text(out / "report.html", html_out.render(doc))
     files += [out / "report.md", out / "report.html"]
     result.files = files
     return result

@@ -78,7 +78,10 @@ def build_document(result) -> list[tuple]:
         ("h", 1, "kbench report"),
         ("list", [f"device: {rs.device['name']} (SM{rs.device['sm']})",
                   "runs: " + ", ".join(f"{s['run']} ({s['cases']} cases)" for s in rs.sources()),
-                  f"copy bandwidth (roofline ceiling): {_num(rs.copy_bandwidth_gbs, '.0f')} GB/s",
+                  f"copy bandwidth: {_num(rs.copy_bandwidth_gbs, '.0f')} GB/s; read bandwidth: "
+                  f"{_num(rs.read_bandwidth_gbs, '.0f')} GB/s; roofline ceiling: the {rs.ceiling[0]} bandwidth"
+                  + ("" if rs.read_bandwidth_gbs else " (runs from before kbench measured the read ceiling: "
+                     "read-mostly kernels can exceed 1.0 of a copy figure, which counts bytes read and written)"),
                   f"kernels: {', '.join(kernels)}",
                   "rows by status: " + ", ".join(f"{k} {v}" for k, v in sorted(status.items())),
                   f"{len(cases)} cases with an ok row; decode wins {verdicts.get('decode', 0)}, context wins "

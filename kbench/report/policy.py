@@ -52,7 +52,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import __version__, axes
+from kbench import __version__, atomic, axes
 from kbench.errors import BadInput
 from kbench.models import parse_heads
 from kbench.report.runs import GROUP_COLUMNS, group_label
@@ -176,7 +176,7 @@ def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], hold
 # ---- save / load -----------------------------------------------------------------------------------------
 def save_policy(policy: dict, path: str | Path) -> Path:
     p = Path(path)
-    p.write_text(json.dumps(policy, indent=2) + "\n", encoding="utf-8")
+    atomic.write_text(p, json.dumps(policy, indent=2) + "\n")
     return p
 
 

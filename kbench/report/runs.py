@@ -14,6 +14,7 @@ import pandas as pd
 
 from kbench import axes
 from kbench.errors import BadInput
+from kbench.manifest import ceiling
 from kbench.store import Run, load_run
 
 GROUP_COLUMNS = axes.GROUP_COLUMNS  # re-exported: the report's group key
@@ -25,6 +26,12 @@ class RunSet:
     rows: pd.DataFrame  # deduplicated, with a "run" column (the run folder's name)
     device: dict  # {"name": ..., "sm": ...}
     copy_bandwidth_gbs: float | None
+    read_bandwidth_gbs: float | None = None  # runs from before the read ceiling have none
+
+    @property
+    def ceiling(self) -> tuple[str, float | None]:
+        """The roofline ceiling the rows' roofline_frac was computed against (kbench.manifest.ceiling)."""
+        return ceiling(self.copy_bandwidth_gbs, self.read_bandwidth_gbs)
 
     def sources(self) -> list[dict]:
         counts = self.rows.groupby("run")["case_id"].nunique().to_dict() if len(self.rows) else {}
@@ -75,6 +82,8 @@ def combine(runs: list[Run | str | Path]) -> RunSet:
     for c in ("median_us", "rel_spread", "iqr_us", "p25_us", "p75_us", "kv_bandwidth_gbs", "roofline_frac"):
         if c in rows:
             rows[c] = pd.to_numeric(rows[c], errors="coerce")
-    bws = [r.manifest.get("copy_bandwidth_gbs") for r in loaded]
-    bw = next((float(b) for b in reversed(bws) if isinstance(b, (int, float)) and b > 0), None)
-    return RunSet(loaded, rows, _device(loaded[-1]), bw)
+    def last(key):
+        vals = [r.manifest.get(key) for r in loaded]
+        return next((float(b) for b in reversed(vals) if isinstance(b, (int, float)) and b > 0), None)
+
+    return RunSet(loaded, rows, _device(loaded[-1]), last("copy_bandwidth_gbs"), last("read_bandwidth_gbs"))

@@ -1,0 +1,72 @@
+"""One writer per run folder: an advisory lock on RUN/.kbench.lock that holds the writer's pid.
+
+The lock is an flock(2) on the file, so it goes away with its process however that ends (kill -9 too);
+the file itself stays (it only names the last holder). A second writer is refused with one line that
+names the holder's pid.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from kbench.errors import BadInput
+
+LOCK_FILE = ".kbench.lock"
+
+
+class RunLock:
+    def __init__(self, run_dir: str | os.PathLike):
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise BadInput(f"{self.path.parent}: cannot lock the run folder ({e.strerror or e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise BadInput(f"{self.path.parent}: another kbench process (pid {holder}) is writing this run; "
+                           f"wait for it to end or stop it first") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:  # a full disk: the lock holds all the same, only the pid is not recorded
+            pass
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def holder(run_dir: str | os.PathLike) -> int | None:
+    """The pid writing the run now (-1 when it is not recorded), or None when nobody holds its lock.
+    Creates nothing: a folder without a lock file has no writer."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except BlockingIOError:
+        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        return int(text) if text.isdecimal() else -1
+    finally:
+        os.close(fd)

@@ -1,0 +1,63 @@
+"""SIGTERM (what Slurm, Kubernetes and CI runners send) handled like Ctrl-C: the running code sees a
+KeyboardInterrupt subclass, finalizes what it has, and the command exits 128 + the signal number (143)."""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread when SIGTERM arrives."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class Stop:
+    """What stopped the work: None, or the signal number (SIGINT for Ctrl-C, SIGTERM)."""
+
+    signum: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signum or signal.SIGINT)
+
+    @property
+    def reason(self) -> str:
+        return f"stopped by {signal.Signals(self.signum or signal.SIGINT).name}"
+
+
+def stop_reason(exc: BaseException) -> str:
+    """The manifest's `stopped_by` for an interrupt."""
+    return str(exc) if isinstance(exc, Terminated) else "stopped by SIGINT"
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt(signums=(signal.SIGTERM,)) -> Iterator[Stop]:
+    """Within the block, SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread; the yielded
+    Stop records which signal stopped the work (SIGINT when a plain KeyboardInterrupt leaves the block)."""
+    stop = Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum, frame):
+        if stop.signum is None:
+            stop.signum = signum
+            raise Terminated(signum)
+
+    old = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield stop
+    except Terminated as e:
+        stop.signum = e.signum
+        raise
+    except KeyboardInterrupt:
+        stop.signum = stop.signum or signal.SIGINT
+        raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

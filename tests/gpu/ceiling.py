@@ -1,0 +1,33 @@
+"""Copy vs read bandwidth on this GPU, and the best KV read rate of each kernel in the sweep runs under a
+folder against both (issue #17: fa2 read 4,418 GB/s against a 4,147 GB/s copy figure, "107%").
+
+    python3 tests/gpu/ceiling.py /tmp/res      # after `bash tests/gpu/h200.sh sweep`
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    from kbench.hardware import copy_bandwidth_gbs, read_bandwidth_gbs
+    from kbench.store import load_run
+
+    copy_bw, read_bw = copy_bandwidth_gbs("cuda"), read_bandwidth_gbs("cuda")
+    print(f"copy {copy_bw:,.0f} GB/s   read {read_bw:,.0f} GB/s   read/copy {read_bw / copy_bw:.3f}")
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/tmp/res")
+    print(f"{'run':<34} {'kernel':<16} {'best KV GB/s':>12} {'/copy':>6} {'/read':>6} {'manifest read':>13}")
+    for m in sorted(root.glob("*/manifest.json")):
+        run = load_run(m.parent)
+        man = json.loads(m.read_text())
+        ok = run.rows[(run.rows.status == "ok") & (run.rows.path != "reference")]
+        for k, g in ok.groupby("kernel"):
+            best = float(g["kv_bandwidth_gbs"].max())
+            print(f"{m.parent.name[:34]:<34} {k:<16} {best:>12,.0f} {best / copy_bw:>6.2f} {best / read_bw:>6.2f} "
+                  f"{man.get('read_bandwidth_gbs') or 0:>13,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

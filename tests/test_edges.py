@@ -1,0 +1,469 @@
+"""Issue #17, honest edges: outputs that cannot be written, atomic rewrites, resume/baseline/gate safety,
+signals, devices, CLI consistency. Each test names the case in /work/notes/edges-table.md."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from gate_synth import CASE_A, DECODE, gate_cli, sweep_rows, write_run
+
+from kbench import atomic
+from kbench.cli.main import COMMANDS, cli
+from kbench.errors import BadInput
+from kbench.store import load_run
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = ROOT / "results" / "baselines" / "h200-draft-extend-kv4096"
+TINY = ["-b", "1", "-q", "1,2", "-k", "64", "--budget", "0.02"]
+
+
+def run_cli(args, **kw):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False, **kw)
+
+
+def one_error_line(r, code=2):
+    assert r.exit_code == code, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.output, r.output
+    return lines[0]
+
+
+def tree(p: Path) -> dict:
+    return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    """A complete CPU sweep run (reference rows ok, the GPU kernels skipped)."""
+    out = tmp_path_factory.mktemp("cpu")
+    r = run_cli(["sweep", *TINY, "--out", out])
+    assert r.exit_code == 0, r.output
+    return next(p for p in out.iterdir() if p.is_dir())
+
+
+# ---- outputs that cannot be written ------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["file", "proc", "empty", "under-file"])
+def test_sweep_out_unwritable_is_one_line_before_anything_runs(tmp_path, where):
+    f = tmp_path / "a-file"
+    f.write_text("keep")
+    out = {"file": f, "proc": "/proc/kbench-out", "empty": "", "under-file": f / "sub"}[where]
+    t0 = time.perf_counter()
+    line = one_error_line(run_cli(["sweep", *TINY, "--out", out]))
+    assert "--out" in line and time.perf_counter() - t0 < 5
+    assert f.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_jit_cache_report_merge_baseline_outputs_unwritable(tmp_path, cpu_run):
+    f = tmp_path / "a-file"
+    f.write_text("keep")
+    assert "--jit-cache" in one_error_line(run_cli(["sweep", *TINY, "--jit-cache", f, "--out", tmp_path / "r"]))
+    assert "--out" in one_error_line(run_cli(["report", BASELINE, "--out", f]))
+    assert "--out" in one_error_line(run_cli(["merge", cpu_run, cpu_run, "--out", f]))
+    assert "--root" in one_error_line(run_cli(["baseline", cpu_run, "--name", "b", "--root", f]))
+    assert "--root" in one_error_line(run_cli(["baseline", cpu_run, "--name", "b", "--root", "/proc/kb"]))
+    assert f.read_text() == "keep" and not (tmp_path / "r").exists()
+
+
+def test_atomic_write_failure_keeps_the_old_file_and_no_tmp(tmp_path):
+    p = tmp_path / "gate.json"
+    p.write_text('{"valid": true}\n')
+
+    def half_then_full(tmp):
+        tmp.write_text('{"trunc')
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(BadInput, match="cannot write .*gate.json: No space left"):
+        atomic.write_with(p, half_then_full)
+    assert json.loads(p.read_text()) == {"valid": True}
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["gate.json"]
+
+
+def test_gate_json_on_a_full_disk_keeps_the_valid_file(tmp_path, monkeypatch):
+    base = write_run(tmp_path / "b", sweep_rows(seed=1))
+    cand = write_run(tmp_path / "c", sweep_rows(seed=2))
+    out = tmp_path / "gate.json"
+    assert gate_cli("--baseline", base, "--candidate", cand, "--json", out).exit_code == 0
+    good = out.read_text()
+    import kbench.gate.json_out as jo
+
+    def full(res):  # the text is produced, the disk takes only part of it
+        raise OSError(28, "No space left on device")
+
+    real_write = Path.write_text
+
+    def partial_write(self, text, *a, **kw):
+        real_write(self, text[:10], *a, **kw)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", partial_write)
+    r = gate_cli("--baseline", base, "--candidate", cand, "--json", out)
+    monkeypatch.undo()
+    assert r.exit_code == 2 and "No space left" in r.output and "Traceback" not in r.output
+    assert out.read_text() == good and not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*tmp*"))
+
+
+def _tmpfs(path: Path, size="200k"):
+    path.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a small tmpfs")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    return path
+
+
+def test_full_disk_mid_sweep_keeps_complete_rows_and_marks_interrupted(tmp_path):
+    mnt = _tmpfs(tmp_path / "small", "48k")
+    try:
+        r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", "-b", "1,2,3,4", "-q", "1..8",
+                            "-k", "64", "--kernels", "reference", "--budget", "0.01", "--out", str(mnt)],
+                           capture_output=True, text=True, timeout=300)
+        err = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and "Traceback" not in r.stderr + r.stdout, r.stderr[-2000:]
+        assert err[-1].startswith("error: ") and "No space left" in err[-1] and "--resume" in err[-1]
+        run = next(p for p in mnt.iterdir() if p.is_dir())
+        m = json.loads((run / "manifest.json").read_text())
+        assert m["status"] == "interrupted" and "No space left" in m["stopped_by"]
+        lines = (run / "rows.jsonl").read_text().splitlines()
+        assert 0 < len(lines) < 32 and all(json.loads(x)["case_id"] for x in lines)  # every row complete
+        assert not [p for p in mnt.rglob("*") if ".tmp" in p.name]
+    finally:
+        subprocess.run(["umount", str(mnt)])
+
+
+# ---- resume ----------------------------------------------------------------------------------------------
+def test_resume_of_a_baseline_is_refused_and_touches_nothing(tmp_path):
+    base = tmp_path / "base"
+    shutil.copytree(BASELINE, base)
+    before = tree(base)
+    line = one_error_line(run_cli(["sweep", "--resume", base]))
+    assert "is a baseline" in line and "--force" in line
+    assert tree(base) == before and sorted(p.name for p in base.iterdir()) == sorted(before)
+
+
+def test_resume_from_another_device_is_refused(tmp_path, cpu_run):
+    run = tmp_path / "run"
+    shutil.copytree(cpu_run, run)
+    m = json.loads((run / "manifest.json").read_text())
+    m["status"] = "interrupted"
+    m["device"] = {**m["device"], "name": "NVIDIA H200", "sm": 90}
+    (run / "manifest.json").write_text(json.dumps(m))
+    before = tree(run)
+    line = one_error_line(run_cli(["sweep", "--resume", run]))
+    assert "NVIDIA H200" in line and "--force" in line and tree(run) == before
+
+
+def test_resume_of_a_complete_run_says_so_and_touches_nothing(tmp_path, cpu_run):
+    run = tmp_path / "run"
+    shutil.copytree(cpu_run, run)
+    before = tree(run)
+    r = run_cli(["sweep", "--resume", run])
+    assert r.exit_code == 0 and "nothing to resume" in r.output, r.output
+    assert tree(run) == before
+    assert json.loads((run / "manifest.json").read_text())["measurements"] == 2
+
+
+@pytest.mark.parametrize("opt", [["--scenario", "quick"], ["--out", "x"], ["--name", "n"], ["--shard", "0/2"],
+                                 ["--seed", "3"]])
+def test_resume_refuses_options_it_cannot_honour(tmp_path, cpu_run, opt):
+    line = one_error_line(run_cli(["sweep", "--resume", cpu_run, *opt]))
+    assert opt[0] in line and "cannot change" in line
+
+
+def test_resume_while_the_sweep_still_writes_is_refused_naming_the_pid(tmp_path, cpu_run):
+    from kbench.lock import RunLock
+
+    run = tmp_path / "run"
+    shutil.copytree(cpu_run, run)
+    m = json.loads((run / "manifest.json").read_text())
+    m["status"] = "running"
+    (run / "manifest.json").write_text(json.dumps(m))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from kbench.lock import RunLock; "
+                               f"RunLock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = tree(run)
+        line = one_error_line(run_cli(["sweep", "--resume", run]))
+        assert f"pid {holder.pid}" in line and tree(run) == before
+        with pytest.raises(BadInput, match=f"pid {holder.pid}"):
+            RunLock(run).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    RunLock(run).acquire().release()  # the lock goes with its process
+
+
+def test_resume_adds_to_measurements(tmp_path, cpu_run):
+    run = tmp_path / "run"
+    shutil.copytree(cpu_run, run)
+    lines = (run / "rows.jsonl").read_text().splitlines()
+    kept = [x for x in lines if json.loads(x)["status"] != "ok"]  # drop the 2 measured rows
+    (run / "rows.jsonl").write_text("\n".join(kept) + "\n")
+    m = json.loads((run / "manifest.json").read_text())
+    m["status"] = "interrupted"
+    (run / "manifest.json").write_text(json.dumps(m))
+    r = run_cli(["sweep", "--resume", run])
+    assert r.exit_code == 0, r.output
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "complete" and m["measurements"] == 2 + 2
+
+
+# ---- baselines -------------------------------------------------------------------------------------------
+def test_baseline_refuses_a_run_without_ok_rows(tmp_path):
+    run = write_run(tmp_path / "run", [r for r in sweep_rows(seed=1) if r.kernel == "zzz"])
+    line = one_error_line(run_cli(["baseline", run, "--name", "b", "--root", tmp_path / "bl"]))
+    assert "no ok row" in line and not (tmp_path / "bl").exists()
+
+
+def test_baseline_refuses_a_running_run_unless_allow_partial(tmp_path):
+    from kbench.store import RunWriter
+
+    w = RunWriter(tmp_path / "run", {"kind": "sweep", "device": {"name": "NVIDIA H200", "sm": 90}})
+    for row in sweep_rows(seed=1):
+        w.append(row)
+    w._journal.close()
+    w.release()  # left 'running', as a sweep still going (or killed) leaves it
+    line = one_error_line(run_cli(["baseline", tmp_path / "run", "--name", "b", "--root", tmp_path / "bl"]))
+    assert "'running'" in line and "--allow-partial" in line
+    r = run_cli(["baseline", tmp_path / "run", "--name", "b", "--root", tmp_path / "bl", "--allow-partial"])
+    assert r.exit_code == 0, r.output
+
+
+def test_baseline_refuses_duplicate_rows(tmp_path):
+    rows = sweep_rows(seed=1)
+    run = write_run(tmp_path / "run", rows + [rows[0]])
+    line = one_error_line(run_cli(["baseline", run, "--name", "b", "--root", tmp_path / "bl"]))
+    assert "share a key" in line and DECODE in line
+
+
+def test_baseline_never_replaced_without_force(tmp_path):
+    good = write_run(tmp_path / "good", sweep_rows(seed=1))
+    other = write_run(tmp_path / "other", sweep_rows(seed=2))
+    assert run_cli(["baseline", good, "--name", "main", "--root", tmp_path / "bl"]).exit_code == 0
+    before = tree(tmp_path / "bl")
+    line = one_error_line(run_cli(["baseline", other, "--name", "main", "--root", tmp_path / "bl"]))
+    assert "exists" in line and "--force" in line and tree(tmp_path / "bl") == before
+    assert run_cli(["baseline", other, "--name", "main", "--root", tmp_path / "bl", "--force"]).exit_code == 0
+    assert tree(tmp_path / "bl") != before
+
+
+# ---- the gate never passes vacuously ------------------------------------------------------------------
+def test_gate_of_two_cpu_runs_fails_nothing_compared(tmp_path, cpu_run):
+    other = tmp_path / "other"
+    shutil.copytree(cpu_run, other)
+    r = gate_cli("--baseline", cpu_run, "--candidate", other)
+    assert r.exit_code == 1, r.output
+    out = " ".join(r.output.split())
+    assert "FAIL: nothing compared" in out and "reference row(s) are not gated" in out
+    assert "h200-draft-extend-kv4096" in out
+    assert f"{2 * _flashinfer_kernels()} row(s) not compared" in out and "not-compared │" not in r.output  # summarised, not listed
+
+
+def test_gate_baseline_of_only_reference_rows_says_so(tmp_path):
+    ref_only = write_run(tmp_path / "b", [r for r in sweep_rows(seed=1) if r.kernel == "reference"])
+    cand = write_run(tmp_path / "c", sweep_rows(seed=2))
+    line = one_error_line(gate_cli("--baseline", ref_only, "--candidate", cand))
+    assert "reference rows are not gated" in line and "no rows to compare" not in line
+
+
+def test_gate_with_no_row_compared_fails(tmp_path):
+    base = write_run(tmp_path / "b", sweep_rows(seed=1, overrides={(k, c): {"status": "skipped"} for k, _, c in
+                                                                  __import__("gate_synth").BASE_TIMES}))
+    cand = write_run(tmp_path / "c", sweep_rows(seed=2))
+    r = gate_cli("--baseline", base, "--candidate", cand)
+    assert r.exit_code == 1, r.output
+    assert "FAIL: nothing compared" in r.output
+
+
+# ---- signals ---------------------------------------------------------------------------------------------
+def test_sigterm_ends_a_sweep_like_ctrl_c(tmp_path):
+    env = {**os.environ, "COLUMNS": "200"}
+    p = subprocess.Popen([sys.executable, "-m", "kbench.cli.main", "sweep", "-b", "1..64", "-q", "1..16", "-k", "64",
+                          "--kernels", "reference", "--budget", "0.05", "--out", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        runs = [d for d in tmp_path.iterdir() if (d / "rows.jsonl").exists() and (d / "rows.jsonl").stat().st_size]
+        if runs:
+            break
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 143, out[-2000:]
+    assert "interrupted (stopped by SIGTERM)" in out and "--resume" in out
+    run = runs[0]
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and m["stopped_by"] == "stopped by SIGTERM"
+    assert (run / "rows.parquet").exists() and (run / "rows.csv").exists()
+    assert len(load_run(run).rows) > 0
+
+
+# ---- devices ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("devs,says", [("0", "no GPU"), ("5", "no GPU"), ("0,0", "listed twice")])
+def test_devices_validated(tmp_path, devs, says):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks a machine without a GPU")
+    line = one_error_line(run_cli(["sweep", *TINY, "--devices", devs, "--out", tmp_path]))
+    assert says in line and not list(tmp_path.iterdir())
+
+
+# ---- CLI consistency -------------------------------------------------------------------------------------
+def test_click_usage_errors_are_one_kbench_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", "--no-such-option"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        "error: No such option '--no-such-option'. (see kbench sweep --help)"] or (
+        len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: No such option")), r.stderr
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "select", "--policy", "x"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Missing option" in r.stderr
+
+
+def test_top_level_help_lists_every_command_without_loading_torch():
+    code = ("import sys; from click.testing import CliRunner; from kbench.cli.main import cli; "
+            "r = CliRunner().invoke(cli, ['--help']); print(r.output); "
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("NO-TORCH")
+    for name in COMMANDS:
+        assert f"  {name} " in out
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_listed_help_matches_the_command(name):
+    import importlib
+
+    mod, attr, short = COMMANDS[name]
+    cmd = getattr(importlib.import_module(mod), attr)
+    assert cmd.name == name
+    words = lambda s: {w.strip(".,;:()'").lower() for w in s.split()} - {""}
+    assert len(words(short) & words(cmd.help)) >= len(words(short)) * 0.6, (short, cmd.help[:200])
+
+
+def test_closed_pipe_is_quiet_and_exit_0(tmp_path):
+    r = subprocess.run(f"{sys.executable} -m kbench.cli.main report {BASELINE} --out {tmp_path / 'rep'} | head -2",
+                       shell=True, capture_output=True, text=True, executable="/bin/bash",
+                       env={**os.environ, "COLUMNS": "80"})
+    assert len(r.stdout.splitlines()) == 2 and r.stderr == "", r.stderr
+    r = subprocess.run(f"set -o pipefail; {sys.executable} -m kbench.cli.main report {BASELINE} --out "
+                       f"{tmp_path / 'rep'} | head -1 >/dev/null", shell=True, executable="/bin/bash")
+    assert r.returncode == 0
+
+
+# ---- a CPU path that tells the truth ---------------------------------------------------------------------
+def test_report_of_a_cpu_run_says_why_and_points_to_the_baseline(tmp_path, cpu_run):
+    line = one_error_line(run_cli(["report", cpu_run, "--out", tmp_path / "rep"]))
+    assert "this run is from a CPU" in line and f"{2 * _flashinfer_kernels()} skipped" in line
+    assert "2 ok row(s) are the float32 reference" in line and "kbench report results/baselines/h200" in line
+    assert not (tmp_path / "rep").exists()
+
+
+def test_cpu_case_too_big_for_host_memory_is_skipped_before_allocating(tmp_path, monkeypatch):
+    from kbench import hardware
+    from kbench.scenario import apply_overrides, load_scenario
+    from kbench.sweep import run_sweep
+
+    monkeypatch.setattr(hardware, "host_available_bytes", lambda: 3 << 30)
+    sc = apply_overrides(load_scenario("quick"), batch_size="1,256", q_len="16", kv_len="32768",
+                         kernels="reference", budget_s=0.02)
+    res = run_sweep(sc, tmp_path)
+    big = res.rows[res.rows["batch_size"] == 256].iloc[0]
+    assert big.status == "skipped" and "GiB of host memory, 3.0 GiB available" in big.reason
+    assert res.rows[res.rows["batch_size"] == 1].iloc[0].status == "ok"
+
+
+def test_long_cpu_sweep_says_so_at_the_start(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CPU warning")
+    p = subprocess.Popen([sys.executable, "-m", "kbench.cli.main", "sweep", "-s", "draft-extend", "--out",
+                          str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "COLUMNS": "300"})
+    try:
+        head = [p.stdout.readline() for _ in range(2)]
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=120)
+    text = " ".join(" ".join(head).split())
+    assert "1008 cases" in text and "take up to about" in text and "narrow the grid" in text
+
+
+def test_env_measures_copy_and_read_bandwidth_on_a_cpu():
+    r = run_cli(["env", "--json"])
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.output)
+    assert info["copy_bandwidth_gbs"] > 0 and info["read_bandwidth_gbs"] > 0
+    assert info["read_over_copy"] == round(info["read_bandwidth_gbs"] / info["copy_bandwidth_gbs"], 3)
+
+
+# ---- plots a reader understands --------------------------------------------------------------------------
+def test_heatmap_colorbar_has_a_scale_and_roofline_says_its_ceiling(tmp_path, monkeypatch):
+    from kbench.report import plots
+    from kbench.report.build import build_report
+
+    figs = {}
+    real = plots._save
+
+    def keep(fig, path):
+        figs[Path(path).name] = fig
+        return real(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    build_report([BASELINE], tmp_path / "rep")
+    heat = next(f for n, f in figs.items() if n.startswith("speedup-heatmap"))
+    cbar = heat.axes[-1]
+    labels = [t.get_text() for t in cbar.get_yticklabels() if t.get_text()]
+    assert len(labels) >= 5 and "1x" in labels, labels
+    roof = figs["roofline.png"].axes[0]
+    assert "copy bandwidth" in roof.get_ylabel() and "may pass 1.0" in roof.get_title()
+    assert [t.get_text() for t in roof.get_xticklabels()] == ["268", "1,074"]
+
+
+# ---- CI logs ---------------------------------------------------------------------------------------------
+def test_without_a_terminal_tables_keep_words_and_progress_is_logged(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["KBENCH_PROGRESS_S"] = "0"
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", *TINY, "--out", str(tmp_path)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "trtllm-decode" in r.stdout and "trtllm-context" in r.stdout  # one word, not trtl/lm-d/ecod/e
+    n = 2 * (_flashinfer_kernels() + 1)  # two cases x (every kernel in "all" + the reference)
+    assert "  measuring: 1/" + str(n) + " after" in r.stdout and f"  measuring: {n}/{n} after" in r.stdout
+
+
+def test_read_bandwidth_in_the_typed_manifest_keeps_old_runs_comparable(tmp_path):
+    """A run with the read ceiling and the committed baseline (from before it) merge, pool and gate alike."""
+    from kbench.manifest import GATE, MERGE, POOL, Manifest, comparable
+
+    old = load_run(BASELINE)
+    new_dir = tmp_path / "new"
+    shutil.copytree(BASELINE, new_dir)
+    m = json.loads((new_dir / "manifest.json").read_text())
+    m.update(read_bandwidth_gbs=4418.0, roofline_ceiling="read_bandwidth_gbs")
+    (new_dir / "manifest.json").write_text(json.dumps(m))
+    new = load_run(new_dir)
+    assert Manifest.of(old).ceiling == ("copy", pytest.approx(4134.36, abs=0.01))
+    assert Manifest.of(new).ceiling == ("read", 4418.0)
+    for purpose in (MERGE, POOL, GATE):
+        v = comparable(old, new, purpose)
+        assert v.ok and not v.warnings, (purpose, v)
+
+
+def _flashinfer_kernels() -> int:
+    """Kernels in "all" other than the reference: each is one skipped row per case on a CPU."""
+    from kbench.kernels.registry import select
+
+    return len([k for k in select(["all"]) if k.name != "reference"])
