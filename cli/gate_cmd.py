@@ -10,6 +10,7 @@ from rich.table import Table
 
 from kbench.cli.console import make_console
 from kbench.cli.errors import one_line_errors
+from kbench.cli.options import AliasOption, examples
 
 GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
 
@@ -103,7 +104,10 @@ def noise_line(res) -> str:
     return f"threshold {res.threshold:.1%}, alpha {res.alpha:g}; {runs}, {band}{floor}"
 
 
-@click.command("gate", help=GATE_HELP)
+@click.command("gate", help=GATE_HELP, epilog=examples(
+    "kbench gate --baseline results/baselines/h200-draft-extend-kv4096 --candidate results/draft-extend-20261203-101500",
+    "kbench gate --baseline results/baselines/h200-draft-extend-kv4096 --candidate RUN --threshold 3% --markdown gate.md --junit gate.xml --json gate.json",
+    "kbench gate --baseline results/baselines/h200-draft-extend-kv4096 --candidate RUN --ignore-winner-change --show-all"))
 @click.option("--baseline", "baseline", required=True, metavar="BASELINE",
               help="Baseline folder (results/baselines/NAME) or any run folder.")
 @click.option("--candidate", "candidate", required=True, metavar="RUN", help="The run to judge.")
@@ -133,11 +137,15 @@ def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignor
     sys.exit(res.exit_code)
 
 
-@click.command("baseline")
+@click.command("baseline", epilog=examples(
+    "kbench baseline results/draft-extend-20261203-101500 --name h200-draft-extend",
+    "kbench baseline RUN1 RUN2 RUN3 --name h200-draft-extend --force   # pool three runs, replace the old one",
+    "kbench baseline RUN --name try --out /tmp/baselines"))
 @click.argument("runs", metavar="RUN [RUN ...]", nargs=-1, required=True)
-@click.option("--name", required=True, help="Baseline name: results/baselines/NAME (one folder name).")
-@click.option("--root", default="results/baselines", show_default=True, type=click.Path(file_okay=False),
-              help="Folder that holds the baselines.")
+@click.option("--name", required=True, help="Baseline name: OUT/NAME, by default results/baselines/NAME (one folder name).")
+@click.option("--out", "--root", "root", cls=AliasOption, hidden_aliases=("--root",), default="results/baselines",
+              show_default=True, type=click.Path(file_okay=False),
+              help="Folder that holds the baselines (--root, its old spelling, still works).")
 @click.option("--force", is_flag=True, help="Replace an existing baseline of the same name (refused without it).")
 @click.option("--allow-partial", is_flag=True, help="Accept runs that are not complete (interrupted, still running).")
 @one_line_errors
@@ -152,10 +160,13 @@ def baseline(runs, name, root, force, allow_partial):
     """
     from kbench.baselines import baseline_dir, write_multi_baseline
     from kbench.outputs import writable_dir
-    from kbench.store import load_run
+    from kbench.store import load_run, name_note
 
     baseline_dir(name, root)  # a bad name is refused before the root is created
-    writable_dir(root, "--root", create=False)
+    writable_dir(root, "--out", create=False)
+    note = name_note(name)
+    if note:
+        click.echo(note, err=True)
     loaded = [load_run(r) for r in runs]
     for run, r in zip(runs, loaded):
         if r.manifest.get("status") not in (None, "complete") and allow_partial:

@@ -5,9 +5,10 @@ import json
 
 import click
 from rich.console import Console
+from rich.table import Table
 
 from kbench.cli.console import make_console
-from rich.table import Table
+from kbench.cli.options import examples
 
 from kbench.case import Case
 from kbench.kernels.device import probe_device
@@ -16,7 +17,8 @@ from kbench.models import MODELS
 from kbench.measure import kernel_reason
 
 
-@click.command("kernels")
+@click.command("kernels", epilog=examples(
+    "kbench kernels", "kbench kernels --models", "kbench kernels --json"))
 @click.option("--models", is_flag=True, help="Also list the named head configurations.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def kernels_cmd(models, as_json):
@@ -26,7 +28,7 @@ def kernels_cmd(models, as_json):
     data = []
     for k in all_kernels():
         reason = kernel_reason(k, dev, probe)
-        data.append({"kernel": k.name, "path": k.path, "backend": k.backend(dev) if dev.cuda else "",
+        data.append({"kernel": k.name, "path": k.path, "backend": k.backend(dev),
                      "available": reason is None, "reason": reason or "", "kv_dtypes": list(k.kv_dtypes),
                      "call": k.description})
     if as_json:
@@ -49,7 +51,7 @@ def kernels_cmd(models, as_json):
         c.print(m)
 
 
-@click.command("env")
+@click.command("env", epilog=examples("kbench env", "kbench env --json", "kbench env --no-bandwidth"))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--no-bandwidth", is_flag=True, help="Skip the copy and read bandwidth measurements.")
 def env_cmd(as_json, no_bandwidth):

@@ -5,16 +5,16 @@ import json
 
 import click
 from rich.console import Console
-
-from kbench.cli.console import make_console
 from rich.markup import escape
 from rich.table import Table
 
 from kbench import axes
+from kbench.cli.console import make_console
+from kbench.cli.options import AliasOption, examples
 from kbench.errors import BadInput
 from kbench.report import build_report, load_policy, lookup
 from kbench.report import crossovers as xo
-from kbench.report.document import case_table, regret_table
+from kbench.report.document import case_table, regret_table, verdict_summary
 
 
 def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str | None = None) -> Table:
@@ -28,7 +28,10 @@ def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str
     return t
 
 
-@click.command("report")
+@click.command("report", epilog=examples(
+    "kbench report results/baselines/h200-draft-extend-kv4096 --out /tmp/report",
+    "kbench report RUN1 RUN2 --holdout 0.2 --out report   # the rows merged, the policy's regret on a held-out 20%",
+    "kbench report RUN --plot-batch 16 --plot-kv 4096   # also plot time vs q_len at bs 16, kv 4096"))
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output folder [default: FIRST_RUN/report].")
@@ -55,10 +58,18 @@ def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows):
     con.print(_table(f"Per case ({len(rows)} cases; ties marked)", headers, shown, highlight="tie"))
     if len(shown) < len(rows):
         con.print(f"... {len(rows) - len(shown)} more cases in {res.out_dir / 'cases.csv'}", markup=False)
+    con.print(verdict_summary(res.cases), markup=False)
     con.print(_table("Crossovers: q_len ranges per path", *xo.table(res.crossovers)))
     con.print(_table("Regret of the policy", *regret_table(res.regrets)))
-    con.print(f"wrote {len(res.files)} files to {res.out_dir}: report.md, report.html, policy.json, "
-              f"{sum(p.suffix == '.png' for p in res.files)} plots", markup=False)
+    con.print(wrote_line(res.files, res.out_dir), markup=False)
+
+
+def wrote_line(files, out_dir) -> str:
+    """'wrote N files to DIR: ...' naming every one of the N (the plots counted, not named)."""
+    named = [p.name for p in files if p.suffix != ".png"]
+    plots = sum(p.suffix == ".png" for p in files)
+    parts = named + ([f"{plots} plot{'s' if plots != 1 else ''}"] if plots else [])
+    return f"wrote {len(files)} files to {out_dir}: {', '.join(parts)}"
 
 
 def _fmt_point(p: dict) -> str:
@@ -73,16 +84,21 @@ def _realistic_filters(f):
     return f
 
 
-@click.command("select")
+@click.command("select", epilog=examples(
+    "kbench select --policy report/policy.json --batch-size 16 --q-len 4 --kv-len 4096",
+    "kbench select --policy report/policy.json --batch-size 16 --q-len 4 --kv-len 4096 --heads 32/8/128 --kv-layout HND --json",
+    "kbench select --policy report/policy.json --batch-size 512 --q-len 4 --kv-len 65536 --extrapolate"))
 @click.option("--policy", "policy_file", required=True, type=click.Path(), help="policy.json from `kbench report`.")
-@click.option("--batch-size", type=click.IntRange(min=1), required=True)
-@click.option("--q-len", type=click.IntRange(min=1), required=True)
-@click.option("--kv-len", type=click.IntRange(min=1), required=True)
+@click.option("--batch-size", type=click.IntRange(min=1), required=True, help="Requests in the batch.")
+@click.option("--q-len", type=click.IntRange(min=1), required=True,
+              help="Query tokens per request (draft tokens + 1); at most --kv-len.")
+@click.option("--kv-len", type=click.IntRange(min=1), required=True, help="KV tokens per request (the context so far).")
 @click.option("--heads", default=None, help="QO/KV/DIM heads, e.g. 32/8/128 (needed when the policy has several).")
-@click.option("--dtype", default=None)
-@click.option("--kv-dtype", default=None)
-@click.option("--page-size", type=int, default=None)
-@click.option("--layout", "kv_layout", default=None)
+@click.option("--dtype", default=None, help="Query/output dtype: bf16, fp16 (needed when the policy has several).")
+@click.option("--kv-dtype", default=None, help="KV-cache dtype: bf16, fp16, fp8 (needed when the policy has several).")
+@click.option("--page-size", type=int, default=None, help="KV page size in tokens (needed when the policy has several).")
+@click.option("--kv-layout", "--layout", "kv_layout", cls=AliasOption, hidden_aliases=("--layout",), default=None,
+              help="KV layout: HND or NHD, as in kbench sweep (needed when the policy has several).")
 @click.option("--extrapolate", is_flag=True, help="Answer outside the measured range (clamped to its edge).")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 @_realistic_filters

@@ -12,13 +12,14 @@ from kbench.cli.console import make_console
 from kbench.errors import BadInput
 from kbench.scenario import apply_overrides, load_scenario
 from kbench.devices import parse_devices, run_on_devices
-from kbench.store import load_run
+from kbench.store import load_run, name_note
 from kbench.sweep import Sweep, SweepOptions, parse_shard, scenario_of_run, shard_cases, sweep_payload
 from kbench.store import check_resumable, read_manifest
 
 from kbench.outputs import writable_dir
 from kbench.signals import terminate_as_interrupt
 
+from kbench.cli.options import examples
 from kbench.cli.render import RichSweepObserver, fmt_bw, skipped_reasons, summary_tables
 
 
@@ -39,12 +40,15 @@ def grid_axis_options(f):
     return f
 
 
-@click.command("sweep")
+@click.command("sweep", epilog=examples(
+    "kbench sweep                      # the quick scenario: a few shapes, every kernel",
+    "kbench sweep -s draft-extend --batch-size 16,64 --kv-len 4096 --out results",
+    "kbench sweep --resume results/draft-extend-20261203-101500   # finish an interrupted run"))
 @click.option("--scenario", "-s", default="quick", show_default=True,
               help="Built-in scenario name (quick, draft-extend, llama3-70b-tp8, gqa8-d64, qwen3-gqa8) or a TOML file.")
 @grid_axis_options
 @click.option("--model", help="Override the head config by model name (see `kbench kernels --models`).")
-@click.option("--heads", help="Override the head config: Q/KV/D, e.g. 32/8/128.")
+@click.option("--heads", help="Override the head config: QO/KV/DIM, e.g. 32/8/128 (instead of --model, not with it).")
 @click.option("--kernels", help="Comma-separated kernel names (see `kbench kernels`), or all.")
 @click.option("--spread-target", type=float, help="Stop timing when the 95% CI half-width of the median is below this fraction.")
 @click.option("--budget", "budget_s", type=float, help="Seconds of timing per (kernel, case) at most.")
@@ -54,15 +58,16 @@ def grid_axis_options(f):
 @click.option("--out", "out_dir", default="results", show_default=True, help="Folder that receives the run folder.")
 @click.option("--name", "run_name", help="Run folder name prefix (default: the scenario name).")
 @click.option("--resume", "resume", type=click.Path(), help="Finish an interrupted run folder: measures only missing rows.")
-@click.option("--device", "device_index", default=0, show_default=True, help="CUDA device index.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--device", "device_index", default=0, show_default=True,
+              help="The one GPU (CUDA index) this process sweeps on; --devices instead runs one worker per listed GPU.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs (report's --seed defaults to 0 too).")
 @click.option("--allow-wrong", is_flag=True, help="Exit 0 even when a kernel fails its check.")
 @click.option("--slow-kernel", multiple=True, metavar="KERNEL=N",
               help="TEST ONLY: run KERNEL N times per timed call, to show that `kbench gate` catches a slow-down.")
 @click.option("--compile-workers", type=click.IntRange(1, 64), help="Parallel JIT compile processes (default: cores/2, at most 8).")
 @click.option("--jit-cache", type=click.Path(file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
 @click.option("--shard", help="Run slice i/N of the cases (deterministic: case j goes to shard j mod N); join slices with kbench merge.")
-@click.option("--devices", help="One worker process per listed GPU (e.g. 0,1) over the shards, merged into one run.")
+@click.option("--devices", help="One worker process per listed GPU (e.g. 0,1) over the shards, merged into one run (not with --device).")
 @click.option("--isolate/--no-isolate", default=None,
               help="Run kernels in a worker process restarted after a crash (a CUDA fault poisons the process): the crashed kernel gets a failed row, the sweep goes on. Default: on when a GPU is there.")
 @click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
@@ -114,7 +119,13 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
         writable_dir(out_dir, "--out", create=False)  # the run folder is made when the sweep starts
     opts = SweepOptions(out_dir=out_dir, resume=resume, run_name=run_name, device_index=device_index, seed=seed,
                         slow_kernel=_slow(slow_kernel), compile_workers=compile_workers, isolate=isolate, command_line=shlex.join(["kbench", *sys.argv[1:]]))
+    note = name_note(run_name)
+    if note:
+        click.echo(note, err=True)
     if devices:
+        if _given("device_index"):
+            raise BadInput("--device and --devices: give one (--device: this process on one GPU; --devices: a worker "
+                           "per listed GPU)")
         if shard or resume:
             raise BadInput("--devices runs its own shards: drop --shard/--resume")
         import torch
@@ -226,15 +237,21 @@ def _sweep_on_devices(console, sc, opts, devices, out_dir, name, allow_wrong, ma
         sys.exit(1)
 
 
-@click.command("merge")
+@click.command("merge", epilog=examples(
+    "kbench merge results/quick-shard0-20261203-101500 results/quick-shard1-20261203-101502",
+    "kbench merge results/draft-extend-shard*-2026* --name draft-extend-h200 --out results"))
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
-@click.option("--out", "out_dir", default="results", show_default=True)
+@click.option("--out", "out_dir", default="results", show_default=True,
+              help="Folder that receives the merged run folder.")
 @click.option("--name", help="Merged run name (default: <scenario>-merged).")
 def merge(runs, out_dir, name):
     """Join shard runs (from --shard i/N or --devices) into one run; refuses mismatched manifests."""
     from kbench.merge import merge_runs
 
     writable_dir(out_dir, "--out", create=False)
+    note = name_note(name)
+    if note:
+        click.echo(note, err=True)
     path = merge_runs(list(runs), out_dir, name)
     run = load_run(path)
     make_console().print(f"merged {len(run.rows)} rows from {len(runs)} runs ({run.manifest['status']}): {path}")

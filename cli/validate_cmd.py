@@ -7,21 +7,45 @@ from pathlib import Path
 import click
 
 from rich.console import Console
+from rich.table import Table
 
 from kbench.cli.console import make_console
-from rich.table import Table
+from kbench.cli.options import examples
 
 from kbench import atomic
 from kbench.errors import BadInput
+
+
+ROWS_FILE = "validate-timer.json"
+
+
+def rows_file(out: str | None) -> Path | None:
+    """--out as a folder (OUT/validate-timer.json, created) or, ending in .json, the file itself; checked now."""
+    from kbench.outputs import writable_dir
+
+    if out is None:
+        return None
+    if str(out).lower().endswith(".json"):
+        p = Path(out)
+        if p.is_dir():
+            raise BadInput(f"--out {out}: a folder named like a file; give another path")
+        writable_dir(p.parent if str(p.parent) else ".", "--out", create=False)
+        return p
+    return writable_dir(out, "--out", create=False) / ROWS_FILE
 
 
 def _pct(v):
     return "-" if v is None else f"{v * 100:+.1f}%"
 
 
-@click.command("validate-timer")
+@click.command("validate-timer", epilog=examples(
+    "kbench validate-timer",
+    "kbench validate-timer --kernels trtllm-decode,fa3-prefill --out results",
+    "kbench validate-timer --tolerance 0.05 --out results/validate-timer.json"))
 @click.option("--kernels", help="Comma-separated kernels (default: every available one).")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Write the rows as JSON here.")
+@click.option("--out", "out_file", type=click.Path(),
+              help="Folder that receives validate-timer.json (the rows), like every --out; a path ending in .json "
+                   "is that file (the old meaning).")
 @click.option("--tolerance", default=0.03, show_default=True, help="Agreement target with CUPTI.")
 def validate_timer_cmd(kernels, out_file, tolerance):
     """Time every available kernel at 6 shapes (~10 us to ~5 ms) with kbench's CUDA-graph timer, with CUPTI
@@ -31,6 +55,7 @@ def validate_timer_cmd(kernels, out_file, tolerance):
     each harness's wall time."""
     import torch
 
+    out_file = rows_file(out_file)  # a bad --out is refused before the GPU is asked for
     if not torch.cuda.is_available():
         raise BadInput("validate-timer needs a CUDA GPU (none here)")
     from kbench.validate import validate_timer
@@ -60,4 +85,5 @@ def validate_timer_cmd(kernels, out_file, tolerance):
     console.print(t)
     console.print(f"{len(rows) - outside}/{len(rows)} within {tolerance:.0%} of CUPTI")
     if out_file:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_text(out_file, json.dumps([r.to_dict() for r in rows], indent=2))

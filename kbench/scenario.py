@@ -303,13 +303,21 @@ def load_scenario(name_or_path: str) -> Scenario:
     """A built-in scenario by name, or a TOML file by path."""
     p = Path(name_or_path)
     if name_or_path.endswith(".toml") or p.exists():
-        if not p.is_file():
+        if not p.exists():
             raise BadInput(f"scenario file {name_or_path!r} does not exist")
+        if p.is_dir():
+            raise BadInput(f"-s {name_or_path}: a folder, not a scenario file (give a .toml file or a built-in "
+                           f"name: {', '.join(builtin_names())})")
+        if not p.is_file():
+            raise BadInput(f"-s {name_or_path}: not a regular file (a device or a pipe); give a .toml file")
         where = str(p)
         try:
-            text = p.read_text(encoding="utf-8")
+            # utf-8-sig: a byte-order mark (Windows editors write one) is not TOML, so it is dropped
+            text = p.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as e:
             raise BadInput(f"{where}: cannot read: {e}") from None
+        if not text.strip():
+            raise BadInput(f"{where}: empty; a scenario needs at least a [grid] table (see scenarios/quick.toml)")
     else:
         names = builtin_names()
         if name_or_path not in names:
@@ -338,6 +346,10 @@ def apply_overrides(sc: Scenario, **axes) -> Scenario:
             raise BadInput(f"--model: unknown model {axes['model']!r} (known: {', '.join(MODELS)})")
         changes["heads"], changes["model"] = MODELS[axes["model"]], axes["model"]
     if axes.get("heads") is not None:
+        if axes.get("model") is not None:
+            h = MODELS.get(axes["model"])
+            raise BadInput(f"--model {axes['model']} and --heads {axes['heads']} both set the heads (--model "
+                           f"{axes['model']} is {h.num_qo_heads}/{h.num_kv_heads}/{h.head_dim}): give one")
         changes["heads"], changes["model"] = parse_heads(axes["heads"]), None
     timing = replace(sc.timing)
     for k in ("spread_target", "budget_s", "l2", "min_time_s", "duty"):

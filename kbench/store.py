@@ -62,6 +62,14 @@ def safe_name(name: str) -> str:
     return (s or "run")[:120]
 
 
+def name_note(name: str | None, flag: str = "--name") -> str | None:
+    """How ``name`` is written as a folder name when safe_name changes it (said, never done silently)."""
+    if not name or safe_name(name) == name:
+        return None
+    return (f"note: {flag} {name!r} is written as {safe_name(name)!r} (folder names keep only A-Z, a-z, 0-9, "
+            f"'.', '_' and '-')")
+
+
 def new_run_dir(out_dir: str | Path, name: str) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path(out_dir) / f"{safe_name(name)}-{stamp}"

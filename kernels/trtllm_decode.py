@@ -34,6 +34,8 @@ class TrtllmDecode(Kernel):
             "ragged q padded to the longest request")
 
     def backend(self, device) -> str:
+        if not device.cuda:  # what it picks where it runs (`kbench kernels` on a CPU says so)
+            return "xqa on SM" + "/".join(map(str, XQA_SMS)) + ", trtllm-gen on SM" + "/".join(map(str, TRTLLM_GEN_SMS))
         return "trtllm-gen" if device.sm in TRTLLM_GEN_SMS else "xqa"
 
     def supports(self, device, case):

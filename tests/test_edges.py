@@ -67,8 +67,8 @@ def test_jit_cache_report_merge_baseline_outputs_unwritable(tmp_path, cpu_run):
     assert "--jit-cache" in one_error_line(run_cli(["sweep", *TINY, "--jit-cache", f, "--out", tmp_path / "r"]))
     assert "--out" in one_error_line(run_cli(["report", BASELINE, "--out", f]))
     assert "--out" in one_error_line(run_cli(["merge", cpu_run, cpu_run, "--out", f]))
-    assert "--root" in one_error_line(run_cli(["baseline", cpu_run, "--name", "b", "--root", f]))
-    assert "--root" in one_error_line(run_cli(["baseline", cpu_run, "--name", "b", "--root", "/proc/kb"]))
+    assert "--out" in one_error_line(run_cli(["baseline", cpu_run, "--name", "b", "--root", f]))  # --root: the old spelling of --out
+    assert "--out" in one_error_line(run_cli(["baseline", cpu_run, "--name", "b", "--out", "/proc/kb"]))
     assert f.read_text() == "keep" and not (tmp_path / "r").exists()
 
 

@@ -27,7 +27,9 @@ def formats() -> tuple[Exporter, ...]:
     return (
         Exporter("markdown", "Write the markdown summary here.", markdown.write_markdown, always=True),
         Exporter("junit", "Write JUnit XML here.", junit.write_junit),
-        Exporter("json", "Write the result as JSON here.", json_out.write_json),
+        Exporter("json", "Write the result as JSON to this FILE (kernels, env and select take --json as a flag "
+                 "that prints JSON; the gate's JSON is a report to keep beside --markdown and --junit).",
+                 json_out.write_json),
     )
 
 

@@ -68,9 +68,21 @@ def excluded_table(rows) -> tuple[list[str], list[list[str]]]:
     return ["kernel", "status", "reason", "cases"], [[k, s, _s(r), str(n)] for (k, s, r), n in agg.items()]
 
 
+def verdict_summary(cases) -> str:
+    """The decode/context count per case, with how ties are served said plainly (the policy's rule)."""
+    verdicts = cases["path_verdict"].value_counts().to_dict() if len(cases) else {}
+    tied = cases[cases["path_verdict"] == "tie"] if len(cases) else cases
+    served = tied["winner_path"].value_counts().to_dict() if len(tied) else {}
+    tie_rule = (f" (a tie: the best decode and best context times within each other's spread; the policy then "
+                f"serves the kernel with the faster median anyway, here {served.get('context', 0)} to the context "
+                f"path and {served.get('decode', 0)} to the decode path)") if len(tied) else ""
+    return (f"{len(cases)} cases with an ok row; decode wins {verdicts.get('decode', 0)}, context wins "
+            f"{verdicts.get('context', 0)}, ties {verdicts.get('tie', 0)}{tie_rule}, one path only "
+            f"{verdicts.get('decode-only', 0) + verdicts.get('context-only', 0)}")
+
+
 def build_document(result) -> list[tuple]:
     rs, cases, policy = result.runset, result.cases, result.policy
-    verdicts = cases["path_verdict"].value_counts().to_dict()
     kernels = sorted(rs.rows.loc[rs.rows["path"] != "reference", "kernel"].dropna().astype(str).unique())
     status = rs.rows[rs.rows["path"] != "reference"]["status"].value_counts().to_dict()
     excluded = excluded_table(rs.rows)
@@ -84,9 +96,7 @@ def build_document(result) -> list[tuple]:
                      "read-mostly kernels can exceed 1.0 of a copy figure, which counts bytes read and written)"),
                   f"kernels: {', '.join(kernels)}",
                   "rows by status: " + ", ".join(f"{k} {v}" for k, v in sorted(status.items())),
-                  f"{len(cases)} cases with an ok row; decode wins {verdicts.get('decode', 0)}, context wins "
-                  f"{verdicts.get('context', 0)}, ties {verdicts.get('tie', 0)}, one path only "
-                  f"{verdicts.get('decode-only', 0) + verdicts.get('context-only', 0)}"]),
+                  verdict_summary(cases)]),
         ("p", "Only rows whose check passed (status ok) compete; wrong and failed kernels are listed under "
               "'excluded'. Tie rule: " + policy["tie_rule"] + "."),
         ("h", 3, "Excluded (check did not pass)"),

@@ -92,11 +92,35 @@ def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path) -> list[Path]:
     return out
 
 
-def default_points(cases: pd.DataFrame) -> list[tuple[int, int]]:
-    """A middle and the largest (batch, kv_len) of the grid."""
-    bss, kvs = sorted(cases["batch_size"].unique()), sorted(cases["kv_len"].unique())
-    pts = [(int(bss[len(bss) // 2]), int(kvs[len(kvs) // 2])), (int(bss[-1]), int(kvs[-1]))]
-    return list(dict.fromkeys(pts))
+def winner_changes(rows: pd.DataFrame) -> dict[tuple[int, int], tuple[int, int]]:
+    """(batch, kv_len) -> (changes of the path verdict along q_len, changes of the fastest kernel along q_len),
+    the verdict (decode | context | tie, kbench.winners) first: a slice where every kernel ties has none."""
+    from kbench.winners import case_winners
+
+    w = case_winners(rows)
+    out = {}
+    for (bs, kv), g in w.groupby(["batch_size", "kv_len"], sort=True):
+        g = g.sort_values("q_len")
+        v, k = g["path_verdict"].tolist(), g["winner"].tolist()
+        out[(int(bs), int(kv))] = (sum(a != b for a, b in zip(v, v[1:])), sum(a != b for a, b in zip(k, k[1:])))
+    return out
+
+
+def default_points(rows: pd.DataFrame) -> list[tuple[int, int]]:
+    """Where the answer changes: the (batch, kv_len) slice with the most changes of the winning path along
+    q_len (then of the winning kernel; then the smaller batch and kv_len), and the runner-up slice when the
+    winner changes there too. With no change anywhere: the middle (batch, kv_len) of the grid."""
+    changes = winner_changes(rows)
+    ranked = sorted(changes, key=lambda p: (-changes[p][0], -changes[p][1], p))
+    if ranked and sum(changes[ranked[0]]):
+        return [ranked[0]] + [p for p in ranked[1:2] if changes[p][0]]
+    bss, kvs = sorted(rows["batch_size"].unique()), sorted(rows["kv_len"].unique())
+    return [(int(bss[len(bss) // 2]), int(kvs[len(kvs) // 2]))]
+
+
+# one marker per kernel (drawn largest first, hollow every other one) so that kernels whose times coincide,
+# such as decode-wrapper under fa2-prefill, stay visible; solid lines for the decode path, dashed for context
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_dir: Path) -> list[Path]:
@@ -111,20 +135,27 @@ def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_d
             hit.add((bs, kv))
             fig = Figure(figsize=(7.5, 4.6), layout="constrained")
             ax = fig.subplots()
-            for kernel, k in sel.sort_values("q_len").groupby("kernel", sort=True):
+            by_kernel = list(sel.sort_values("q_len").groupby("kernel", sort=True))
+            for i, (kernel, k) in enumerate(by_kernel):
                 q, med = k["q_len"].to_numpy(), k["median_us"].to_numpy(dtype=float)
                 p25 = pd.to_numeric(k["p25_us"], errors="coerce").fillna(k["median_us"]).to_numpy(dtype=float)
                 p75 = pd.to_numeric(k["p75_us"], errors="coerce").fillna(k["median_us"]).to_numpy(dtype=float)
                 lo, hi = np.clip(med - p25, 0, None), np.clip(p75 - med, 0, None)
                 style = "-" if k["path"].iloc[0] == "decode" else "--"
-                ax.errorbar(q, med, yerr=[lo, hi], fmt="o" + style, ms=4, capsize=2, lw=1.4,
-                            label=f"{kernel} ({k['path'].iloc[0]})")
+                bars = ax.errorbar(q, med, yerr=[lo, hi], fmt=MARKERS[i % len(MARKERS)] + style,
+                                   ms=4 + 1.5 * (len(by_kernel) - 1 - i), capsize=2, lw=1.4, zorder=2 + i,
+                                   label=f"{kernel} ({k['path'].iloc[0]})")
+                if i % 2:
+                    bars.lines[0].set_markerfacecolor("none")
             qmin, qmax = sel["q_len"].min(), sel["q_len"].max()
-            for qg, what in ((16, "fa2 step"), (32, "decode step")):
-                if qmin < qg / group <= qmax:
-                    ax.axvline(qg / group, color="0.5", ls=":", lw=1)
-                    ax.text(qg / group, 0.98, f" q·G={qg}\n ({what})", transform=ax.get_xaxis_transform(),
-                            va="top", fontsize=7, color="0.3")
+            steps = [(qg / group, f"q·G={qg}\n{what}") for qg, what in ((16, "fa2 step"), (32, "decode step"))
+                     if qmin < qg / group <= qmax]
+            for x, _ in steps:
+                ax.axvline(x, color="0.5", ls=":", lw=1)
+            if steps:  # labelled above the plot area, where no line runs
+                top = ax.secondary_xaxis("top")
+                top.set_xticks([x for x, _ in steps], [t for _, t in steps], fontsize=7, color="0.3")
+                top.tick_params(length=0)
             ax.set_yscale("log")
             plain = FuncFormatter(lambda v, _: f"{v:g}")
             ax.yaxis.set_major_formatter(plain)
@@ -136,7 +167,7 @@ def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_d
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
             ax.set_title(f"Time vs q_len, batch {bs}, kv_len {kv}, {label}\n(solid: decode path, dashed: "
-                         f"context path, bars: p25..p75)", fontsize=10)
+                         f"context path, one marker per kernel, bars: p25..p75)", fontsize=10)
             out.append(_save(fig, out_dir / f"{safe_name(f'time-vs-q-bs{bs}-kv{kv}-{label}')}.png"))
     if asked and (missing := [p for p in points if p not in hit]):
         bs, kv = missing[0]

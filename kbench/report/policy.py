@@ -262,9 +262,15 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
     groups = [g for g in policy["groups"] if all(g.get(k) == v for k, v in want.items())]
     have = "; ".join(g.get("label") or group_label(g) for g in policy["groups"]) or "none"
     if not groups:
-        raise BadInput(f"no measured group matches {want or 'the query'} (policy has: {have})")
+        # the query as the options that made it (select's own spelling), not a Python dict
+        asked = [f"--heads {heads}"] if heads else []
+        asked += [f"--{k.replace('_', '-')} {v}" for k, v in (("dtype", dtype), ("kv_dtype", kv_dtype),
+                                                               ("page_size", page_size), ("kv_layout", kv_layout))
+                  if v is not None]
+        asked += [f"{axes.AXIS[k].flag} {v}" for k, v in realistic.items() if v is not None]
+        raise BadInput(f"no measured group matches {' '.join(asked) or 'the query'} (policy has: {have})")
     if len(groups) > 1:
-        flags = "/".join(["--heads", "--dtype", "--kv-dtype", "--page-size", "--layout"]
+        flags = "/".join(["--heads", "--dtype", "--kv-dtype", "--page-size", "--kv-layout"]
                          + [axes.AXIS[n].flag for n in REALISTIC_AXES])
         raise BadInput(f"{len(groups)} groups match; narrow with {flags} (policy has: {have})")
     return groups[0]
@@ -279,6 +285,9 @@ def lookup(policy: dict, batch_size: int, q_len: int, kv_len: int, extrapolate: 
     for ax, v in query.items():
         if v < 1:
             raise BadInput(f"{ax} must be >= 1, got {v}")
+    if query["q_len"] > query["kv_len"]:  # the query tokens are in the KV cache: no such shape (not clamped)
+        raise BadInput(f"q_len {q_len} > kv_len {kv_len}: the query tokens are part of the KV, so q_len <= kv_len "
+                       f"(--extrapolate does not change that)")
     point, clamped = dict(query), []
     for ax in LOOKUP_AXES:
         lo, hi = min(grid[ax]), max(grid[ax])
