@@ -213,3 +213,20 @@ def test_summary_says_how_ties_are_served(tmp_path):
             f"path and {to_decode} to the decode path")
     assert said in md and said in " ".join(r.output.split())
     assert to_context > 0  # the committed baseline: ties served by fa2 (context)
+
+
+def test_heatmap_is_one_panel_per_kv_len_with_q_len_along_x(tmp_path, monkeypatch):
+    """The committed baseline has one kv_len: one panel of 2 x 16 cells (was 16 panels of two cells)."""
+    from kbench.report import plots
+    from kbench.winners import case_winners
+
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    plots.speedup_heatmaps(case_winners(load_run(BASELINE).rows), tmp_path)
+    (fig,) = figs
+    panels = [a for a in fig.axes if a.get_images()]
+    assert len(panels) == 1
+    (ax,) = panels
+    assert ax.get_title() == "kv_len 4096" and ax.get_xlabel().startswith("q_len")
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(q) for q in range(1, 17)]
+    assert len(ax.texts) == 32  # every cell annotated

@@ -1,6 +1,6 @@
 """PNG plots of a report (matplotlib, Agg backend, Figure objects: no pyplot global state).
 
-- speedup heatmap, one file per group: decode/context speedup over batch x kv_len, one panel per q_len,
+- speedup heatmap, one file per group: decode/context speedup over batch x q_len, one panel per kv_len,
   every cell annotated (``=`` marks a decode/context tie, grey ``-`` a case without both paths);
 - time against q_len per kernel for chosen (batch, kv_len): median with p25..p75 bars, log time, and the
   q_len x group = 16 / 32 lines where fa2 and the decode kernel step up;
@@ -47,19 +47,21 @@ def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path) -> list[Path]:
         finite = np.log2(sp[sp > 0].to_numpy()) if (sp > 0).any() else np.array([0.0])
         lim = max(0.25, float(np.nanmax(np.abs(finite))))
         norm = TwoSlopeNorm(vmin=-lim, vcenter=0.0, vmax=lim)
-        ncols = min(4, len(qs))
-        nrows = math.ceil(len(qs) / ncols)
-        cw, ch = max(3.2, 0.55 * len(kvs) + 1.2), max(2.6, 0.38 * len(bss) + 1.2)
-        fig = Figure(figsize=(cw * ncols + 1.0, ch * nrows + 0.8), layout="constrained")
+        # one panel per kv_len, q_len along x: the crossover along q_len reads left to right in one panel
+        # (a panel per q_len gave 16 panels of two cells for the committed baseline's single kv_len)
+        ncols = min(len(kvs), 1 if len(qs) > 8 else 3)
+        nrows = math.ceil(len(kvs) / ncols)
+        cw, ch = max(3.2, 0.55 * len(qs) + 1.2), max(3.0, 0.42 * len(bss) + 1.2)
+        fig = Figure(figsize=(cw * ncols + 1.6, ch * nrows + 0.8), layout="constrained")
         axes = fig.subplots(nrows, ncols, squeeze=False)
-        font = 8 if len(kvs) <= 6 else 6.5
+        font = 8 if len(qs) <= 16 else 6.5
         im = None
-        for i, q in enumerate(qs):
+        for i, kv in enumerate(kvs):
             ax = axes[i // ncols][i % ncols]
-            m = np.full((len(bss), len(kvs)), np.nan)
-            cell = g[g["q_len"] == q]
+            m = np.full((len(bss), len(qs)), np.nan)
+            cell = g[g["kv_len"] == kv]
             for r in cell.itertuples():
-                y, x = bss.index(r.batch_size), kvs.index(r.kv_len)
+                y, x = bss.index(r.batch_size), qs.index(r.q_len)
                 s = r.decode_speedup
                 if s is not None and not (isinstance(s, float) and math.isnan(s)) and s > 0:
                     m[y, x] = math.log2(s)
@@ -70,16 +72,17 @@ def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path) -> list[Path]:
                     ax.text(x, y, "-", ha="center", va="center", fontsize=font, color="0.4")
             ax.set_facecolor("0.85")
             im = ax.imshow(m, cmap="RdBu", norm=norm, aspect="auto", origin="lower")
-            ax.set_title(f"q_len {q}", fontsize=10)
-            ax.set_xticks(range(len(kvs)), [str(k) for k in kvs], rotation=45, fontsize=7)
+            ax.set_title(f"kv_len {kv}", fontsize=10)
+            ax.set_xticks(range(len(qs)), [str(q) for q in qs], fontsize=7)
             ax.set_yticks(range(len(bss)), [str(b) for b in bss], fontsize=7)
             if i % ncols == 0:
                 ax.set_ylabel("batch size")
-            if i // ncols == nrows - 1 or i + ncols >= len(qs):
-                ax.set_xlabel("kv_len")
-        for j in range(len(qs), nrows * ncols):
+            if i // ncols == nrows - 1 or i + ncols >= len(kvs):
+                ax.set_xlabel("q_len (tokens per request)")
+        for j in range(len(kvs), nrows * ncols):
             axes[j // ncols][j % ncols].set_visible(False)
-        cb = fig.colorbar(im, ax=axes, shrink=0.8, label="decode speedup (best context / best decode time)")
+        cb = fig.colorbar(im, ax=axes, shrink=0.9 if nrows > 1 else 1.0,
+                          label="decode speedup\n(best context / best decode time)")
         # ticks at round speedups inside the range, at least 5 (a range of 0.8x..1.25x got a lone `1x`)
         ticks = np.log2([v for v in (0.125, 0.25, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2, 4, 8)
                          if abs(math.log2(v)) <= lim + 1e-9])
