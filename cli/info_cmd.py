@@ -11,7 +11,7 @@ from kbench.cli.console import make_console
 from kbench.cli.options import examples
 
 from kbench.case import Case
-from kbench.kernels.device import probe_device
+from kbench.probe import probe_device
 from kbench.kernels.registry import all_kernels
 from kbench.models import MODELS
 from kbench.measure import kernel_reason

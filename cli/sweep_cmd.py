@@ -101,7 +101,7 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
             raise BadInput(f"--resume finishes the run as it was started: {', '.join(fixed)} cannot change it "
                            f"(drop {'them' if len(fixed) > 1 else 'it'})")
         check_resumable(resume, manifest)
-        from kbench.kernels.device import probe_device
+        from kbench.probe import probe_device
         from kbench.resume import check_resume
 
         nothing = check_resume(resume, manifest, probe_device(device_index, with_flashinfer=False).to_dict(), force)

@@ -253,6 +253,7 @@ def _dist_id(text: str, field: str) -> str:
 
 
 SINKS = ("off", "on")
+Q_DTYPES = ("dtype", "fp8")  # dtype: the query in the case's dtype; fp8: e4m3 (needs an fp8 KV cache)
 _SHAPE = frozenset({GRID})
 _GROUP_GRID = frozenset({GRID, GROUP})
 _GROUP_HEADS = frozenset({HEADS, GROUP})
@@ -290,6 +291,9 @@ AXES: tuple[Axis, ...] = (
     Axis("max_seq_len", str, "tight", "max_seq_len decode kernels get: tight or context:N (the page table "
          "that wide, as SGLang passes it).", _REALISTIC, spec=_lazy_max_seq_len(),
          id_part=lambda c: None if c.max_seq_len == "tight" else "msl" + c.max_seq_len.partition(":")[2]),
+    Axis("q_dtype", str, "dtype", "Query dtype: dtype (the case's --dtype) or fp8 (e4m3, as SGLang casts q for "
+         "its trtllm kernels when the KV cache is fp8; needs --kv-dtype fp8).", _REALISTIC, allowed=Q_DTYPES,
+         id_part=lambda c: None if c.q_dtype == "dtype" else "q" + c.q_dtype),
     Axis("skip_softmax", str, "off", "Skip-softmax (an approximation, judged by its own tolerance): off or "
          "a threshold scale factor, e.g. 1000.", _REALISTIC, spec=_lazy_skip_softmax(),
          id_part=lambda c: None if c.skip_softmax == "off" else "ss" + c.skip_softmax),

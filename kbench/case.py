@@ -69,8 +69,10 @@ class _CaseMethods:
         return self.kv_tokens_read(seed) * self.num_kv_heads * self.head_dim * 2 * self.kv_elem_bytes()
 
     def qo_bytes(self, seed: int = 0) -> int:
+        """The query read (1 byte an element in fp8) and the output written (the case's dtype)."""
         tokens = self.batch_size * self.q_len if self.q_dist == "fixed" else self.lengths(seed).total_q
-        return 2 * tokens * self.num_qo_heads * self.head_dim * 2
+        return (1 if self.q_dtype == "fp8" else 2) * tokens * self.num_qo_heads * self.head_dim + \
+            2 * tokens * self.num_qo_heads * self.head_dim
 
     def min_bytes(self, seed: int = 0) -> int:
         return self.kv_bytes(seed) + self.qo_bytes(seed)

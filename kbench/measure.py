@@ -16,7 +16,8 @@ from kbench.case import Case
 from kbench.check import compare, tolerance_for
 from kbench.errors import BadInput, first_line
 from kbench.kernels.base import Kernel
-from kbench.kernels.device import DeviceInfo, probe_device
+from kbench.kernels.device import DeviceInfo
+from kbench.probe import probe_device
 from kbench.kernels.inputs import build_inputs, copy_bytes
 from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import select
@@ -263,7 +264,7 @@ class CaseMeasurer:
                 self._failed(emit, self.row(k, case, "failed", reason="inputs/reference: " + first_line(e)))
             return
         self.wall.reference_s += time.perf_counter() - t0
-        tol = tolerance_for(case.dtype, case.kv_dtype, case.skip_softmax)
+        tol = tolerance_for(case.dtype, case.kv_dtype, case.skip_softmax, case.q_dtype)
         if not dev.cuda:
             l2 = "cpu"
         elif copies > 1:

@@ -133,7 +133,7 @@ def flashinfer_harness_us(fn) -> tuple[float, float]:
 
 def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = "cuda", on_row=None,
                    spread_target: float = 0.01, budget_s: float = 2.0) -> list[TimerCheck]:
-    from kbench.kernels.device import probe_device
+    from kbench.probe import probe_device
     from kbench.measure import copies_for
     from kbench.scenario import Timing
 
@@ -153,7 +153,7 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
         for k in runnable:
             try:
                 fn = k.prepare(inputs)
-                chk = compare(fn(0), ref, tolerance_for(case.dtype, case.kv_dtype))
+                chk = compare(fn(0), ref, tolerance_for(case.dtype, case.kv_dtype, case.skip_softmax, case.q_dtype))
                 time.sleep(COOL_S)
                 m = timer.measure(fn, copies)
                 time.sleep(COOL_S)

@@ -1,6 +1,7 @@
 """The interface every kernel family implements."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -12,6 +13,8 @@ if TYPE_CHECKING:
 
 # prepare() returns this: call it with the index of an input copy; it returns the output [bs*q, Hq, d].
 KernelFn = Callable[[int], "torch.Tensor"]
+# what a kernel module hands `Launch.run`: (query, kv_cache) of one input copy -> the output
+CopyCall = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
 
@@ -36,7 +39,21 @@ class Kernel:
         return (case.dtype, case.kv_dtype, case.head_dim, case.group, case.page_size, case.kv_layout)
 
     def prepare(self, inputs: "Inputs") -> KernelFn:
+        """Plan and allocate once, then return run(i); most kernels build it with `self.launch(inputs)`."""
         raise NotImplementedError
+
+    def launch(self, inputs: "Inputs", padded: bool = False, workspace: bool = True) -> "Launch":
+        """The part of prepare() every FlashInfer kernel shares: its own zeroed workspace (`_workspace`),
+        one output poisoned with NaN (a row the kernel leaves unwritten fails the check) in the case's
+        dtype and shaped like the query (the padded query for kernels with one q_len per request), and
+        `run(call)` making run(i) from call(query, kv_cache) of input copy i."""
+        import torch
+
+        from kbench.kernels.inputs import torch_dtype
+
+        q = inputs.q_padded() if padded else inputs.q
+        out = torch.full(q.shape, float("nan"), dtype=torch_dtype(inputs.case.dtype), device=q.device)
+        return Launch(inputs, self._workspace(inputs.device) if workspace else None, out, padded)
 
     def checked_output(self, inputs: "Inputs", out: "torch.Tensor") -> "torch.Tensor":
         """The rows of an output that the reference checks (a padded kernel drops its padding rows)."""
@@ -57,10 +74,46 @@ class Kernel:
         return ws
 
 
+@dataclass
+class Launch:
+    """What `Kernel.launch` prepared for one case: ws (None when the kernel takes no workspace), out."""
+
+    inputs: "Inputs"
+    ws: "torch.Tensor | None"
+    out: "torch.Tensor"
+    padded: bool = False
+
+    def run(self, call: CopyCall) -> KernelFn:
+        return each_copy(self.inputs, call, self.padded)
+
+
+def each_copy(inputs: "Inputs", call: CopyCall, padded: bool = False) -> KernelFn:
+    """run(i): call(query, kv_cache) on input copy i (the copies rotate so L2 does not hold them)."""
+
+    def run(i: int) -> "torch.Tensor":
+        return call(inputs.q_padded(i) if padded else inputs.copies[i].q, inputs.copies[i].kv_cache)
+
+    return run
+
+
+# FlashInfer 0.7.2.post1 takes an e4m3 query in trtllm-gen decode, trtllm context and fmha-v2 (SM90), which is
+# where SGLang casts q to fp8 when the KV cache is fp8; xqa builds only bf16/fp16-query modules (jit/xqa.py)
+Q_FP8_ONLY_TRTLLM = ("q_dtype fp8: kbench gives an fp8 query only to the kernels SGLang casts it for "
+                     "(trtllm-gen decode, trtllm context, fmha-v2); this one is planned with a bf16/fp16 query")
+
+
+def fp8_kv_reason(case: "Case", name: str) -> str | None:
+    """For kernels that run fp8 KV only beside an fp8 query (one dtype for Q, K and V)."""
+    if case.kv_dtype == "fp8" and case.q_dtype != "fp8":
+        return f"fp8 KV with a {case.dtype} query: {name} takes fp8 KV with an fp8 query only (q_dtype fp8)"
+    return None
+
+
 def realistic_reason(case: "Case", **cannot: str) -> str | None:
     """The reason a kernel gives for a realistic-batch axis it cannot take: cannot maps window / sinks /
-    skip_softmax to that reason; None when the case asks for none of them."""
-    asks = {"window": case.window_left >= 0, "sinks": case.sinks == "on", "skip_softmax": case.skip_softmax != "off"}
+    skip_softmax / q_fp8 to that reason; None when the case asks for none of them."""
+    asks = {"window": case.window_left >= 0, "sinks": case.sinks == "on", "skip_softmax": case.skip_softmax != "off",
+            "q_fp8": case.q_dtype == "fp8"}
     for axis, why in cannot.items():
         if asks[axis]:
             return why

@@ -3,9 +3,7 @@
 One q_len per request: a ragged batch is padded to its longest request (kbench.kernels.inputs.PaddedBatch)."""
 from __future__ import annotations
 
-import torch
-
-from kbench.kernels.base import Kernel, KernelFn, needs_cuda, realistic_reason
+from kbench.kernels.base import Q_FP8_ONLY_TRTLLM, Kernel, KernelFn, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs, torch_dtype
 
 
@@ -20,7 +18,8 @@ class DecodeWrapper(Kernel):
         # a module that drops them; only its cudnn/trtllm-gen routes apply them
         return needs_cuda(device, min_sm=80) or realistic_reason(
             case, sinks="sinks: FlashInfer 0.7.2.post1's tensor-core decode route (fa2) drops run(sinks=)",
-            skip_softmax="skip-softmax: FlashInfer 0.7.2.post1's tensor-core decode route (fa2) drops it")
+            skip_softmax="skip-softmax: FlashInfer 0.7.2.post1's tensor-core decode route (fa2) drops it",
+            q_fp8=Q_FP8_ONLY_TRTLLM)
 
     def checked_output(self, inputs, out):
         return inputs.padded.unpad(out)
@@ -32,8 +31,8 @@ class DecodeWrapper(Kernel):
         import flashinfer
 
         c = inputs.case
-        ws = self._workspace(inputs.device)
-        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, c.kv_layout, use_tensor_cores=True)
+        launch = self.launch(inputs, padded=True)
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(launch.ws, c.kv_layout, use_tensor_cores=True)
         pb = inputs.padded
         w.plan(
             pb.host("kv_indptr"), pb.host("kv_indices"), pb.host("last_page_len"),
@@ -41,9 +40,4 @@ class DecodeWrapper(Kernel):
             sm_scale=inputs.sm_scale, q_data_type=torch_dtype(c.dtype), kv_data_type=torch_dtype(c.kv_dtype),
             o_data_type=torch_dtype(c.dtype), q_len_per_req=pb.q_len,
         )
-        out = torch.full_like(inputs.q_padded(), float("nan"))
-
-        def run(i: int) -> torch.Tensor:
-            return w.run(inputs.q_padded(i), inputs.copies[i].kv_cache, out=out)
-
-        return run
+        return launch.run(lambda q, kv: w.run(q, kv, out=launch.out))

@@ -1,7 +1,8 @@
-"""What this machine has: probed once, before any kernel is touched."""
+"""What a kernel's supports() is told about the machine: a plain data class, filled by the engine's probe
+(kbench.probe) before any kernel is touched. It lives here, not in the engine, because every kernel module
+reads it (supports(device, case), backend(device)) and kernels never import the engine."""
 from __future__ import annotations
 
-import os
 import platform
 from dataclasses import asdict, dataclass, field
 
@@ -28,50 +29,3 @@ class DeviceInfo:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def _driver_version() -> str | None:
-    try:
-        import pynvml  # nvidia-ml-py
-
-        pynvml.nvmlInit()
-        v = pynvml.nvmlSystemGetDriverVersion()
-        return v.decode() if isinstance(v, bytes) else v
-    except Exception:
-        return None
-
-
-def probe_flashinfer() -> tuple[str | None, str | None]:
-    try:
-        import flashinfer
-
-        return getattr(flashinfer, "__version__", "unknown"), None
-    except Exception as e:  # missing or broken install: every FlashInfer kernel is skipped with this reason
-        from kbench.errors import first_line
-
-        return None, first_line(e, 200)
-
-
-def probe_device(index: int = 0, with_flashinfer: bool = True) -> DeviceInfo:
-    import torch
-
-    fi_ver, fi_err = probe_flashinfer() if with_flashinfer else (None, "not probed")
-    if not torch.cuda.is_available():
-        cpu = platform.processor() or platform.machine()
-        return DeviceInfo(cuda=False, name=f"CPU ({cpu}, {os.cpu_count()} cores)", sm=0, torch_version=torch.__version__,
-                          flashinfer_version=fi_ver, flashinfer_error=fi_err)
-    props = torch.cuda.get_device_properties(index)
-    return DeviceInfo(
-        cuda=True,
-        name=props.name,
-        sm=props.major * 10 + props.minor,
-        index=index,
-        total_memory=props.total_memory,
-        l2_bytes=getattr(props, "L2_cache_size", 0) or 0,
-        multiprocessors=props.multi_processor_count,
-        torch_version=torch.__version__,
-        cuda_version=torch.version.cuda,
-        driver=_driver_version(),
-        flashinfer_version=fi_ver,
-        flashinfer_error=fi_err,
-    )

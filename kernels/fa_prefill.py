@@ -1,9 +1,7 @@
 """FlashInfer's paged prefill wrapper, with the backend always named (auto picks fa3 on SM90)."""
 from __future__ import annotations
 
-import torch
-
-from kbench.kernels.base import Kernel, KernelFn, needs_cuda, realistic_reason
+from kbench.kernels.base import Q_FP8_ONLY_TRTLLM, Kernel, KernelFn, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs, torch_dtype
 
 
@@ -27,7 +25,7 @@ class FaPrefill(Kernel):
         return reason or realistic_reason(
             case, sinks=f"sinks: FlashInfer 0.7.2.post1's {self.fa} paged prefill route drops run(sinks=)",
             skip_softmax=f"skip-softmax: FlashInfer 0.7.2.post1's {self.fa} paged prefill route drops "
-                         "skip_softmax_threshold_scale_factor")
+                         "skip_softmax_threshold_scale_factor", q_fp8=Q_FP8_ONLY_TRTLLM)
 
     def jit_key(self, case):
         return (case.dtype, case.kv_dtype, case.head_dim)
@@ -36,18 +34,12 @@ class FaPrefill(Kernel):
         import flashinfer
 
         c = inputs.case
-        ws = self._workspace(inputs.device)
-        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, c.kv_layout, backend=self.fa)
+        launch = self.launch(inputs)
+        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(launch.ws, c.kv_layout, backend=self.fa)
         w.plan(
             inputs.host("qo_indptr"), inputs.host("kv_indptr"), inputs.host("kv_indices"),
             inputs.host("last_page_len"), c.num_qo_heads, c.num_kv_heads, c.head_dim, c.page_size,
             causal=True, window_left=c.window_left, sm_scale=inputs.sm_scale, q_data_type=torch_dtype(c.dtype),
             kv_data_type=torch_dtype(c.kv_dtype), o_data_type=torch_dtype(c.dtype),
         )
-        out = torch.full_like(inputs.q, float("nan"))
-
-        def run(i: int) -> torch.Tensor:
-            cp = inputs.copies[i]
-            return w.run(cp.q, cp.kv_cache, out=out)
-
-        return run
+        return launch.run(lambda q, kv: w.run(q, kv, out=launch.out))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 
-from kbench.kernels.base import Kernel, KernelFn, needs_cuda
+from kbench.kernels.base import Kernel, KernelFn, each_copy, needs_cuda
 from kbench.kernels.inputs import Inputs
 
 OOB_OFFSET = 1 << 40  # far past any allocation: no device maps this much memory
@@ -78,9 +78,8 @@ class OutOfBoundsWrite(Kernel):
         return None  # nothing to compile ahead (the driver loads the PTX in a millisecond)
 
     def prepare(self, inputs: Inputs) -> KernelFn:
-        def run(i: int):
-            q = inputs.copies[i].q
+        def call(q, kv_cache):
             launch_oob_write(q)
             return q  # never reached in practice: the synchronisation after the call raises
 
-        return run
+        return each_copy(inputs, call)  # no workspace and no output: the fault comes first

@@ -167,7 +167,16 @@ def copy_bytes(case: Case, seed: int = 0) -> int:
     pages = sum(_pages(k, case.page_size) for k in b.padded_kv())
     pool = pages * case.page_size * case.num_kv_heads * case.head_dim * 2
     q_rows = case.batch_size * b.max_q + (0 if b.uniform_q else b.total_q)
-    return pool * case.kv_elem_bytes() + q_rows * case.num_qo_heads * case.head_dim * 2
+    return pool * case.kv_elem_bytes() + q_rows * case.num_qo_heads * case.head_dim * q_elem_bytes(case)
+
+
+def q_torch_dtype(case: Case) -> torch.dtype:
+    """The query's dtype: the case's, or e4m3 when q_dtype is fp8 (the output stays in the case's dtype)."""
+    return torch_dtype("fp8" if case.q_dtype == "fp8" else case.dtype)
+
+
+def q_elem_bytes(case: Case) -> int:
+    return 1 if case.q_dtype == "fp8" else 2
 
 
 def _table(pages_of: list[torch.Tensor], width: int) -> torch.Tensor:
@@ -205,6 +214,7 @@ def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> In
     padded_kv = b.padded_kv()
     dt = torch_dtype(case.dtype)
     kv_dt = torch_dtype(case.kv_dtype)
+    q_dt = q_torch_dtype(case)
 
     # each request owns pages for its padded length (= its length when q is uniform), in a random order
     capacity = [_pages(k, page) for k in padded_kv]
@@ -237,6 +247,8 @@ def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> In
     for _ in range(copies):
         q_pad = torch.randn((bs * max_q, case.num_qo_heads, case.head_dim), generator=dev_gen, device=dev, dtype=dt)
         kv = torch.randn(kv_pool_shape(case, num_pages), generator=dev_gen, device=dev, dtype=dt)
+        if q_dt != dt:  # an fp8 query is the case's query rounded to e4m3, as an engine casts it
+            q_pad = q_pad.to(q_dt)
         if kv_dt != dt:
             kv = kv.to(kv_dt)
         if valid_rows is None:

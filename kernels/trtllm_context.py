@@ -1,14 +1,13 @@
 """TRT-LLM context (prefill) kernel on a paged KV cache: Blackwell datacenter parts only.
 
-Ragged q natively (cum_seq_lens_q); takes window_left, sinks and max_kv_len = max_seq_len as SGLang passes them."""
+Ragged q natively (cum_seq_lens_q); takes window_left, sinks and max_kv_len = max_seq_len as SGLang passes them,
+and an fp8 query with fp8 KV (FlashInfer 0.7.2.post1: out in bf16/fp16 beside an e4m3 query)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import torch
-
-from kbench.kernels.base import Kernel, KernelFn, needs_cuda
+from kbench.kernels.base import Kernel, KernelFn, fp8_kv_reason, needs_cuda
 from kbench.kernels.inputs import Inputs
 
 CONTEXT_SMS = (100, 103, 107)
@@ -39,28 +38,24 @@ class TrtllmContext(Kernel):
     name = "trtllm-context"
     path = "context"
     description = "flashinfer.prefill.trtllm_batch_context_with_kv_cache (trtllm-gen cubins)"
+    kv_dtypes = ("bf16", "fp16", "fp8")
 
     def supports(self, device, case):
         # On SM90 it can never run ("Unsupported architecture"): never attempted there.
         reason = needs_cuda(device, only_sm=CONTEXT_SMS)
-        return reason or cubin_problem()
+        return reason or fp8_kv_reason(case, self.name) or cubin_problem()
 
     def prepare(self, inputs: Inputs) -> KernelFn:
         from flashinfer.prefill import trtllm_batch_context_with_kv_cache
 
         c = inputs.case
-        ws = self._workspace(inputs.device)
-        out = torch.full_like(inputs.q, float("nan"))
+        launch = self.launch(inputs)
         skip = {} if c.skip_softmax == "off" else {"skip_softmax_threshold_scale_factor": float(c.skip_softmax)}
-
-        def run(i: int) -> torch.Tensor:
-            cp = inputs.copies[i]
-            return trtllm_batch_context_with_kv_cache(
-                query=cp.q, kv_cache=cp.kv_cache, workspace_buffer=ws, block_tables=inputs.block_tables,
-                seq_lens=inputs.seq_lens, max_q_len=inputs.max_q, max_kv_len=inputs.max_seq_len,
-                bmm1_scale=inputs.sm_scale, bmm2_scale=1.0, batch_size=c.batch_size,
-                cum_seq_lens_q=inputs.qo_indptr, cum_seq_lens_kv=inputs.cum_seq_lens_kv, window_left=c.window_left,
-                sinks=inputs.sinks, out=out, kv_layout=c.kv_layout, **skip,
-            )
-
-        return run
+        # an fp8 query (q_dtype fp8) goes in as it is; the output stays in the case's dtype (launch.out)
+        return launch.run(lambda q, kv: trtllm_batch_context_with_kv_cache(
+            query=q, kv_cache=kv, workspace_buffer=launch.ws, block_tables=inputs.block_tables,
+            seq_lens=inputs.seq_lens, max_q_len=inputs.max_q, max_kv_len=inputs.max_seq_len,
+            bmm1_scale=inputs.sm_scale, bmm2_scale=1.0, batch_size=c.batch_size,
+            cum_seq_lens_q=inputs.qo_indptr, cum_seq_lens_kv=inputs.cum_seq_lens_kv, window_left=c.window_left,
+            sinks=inputs.sinks, out=launch.out, kv_layout=c.kv_layout, **skip,
+        ))

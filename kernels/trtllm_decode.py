@@ -7,13 +7,14 @@ name so the report can compare them:
 - trtllm-decode-ragged: variable-length q; xqa takes q_cu_seq_lens with the mask rows packed by the
   same offsets (flashinfer.decode.xqa_batch_decode_with_kv_cache, SM90/SM120), trtllm-gen takes
   max_q_len + cum_seq_lens_q (trtllm_batch_decode_with_kv_cache, SM100/103).
-Both pass window_left, sinks and max_seq_len (with a page table as wide as max_seq_len) as SGLang does.
+Both pass window_left, sinks and max_seq_len (with a page table as wide as max_seq_len) as SGLang does, and
+trtllm-gen takes an fp8 query with fp8 KV (q_dtype fp8, as SGLang casts q for it); xqa takes bf16/fp16 queries only.
 """
 from __future__ import annotations
 
 import torch
 
-from kbench.kernels.base import Kernel, KernelFn, needs_cuda, realistic_reason
+from kbench.kernels.base import Kernel, KernelFn, Launch, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs
 
 TRTLLM_GEN_SMS = (100, 103)
@@ -36,7 +37,7 @@ class TrtllmDecode(Kernel):
     def backend(self, device) -> str:
         if not device.cuda:  # what it picks where it runs (`kbench kernels` on a CPU says so)
             return "xqa on SM" + "/".join(map(str, XQA_SMS)) + ", trtllm-gen on SM" + "/".join(map(str, TRTLLM_GEN_SMS))
-        return "trtllm-gen" if device.sm in TRTLLM_GEN_SMS else "xqa"
+        return backend_for(device.sm)
 
     def supports(self, device, case):
         reason = needs_cuda(device, only_sm=TRTLLM_GEN_SMS + XQA_SMS)
@@ -45,50 +46,56 @@ class TrtllmDecode(Kernel):
         if reason is None and self.backend(device) == "xqa":
             # FlashInfer 0.7.2.post1 hands skip_softmax_threshold_scale_factor to trtllm-gen only; xqa drops it
             reason = realistic_reason(case, skip_softmax="skip-softmax: xqa does not take it (FlashInfer "
-                                      "0.7.2.post1 passes skip_softmax_threshold_scale_factor to trtllm-gen only)")
+                                      "0.7.2.post1 passes skip_softmax_threshold_scale_factor to trtllm-gen only)",
+                                      q_fp8="q_dtype fp8: xqa takes a bf16/fp16 query only (FlashInfer 0.7.2.post1 "
+                                      "builds no fp8-query xqa module; SGLang casts q to fp8 for trtllm-gen only)")
         return reason
 
     def jit_key(self, case):
         # xqa compiles one module per (q_len, group, page, dtype, window?, ragged?) variant
         return (case.q_len, case.group, case.page_size, case.dtype, case.kv_dtype, case.head_dim, case.kv_layout,
-                case.window_left >= 0, self.ragged)
+                case.window_left >= 0, self.ragged, case.q_dtype)
 
     def checked_output(self, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         return out if self.ragged else inputs.padded.unpad(out)
 
     def prepare(self, inputs: Inputs) -> KernelFn:
-        ws = self._workspace(inputs.device)
-        xqa = self.backend(_device_of(inputs)) == "xqa"
+        launch = self.launch(inputs, padded=not self.ragged)
+        xqa = backend_for(_sm_of(inputs.device)) == "xqa"
         if self.ragged:
-            return _ragged(inputs, ws, xqa)
-        return _padded(inputs, ws, xqa)
+            return _ragged(inputs, launch, xqa)
+        return _padded(inputs, launch, xqa)
 
 
-def _padded(inputs: Inputs, ws: torch.Tensor, xqa: bool) -> KernelFn:
+def backend_for(sm: int) -> str:
+    """What backend="auto" runs on a GPU of this SM version (FlashInfer: trtllm-gen on SM10x, else xqa)."""
+    return "trtllm-gen" if sm in TRTLLM_GEN_SMS else "xqa"
+
+
+def _sm_of(device: torch.device) -> int:
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
+
+
+def _padded(inputs: Inputs, launch: Launch, xqa: bool) -> KernelFn:
     from flashinfer.decode import trtllm_batch_decode_with_kv_cache
 
     c, pb = inputs.case, inputs.padded
-    out = torch.full_like(inputs.q_padded(), float("nan"))
     # xqa needs the draft mask when q > 1; trtllm-gen masks causally by itself and ignores it
     mask = pb.draft_mask if xqa else None
-
-    def run(i: int) -> torch.Tensor:
-        return trtllm_batch_decode_with_kv_cache(
-            query=inputs.q_padded(i), kv_cache=inputs.copies[i].kv_cache, workspace_buffer=ws,
-            block_tables=pb.block_tables, seq_lens=pb.seq_lens, max_seq_len=pb.max_seq_len,
-            bmm1_scale=inputs.sm_scale, bmm2_scale=1.0, window_left=c.window_left, sinks=inputs.sinks,
-            out=out, kv_layout=c.kv_layout, backend="auto", q_len_per_req=pb.q_len, mask=mask, **_skip(c, xqa),
-        )
-
-    return run
+    return launch.run(lambda q, kv: trtllm_batch_decode_with_kv_cache(
+        query=q, kv_cache=kv, workspace_buffer=launch.ws,
+        block_tables=pb.block_tables, seq_lens=pb.seq_lens, max_seq_len=pb.max_seq_len,
+        bmm1_scale=inputs.sm_scale, bmm2_scale=1.0, window_left=c.window_left, sinks=inputs.sinks,
+        out=launch.out, kv_layout=c.kv_layout, backend="auto", q_len_per_req=pb.q_len, mask=mask, **_skip(c, xqa),
+    ))
 
 
-def _ragged(inputs: Inputs, ws: torch.Tensor, xqa: bool) -> KernelFn:
+def _ragged(inputs: Inputs, launch: Launch, xqa: bool) -> KernelFn:
     c = inputs.case
-    out = torch.full_like(inputs.q, float("nan"))
-    common = dict(workspace_buffer=ws, block_tables=inputs.block_tables, seq_lens=inputs.seq_lens,
+    common = dict(workspace_buffer=launch.ws, block_tables=inputs.block_tables, seq_lens=inputs.seq_lens,
                   max_seq_len=inputs.max_seq_len, bmm1_scale=inputs.sm_scale, bmm2_scale=1.0,
-                  window_left=c.window_left, sinks=inputs.sinks, out=out, kv_layout=c.kv_layout)
+                  window_left=c.window_left, sinks=inputs.sinks, out=launch.out, kv_layout=c.kv_layout)
     if xqa:
         from flashinfer.decode import xqa_batch_decode_with_kv_cache
 
@@ -98,33 +105,16 @@ def _ragged(inputs: Inputs, ws: torch.Tensor, xqa: bool) -> KernelFn:
         else:  # every request has one token: plain decode (q_cu_seq_lens needs a max draft length > 1)
             ragged = dict(q_len_per_req=1)
 
-        def run(i: int) -> torch.Tensor:
-            cp = inputs.copies[i]
-            return xqa_batch_decode_with_kv_cache(query=cp.q, kv_cache=cp.kv_cache, **common, **ragged)
-
-        return run
+        return launch.run(lambda q, kv: xqa_batch_decode_with_kv_cache(query=q, kv_cache=kv, **common, **ragged))
 
     from flashinfer.decode import trtllm_batch_decode_with_kv_cache
 
-    def run_gen(i: int) -> torch.Tensor:
-        cp = inputs.copies[i]
-        return trtllm_batch_decode_with_kv_cache(
-            query=cp.q, kv_cache=cp.kv_cache, **common, backend="trtllm-gen", q_len_per_req=None,
-            max_q_len=inputs.max_q, cum_seq_lens_q=inputs.qo_indptr, **_skip(c, False),
-        )
-
-    return run_gen
+    return launch.run(lambda q, kv: trtllm_batch_decode_with_kv_cache(
+        query=q, kv_cache=kv, **common, backend="trtllm-gen", q_len_per_req=None,
+        max_q_len=inputs.max_q, cum_seq_lens_q=inputs.qo_indptr, **_skip(c, False),
+    ))
 
 
 def _skip(case, xqa: bool) -> dict:
     """skip_softmax_threshold_scale_factor for trtllm-gen (supports() keeps such cases off xqa)."""
     return {} if xqa or case.skip_softmax == "off" else {"skip_softmax_threshold_scale_factor": float(case.skip_softmax)}
-
-
-def _device_of(inputs: Inputs):
-    from kbench.kernels.device import probe_device
-
-    dev = inputs.extra.get("device_info")
-    if dev is None:
-        dev = inputs.extra["device_info"] = probe_device(inputs.device.index or 0, with_flashinfer=False)
-    return dev

@@ -120,7 +120,7 @@ def test_fenced_graph_timing_matches_one_call_at_a_time():
     import time
 
     from kbench.case import Case
-    from kbench.kernels.device import probe_device
+    from kbench.probe import probe_device
     from kbench.kernels.inputs import build_inputs
     from kbench.kernels.registry import get_kernel
     from kbench.timer import GraphTimer, StopRule

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from kbench.case import Case
-from kbench.kernels.device import probe_device
+from kbench.probe import probe_device
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.registry import get_kernel
 from kbench.timer import GraphTimer, StopRule
