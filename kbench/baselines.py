@@ -29,7 +29,6 @@ non-ok status (not compared by the gate) and a warning says so. Rows measured by
 """
 from __future__ import annotations
 
-import json
 import shutil
 import os
 from pathlib import Path
@@ -40,7 +39,7 @@ import pandas as pd
 from kbench import atomic, axes
 from kbench.values import finite, status
 from kbench.errors import BadInput
-from kbench.manifest import POOL, comparable, num_runs
+from kbench.manifest import POOL, Manifest, comparable, num_runs
 from kbench.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, now_iso, safe_name, write_tables
 
 DEFAULT_ROOT = Path("results") / "baselines"
@@ -192,7 +191,7 @@ def _prepare_dest(name: str, root, sources: list[Path], force: bool = False) -> 
     return dest
 
 
-def _write(dest: Path, rows: pd.DataFrame, kind: str, manifest: dict) -> None:
+def _write(dest: Path, rows: pd.DataFrame, kind: str, manifest: Manifest) -> None:
     created = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
     try:
@@ -204,7 +203,7 @@ def _write(dest: Path, rows: pd.DataFrame, kind: str, manifest: dict) -> None:
     stale = dest / JOURNAL  # a journal would shadow the new Parquet for readers
     if stale.exists():
         stale.unlink()
-    atomic.write_text(dest / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n")
+    atomic.write_text(dest / MANIFEST, manifest.to_json())
 
 
 def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT, force: bool = False,
@@ -212,8 +211,7 @@ def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT, force: 
     """A baseline from one run: its rows unchanged."""
     check_source(run, allow_partial)
     dest = _prepare_dest(name, root, [run.path], force)
-    manifest = dict(run.manifest)
-    manifest.pop("baseline", None)
+    manifest = Manifest.from_dict(run.manifest)  # the run's own keys, as it wrote them
     manifest["baseline"] = {
         "name": dest.name,
         "source_run": str(run.path),
@@ -242,8 +240,7 @@ def write_multi_baseline(runs: list[Run], name: str, root: str | Path = DEFAULT_
         check_source(r, allow_partial)
     rows, warnings = pool_runs(runs)
     dest = _prepare_dest(name, root, [r.path for r in runs], force)
-    manifest = dict(runs[0].manifest)
-    manifest.pop("baseline", None)
+    manifest = Manifest.from_dict(runs[0].manifest)
     manifest["status"] = "complete" if all(r.manifest.get("status") in (None, "complete") for r in runs) \
         else "partial"
     manifest["num_rows"] = int(len(rows))

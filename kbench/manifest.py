@@ -1,9 +1,13 @@
 """A run's manifest as a typed, versioned object, and the one answer to "may these runs be merged, gated
 or pooled into a baseline, and if not, why".
 
-manifest.json stays the file every kbench version wrote (kbench.store writes it); `Manifest.of(run)` reads
-it tolerantly (a hand-edited or older manifest: missing keys are None, a device given as a string is its
-name, the GPU read from the rows when the manifest lacks it). `comparable(a, b, purpose)` is the contract:
+manifest.json is written from `Manifest` (kbench.store.RunWriter, kbench.baselines) and keeps the keys and
+values every kbench version wrote: each key kbench writes is a typed field (FIELDS, in file order), a key the
+file does not hold stays absent (ABSENT, never written as null), and a key this kbench does not know (a newer
+kbench, a plug-in kind, a hand edit) is kept in `extra` and written back unchanged. `Manifest.from_dict` reads
+tolerantly (old or hand-edited files: nothing is checked but what kbench.store.read_manifest checks); kbench's
+own writes are checked against the field types (a TypeError names the field). `Manifest.of(run)` adds the GPU
+read from the rows when the manifest lacks it. `comparable(a, b, purpose)` is the contract:
 
   merge  shards of one run: the same kind, schema, kbench version, scenario (its source aside), timer,
          --slow-kernel and seed, on the same GPU model and SM version. Any difference refuses.
@@ -19,11 +23,8 @@ the committed baseline have none) are measurements of the machine, not settings:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-
-import pandas as pd
-
-from kbench.store import Run
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any
 
 MANIFEST_VERSION = 1  # of this reading of manifest.json; the rows' schema is RESULT_SCHEMA_VERSION
 MERGE = "merge"
@@ -33,6 +34,83 @@ GATE = "gate"
 MERGE_FIELDS = ("kind", "schema_version", "kbench_version", "scenario", "timer", "slow_kernel", "seed")
 # timer settings that change what a number means (kbench.timer); a missing key is an older kbench
 TIMER_KEYS = ("kind", "duty", "min_time_s", "fence", "l2", "spread_target", "warmup_ms")
+
+
+class _Absent:
+    """A key the manifest does not hold: written as nothing (not null), read by `get` as its default."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+ABSENT = _Absent()
+NUMBER = (int, float)
+
+# Every key kbench writes, in the order the file holds them: (key, JSON type, may be null).
+FIELDS: tuple[tuple[str, Any, bool], ...] = (
+    ("kind", str, False),  # sweep | server-bench (kbench.store.ROW_KINDS)
+    ("schema_version", int, False),  # of the rows (RESULT_SCHEMA_VERSION)
+    ("kbench_version", str, False),
+    ("command_line", str, False),  # a sweep's
+    ("command", (list, str), False),  # a server bench's argv (a string in hand-made runs)
+    ("scenario", dict, False),  # Scenario.to_dict()
+    ("device", dict, False),  # DeviceInfo.to_dict()
+    ("python", str, False),
+    ("copy_bandwidth_gbs", NUMBER, True),  # kbench.hardware; null on a CPU
+    ("clocks_start", dict, False),
+    ("timer", dict, False),
+    ("slow_kernel", dict, False),
+    ("seed", int, False),
+    ("shard", dict, True),  # {index, count}; null: the whole grid
+    ("read_bandwidth_gbs", NUMBER, True),  # absent in runs from before the read ceiling
+    ("roofline_ceiling", str, False),  # which of the two roofline_frac is against
+    # a server bench's (kbench.server.bench)
+    ("url", str, False),
+    ("backend", str, False),
+    ("model", str, True),
+    ("server", dict, True),
+    ("vocab_size", int, True),
+    ("vocab_source", str, True),
+    ("config", dict, False),
+    ("cases", list, False),
+    # a merged run's (kbench.merge)
+    ("merged_from", list, False),
+    ("all_shards", bool, False),
+    # the run's life (kbench.store.RunWriter, kbench.sweep)
+    ("start_time", str, False),
+    ("resumed_at", list, False),
+    ("status", str, False),  # running | complete | interrupted | partial
+    ("isolated", bool, False),
+    ("stopped_by", str, False),
+    ("interrupted_at", str, False),
+    ("worker_restarts", int, False),
+    ("cuda_context_losses", list, False),
+    ("wall_s", dict, False),
+    ("wall_s_earlier", list, False),
+    ("measurements", int, False),
+    ("clocks_end", dict, False),
+    ("end_time", str, False),
+    ("num_rows", int, False),
+    ("baseline", dict, False),  # kbench.baselines: source runs, when
+)
+FILE_KEYS = tuple(k for k, _, _ in FIELDS)
+_TYPES = {k: (t, nullable) for k, t, nullable in FIELDS}
+
+
+def check_value(key: str, value) -> None:
+    """TypeError unless value fits the field `key` (ABSENT always fits; unknown keys are not checked)."""
+    if key not in _TYPES or value is ABSENT:
+        return
+    want, nullable = _TYPES[key]
+    if value is None and nullable:
+        return
+    kinds = want if isinstance(want, tuple) else (want,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join(k.__name__ for k in kinds) + (" or null" if nullable else "")
+        raise TypeError(f"manifest field {key}: expected {names}, got {type(value).__name__}")
 
 
 @dataclass(frozen=True)
@@ -47,33 +125,133 @@ class Hardware:
         return ", ".join(parts)
 
 
-@dataclass
-class Manifest:
-    kind: str
-    raw: dict  # manifest.json as read
-    hardware: Hardware
-    device_key: tuple  # (name, sm) exactly as the manifest says (merge compares these)
-    scenario: dict = field(default_factory=dict)
-    timer: dict = field(default_factory=dict)
-    num_runs: int = 1  # runs a baseline was built from (a plain run: 1)
-    copy_bandwidth_gbs: float | None = None  # device-to-device copy (bytes read + written), kbench.hardware
-    read_bandwidth_gbs: float | None = None  # read-only reduction; None in runs from before it was measured
-    version: int = MANIFEST_VERSION
+class _ManifestMethods:
+    """manifest.json as a typed object: one field per key of FIELDS, `extra` for the keys kbench does not know."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> "Manifest":
+        """TypeError (naming the field) unless every known field holds its type: what kbench writes is typed."""
+        for k in FILE_KEYS:
+            check_value(k, getattr(self, k))
+        return self
+
+    # -- reading and writing the file ----------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict) -> "Manifest":
+        """A manifest.json as read (tolerant: its values are kept as they are, for writing back unchanged)."""
+        m = cls.__new__(cls)
+        for k in FILE_KEYS:
+            setattr(m, k, data.get(k, ABSENT))
+        m.extra = {k: v for k, v in data.items() if k not in _TYPES}
+        m.rows_hardware = None
+        return m
+
+    def to_dict(self) -> dict:
+        """What manifest.json holds: the fields kbench knows in FIELDS order (absent ones left out), then extra."""
+        out = {k: getattr(self, k) for k in FILE_KEYS if getattr(self, k) is not ABSENT}
+        out.update(self.extra)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str) + "\n"
+
+    # -- dict-style access (the writers set keys one by one as a run goes) -----------------------------------
+    def get(self, key: str, default=None):
+        v = getattr(self, key) if key in _TYPES else self.extra.get(key, ABSENT)
+        return default if v is ABSENT else v
+
+    def __contains__(self, key: str) -> bool:
+        return self.get(key, ABSENT) is not ABSENT
+
+    def __getitem__(self, key: str):
+        v = self.get(key, ABSENT)
+        if v is ABSENT:
+            raise KeyError(key)
+        return v
+
+    def __setitem__(self, key: str, value) -> None:
+        if key in _TYPES:
+            check_value(key, value)
+            setattr(self, key, value)
+        else:
+            self.extra[key] = value
+
+    def setdefault(self, key: str, default):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, fields: dict | None = None, **more) -> None:
+        for k, v in {**(fields or {}), **more}.items():
+            self[k] = v
+
+    # -- the comparability view -------------------------------------------------------------------------------
+    @classmethod
+    def of(cls, run) -> "Manifest":
+        """A run's manifest (a kbench.store.Run), with the GPU read from its rows when the manifest lacks it."""
+        m = run.manifest if isinstance(run.manifest, _ManifestMethods) else cls.from_dict(run.manifest)
+        m.rows_hardware = hardware_of(run)
+        return m
+
+    @property
+    def hardware(self) -> Hardware:
+        return self.rows_hardware or hardware_from(self.get("device"))
+
+    @property
+    def device_key(self) -> tuple:
+        """(name, sm) exactly as the manifest says (merge compares these)."""
+        return device_key(self.to_dict())
+
+    @property
+    def num_runs(self) -> int:
+        return num_runs(self.to_dict())
+
+    @property
+    def scenario_dict(self) -> dict:
+        return self.scenario if isinstance(self.scenario, dict) else {}
+
+    @property
+    def timer_dict(self) -> dict:
+        return self.timer if isinstance(self.timer, dict) else {}
+
+    @property
+    def copy_gbs(self) -> float | None:
+        return _gbs(self.get("copy_bandwidth_gbs"))
+
+    @property
+    def read_gbs(self) -> float | None:
+        return _gbs(self.get("read_bandwidth_gbs"))
 
     @property
     def ceiling(self) -> tuple[str, float | None]:
-        return ceiling(self.copy_bandwidth_gbs, self.read_bandwidth_gbs)
+        return ceiling(self.copy_gbs, self.read_gbs)
 
-    @classmethod
-    def of(cls, run: Run) -> "Manifest":
-        m = run.manifest
-        sc = m.get("scenario") if isinstance(m.get("scenario"), dict) else {}
-        timer = m.get("timer") if isinstance(m.get("timer"), dict) else {}
-        return cls(run.kind, m, hardware_of(run), device_key(m), sc, timer, num_runs(m),
-                   _gbs(m.get("copy_bandwidth_gbs")), _gbs(m.get("read_bandwidth_gbs")))
+    version = MANIFEST_VERSION
 
-    def get(self, key: str, default=None):
-        return self.raw.get(key, default)
+
+Manifest = make_dataclass(
+    "Manifest",
+    [(k, Any, field(default=ABSENT)) for k in FILE_KEYS]
+    + [("extra", dict, field(default_factory=dict)),
+       ("rows_hardware", Any, field(default=None, repr=False, compare=False))],  # not in the file
+    bases=(_ManifestMethods,))
+Manifest.__module__ = __name__
+Manifest.__doc__ = _ManifestMethods.__doc__
+
+
+def hardware_from(dev) -> Hardware:
+    name = sm = None
+    if isinstance(dev, dict):
+        name, sm = dev.get("name"), dev.get("sm")
+    elif isinstance(dev, str):
+        name = dev
+    try:
+        sm = int(sm) if sm not in (None, "") else None
+    except (TypeError, ValueError):
+        sm = None
+    return Hardware(str(name) if name else None, sm or None)
 
 
 @dataclass
@@ -110,31 +288,23 @@ def device_key(m: dict) -> tuple:
     return (d.get("name"), d.get("sm"))
 
 
-def _unique(rows: pd.DataFrame, col: str, skip) -> list:
+def _unique(rows, col: str, skip) -> list:
     if col not in rows:
         return []
     return sorted({v for v in rows[col].dropna().tolist() if v not in skip}, key=str)
 
 
-def hardware_of(run: Run) -> Hardware:
-    """From the manifest's device; rows' device/sm columns when the manifest lacks it."""
-    dev = run.manifest.get("device")
-    name = sm = None
-    if isinstance(dev, dict):
-        name, sm = dev.get("name"), dev.get("sm")
-    elif isinstance(dev, str):
-        name = dev
+def hardware_of(run) -> Hardware:
+    """From the manifest's device; the rows' device/sm columns when the manifest lacks it (a kbench.store.Run)."""
+    hw = hardware_from(run.manifest.get("device"))
+    name, sm = hw.name, hw.sm
     if not name:
         names = _unique(run.rows, "device", ("",))
         name = names[0] if len(names) == 1 else None
     if not sm:
         sms = _unique(run.rows, "sm", (0, "", "0"))
         sm = sms[0] if len(sms) == 1 else None
-    try:
-        sm = int(sm) if sm not in (None, "") else None
-    except (TypeError, ValueError):
-        sm = None
-    return Hardware(str(name) if name else None, sm or None)
+    return hardware_from({"name": name, "sm": sm})
 
 
 def _merge(a: Manifest, b: Manifest, v: Verdict) -> None:
@@ -152,14 +322,15 @@ def _merge(a: Manifest, b: Manifest, v: Verdict) -> None:
 
 def identity(m: Manifest) -> dict:
     """What must be equal for runs to be pooled: kind, GPU, scenario (name, model, heads), timer, slowdowns."""
+    sc = m.scenario_dict
     return {
-        "run kind": m.kind,
+        "run kind": m.get("kind", "sweep"),
         "GPU model": m.hardware.name,
         "SM version": m.hardware.sm,
-        "scenario": m.scenario.get("name") if m.scenario else m.get("scenario"),
-        "model": m.scenario.get("model"),
-        "heads": json.dumps(m.scenario.get("heads"), sort_keys=True),
-        "timer": json.dumps({k: v for k, v in m.timer.items() if k != "spread"}, sort_keys=True),
+        "scenario": sc.get("name") if sc else m.get("scenario"),
+        "model": sc.get("model"),
+        "heads": json.dumps(sc.get("heads"), sort_keys=True),
+        "timer": json.dumps({k: v for k, v in m.timer_dict.items() if k != "spread"}, sort_keys=True),
         "--slow-kernel": json.dumps(m.get("slow_kernel") or {}, sort_keys=True),
     }
 
@@ -194,8 +365,9 @@ def _gate(base: Manifest, cand: Manifest, v: Verdict) -> None:
 _RULES = {MERGE: _merge, POOL: _pool, GATE: _gate}
 
 
-def comparable(a: Run | Manifest, b: Run | Manifest, purpose: str) -> Verdict:
-    """May runs a and b be merged (MERGE), pooled into a baseline (POOL) or gated (GATE: a = baseline)?"""
+def comparable(a, b, purpose: str) -> Verdict:
+    """May runs a and b (kbench.store.Run or Manifest) be merged (MERGE), pooled into a baseline (POOL) or
+    gated (GATE: a = baseline)?"""
     ma = a if isinstance(a, Manifest) else Manifest.of(a)
     mb = b if isinstance(b, Manifest) else Manifest.of(b)
     v = Verdict()

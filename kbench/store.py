@@ -23,6 +23,7 @@ from kbench import RESULT_SCHEMA_VERSION, atomic, axes
 from kbench.values import json_safe
 from kbench.errors import BadInput
 from kbench.lock import RunLock
+from kbench.manifest import Manifest
 from kbench.rows import COLUMNS, Row
 from kbench.server import rows as server_rows
 
@@ -96,7 +97,7 @@ def _write_json_atomic(path: Path, data: dict) -> None:
 class RunWriter:
     """Appends rows to a run folder's journal; finalize() writes Parquet/CSV and closes the manifest."""
 
-    def __init__(self, run_dir: str | Path, manifest: dict, resume: bool = False):
+    def __init__(self, run_dir: str | Path, manifest: dict | Manifest, resume: bool = False):
         self.dir = Path(run_dir)
         self.lock = None
         self._reserve = None
@@ -111,9 +112,13 @@ class RunWriter:
             if not (self.dir / MANIFEST).is_file():
                 raise BadInput(f"{self.dir}: not a kbench run (no {MANIFEST})")
             self.lock = RunLock(self.dir).acquire()  # one writer per run folder
-            self.manifest = read_manifest(self.dir)
+            # written back as read (an old or hand-edited manifest too), plus what this call adds
+            self.manifest = Manifest.from_dict(read_manifest(self.dir))
             self.manifest.setdefault("resumed_at", []).append(now_iso())
         else:
+            # typed before anything is made: a field of the wrong type is kbench's bug, named by a TypeError
+            given = manifest.to_dict() if isinstance(manifest, Manifest) else dict(manifest)
+            self.manifest = Manifest.from_dict(given).check()
             if self.dir.exists() and any(self.dir.iterdir()):
                 raise BadInput(f"{self.dir}: already exists and is not empty (use --resume to finish it)")
             try:
@@ -121,7 +126,6 @@ class RunWriter:
             except OSError as e:
                 raise BadInput(f"{self.dir}: cannot create the run folder ({e.strerror or e})") from None
             self.lock = RunLock(self.dir).acquire()
-            self.manifest = dict(manifest)
             self.manifest.setdefault("kind", "sweep")
             self.manifest.setdefault("schema_version", RESULT_SCHEMA_VERSION)
             self.manifest.setdefault("start_time", now_iso())
@@ -138,7 +142,7 @@ class RunWriter:
                     for rec in kept.to_dict("records")))
             _drop_partial_last_line(self.dir / JOURNAL)
         self.manifest["status"] = "running"
-        _write_json_atomic(self.dir / MANIFEST, self.manifest)
+        _write_json_atomic(self.dir / MANIFEST, self.manifest.to_dict())
         self._journal = open(self.dir / JOURNAL, "a", encoding="utf-8")
         self._reserve = atomic.SpaceReserve(self.dir)  # room for the last manifest when the disk fills
 
@@ -165,8 +169,8 @@ class RunWriter:
         return manifest_shard(self.manifest, self.dir)
 
     def update_manifest(self, **fields) -> None:
-        self.manifest.update(fields)
-        _write_json_atomic(self.dir / MANIFEST, self.manifest)
+        self.manifest.update(fields)  # checked against the field types
+        _write_json_atomic(self.dir / MANIFEST, self.manifest.to_dict())
 
     def finalize(self, status: str = "complete") -> Path:
         """Parquet/CSV from the journal, then the manifest's status. When the tables cannot be written
@@ -190,10 +194,10 @@ class RunWriter:
         self.manifest["num_rows"] = len(rows)
         try:
             try:
-                _write_json_atomic(self.dir / MANIFEST, self.manifest)
+                _write_json_atomic(self.dir / MANIFEST, self.manifest.to_dict())
             except BadInput:
                 self._reserve.free()
-                _write_json_atomic(self.dir / MANIFEST, self.manifest)
+                _write_json_atomic(self.dir / MANIFEST, self.manifest.to_dict())
         finally:
             self._reserve.free()
             self.release()

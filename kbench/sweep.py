@@ -15,6 +15,7 @@ from kbench import RESULT_SCHEMA_VERSION, __version__
 from kbench.case import Case
 from kbench.errors import BadInput, first_line
 from kbench.kernels.device import DeviceInfo
+from kbench.manifest import Manifest
 from kbench.measure import (
     L2_COVER, CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit, kernel_reason,
 )
@@ -106,23 +107,23 @@ class Sweep:
         return self.measurer.measurements
 
     # -- set-up -----------------------------------------------------------------------------------
-    def _manifest(self, dev: DeviceInfo, bw: float | None) -> dict:
+    def _manifest(self, dev: DeviceInfo, bw: float | None) -> Manifest:
         from kbench.hardware import clocks
 
         t = self.sc.timing
-        return {
-            "kind": "sweep", "schema_version": RESULT_SCHEMA_VERSION, "kbench_version": __version__,
-            "command_line": self.opt.command_line, "scenario": self.sc.to_dict(), "device": dev.to_dict(),
-            "python": platform.python_version(), "copy_bandwidth_gbs": bw,
-            "clocks_start": clocks(dev.index) if dev.cuda else {},
-            "timer": {"kind": "cuda-graph" if dev.cuda else "wall-clock", "spread_target": t.spread_target,
-                      "budget_s": t.budget_s, "min_samples": t.min_samples, "max_samples": t.max_samples,
-                      "min_time_s": t.min_time_s, "duty": t.duty, "l2": t.l2, "l2_cover": L2_COVER, "warmup_ms": t.warmup_ms,
-                      "fence": "one-element fill between calls (no PDL overlap between calls); its time subtracted",
-                      "spread": "relative half-width of the 95% order-statistic CI of the median"},
-            "slow_kernel": self.opt.slow_kernel, "seed": self.opt.seed,
-            "shard": {"index": self.opt.shard[0], "count": self.opt.shard[1]} if self.opt.shard else None,
-        }
+        return Manifest(
+            kind="sweep", schema_version=RESULT_SCHEMA_VERSION, kbench_version=__version__,
+            command_line=self.opt.command_line, scenario=self.sc.to_dict(), device=dev.to_dict(),
+            python=platform.python_version(), copy_bandwidth_gbs=bw,
+            clocks_start=clocks(dev.index) if dev.cuda else {},
+            timer={"kind": "cuda-graph" if dev.cuda else "wall-clock", "spread_target": t.spread_target,
+                   "budget_s": t.budget_s, "min_samples": t.min_samples, "max_samples": t.max_samples,
+                   "min_time_s": t.min_time_s, "duty": t.duty, "l2": t.l2, "l2_cover": L2_COVER, "warmup_ms": t.warmup_ms,
+                   "fence": "one-element fill between calls (no PDL overlap between calls); its time subtracted",
+                   "spread": "relative half-width of the 95% order-statistic CI of the median"},
+            slow_kernel=self.opt.slow_kernel, seed=self.opt.seed,
+            shard={"index": self.opt.shard[0], "count": self.opt.shard[1]} if self.opt.shard else None,
+        )
 
     # -- the run -----------------------------------------------------------------------------------
     def run(self) -> SweepResult:
@@ -146,8 +147,9 @@ class Sweep:
                 bw = read_bw or copy_bw  # the roofline ceiling
             run_dir = new_run_dir(self.opt.out_dir, self.opt.run_name or self.sc.name)
             ceiling = "read_bandwidth_gbs" if read_bw or not copy_bw else "copy_bandwidth_gbs"
-            writer = RunWriter(run_dir, {**self._manifest(dev, copy_bw), "read_bandwidth_gbs": read_bw,
-                                         "roofline_ceiling": ceiling})
+            manifest = self._manifest(dev, copy_bw)
+            manifest.update(read_bandwidth_gbs=read_bw, roofline_ceiling=ceiling)
+            writer = RunWriter(run_dir, manifest)
         status, error = "complete", ""
         try:
             cases = shard_cases(self.sc.cases(), self.opt.shard or writer.manifest_shard())
