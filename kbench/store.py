@@ -25,14 +25,14 @@ from kbench.errors import BadInput
 from kbench.lock import RunLock
 from kbench.manifest import Manifest
 from kbench.rows import COLUMNS, Row
-from kbench.server import rows as server_rows
+from kbench import server_rows
 
 MANIFEST = "manifest.json"
 JOURNAL = "rows.jsonl"
 PARQUET = "rows.parquet"
 CSV = "rows.csv"
 # Row kinds: kind -> (columns, list columns). A sweep run holds kernel rows (kbench.rows), a server-bench
-# run the rows of kbench.server.rows.
+# run the rows of kbench.server_rows.
 ROW_KINDS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "sweep": (COLUMNS, ("samples_us",)),
     server_rows.ROW_KIND: (server_rows.COLUMNS, server_rows.LIST_COLUMNS),

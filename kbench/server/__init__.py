@@ -4,17 +4,16 @@
     result = run_server_bench(ServerBenchConfig(url="http://127.0.0.1:30000", batch_sizes=(1, 8)))
 
 Modules: client (HTTP, bounded SSE, flush with retry), backends (sglang/vllm protocol), metrics (the stream's
-timings and SGLang's metric definitions), rows (the row and its JSON line), bench (the case loop).
+timings and SGLang's metric definitions), bench (the case loop); the row and its JSON line: kbench.server_rows.
 """
 __all__ = ["Listener", "ServerBenchConfig", "ServerBenchInterrupted", "ServerBenchResult", "ServerBenchRow",
            "ServerCase", "run_server_bench"]
 
 
 def __getattr__(name: str):
-    """Loaded on first use (PEP 562): kbench.store reads kbench.server.rows, which must not pull in the
-    HTTP client (and kbench.server.bench, which writes through kbench.store)."""
+    """Loaded on first use (PEP 562): importing kbench.server must not pull in the HTTP client."""
     if name == "ServerBenchRow":
-        from kbench.server.rows import ServerBenchRow
+        from kbench.server_rows import ServerBenchRow
 
         return ServerBenchRow
     if name in __all__:

@@ -28,7 +28,7 @@ from kbench.errors import BadInput, KbenchError
 from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
 from kbench.server.client import ServerClient, ServerError, StreamError
 from kbench.server.metrics import BatchTrace, metrics_from_trace
-from kbench.server.rows import ROW_KIND, ServerBenchRow, case_id
+from kbench.server_rows import ROW_KIND, ServerBenchRow, case_id
 from kbench.store import JOURNAL, RunWriter, new_run_dir, now_iso, read_journal
 
 RESULT_JSONL = "result.jsonl"  # SGLang-style lines, always written inside the run folder too

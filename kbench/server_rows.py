@@ -1,7 +1,8 @@
 """One row per server-bench case, and the JSON line SGLang's bench_one_batch_server writes for it.
 
 The row goes into the run folder (kbench.store, kind "server-bench"); the JSON line keeps SGLang's field
-names and rounding so the two tools' result files can be read side by side.
+names and rounding so the two tools' result files can be read side by side. A data module beside kbench.rows,
+outside kbench.server: kbench.store declares the row kinds from both, and kbench.server writes through the store.
 """
 from __future__ import annotations
 
