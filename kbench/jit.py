@@ -31,7 +31,8 @@ class CompileJob:
 
     def label(self) -> str:
         c = self.case
-        return f"{self.kernel} {c.dtype}/{c.kv_dtype} q{c.q_len} group{c.group} d{c.head_dim} p{c.page_size} {c.kv_layout}"
+        qd = "" if c.q_dtype == "dtype" else f" q{c.q_dtype}"  # an fp8 query is its own module
+        return f"{self.kernel} {c.dtype}/{c.kv_dtype}{qd} q{c.q_len} group{c.group} d{c.head_dim} p{c.page_size} {c.kv_layout}"
 
 
 def run_job(kernel: str, case: Case, device_index: int = 0) -> tuple[float, str | None]:
