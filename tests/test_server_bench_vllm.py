@@ -23,7 +23,8 @@ from kbench.store import load_run  # noqa: E402
 pytestmark = pytest.mark.server
 BLOCK = 128  # the CPU backend's KV block size (server /metrics cache_config_info says so; checked below)
 SGLANG_FIELDS = ["run_name", "batch_size", "input_len", "output_len", "latency", "input_throughput",
-                 "output_throughput", "overall_throughput", "last_ttft", "last_gen_throughput", "acc_length"]
+                 "output_throughput", "overall_throughput", "last_ttft", "last_gen_throughput", "acc_length",
+                 "cache_hit_rate"]  # BenchOneCaseResult.dump_to_jsonl, SGLang with --cache-hit-rate (#14)
 
 
 def prefix_counters(url: str) -> tuple[float, float]:
