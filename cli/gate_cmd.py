@@ -92,6 +92,10 @@ def render(res, console: Console, show_all: bool) -> None:
         console.print(escape(f"{len(res.winner_ties)} winner flip(s) within the run-to-run spread, counted as "
                              f"ties: {', '.join(res.winner_ties)}"), style="dim")
     console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {noise_line(res)}"))
+    if res.kind == "server-bench":
+        from kbench.server.ab import ab_answer
+
+        console.print(escape("A/B: " + ab_answer(res.rows)))
     console.print(f"[{'bold green' if res.passed else 'bold red'}]{res.summary_line()}[/]")
 
 

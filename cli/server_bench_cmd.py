@@ -122,14 +122,15 @@ def _fmt(v, nd=2):
 def render_table(result, console: Console) -> None:
     t = Table(title=f"server-bench {result.backend} ({result.run_dir.name})")
     for c in ("case", "status", "flush", "latency s", "ttft s", "in tok/s", "out tok/s", "overall tok/s",
-              "ITL ms", "acc len", "reason"):
+              "ITL ms", "acc len", "accept", "cache hit", "reason"):
         t.add_column(c, justify="left" if c in ("case", "status", "reason") else "right",
                      overflow="fold", max_width=60 if c == "reason" else None)
     for r in result.rows:
         t.add_row(r.case_id, r.status, str(r.flush_attempts), _fmt(r.latency, 4), _fmt(r.last_ttft, 4),
                   _fmt(r.input_throughput), _fmt(r.output_throughput), _fmt(r.overall_throughput),
                   _fmt(r.itl_ms, 3), _fmt(r.acc_length if r.acc_length and r.acc_length > 0 else None),
-                  r.reason)
+                  "-" if r.acceptance_rate is None else f"{r.acceptance_rate:.0%}",
+                  "-" if r.cache_hit_rate is None else f"{r.cache_hit_rate:.2f}", r.reason)
     console.print(t)
 
 
@@ -145,7 +146,7 @@ SGLang's own command line runs as is: lists space-separated (--batch-size 1 4 16
 
 \b
 A/B of a server setting: run the same cases before and after the change with --repeat 5, then
-  kbench gate RUN_A RUN_B --markdown ab.md
+  kbench gate --baseline RUN_A --candidate RUN_B --markdown ab.md
 (the noise-aware gate per case and metric, and a one-line answer: B is x% faster in the decode-heavy
 cases, within noise elsewhere).
 """

@@ -454,9 +454,9 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
         writer.finalize("interrupted")
         raise ServerBenchInterrupted(result, getattr(e, "signum", None)) from None
     except BaseException as e:
-        try:
+        try:  # a write that failed (full disk, ...): interrupted with the reason; anything else: crashed
             writer.update_manifest(stopped_by=str(e)[:300])
-            writer.finalize("crashed")
+            writer.finalize("interrupted" if isinstance(e, (OSError, BadInput)) else "crashed")
         except (OSError, KbenchError):
             pass  # the disk that failed the row may fail the manifest too: the journal's rows are kept
         raise
