@@ -193,8 +193,9 @@ _RESUME_OK = {"url", "resume"}
 @click.option("--input-len-step-percentage", default="0", metavar="F", show_default=True,
               help="Accepted and recorded for SGLang command lines; SGLang's tool does not use it either.")
 @click.option("--prompt-pattern", default="random", metavar="random|repeat:N", show_default=True,
-              help="random: uniform random ids (SGLang's; n-gram drafts hardly ever match). repeat:N: each prompt "
-                   "repeats its own random N-token pattern, so n-gram speculative drafts get accepted.")
+              help="random: uniform random ids (SGLang's): raw speed; an n-gram drafter finds nothing in the "
+                   "prompt. repeat:N: each prompt repeats its own random N-token pattern, so n-gram speculative "
+                   "drafts are proposed and accepted from the first step.")
 @click.option("--repeat", "repeat", default="1", metavar="N", show_default=True,
               help="Timed batches per case (a flush before each): the row holds the medians and every value, "
                    "which the gate's noise test uses.")

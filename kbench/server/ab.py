@@ -4,8 +4,9 @@ elsewhere", from the gate's verdicts on two server-bench runs (A = baseline, B =
 Cases split by where A's time went: decode-heavy when decoding took at least half of the batch's latency
 (``1 - last_ttft / latency >= 0.5``), prefill-heavy otherwise. Within a group a case counts as faster
 (slower) when the gate found its latency an improvement (regression): beyond the threshold and beyond
-noise (Mann-Whitney on the ``--repeat`` samples, or the threshold alone without repeats). The figure is
-the geometric mean over the group's changed cases of ``latency_A / latency_B - 1``.
+noise (Mann-Whitney on the ``--repeat`` samples, or the threshold alone without repeats). With g the
+geometric mean of ``latency_A / latency_B`` over the group's faster (slower) cases, B is ``g - 1`` faster
+(``1 / g - 1`` slower: B's latency is that much longer).
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ class GroupAnswer:
         parts = []
         for word, d in (("faster", self.faster), ("slower", self.slower)):
             if d:
-                g = math.exp(sum(math.log1p(v) for v in d.values()) / len(d)) - 1
-                pct = abs(g) * 100
+                g = math.exp(sum(math.log1p(v) for v in d.values()) / len(d))  # geometric mean of lat_A / lat_B
+                pct = (g - 1 if word == "faster" else 1 / g - 1) * 100
                 which = "the" if len(d) == n else f"{len(d)} of the {n}"
                 parts.append(f"{pct:.1f}% {word} in {which} {self.name} cases")
         rest = n - len(self.faster) - len(self.slower)

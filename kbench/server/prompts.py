@@ -1,12 +1,12 @@
 """The token ids of a batch: what each prompt pattern is, and what it measures.
 
 ``random``      every token drawn uniformly from the vocabulary (SGLang's bench_one_batch_server: random
-                ids). No n-gram repeats, so a speculative drafter that looks up n-grams in the prompt (vLLM
-                ``ngram``, SGLang's lookahead) rarely proposes an accepted draft: the acceptance path is hardly
-                exercised and acc_length is near 1. Measures the server's raw prefill/decode speed.
-``repeat:N``    each prompt is its own random N-token pattern repeated to the input length. The model (at
-                temperature 0) tends to continue the pattern, so n-gram drafts get accepted: measures the
-                speculative path (acc_length > 1) and how much it buys.
+                ids). Measures the server's raw prefill/decode speed. The prompt offers no n-gram for a
+                prompt-lookup drafter (vLLM ``ngram``) to find, so drafts come only once the output repeats
+                itself: the CPU test model's does (15 drafts over 2 x 64 tokens), a real model's rarely.
+``repeat:N``    each prompt is its own random N-token pattern repeated to the input length, so the drafter
+                finds the continuation in the prompt from the first decode step (28 drafts over the same
+                2 x 64 tokens, 96% of draft tokens accepted, acc_length 3.9): measures the speculative path.
 """
 from __future__ import annotations
 
