@@ -302,3 +302,26 @@ def test_sigterm_finalizes_marks_interrupted_and_exits_143(fake, tmp_path):
     assert run.manifest["status"] == "interrupted" and run.manifest["stopped_by"] == "stopped by SIGTERM"
     assert run.rows["case_id"].tolist() == ["bs1-in8-out2"]
     assert (run_dir / "rows.parquet").is_file()  # finalized, not left running
+
+
+@pytest.mark.parametrize("opts,fill,needle", [("ro,size=100k", False, "Read-only file system"),
+                                              ("size=200k", True, "No space left on device")])
+def test_out_on_a_read_only_or_full_filesystem(fake, tmp_path, opts, fill, needle):
+    """A real tmpfs (needs mount rights: root in CI containers; skipped elsewhere)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        if fill:
+            with open(mnt / "fill", "wb") as f, pytest.raises(OSError):
+                while True:
+                    f.write(b"\0" * 4096)
+                    f.flush()
+        r = invoke("--url", fake.url, "--skip-warmup", "--out", mnt / "results")
+        assert r.exit_code == 2, r.output
+        (line,) = r.output.strip().splitlines()
+        assert line == f"error: --out {mnt / 'results'}: cannot write there ({needle})"
+        assert fake.requests == []
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
