@@ -314,10 +314,11 @@ def test_out_on_a_read_only_or_full_filesystem(fake, tmp_path, opts, fill, needl
         pytest.skip("cannot mount a tmpfs here")
     try:
         if fill:
-            with open(mnt / "fill", "wb") as f, pytest.raises(OSError):
-                while True:
-                    f.write(b"\0" * 4096)
-                    f.flush()
+            with pytest.raises(OSError, match="No space left"):
+                with open(mnt / "fill", "wb") as f:
+                    while True:
+                        f.write(b"\0" * 4096)
+                        f.flush()
         r = invoke("--url", fake.url, "--skip-warmup", "--out", mnt / "results")
         assert r.exit_code == 2, r.output
         (line,) = r.output.strip().splitlines()
