@@ -271,7 +271,7 @@ def server_bench(ctx, url, backend, batch_size, input_len, output_len, run_name,
 
 def _run(cfg, result_filename):
     from kbench.server.bench import check_outputs
-    from kbench.signals import terminate_as_interrupt
+    from kbench.signals import stop_reason, terminate_as_interrupt
 
     cfg.validate()
     check_outputs(cfg)  # --out / --result-filename writable: exit 2 before anything runs
@@ -284,6 +284,10 @@ def _run(cfg, result_filename):
         ls.stop()
         render_table(e.result, console)
         raise
+    except KeyboardInterrupt as e:  # before the run folder existed (connecting to the server)
+        err = KbenchError(f"{stop_reason(e)} before any case ran; nothing was written")
+        err.exit_code = 128 + getattr(e, "signum", 2)
+        raise err from None
     finally:
         ls.stop()
     render_table(result, console)

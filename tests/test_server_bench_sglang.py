@@ -326,3 +326,33 @@ def test_out_on_a_read_only_or_full_filesystem(fake, tmp_path, opts, fill, needl
         assert fake.requests == []
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_sigterm_while_connecting_is_one_line_and_143(tmp_path):
+    """A server that accepts the connection and never answers: SIGTERM before any case ran."""
+    import socket
+    import threading
+
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(4)
+    conns = []
+    threading.Thread(target=lambda: conns.append(lsock.accept()), daemon=True).start()
+    out = tmp_path / "r"
+    p = subprocess.Popen([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url",
+                          f"http://127.0.0.1:{lsock.getsockname()[1]}", "--backend", "sglang", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not conns:
+            assert p.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        p.send_signal(signal.SIGTERM)
+        output, _ = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        lsock.close()
+    assert p.returncode == 143, output
+    assert output.strip().splitlines() == ["error: stopped by SIGTERM before any case ran; nothing was written"]
+    assert not out.exists() or not any(out.iterdir())
