@@ -1,12 +1,13 @@
-"""The case loop of `kbench server-bench`: flush, (warm up), send one batch, time its stream, write the row.
+"""The case loop of `kbench server-bench`: flush, (warm up), (warm the prefix cache), snapshot the server's
+counters, send one batch, time its stream, snapshot again, write the row; ``repeat`` times per case.
 
 Usable without click::
 
     from kbench.server import ServerBenchConfig, run_server_bench
     result = run_server_bench(ServerBenchConfig(url="http://127.0.0.1:30000", batch_sizes=(1, 8)))
 
-A case that fails is a row (status failed, reason) and the run goes on unless fail_fast; a Ctrl-C finalizes
-the run folder as "interrupted" with every row measured so far, then raises ServerBenchInterrupted.
+A case that fails is a row (status failed, reason) and the run goes on unless fail_fast; a Ctrl-C (or SIGTERM
+under kbench.signals.terminate_as_interrupt) finalizes the run folder as "interrupted" with every row measured so far, then raises ServerBenchInterrupted.
 """
 from __future__ import annotations
 
@@ -26,11 +27,11 @@ from urllib.parse import urlparse
 import requests
 
 from kbench import __version__
-from kbench.errors import BadInput, KbenchError
-from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
 from kbench.atomic import write_text
+from kbench.errors import BadInput, KbenchError
 from kbench.outputs import writable_dir
 from kbench.server import counters as ctr
+from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
 from kbench.server.client import ServerClient, ServerError, StreamError
 from kbench.server.metrics import BatchTrace, metrics_from_trace
 from kbench.server.prompts import PromptPattern, parse_prompt_pattern
