@@ -14,8 +14,8 @@ from kbench.cli.errors import one_line_errors
 GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
 
 \b
-Rows match on kernel, case, dtype and layout (server-bench runs: on case; the markdown and the
-output then start with the A/B answer, e.g. B is 12.0% faster in the decode-heavy cases). Per row, with
+Rows match on kernel, case, dtype and layout (server-bench runs: on case; the markdown starts, and
+the output ends, with the A/B answer, e.g. B is 12.0% faster in the decode-heavy cases). Per row, with
 worse = (cand - base) / base for times and (base - cand) / base for throughputs, and
   band       = max(threshold, K * run_noise, run_spread)   K: --run-spread-k (default 3)
   run_noise  = max(median run_spread of the baseline's ok rows of the same kernel and batch
