@@ -21,7 +21,6 @@ from typing import Optional
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent / "servers"))
 from fake_sglang import FakeSGLang, Faults  # noqa: E402
 
 from kbench.cli.server_bench_cmd import join_space_lists  # noqa: E402
