@@ -243,7 +243,8 @@ def test_ab_spec_off_vs_on_two_real_runs(vllm_server, vllm_spec_server, tmp_path
     answer = ab_answer(gate.rows)
     assert f"**A/B:** {answer}" in md.read_text() and answer.startswith("B is ")
     lat = [r for r in gate.rows if r.metric == "latency"]
-    assert len(lat) == 4 and {r.method for r in lat} == {"mann-whitney"}  # the repeats feed the noise test
+    assert len(lat) == 4  # each latency change within the threshold, or judged by the repeats' Mann-Whitney test
+    assert all(r.method == "mann-whitney" or (r.method is None and r.note == "within threshold") for r in lat), lat
     a_rows = {r.case_id: r for r in runs[0].rows}
     b_rows = {r.case_id: r for r in runs[1].rows}
     for g in ab_groups(gate.rows):
