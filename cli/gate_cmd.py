@@ -15,7 +15,8 @@ from kbench.cli.options import AliasOption, examples
 GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
 
 \b
-Rows match on kernel, case, dtype and layout (server-bench runs: on case). Per row, with
+Rows match on kernel, case, dtype and layout (server-bench runs: on case; the markdown starts, and
+the output ends, with the A/B answer, e.g. B is 12.0% faster in the decode-heavy cases). Per row, with
 worse = (cand - base) / base for times and (base - cand) / base for throughputs, and
   band       = max(threshold, K * run_noise, run_spread)   K: --run-spread-k (default 3)
   run_noise  = max(median run_spread of the baseline's ok rows of the same kernel and batch
@@ -93,6 +94,10 @@ def render(res, console: Console, show_all: bool) -> None:
         console.print(escape(f"{len(res.winner_ties)} winner flip(s) within the run-to-run spread, counted as "
                              f"ties: {', '.join(res.winner_ties)}"), style="dim")
     console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {noise_line(res)}"))
+    if res.kind == "server-bench":
+        from kbench.server.ab import ab_answer
+
+        console.print(escape("A/B: " + ab_answer(res.rows)))
     console.print(f"[{'bold green' if res.passed else 'bold red'}]{res.summary_line()}[/]")
 
 

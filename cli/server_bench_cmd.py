@@ -13,20 +13,51 @@ from kbench.errors import BadInput, KbenchError
 from kbench.server import Listener, ServerBenchConfig, ServerBenchInterrupted, run_server_bench
 
 
+# SGLang's list options take values space-separated (argparse nargs="+"): `--batch-size 1 4 16`
+LIST_OPTIONS = ("--batch-size", "--input-len", "--output-len")
+
+
+def join_space_lists(args: list[str]) -> list[str]:
+    """`--batch-size 1 4 --input-len 600` -> `--batch-size 1,4 --input-len 600` (server-bench has no
+    positional argument, so every bare word after a list option is one more value of it)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name, eq, first = a.partition("=")
+        if name in LIST_OPTIONS and (eq or i + 1 < len(args)):
+            vals = [first] if eq else [args[i + 1]]
+            j = i + (1 if eq else 2)
+            while j < len(args) and not args[j].startswith("-"):
+                vals.append(args[j])
+                j += 1
+            out += [name, ",".join(vals)]
+            i = j
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+class SpaceListCommand(click.Command):
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, join_space_lists(list(args)))
+
+
 def _int_list(name: str, values: tuple[str, ...]) -> tuple[int, ...]:
+    """Lists as sweep takes them (`1,4`, `1..16`, `1..64*2`, `8..32:8`) or space-separated as SGLang takes
+    them; order kept, repeats dropped, every value >= 1."""
+    from kbench.axes import parse_int_axis
+
     out = []
     for v in values:
-        for part in v.split(","):
-            part = part.strip()
-            if not part:
+        for part in str(v).split(","):
+            if not part.strip():
                 continue
-            try:
-                n = int(part)
-            except ValueError:
-                raise BadInput(f"{name}: {part!r} is not an integer") from None
-            if n < 1:
-                raise BadInput(f"{name}: {n} must be at least 1")
-            out.append(n)
+            for n in parse_int_axis(part.strip(), name, "server-bench"):
+                if n < 1:
+                    raise BadInput(f"{name}: {n} must be at least 1")
+                out.append(n)
     if not out:
         raise BadInput(f"{name}: give at least one value")
     return tuple(dict.fromkeys(out))  # keep order, drop repeats
@@ -91,30 +122,86 @@ def _fmt(v, nd=2):
 def render_table(result, console: Console) -> None:
     t = Table(title=f"server-bench {result.backend} ({result.run_dir.name})")
     for c in ("case", "status", "flush", "latency s", "ttft s", "in tok/s", "out tok/s", "overall tok/s",
-              "ITL ms", "acc len", "reason"):
+              "ITL ms", "acc len", "accept", "cache hit", "reason"):
         t.add_column(c, justify="left" if c in ("case", "status", "reason") else "right",
                      overflow="fold", max_width=60 if c == "reason" else None)
     for r in result.rows:
         t.add_row(r.case_id, r.status, str(r.flush_attempts), _fmt(r.latency, 4), _fmt(r.last_ttft, 4),
                   _fmt(r.input_throughput), _fmt(r.output_throughput), _fmt(r.overall_throughput),
                   _fmt(r.itl_ms, 3), _fmt(r.acc_length if r.acc_length and r.acc_length > 0 else None),
-                  r.reason)
+                  "-" if r.acceptance_rate is None else f"{r.acceptance_rate:.0%}",
+                  "-" if r.cache_hit_rate is None else f"{r.cache_hit_rate:.2f}", r.reason)
     console.print(t)
 
 
-@click.command("server-bench")
-@click.option("--url", default=None, metavar="URL", help="Base URL of the running server, e.g. http://127.0.0.1:30000 (required unless --resume).")
+HELP = """One-batch benchmark of a live SGLang or vLLM server, comparable with SGLang's bench_one_batch_server.
+
+For each case (batch size x input length x output length): flush the server's cache (retrying while it
+is busy), send the batch as one streaming request, and record latency, TTFT, input, output and overall
+throughput, ITL, the prefix-cache hit rate and the speculative acceptance length (vLLM: from /metrics).
+SGLang's own command line runs as is: lists space-separated (--batch-size 1 4 16) or as sweep takes them
+(1,4 or 1..16 or 1..64*2), --base-url, --result-filename (SGLang's JSON lines, same fields and rounding),
+--run-name, --cache-hit-rate, --show-report. Exit 1 when a case failed; 130 on Ctrl-C and 143 on SIGTERM
+(rows kept, the run marked interrupted, --resume finishes it).
+
+\b
+A/B of a server setting: run the same cases before and after the change with --repeat 5, then
+  kbench gate --baseline RUN_A --candidate RUN_B --markdown ab.md
+(the noise-aware gate per case and metric, and a one-line answer: B is x% faster in the decode-heavy
+cases, within noise elsewhere).
+"""
+
+EPILOG = """\b
+Examples:
+  kbench server-bench --base-url http://127.0.0.1:30000 --batch-size 1 16 64 --input-len 1024 --output-len 8
+  kbench server-bench --url http://127.0.0.1:8000 --batch-size 1..8*2 --output-len 64 --prompt-pattern repeat:5 --repeat 5
+  kbench server-bench --resume results/server-bench-default-20250101-120000 --url http://127.0.0.1:8000
+"""
+
+# options a resumed run takes from its own manifest: giving them again would be silently ignored, so refuse
+_RESUME_OK = {"url", "resume"}
+
+
+@click.command("server-bench", cls=SpaceListCommand, help=HELP, epilog=EPILOG)
+@click.option("--url", "--base-url", "url", default=None, metavar="URL",
+              help="Base URL of the running server, e.g. http://127.0.0.1:30000 (required unless --resume; "
+                   "--base-url is SGLang's spelling).")
 @click.option("--backend", default="auto", show_default=True, metavar="sglang|vllm|auto",
               help="Server protocol; auto probes /v1/models and /server_info.")
-@click.option("--batch-size", "batch_size", multiple=True, default=("1",), show_default=True, metavar="N[,N..]",
-              help="Batch sizes (comma list or repeated).")
-@click.option("--input-len", multiple=True, default=("1024",), show_default=True, metavar="N[,N..]",
-              help="Input lengths in tokens (random ids).")
-@click.option("--output-len", multiple=True, default=("16",), show_default=True, metavar="N[,N..]",
-              help="Output lengths in tokens (ignore_eos).")
-@click.option("--run-name", default="default", metavar="NAME", show_default=True, help="run_name in the JSON lines.")
-@click.option("--temperature", default="0", metavar="T", show_default=True)
+@click.option("--batch-size", "batch_size", multiple=True, default=("1",), show_default=True, metavar="N [N..]",
+              help="Batch sizes: space-separated (SGLang), comma list, range 1..16, 1..64*2 or 8..32:8.")
+@click.option("--input-len", multiple=True, default=("1024",), show_default=True, metavar="N [N..]",
+              help="Input lengths in tokens (same list forms as --batch-size).")
+@click.option("--output-len", multiple=True, default=("16",), show_default=True, metavar="N [N..]",
+              help="Output lengths in tokens, generated with ignore_eos (same list forms).")
+@click.option("--run-name", default=None, metavar="NAME",
+              help="run_name in the JSON lines and the run folder's name  [default: default]")
+@click.option("--name", "old_name", default=None, hidden=True)  # kbench's other commands' spelling
+@click.option("--temperature", default="0", metavar="T", show_default=True,
+              help="Sampling temperature (0 = greedy, as SGLang's tool).")
+@click.option("--seed", default="1", metavar="N", show_default=True,
+              help="Seed of the prompts' token ids (and the request's sampling seed on vLLM).")
 @click.option("--skip-warmup", is_flag=True, help="No warm-up batch (input 1024, output 16) per batch size.")
+@click.option("--cache-hit-rate", default="0", metavar="F", show_default=True,
+              help="SGLang's: before each timed batch, send the first F of each prompt (1 output token) so a "
+                   "fraction F of the batch's prompt tokens can hit the prefix cache; the hit rate the server "
+                   "measured is reported (cache_hit_rate).")
+@click.option("--return-logprob", is_flag=True, help="Ask for the sampled tokens' logprobs (SGLang: return_logprob; "
+                                                      "vLLM: logprobs=1), as SGLang's option.")
+@click.option("--client-stream-interval", default="1", metavar="N", show_default=True,
+              help="SGLang's sampling_params.stream_interval: a chunk every N tokens (vLLM: a server flag; warned).")
+@click.option("--input-len-step-percentage", default="0", metavar="F", show_default=True,
+              help="Accepted and recorded for SGLang command lines; SGLang's tool does not use it either.")
+@click.option("--prompt-pattern", default="random", metavar="random|repeat:N", show_default=True,
+              help="random: uniform random ids (SGLang's): raw speed; an n-gram drafter finds nothing in the "
+                   "prompt. repeat:N: each prompt repeats its own random N-token pattern, so n-gram speculative "
+                   "drafts are proposed and accepted from the first step.")
+@click.option("--repeat", "repeat", default="1", metavar="N", show_default=True,
+              help="Timed batches per case (a flush before each): the row holds the medians and every value, "
+                   "which the gate's noise test uses.")
+@click.option("--show-report", is_flag=True, help="Print SGLang's markdown report table at the end.")
+@click.option("--no-append-to-github-summary", "append_summary", is_flag=True, flag_value=False, default=True,
+              help="Do not append that report to $GITHUB_STEP_SUMMARY (appended when the variable is set).")
 @click.option("--flush-retries", default="3", metavar="N", show_default=True,
               help="Cache-flush attempts per case in all (SGLang: 3 tries).")
 @click.option("--flush-retry-wait", default="2", metavar="SECONDS", show_default=True, help="Seconds between flush attempts.")
@@ -122,56 +209,90 @@ def render_table(result, console: Console) -> None:
               help="Seconds an SGLang server may wait for idle (/flush_cache?timeout=).")
 @click.option("--request-timeout", default="600", metavar="SECONDS", show_default=True, help="Seconds for one whole batch.")
 @click.option("--profile", is_flag=True, help="POST /start_profile before and /stop_profile after each case.")
-@click.option("--model", default=None, metavar="NAME", help="Model name (vLLM; default: the first one served).")
+@click.option("--model", default=None, metavar="NAME",
+              help="Model name (vLLM; default: the first one served). SGLang's `--model None` means the same.")
 @click.option("--vocab-size", default=None, metavar="N", help="Draw token ids from [0, N) (default: from the server's model).")
-@click.option("--seed", default="1", metavar="N", show_default=True)
-@click.option("--out", "out_dir", default="results", metavar="DIR", show_default=True, help="Folder for the run folder.")
-@click.option("--result-filename", default=None, metavar="FILE", help="Also append SGLang-style JSON lines to this file.")
+@click.option("--out", "out_dir", default="results", metavar="DIR", show_default=True,
+              help="Folder for the run folder (checked writable before anything runs).")
+@click.option("--result-filename", default=None, metavar="FILE",
+              help="Also append SGLang's JSON lines to this file (rewritten atomically per line).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failed case.")
-@click.option("--resume", default=None, metavar="RUN", help="Finish an interrupted run with its own settings (--url may point elsewhere); cases with a row are not re-run.")
-def server_bench(url, backend, batch_size, input_len, output_len, run_name, temperature, skip_warmup,
-                 flush_retries, flush_retry_wait, flush_timeout, request_timeout, profile, model, vocab_size,
-                 seed, out_dir, result_filename, fail_fast, resume):
-    """One-batch benchmark of a live SGLang or vLLM server, comparable with SGLang's bench_one_batch_server.
+@click.option("--resume", default=None, metavar="RUN",
+              help="Finish an interrupted run with its own settings (only --url may change); cases with a row "
+                   "are not re-run.")
+@click.pass_context
+def server_bench(ctx, url, backend, batch_size, input_len, output_len, run_name, old_name, temperature, seed,
+                 skip_warmup, cache_hit_rate, return_logprob, client_stream_interval, input_len_step_percentage,
+                 prompt_pattern, repeat, show_report, append_summary, flush_retries, flush_retry_wait,
+                 flush_timeout, request_timeout, profile, model, vocab_size, out_dir, result_filename, fail_fast,
+                 resume):
+    from click.core import ParameterSource
 
-    For each case (batch size x input length x output length): flush the server's cache (retrying while it
-    is busy), send the batch as one streaming request of random token ids, and record latency, TTFT, input,
-    output and overall throughput, ITL and accept length. Exit 1 when a case failed.
-    """
+    given = [p for p in ctx.params if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE]
     if resume:
         from kbench.server.bench import config_of_run
 
+        refused = [p for p in given if p not in _RESUME_OK]
+        if refused:
+            flags = ", ".join("--" + ("name" if p == "old_name" else "out" if p == "out_dir" else
+                                      "no-append-to-github-summary" if p == "append_summary" else
+                                      p.replace("_", "-")) for p in refused)
+            raise BadInput(f"--resume {resume}: {flags} cannot be changed on resume (the run keeps the settings "
+                           f"it was started with; only --url may change); drop {'it' if len(refused) == 1 else 'them'}"
+                           f" or start a new run")
         cfg = config_of_run(resume, url)
         cfg.command = ["kbench", *sys.argv[1:]]
         return _run(cfg, cfg.result_filename)
     if not url:
         raise BadInput("--url: required (the server's base URL, e.g. http://127.0.0.1:30000)")
+    if run_name and old_name and run_name != old_name:
+        raise BadInput(f"--run-name {run_name!r} and --name {old_name!r}: give one")
+    if model is not None and model.strip().lower() == "none":
+        model = None  # SGLang: --model None = "use the server at --base-url"
+    from kbench.server.prompts import parse_prompt_pattern
+
     cfg = ServerBenchConfig(
         url=url, backend=backend.lower(), batch_sizes=_int_list("--batch-size", batch_size),
         input_lens=_int_list("--input-len", input_len), output_lens=_int_list("--output-len", output_len),
-        run_name=run_name, temperature=_num("--temperature", temperature), skip_warmup=skip_warmup,
-        flush_retries=_num("--flush-retries", flush_retries, int),
+        run_name=run_name or old_name or "default", temperature=_num("--temperature", temperature),
+        skip_warmup=skip_warmup, flush_retries=_num("--flush-retries", flush_retries, int),
         flush_retry_wait=_num("--flush-retry-wait", flush_retry_wait),
         flush_timeout=_num("--flush-timeout", flush_timeout), request_timeout=_num("--request-timeout", request_timeout),
         profile=profile, model=model, vocab_size=_num("--vocab-size", vocab_size, int) if vocab_size else None,
         seed=_num("--seed", seed, int), out_dir=out_dir, result_filename=result_filename, fail_fast=fail_fast,
+        cache_hit_rate=_num("--cache-hit-rate", cache_hit_rate), return_logprob=return_logprob,
+        client_stream_interval=_num("--client-stream-interval", client_stream_interval, int),
+        input_len_step_percentage=_num("--input-len-step-percentage", input_len_step_percentage),
+        prompt_pattern=str(parse_prompt_pattern(prompt_pattern)), repeat=_num("--repeat", repeat, int),
+        show_report=show_report, append_to_github_summary=append_summary,
         command=["kbench", *sys.argv[1:]])
     return _run(cfg, result_filename)
 
 
 def _run(cfg, result_filename):
+    from kbench.server.bench import check_outputs
+    from kbench.signals import stop_reason, terminate_as_interrupt
+
     cfg.validate()
+    check_outputs(cfg)  # --out / --result-filename writable: exit 2 before anything runs
     console = Console(stderr=False)
     ls = _RichListener(console)
     try:
-        result = run_server_bench(cfg, ls)
+        with terminate_as_interrupt():  # SIGTERM (Slurm, Kubernetes, CI) ends the run like Ctrl-C
+            result = run_server_bench(cfg, ls)
     except ServerBenchInterrupted as e:
         ls.stop()
         render_table(e.result, console)
         raise
+    except KeyboardInterrupt as e:  # before the run folder existed (connecting to the server)
+        err = KbenchError(f"{stop_reason(e)} before any case ran; nothing was written")
+        err.exit_code = 128 + getattr(e, "signum", 2)
+        raise err from None
     finally:
         ls.stop()
     render_table(result, console)
+    if cfg.show_report and result.report:
+        click.echo(result.report)
     console.print(f"rows: {result.run_dir}  JSON lines: {result.run_dir / 'result.jsonl'}"
                   + (f" and {result_filename}" if result_filename else ""), highlight=False)
     if result.failed:

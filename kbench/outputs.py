@@ -23,13 +23,20 @@ def writable_dir(path: str | os.PathLike | None, option: str, create: bool = Tru
             raise BadInput(f"{option} {path}: {probe} exists and is not a folder")
     if p.exists() and not p.is_dir():
         raise BadInput(f"{option} {path}: exists and is not a folder")
+    tmp = None
     try:
         if create:
             p.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=probe, prefix=".kbench-probe-", suffix=".tmp") as f:
-            f.write(b"\0" * 4096)
-            f.flush()
-            os.fsync(f.fileno())
+        # mkstemp + os.write, not NamedTemporaryFile: on a full disk its closer fails again at garbage collection
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".kbench-probe-", suffix=".tmp")
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError as e:
         raise BadInput(f"{option} {path}: cannot write there ({e.strerror or e})") from None
+    finally:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
     return p

@@ -47,6 +47,22 @@ class ServerBenchRow:
     # prefix-cache hits the server reported: SGLang per request (summed); vLLM only in its closing usage,
     # which for a prompt list carries one request's count (vLLM overwrites it per request), not the sum
     cached_tokens: int | None = None
+    # the server's own counters (/metrics) over the timed batch (kbench.server.counters): the prefix-cache hit
+    # rate as SGLang measures it, and vLLM's speculative-decoding drafts (acc_length = 1 + accepted / drafts)
+    cache_hit_rate: float | None = None
+    spec_drafts: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    acceptance_rate: float | None = None  # accepted / draft tokens
+    prompt_pattern: str = "random"
+    # --repeat N: the metrics above are the medians of N timed batches; each one's values here (the gate's
+    # noise test reads them)
+    repeats: int = 1
+    latency_samples: list[float] = field(default_factory=list)
+    last_ttft_samples: list[float] = field(default_factory=list)
+    input_throughput_samples: list[float] = field(default_factory=list)
+    output_throughput_samples: list[float] = field(default_factory=list)
+    overall_throughput_samples: list[float] = field(default_factory=list)
     # per request of the batch (index order), seconds from sending the batch
     req_ttft_s: list[float] = field(default_factory=list)
     req_latency_s: list[float] = field(default_factory=list)  # arrival of the request's last chunk
@@ -58,7 +74,8 @@ class ServerBenchRow:
         return asdict(self)
 
     def result_line(self) -> dict:
-        """The JSON line bench_one_batch_server appends to its --result-filename (same names, same rounding)."""
+        """The JSON line bench_one_batch_server appends to its --result-filename (BenchOneCaseResult.dump_to_jsonl:
+        same names, same order, same rounding; cache_hit_rate null when the server exports no counters)."""
         return {
             "run_name": self.run_name,
             "batch_size": self.batch_size,
@@ -71,6 +88,7 @@ class ServerBenchRow:
             "last_ttft": _round(self.last_ttft, 4),
             "last_gen_throughput": _round(self.last_gen_throughput, 2),
             "acc_length": _round(self.acc_length, 2),
+            "cache_hit_rate": _round(self.cache_hit_rate, 4),
         }
 
 
@@ -79,4 +97,6 @@ def _round(v, nd):
 
 
 COLUMNS = [f.name for f in fields(ServerBenchRow)]
-LIST_COLUMNS = ("req_ttft_s", "req_latency_s", "req_output_tokens")  # kbench.store.ROW_KINDS declares the kind
+SAMPLED = ("latency", "last_ttft", "input_throughput", "output_throughput", "overall_throughput")
+LIST_COLUMNS = ("req_ttft_s", "req_latency_s", "req_output_tokens",
+                *(f"{m}_samples" for m in SAMPLED))  # kbench.store.ROW_KINDS declares the kind

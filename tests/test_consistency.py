@@ -16,8 +16,7 @@ from kbench.store import load_run
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "results" / "baselines" / "h200-draft-extend-kv4096"
 TINY = ["-b", "1", "-q", "1,2", "-k", "64", "--budget", "0.02", "--kernels", "reference"]
-# server-bench's options and examples are helper B's (issue #17's server-bench items, branch server)
-OURS = [n for n in COMMANDS if n != "server-bench"]
+OURS = list(COMMANDS)  # every command, server-bench included
 
 
 def run_cli(args, **kw):

@@ -18,7 +18,8 @@ from kbench.server.metrics import compute_metrics  # noqa: E402
 from kbench.store import load_run  # noqa: E402
 
 SGLANG_FIELDS = ["run_name", "batch_size", "input_len", "output_len", "latency", "input_throughput",
-                 "output_throughput", "overall_throughput", "last_ttft", "last_gen_throughput", "acc_length"]
+                 "output_throughput", "overall_throughput", "last_ttft", "last_gen_throughput", "acc_length",
+                 "cache_hit_rate"]  # BenchOneCaseResult.dump_to_jsonl, SGLang with --cache-hit-rate (#14)
 
 
 class Sleeps:

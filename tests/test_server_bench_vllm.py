@@ -13,7 +13,7 @@ import sys
 import pytest
 import requests
 
-from vllm_fixture import vllm_server  # noqa: E402,F401  (the fixture)
+from vllm_fixture import vllm_server, vllm_spec_server  # noqa: E402,F401  (the fixtures)
 
 from kbench.server import ServerBenchConfig, run_server_bench  # noqa: E402
 from kbench.server.bench import random_ids  # noqa: E402
@@ -23,7 +23,8 @@ from kbench.store import load_run  # noqa: E402
 pytestmark = pytest.mark.server
 BLOCK = 128  # the CPU backend's KV block size (server /metrics cache_config_info says so; checked below)
 SGLANG_FIELDS = ["run_name", "batch_size", "input_len", "output_len", "latency", "input_throughput",
-                 "output_throughput", "overall_throughput", "last_ttft", "last_gen_throughput", "acc_length"]
+                 "output_throughput", "overall_throughput", "last_ttft", "last_gen_throughput", "acc_length",
+                 "cache_hit_rate"]  # BenchOneCaseResult.dump_to_jsonl, SGLang with --cache-hit-rate (#14)
 
 
 def prefix_counters(url: str) -> tuple[float, float]:
@@ -151,3 +152,111 @@ def test_cli_auto_backend_table_and_lines(vllm_server, tmp_path):
 def _env():
     import os
     return {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+
+
+# ---- issue #14: SGLang's command line, cache hit rate, speculative acceptance, A/B ---------------------------
+
+def counter(url: str, name: str) -> float:
+    """One vLLM counter, summed over its label sets, read with a regex (not kbench's parser)."""
+    text = requests.get(url + "/metrics", timeout=10).text
+    vals = [float(v) for v in re.findall(rf"^vllm:{name}_total(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M)]
+    assert vals, f"no vllm:{name}_total in /metrics"
+    return sum(vals)
+
+
+SPEC = ("spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens")
+
+
+def test_sglang_command_line_runs_unchanged(vllm_server, tmp_path):
+    """A bench_one_batch_server command line, pasted: space-separated lists, --base-url, --model None, ..."""
+    from test_server_bench_sglang import BenchOneCaseResult
+
+    lines = tmp_path / "result.jsonl"
+    cmd = (f"--model None --base-url {vllm_server.url} --batch-size 1 4 --input-len 256 512 --output-len 8 "
+           f"--run-name pasted --result-filename {lines} --seed 42 --temperature 0 --cache-hit-rate 0.5 "
+           f"--show-report").split()
+    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", *cmd, "--out", str(tmp_path / "r")],
+                       capture_output=True, text=True, timeout=600, env={"COLUMNS": "200", **_env()})
+    assert p.returncode == 0, p.stdout + p.stderr
+    parsed = [BenchOneCaseResult.parse(x) for x in lines.read_text().splitlines()]
+    assert [(r.batch_size, r.input_len, r.output_len) for r in parsed] == [
+        (1, 256, 8), (1, 512, 8), (4, 256, 8), (4, 512, 8)]
+    # warmed with the first half of each prompt: the server hit the whole 128-token blocks of that half
+    assert [r.cache_hit_rate for r in parsed] == [0.5, 0.5, 0.5, 0.5]  # 128/256, 256/512
+    assert all(r.acc_length == -1 for r in parsed)  # no speculative decoding on this server
+    assert "Input lens: [256, 512]. Output lens: [8]. Cache hit rate: 50.0%." in p.stdout
+
+
+def test_cache_hit_rate_is_the_servers_own_count(vllm_server, tmp_path):
+    srv = vllm_server
+    kw = dict(url=srv.url, backend="vllm", batch_sizes=(2,), input_lens=(400,), output_lens=(4,), skip_warmup=True,
+              out_dir=tmp_path / "r", flush_retry_wait=0.5)
+    q0, h0 = counter(srv.url, "prefix_cache_queries"), counter(srv.url, "prefix_cache_hits")
+    (row,) = run_server_bench(ServerBenchConfig(**kw, cache_hit_rate=0.5)).rows
+    q1, h1 = counter(srv.url, "prefix_cache_queries"), counter(srv.url, "prefix_cache_hits")
+    # int(400 * 0.5) = 200 warm tokens per prompt: one whole 128-token block of each of the 2 prompts hits
+    assert row.status == "ok" and row.cache_hit_rate == pytest.approx(2 * BLOCK / (2 * 400))
+    assert h1 - h0 == 2 * BLOCK  # the warm-up requests hit nothing (flushed); the timed batch hit 256
+    assert q1 - q0 == 2 * 200 + 2 * 400  # looked up: the warm-up prefixes, then the whole prompts
+    (cold,) = run_server_bench(ServerBenchConfig(**kw)).rows
+    assert cold.cache_hit_rate == 0.0  # flushed and not warmed: measured, not assumed
+
+
+def test_spec_acceptance_length_matches_vllm_counters(vllm_spec_server, tmp_path):
+    srv = vllm_spec_server
+    before = [counter(srv.url, n) for n in SPEC]
+    res = run_server_bench(ServerBenchConfig(
+        url=srv.url, backend="vllm", batch_sizes=(2,), input_lens=(400,), output_lens=(64,), skip_warmup=True,
+        prompt_pattern="repeat:5", out_dir=tmp_path / "r", result_filename=tmp_path / "res.jsonl"))
+    drafts, draft_tokens, accepted = (counter(srv.url, n) - b for n, b in zip(SPEC, before))
+    (row,) = res.rows
+    assert row.status == "ok", row.reason
+    assert drafts > 0 and (row.spec_drafts, row.spec_draft_tokens, row.spec_accepted_tokens) == (
+        drafts, draft_tokens, accepted)
+    assert row.acc_length == pytest.approx(1 + accepted / drafts) and row.acc_length > 1.5
+    assert row.acceptance_rate == pytest.approx(accepted / draft_tokens)
+    (line,) = [json.loads(x) for x in (tmp_path / "res.jsonl").read_text().splitlines()]
+    assert line["acc_length"] == round(1 + accepted / drafts, 2)
+    print(f"\n[spec] drafts {drafts:g}, draft tokens {draft_tokens:g}, accepted {accepted:g}: "
+          f"acc_length {row.acc_length:.3f}, acceptance rate {row.acceptance_rate:.3f}", file=sys.stderr)
+
+
+def test_ab_spec_off_vs_on_two_real_runs(vllm_server, vllm_spec_server, tmp_path):
+    """A: the plain server, B: n-gram speculative decoding; the same cases, 5 repeats each (the fewest with
+    which a one-sided Mann-Whitney test can reach alpha 0.01), gated B against A."""
+    from kbench.gate import run_gate
+    from kbench.server.ab import ab_answer, ab_groups
+
+    runs = []
+    for name, srv in (("a", vllm_server), ("b", vllm_spec_server)):
+        res = run_server_bench(ServerBenchConfig(
+            url=srv.url, backend="vllm", batch_sizes=(1,), input_lens=(64, 1536), output_lens=(2, 128),
+            prompt_pattern="repeat:5", repeat=5, run_name=name, out_dir=tmp_path / "r"))
+        assert [r.status for r in res.rows] == ["ok"] * 4
+        runs.append(res)
+    md = tmp_path / "ab.md"
+    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "gate", "--baseline", str(runs[0].run_dir),
+                        "--candidate", str(runs[1].run_dir), "--markdown", str(md)],
+                       capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", **_env()})
+    assert p.returncode in (0, 1), p.stdout + p.stderr
+    gate = run_gate(runs[0].run_dir, runs[1].run_dir)
+    answer = ab_answer(gate.rows)
+    assert f"**A/B:** {answer}" in md.read_text() and answer.startswith("B is ")
+    lat = [r for r in gate.rows if r.metric == "latency"]
+    assert len(lat) == 4  # each latency change within the threshold, or judged by the repeats' Mann-Whitney test
+    assert all(r.method == "mann-whitney" or (r.method is None and r.note == "within threshold") for r in lat), lat
+    a_rows = {r.case_id: r for r in runs[0].rows}
+    b_rows = {r.case_id: r for r in runs[1].rows}
+    for g in ab_groups(gate.rows):
+        for case in g.cases:  # the group A's own timings put it in: decoding took >= half the latency, or not
+            heavy = 1 - a_rows[case].last_ttft / a_rows[case].latency >= 0.5
+            assert (g.name == "decode-heavy") == heavy, (case, g.name)
+        for case, speed in {**g.faster, **g.slower}.items():  # faster/slower as the medians say
+            assert speed == pytest.approx(a_rows[case].latency / b_rows[case].latency - 1)
+            assert (case in g.faster) == (b_rows[case].latency < a_rows[case].latency)
+        assert g.name in answer
+    # (which group a case lands in is measured: under CPU load a 128-token decode can take less than the TTFT)
+    assert sum(len(g.cases) for g in ab_groups(gate.rows)) == 4
+    assert all(r.acc_length > 1 for r in runs[1].rows if r.output_len > 2)  # B really drafted
+    assert all(r.acc_length == -1 for r in runs[0].rows)
+    print(f"\n[ab] {answer}\n" + md.read_text(), file=sys.stderr)

@@ -4,7 +4,9 @@
     result = run_server_bench(ServerBenchConfig(url="http://127.0.0.1:30000", batch_sizes=(1, 8)))
 
 Modules: client (HTTP, bounded SSE, flush with retry), backends (sglang/vllm protocol), metrics (the stream's
-timings and SGLang's metric definitions), bench (the case loop); the row and its JSON line: kbench.server_rows.
+timings and SGLang's metric definitions), counters (the server's /metrics: cache hit rate, spec acceptance),
+prompts (random or repeated-pattern token ids), summary (SGLang's markdown report), ab (the A/B answer from
+the gate), bench (the case loop); the row and its JSON line: kbench.server_rows.
 """
 __all__ = ["Listener", "ServerBenchConfig", "ServerBenchInterrupted", "ServerBenchResult", "ServerBenchRow",
            "ServerCase", "run_server_bench"]

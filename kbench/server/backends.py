@@ -88,7 +88,7 @@ class Backend:
         return None
 
     def batch_request(self, ids: list[list[int]], output_len: int, temperature: float,
-                      seed: int | None) -> tuple[str, dict]:
+                      seed: int | None, return_logprob: bool = False, stream_interval: int = 1) -> tuple[str, dict]:
         raise NotImplementedError
 
     def events(self, chunk: dict) -> list[TokenEvent]:
@@ -157,11 +157,12 @@ class SGLangBackend(Backend):
             return (f"bs*(input+output) = {bs * (input_len + output_len)} > token_capacity {f.token_capacity}")
         return None
 
-    def batch_request(self, ids, output_len, temperature, seed):
+    def batch_request(self, ids, output_len, temperature, seed, return_logprob=False, stream_interval=1):
         return "/generate", {
             "input_ids": ids,
             "sampling_params": {"temperature": temperature, "max_new_tokens": output_len, "ignore_eos": True,
-                                "stream_interval": 1},
+                                "stream_interval": stream_interval},
+            "return_logprob": bool(return_logprob),
             "stream": True,
         }
 
@@ -217,13 +218,16 @@ class VllmBackend(Backend):
             return f"input+output = {input_len + output_len} > max_model_len {m}"
         return None
 
-    def batch_request(self, ids, output_len, temperature, seed):
+    def batch_request(self, ids, output_len, temperature, seed, return_logprob=False, stream_interval=1):
+        # stream_interval: vLLM has no per-request one (a server flag); the case loop warns once
         body = {"model": self.facts.model, "prompt": ids, "max_tokens": output_len, "temperature": temperature,
                 "ignore_eos": True, "stream": True,
                 # per-chunk usage gives each request's completion_tokens, like SGLang's meta_info
                 "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
         if seed is not None:
             body["seed"] = seed
+        if return_logprob:
+            body["logprobs"] = 1  # the sampled token's logprob, like SGLang's return_logprob
         return "/v1/completions", body
 
     def events(self, chunk):

@@ -1,19 +1,22 @@
-"""The case loop of `kbench server-bench`: flush, (warm up), send one batch, time its stream, write the row.
+"""The case loop of `kbench server-bench`: flush, (warm up), (warm the prefix cache), snapshot the server's
+counters, send one batch, time its stream, snapshot again, write the row; ``repeat`` times per case.
 
 Usable without click::
 
     from kbench.server import ServerBenchConfig, run_server_bench
     result = run_server_bench(ServerBenchConfig(url="http://127.0.0.1:30000", batch_sizes=(1, 8)))
 
-A case that fails is a row (status failed, reason) and the run goes on unless fail_fast; a Ctrl-C finalizes
-the run folder as "interrupted" with every row measured so far, then raises ServerBenchInterrupted.
+A case that fails is a row (status failed, reason) and the run goes on unless fail_fast; a Ctrl-C (or SIGTERM
+under kbench.signals.terminate_as_interrupt) finalizes the run folder as "interrupted" with every row measured so far, then raises ServerBenchInterrupted.
 """
 from __future__ import annotations
 
 import itertools
 import json
 import math
+import os
 import random
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -24,11 +27,16 @@ from urllib.parse import urlparse
 import requests
 
 from kbench import __version__
+from kbench.atomic import write_text
 from kbench.errors import BadInput, KbenchError
+from kbench.outputs import writable_dir
+from kbench.server import counters as ctr
 from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
 from kbench.server.client import ServerClient, ServerError, StreamError
 from kbench.server.metrics import BatchTrace, metrics_from_trace
-from kbench.server_rows import ROW_KIND, ServerBenchRow, case_id
+from kbench.server.prompts import PromptPattern, parse_prompt_pattern
+from kbench.server_rows import ROW_KIND, SAMPLED, ServerBenchRow, case_id
+from kbench.signals import stop_reason
 from kbench.store import JOURNAL, RunWriter, new_run_dir, now_iso, read_journal
 
 RESULT_JSONL = "result.jsonl"  # SGLang-style lines, always written inside the run folder too
@@ -69,6 +77,16 @@ class ServerBenchConfig:
     vocab_size: int | None = None  # token ids are drawn from [0, vocab_size); found from the server if None
     command: list[str] | None = None  # for the manifest
     resume: str | Path | None = None  # a run folder to finish: cases with a row in its journal are not re-run
+    # SGLang's options that change what is measured (same meaning as in bench_one_batch_server)
+    cache_hit_rate: float = 0.0  # warm the prefix cache with this fraction of each prompt before the batch
+    return_logprob: bool = False
+    client_stream_interval: int = 1  # SGLang's sampling_params.stream_interval (vLLM: a server flag)
+    input_len_step_percentage: float = 0.0  # accepted and recorded; SGLang's tool does not use it either
+    # kbench's own
+    prompt_pattern: str = "random"  # random | repeat:N (kbench.server.prompts)
+    repeat: int = 1  # timed batches per case (flush before each); the row holds their medians and samples
+    show_report: bool = False  # print SGLang's markdown report at the end
+    append_to_github_summary: bool = True  # ... and append it to $GITHUB_STEP_SUMMARY when that is set
 
     def cases(self) -> list[ServerCase]:
         return [ServerCase(b, i, o) for b, i, o in itertools.product(self.batch_sizes, self.input_lens,
@@ -94,6 +112,15 @@ class ServerBenchConfig:
                             ("--request-timeout", self.request_timeout, None), ("--temperature", self.temperature, 0.0)):
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (lo is None and v <= 0):
                 raise BadInput(f"{name} {v!r}: must be a finite number {'> 0' if lo is None else '>= 0'}")
+        if not isinstance(self.cache_hit_rate, (int, float)) or not 0.0 <= self.cache_hit_rate < 1.0:
+            raise BadInput(f"--cache-hit-rate {self.cache_hit_rate!r}: must be a fraction in [0, 1)")
+        for name, v in (("--client-stream-interval", self.client_stream_interval), ("--repeat", self.repeat)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise BadInput(f"{name} {v!r}: must be an integer >= 1")
+        if not isinstance(self.input_len_step_percentage, (int, float)) or not math.isfinite(
+                self.input_len_step_percentage) or self.input_len_step_percentage < 0:
+            raise BadInput(f"--input-len-step-percentage {self.input_len_step_percentage!r}: must be a number >= 0")
+        parse_prompt_pattern(self.prompt_pattern)
         if self.vocab_size is not None and (not isinstance(self.vocab_size, int) or self.vocab_size < 2):
             raise BadInput(f"--vocab-size {self.vocab_size!r}: must be an integer >= 2")
         if self.result_filename is not None:
@@ -129,6 +156,7 @@ class ServerBenchResult:
     rows: list[ServerBenchRow] = field(default_factory=list)
     traces: dict[str, BatchTrace] = field(default_factory=dict)  # case_id -> the timed stream
     warmups: list[ServerBenchRow] = field(default_factory=list)
+    report: str = ""  # SGLang's markdown report (show_report, or $GITHUB_STEP_SUMMARY set)
 
     @property
     def failed(self) -> list[ServerBenchRow]:
@@ -140,17 +168,24 @@ class ServerBenchResult:
 
 
 class ServerBenchInterrupted(KbenchError):
-    """Ctrl-C: the rows measured so far are kept (the run folder is finalized as interrupted)."""
+    """Ctrl-C or SIGTERM: the rows measured so far are kept (the run folder is finalized as interrupted).
+    exit_code is 128 + the signal: 130 for Ctrl-C, 143 for SIGTERM."""
 
     exit_code = 130
 
-    def __init__(self, result: ServerBenchResult):
-        super().__init__(f"interrupted; {len(result.rows)} row(s) kept in {result.run_dir}")
+    def __init__(self, result: ServerBenchResult, signum: int | None = None):
+        import signal as _signal
+
+        self.signum = signum or _signal.SIGINT
+        self.exit_code = 128 + int(self.signum)
+        super().__init__(f"interrupted; {len(result.rows)} row(s) kept in {result.run_dir} (stopped by "
+                         f"{_signal.Signals(self.signum).name}); finish it with: "
+                         f"kbench server-bench --resume {result.run_dir}")
         self.result = result
 
 
 def random_ids(rng: random.Random, batch_size: int, input_len: int, vocab: int) -> list[list[int]]:
-    return [[rng.randrange(vocab) for _ in range(input_len)] for _ in range(batch_size)]
+    return PromptPattern().ids(rng, batch_size, input_len, vocab)
 
 
 class _Runner:
@@ -189,61 +224,120 @@ class _Runner:
                               measured_at=now_iso(), **kw)
 
     def run_case(self, case: ServerCase, warmup: bool = False) -> tuple[ServerBenchRow, BatchTrace | None]:
-        cfg, be = self.cfg, self.backend
+        """The case's timed batch(es): ``cfg.repeat`` of them (one for a warm-up), each after a flush. The row
+        holds the median of each metric and, with repeats, every batch's value (``<metric>_samples``)."""
+        cfg = self.cfg
         self.ls.case_started(case, warmup)
+        pattern = parse_prompt_pattern(cfg.prompt_pattern)
+        seed_key = f"{cfg.seed}-{'warmup-' if warmup else ''}{case.case_id}"
+        ids = pattern.ids(random.Random(seed_key), case.batch_size, case.input_len, self.vocab)
+        reps = 1 if warmup else cfg.repeat
+        done: list[dict] = []
+        for rep in range(reps):
+            one = self._timed_batch(case, ids, warmup, profiling=cfg.profile and not warmup and rep == 0)
+            if one.get("reason"):
+                row = self._row(case, "failed", one["reason"], warmup=warmup, prompt_pattern=str(pattern),
+                                **one["fkw"], **one.get("per_req", {}))
+                return row, one.get("trace")
+            done.append(one)
+        last = done[-1]
+        vals = {k: [d["m"][k] for d in done if d["m"][k] is not None] for k in SAMPLED}  # None: a zero interval
+        med = {k: statistics.median(v) if v else None for k, v in vals.items()}
+        out_tp = med["output_throughput"]
+        samples = {f"{k}_samples": v for k, v in vals.items()} if reps > 1 else {}
+        rates = [d["counters"].cache_hit_rate for d in done if d["counters"].cache_hit_rate is not None]
+        row = self._row(case, "ok", warmup=warmup, prompt_pattern=str(pattern), repeats=reps,
+                        latency=med["latency"], last_ttft=med["last_ttft"],
+                        input_throughput=med["input_throughput"], output_throughput=out_tp,
+                        overall_throughput=med["overall_throughput"],
+                        itl_ms=(1000.0 * case.batch_size / out_tp) if out_tp else None,
+                        last_gen_throughput=last["gen"], acc_length=last["acc"],
+                        cache_hit_rate=statistics.median(rates) if rates else None,
+                        spec_drafts=_sum(d["counters"].spec_drafts for d in done),
+                        spec_draft_tokens=_sum(d["counters"].spec_draft_tokens for d in done),
+                        spec_accepted_tokens=_sum(d["counters"].spec_accepted_tokens for d in done),
+                        **samples, **last["fkw"], **last["per_req"])
+        if row.spec_drafts and row.spec_accepted_tokens is not None:  # over all the case's batches
+            agg = ctr.CaseCounters(spec_drafts=row.spec_drafts, spec_draft_tokens=row.spec_draft_tokens,
+                                   spec_accepted_tokens=row.spec_accepted_tokens)
+            row.acc_length, row.acceptance_rate = agg.acc_length, agg.acceptance_rate
+        return row, last["trace"]
+
+    def _timed_batch(self, case: ServerCase, ids: list[list[int]], warmup: bool, profiling: bool) -> dict:
+        """Flush, warm the prefix cache (--cache-hit-rate), snapshot /metrics, stream one batch, snapshot again."""
+        cfg, be = self.cfg, self.backend
         flush = self.client.flush_with_retry(
             be.flush_path, attempts=cfg.flush_retries, wait=cfg.flush_retry_wait,
             params=be.flush_params(cfg.flush_timeout), timeout=cfg.flush_timeout + 10.0, sleep=self.sleep,
             on_retry=lambda a, m, w: self.ls.flush_retry(case, a, m, w))
-        fkw = dict(flush_attempts=flush.attempts, flush_seconds=round(flush.seconds, 4), warmup=warmup)
+        fkw = dict(flush_attempts=flush.attempts, flush_seconds=round(flush.seconds, 4))
         if not flush.ok:
-            return self._row(case, "failed", flush.message, **fkw), None
-        profiling = cfg.profile and not warmup
+            return {"reason": flush.message, "fkw": fkw}
+        if cfg.cache_hit_rate > 0 and not warmup:
+            reason = self._warm_prefix(case, ids)
+            if reason:
+                return {"reason": reason, "fkw": fkw}
         if profiling:
             status, body = self._post_quiet("/start_profile")
             if status != 200:
-                return self._row(case, "failed", f"POST /start_profile -> {status} {body!r}", **fkw), None
-        seed_key = f"{cfg.seed}-{'warmup-' if warmup else ''}{case.case_id}"
-        ids = random_ids(random.Random(seed_key), case.batch_size, case.input_len, self.vocab)
-        path, body = be.batch_request(ids, case.output_len, cfg.temperature, cfg.seed)
+                return {"reason": f"POST /start_profile -> {status} {body!r}", "fkw": fkw}
+        before = ctr.snapshot(self.client) if not warmup else None
+        path, body = be.batch_request(ids, case.output_len, cfg.temperature, cfg.seed, cfg.return_logprob,
+                                      cfg.client_stream_interval)
         trace = BatchTrace.empty(case.batch_size)
-        total = case.batch_size * case.output_len
-        done = 0
-        reason = ""
-        tic = time.perf_counter()
-        try:
-            for t, chunk in self.client.stream_events(path, body, timeout=cfg.request_timeout):
-                if chunk is None:
-                    trace.end_s = t - tic
-                    break
-                trace.num_chunks += 1
-                for ev in be.events(chunk):
-                    trace.add(t - tic, ev)
-                new_done = sum(r.completion_tokens for r in trace.requests)
-                if new_done != done:
-                    done = new_done
-                    self.ls.tokens(case, min(done, total), total)
-            trace.check(case.output_len)
-        except StreamError as e:
-            reason = str(e)
-        finally:
-            if profiling:
-                status, pbody = self._post_quiet("/stop_profile")
-                if status != 200 and not reason:
-                    reason = f"POST /stop_profile -> {status} {pbody!r}"
+        reason = self._stream(case, path, body, trace)
+        if profiling:
+            status, pbody = self._post_quiet("/stop_profile")
+            if status != 200 and not reason:
+                reason = f"POST /stop_profile -> {status} {pbody!r}"
         per_req = dict(num_chunks=trace.num_chunks, completion_tokens=sum(r.completion_tokens for r in trace.requests),
                        cached_tokens=trace.cached_tokens,
                        req_ttft_s=[r.first_token_s for r in trace.requests if r.first_token_s is not None],
                        req_latency_s=[r.chunk_times[-1] for r in trace.requests if r.chunk_times],
                        req_output_tokens=[float(r.completion_tokens) for r in trace.requests])
         if reason:
-            return self._row(case, "failed", reason, **fkw, **per_req), trace
+            return {"reason": reason, "fkw": fkw, "per_req": per_req, "trace": trace}
         m = metrics_from_trace(trace, case.input_len, case.output_len)
+        after = ctr.settled_snapshot(self.client, be.name, before, case.batch_size, self.sleep) if before else None
         gen, acc = be.after_case() if not warmup else (-1.0, -1.0)
-        row = self._row(case, "ok", latency=m.latency, last_ttft=m.last_ttft, input_throughput=m.input_throughput,
-                        output_throughput=m.output_throughput, overall_throughput=m.overall_throughput,
-                        itl_ms=m.itl_ms, last_gen_throughput=gen, acc_length=acc, **fkw, **per_req)
-        return row, trace
+        return {"m": {k: getattr(m, k) for k in SAMPLED}, "gen": gen, "acc": acc, "fkw": fkw, "per_req": per_req,
+                "trace": trace, "counters": ctr.case_counters(be.name, before, after)}
+
+    def _stream(self, case: ServerCase, path: str, body: dict, trace: BatchTrace,
+                 output_len: int | None = None) -> str:
+        """Streams one batch into ``trace``; returns "" or the reason it failed."""
+        output_len = case.output_len if output_len is None else output_len
+        total = case.batch_size * output_len
+        done = 0
+        tic = time.perf_counter()
+        try:
+            for t, chunk in self.client.stream_events(path, body, timeout=self.cfg.request_timeout):
+                if chunk is None:
+                    trace.end_s = t - tic
+                    break
+                trace.num_chunks += 1
+                for ev in self.backend.events(chunk):
+                    trace.add(t - tic, ev)
+                new_done = sum(r.completion_tokens for r in trace.requests)
+                if new_done != done:
+                    done = new_done
+                    self.ls.tokens(case, min(done, total), total)
+            trace.check(output_len)
+        except StreamError as e:
+            return str(e)
+        return ""
+
+    def _warm_prefix(self, case: ServerCase, ids: list[list[int]]) -> str:
+        """SGLang's _warmup_cache: send the first int(input_len * rate) tokens of each prompt, 1 output token."""
+        n = int(case.input_len * self.cfg.cache_hit_rate)
+        if n <= 0:
+            return ""
+        path, body = self.backend.batch_request([x[:n] for x in ids], 1, 0.0, self.cfg.seed)
+        trace = BatchTrace.empty(case.batch_size)
+        reason = self._stream(case, path, body, trace, output_len=1)
+        if reason:
+            return f"prefix-cache warm-up ({n} tokens per prompt) failed: {reason}"
+        return ""
 
     def _post_quiet(self, path: str) -> tuple[int | str, str]:
         try:
@@ -263,12 +357,20 @@ class _Runner:
         return min(fits, key=lambda c: (c.input_len + c.output_len)) if fits else None
 
 
+def _sum(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(sum(vals)) if vals else None
+
+
 def _append_lines(paths: list[Path], line: dict) -> None:
+    """Adds one JSON line to each file, atomically: the file is rewritten whole (temporary file + rename), so a
+    full disk or a kill leaves the old file, never a truncated line."""
     text = json.dumps(line) + "\n"
     for p in paths:
-        with open(p, "a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
+        old = p.read_text(encoding="utf-8") if p.is_file() else ""
+        if old and not old.endswith("\n"):
+            old += "\n"
+        write_text(p, old + text)
 
 
 def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None, *,
@@ -280,9 +382,16 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
     config, KbenchError when the server cannot be used at all, ServerBenchInterrupted on Ctrl-C.
     """
     config.validate()
+    check_outputs(config)
     ls = listener or Listener()
     runner = _Runner(config, ls, sleep, session)
     backend, facts = runner.connect()
+    if config.client_stream_interval != 1 and backend == "vllm":
+        ls.warning("--client-stream-interval: vLLM has no per-request stream interval (it is the server's "
+                   "--stream-interval); the stream's own interval is measured")
+    if config.input_len_step_percentage:
+        ls.warning("--input-len-step-percentage: recorded but, as in SGLang's bench_one_batch_server, every "
+                   "prompt of a batch has the case's input length")
     cases = config.cases()
     if config.resume:
         run_dir = Path(config.resume)
@@ -340,17 +449,52 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
             if row.status == "failed" and config.fail_fast:
                 status = "stopped"
                 break
-    except KeyboardInterrupt:
-        result.status = writer_status = "interrupted"
-        writer.update_manifest(interrupted_at=now_iso())
-        writer.finalize(writer_status)
-        raise ServerBenchInterrupted(result) from None
-    except BaseException:
-        writer.finalize("crashed")
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.signals.terminate_as_interrupt
+        result.status = "interrupted"
+        writer.update_manifest(interrupted_at=now_iso(), stopped_by=stop_reason(e))
+        writer.finalize("interrupted")
+        raise ServerBenchInterrupted(result, getattr(e, "signum", None)) from None
+    except BaseException as e:
+        try:  # a write that failed (full disk, ...): interrupted with the reason; anything else: crashed
+            writer.update_manifest(stopped_by=str(e)[:300])
+            writer.finalize("interrupted" if isinstance(e, (OSError, BadInput)) else "crashed")
+        except (OSError, KbenchError):
+            pass  # the disk that failed the row may fail the manifest too: the journal's rows are kept
         raise
     writer.finalize(status)
     result.status = status
+    if config.show_report or (config.append_to_github_summary and os.environ.get("GITHUB_STEP_SUMMARY")):
+        from kbench.server.summary import append_github_step_summary, report_summary
+
+        result.report = report_summary(result.rows, config.input_lens, config.output_lens, config.cache_hit_rate,
+                                       _int_or_1(facts.info.get("tp_size")), config.profile)
+        if config.append_to_github_summary:
+            append_github_step_summary(result.report)
     return result
+
+
+def _int_or_1(v) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
+
+
+def check_outputs(config: ServerBenchConfig) -> None:
+    """Before anything runs: the run folder can be written (--out, or the resumed run) and so can
+    --result-filename; else BadInput (one `error:` line, exit 2)."""
+    if config.resume:
+        if not Path(config.resume).is_dir():
+            raise BadInput(f"--resume {config.resume}: no such run folder")
+        writable_dir(config.resume, "--resume")
+    else:
+        writable_dir(config.out_dir, "--out")
+    if config.result_filename is not None:
+        p = Path(config.result_filename)
+        if p.is_dir():
+            raise BadInput(f"--result-filename {p}: is a folder")
+        if not p.parent.is_dir():
+            raise BadInput(f"--result-filename {p}: folder {p.parent} does not exist")
+        writable_dir(p.parent, "--result-filename's folder")
+        if p.exists() and not os.access(p, os.R_OK | os.W_OK):
+            raise BadInput(f"--result-filename {p}: cannot write there (permission denied)")
 
 
 def config_of_run(run_dir: str | Path, url: str | None = None) -> ServerBenchConfig:

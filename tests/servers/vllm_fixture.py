@@ -53,3 +53,24 @@ def vllm_server(tmp_path_factory):
     finally:
         srv.stop()
         assert srv.proc.poll() is not None
+
+
+# n-gram speculative decoding (issue #14): drafts looked up in the prompt, so `repeat:N` prompts get accepted
+NGRAM_SPEC = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":2}'
+
+
+@pytest.fixture(scope="session")
+def vllm_spec_server(vllm_server):
+    """A second CPU vLLM server, with n-gram speculative decoding (the one extra server start of the suite;
+    it reuses the venv and model the plain server's fixture built)."""
+    try:
+        srv = vllm_cpu.start_server(extra_args=["--speculative-config", NGRAM_SPEC])
+    except vllm_cpu.SetupError as e:
+        pytest.fail(str(e), pytrace=False)
+    TIMINGS["spec_startup_s"] = srv.startup_s
+    print(f"\n[vllm] n-gram speculative server ready in {srv.startup_s:.1f} s at {srv.url}", file=sys.stderr)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        assert srv.proc.poll() is not None
