@@ -72,9 +72,15 @@ def grid_axis_options(f):
               help="Run kernels in a worker process restarted after a crash (a CUDA fault poisons the process): the crashed kernel gets a failed row, the sweep goes on. Default: on when a GPU is there.")
 @click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
 @click.option("--force", is_flag=True, help="With --resume: finish a baseline folder or a run measured on another device anyway.")
+@click.option("--adaptive", is_flag=True,
+              help="Measure a coarse sub-grid, then only where the kernel choice is uncertain (crossovers, ties, the q x G = 16/32 steps); stops when no unmeasured point can cost more than --regret-bound, or at a budget. An ordinary run; rows say how their case was chosen (chosen_by).")
+@click.option("--budget-measurements", type=click.IntRange(1), help="With --adaptive: stop after this many timed (kernel, case) measurements in the run (not --budget, which is seconds of timing per measurement).")
+@click.option("--budget-minutes", type=click.FloatRange(0, min_open=True), help="With --adaptive: stop after this many minutes of sweep wall time (compile included; a --resume adds to the run's earlier calls).")
+@click.option("--regret-bound", type=click.FloatRange(0, 100, max_open=True), default=2.0, show_default=True, help="With --adaptive: percent; stop when no unmeasured point can change the policy by more than this.")
+@click.option("--coarse-step", type=click.IntRange(1), default=4, show_default=True, help="With --adaptive: the coarse sub-grid takes every Nth value of each axis (and the last).")
 def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, duty, l2, out_dir, run_name, resume,
           device_index, seed, allow_wrong, slow_kernel, compile_workers, jit_cache, shard, devices, isolate,
-          max_table_cases, force, **grid):
+          max_table_cases, force, adaptive, budget_measurements, budget_minutes, regret_bound, coarse_step, **grid):
     """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
 
     Each kernel's output is checked against a float32 torch reference before it is timed (CUDA-graph
@@ -86,6 +92,7 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
     sweep, 2 on bad input.
     """
     console = make_console()
+    ada = _adaptive_options(adaptive, budget_measurements, budget_minutes, regret_bound, coarse_step, resume)
     if jit_cache is not None:
         import os
 
@@ -117,8 +124,12 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
             raise BadInput("--force goes with --resume")
         sc = apply_overrides(load_scenario(scenario), **axes)
         writable_dir(out_dir, "--out", create=False)  # the run folder is made when the sweep starts
-    opts = SweepOptions(out_dir=out_dir, resume=resume, run_name=run_name, device_index=device_index, seed=seed,
+    if resume and ada is not None and "adaptive" not in manifest:
+        raise BadInput(f"{resume} is a full-grid sweep, not an adaptive one: resume it without --adaptive or budgets")
+    opts = SweepOptions(adaptive=ada, out_dir=out_dir, resume=resume, run_name=run_name, device_index=device_index, seed=seed,
                         slow_kernel=_slow(slow_kernel), compile_workers=compile_workers, isolate=isolate, command_line=shlex.join(["kbench", *sys.argv[1:]]))
+    if ada is not None and (devices or shard):
+        raise BadInput("--adaptive plans from the whole grid's rows: drop --shard/--devices")
     note = name_note(run_name)
     if note:
         click.echo(note, err=True)
@@ -159,6 +170,11 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
         f"check {w.check_s:.1f}, timing {w.timing_s:.1f}\n"
         f"run: {result.run_dir}"
     )
+    ada_block = read_manifest(result.run_dir).get("adaptive")
+    if ada_block and ada_block.get("stop_rule"):
+        console.print(f"adaptive: {ada_block['measured_cases']} of {ada_block['grid_cases']} cases measured in "
+                      f"{ada_block['rounds']} round(s) ({', '.join(f'{k} {v}' for k, v in ada_block['points'].items())}; "
+                      f"{ada_block['pruned']} kernel(s) pruned); stopped: {ada_block['stop_rule']}", markup=False)
     if result.error.startswith("cannot write"):
         click.echo(f"error: {result.error}; the journal keeps {len(rows)} complete row(s); free space, then "
                    f"kbench sweep --resume {result.run_dir}", err=True)
@@ -178,6 +194,24 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
                       + ("" if allow_wrong else " (exit 1; --allow-wrong to accept)"))
         if not allow_wrong:
             sys.exit(1)
+
+
+def _adaptive_options(adaptive, budget_measurements, budget_minutes, regret_bound, coarse_step, resume):
+    """AdaptiveOptions from the flags, or None. With --resume an adaptive run keeps its settings from its
+    manifest (only the budgets may be given again)."""
+    from kbench.adaptive import AdaptiveOptions
+
+    tuning = [f for f, n in (("--regret-bound", "regret_bound"), ("--coarse-step", "coarse_step")) if _given(n)]
+    budgets = budget_measurements is not None or budget_minutes is not None
+    if not adaptive and not resume and (tuning or budgets):
+        raise BadInput(f"{(tuning or ['--budget-measurements/--budget-minutes'])[0]} goes with --adaptive")
+    if resume:
+        if tuning:
+            raise BadInput(f"--resume keeps the run's adaptive settings: drop {', '.join(tuning)}")
+        if not adaptive and not budgets:
+            return None  # the run's manifest says whether it is adaptive
+    return AdaptiveOptions(regret_bound=regret_bound / 100, coarse_step=coarse_step,
+                           budget_measurements=budget_measurements, budget_minutes=budget_minutes).check()
 
 
 CPU_S_PER_CASE = 0.5  # inputs, reference and check of a case on a CPU, beyond its timing

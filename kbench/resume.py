@@ -26,6 +26,8 @@ def check_resume(run_dir: str | Path, manifest: dict, device: dict | None, force
     if device is not None and was != now and not force:
         raise BadInput(f"{run_dir} was measured on {was[0]} (SM{was[1]}), this is {now[0]} (SM{now[1]}): its "
                        f"rows would mix two devices (--force to resume anyway)")
-    if manifest.get("status") == "complete":
+    ada = manifest.get("adaptive")
+    budget_hit = isinstance(ada, dict) and str(ada.get("stopped_by", "")).startswith("budget")
+    if manifest.get("status") == "complete" and not budget_hit:  # an adaptive run stopped by its budget goes on
         return f"{run_dir} is complete: nothing to resume (no file touched)"
     return None

@@ -58,6 +58,9 @@ _TAIL = [
     ("sm_clock_mhz", float | None, field(default=None)),
     ("peak_mem_bytes", int | None, field(default=None)),
     ("measured_at", str, field(default="")),
+    # how an adaptive sweep chose this case (kbench.adaptive.TAGS: coarse | refine-crossover | refine-tie |
+    # refine-step); "" in a full-grid sweep
+    ("chosen_by", str, field(default="")),
 ]
 
 

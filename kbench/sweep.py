@@ -64,6 +64,8 @@ class SweepOptions:
     # run kernels in a worker process restarted after a crash (kbench.isolation); None: when CUDA is
     # there (the CLI's default; the Python API passes False, because spawned workers re-import __main__)
     isolate: bool | None = False
+    # kbench.adaptive.AdaptiveOptions: measure a coarse sub-grid, then refine where the decision is uncertain
+    adaptive: object | None = None
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -97,7 +99,11 @@ class Sweep:
                                      progress=lambda text: self.obs.advance(text))
         self.kernels = self.measurer.kernels
         self.wall = self.measurer.wall
+        if self.opt.adaptive is not None and self.opt.shard:
+            raise BadInput("--adaptive plans from the whole grid's rows: drop --shard/--devices")
         self._isolated = None
+        self.chosen_by: dict[str, str] = {}  # case_id -> how an adaptive sweep chose it (the rows' chosen_by)
+        self._compiled: set[tuple] = set()  # (kernel, jit_key) compiled by this call
 
     def measure_options(self) -> MeasureOptions:
         return MeasureOptions(self.opt.device_index, self.opt.seed, dict(self.opt.slow_kernel))
@@ -123,6 +129,7 @@ class Sweep:
                    "spread": "relative half-width of the 95% order-statistic CI of the median"},
             slow_kernel=self.opt.slow_kernel, seed=self.opt.seed,
             shard={"index": self.opt.shard[0], "count": self.opt.shard[1]} if self.opt.shard else None,
+            **({"adaptive": {"options": self.opt.adaptive.to_dict()}} if self.opt.adaptive else {}),
         )
 
     # -- the run -----------------------------------------------------------------------------------
@@ -153,17 +160,18 @@ class Sweep:
         status, error = "complete", ""
         try:
             cases = shard_cases(self.sc.cases(), self.opt.shard or writer.manifest_shard())
-            todo = [c for c in cases if any((k.name, c.case_id) not in done for k in self.kernels)]
             isolate = dev.cuda if self.opt.isolate is None else self.opt.isolate
-            self._compile(dev, todo, done, in_process=not isolate)
-            self.obs.phase("measuring", total=sum(
-                1 for c in todo for k in self.kernels if (k.name, c.case_id) not in done))
             writer.manifest["isolated"] = bool(isolate)
-            if isolate:
-                self._run_isolated(todo, dev, writer, done, bw)
+            if self.opt.adaptive is not None or "adaptive" in writer.manifest:
+                from kbench.adaptive_sweep import run_adaptive
+
+                run_adaptive(self, writer, dev, cases, done, bw, isolate, t_start)
             else:
-                for case in todo:
-                    self.measurer.measure(case, done, bw, self._emitter(writer, done))
+                todo = [c for c in cases if any((k.name, c.case_id) not in done for k in self.kernels)]
+                self._compile(dev, todo, done, in_process=not isolate)
+                self.obs.phase("measuring", total=sum(
+                    1 for c in todo for k in self.kernels if (k.name, c.case_id) not in done))
+                self.measure_cases(todo, dev, writer, done, bw, isolate)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.signals.terminate_as_interrupt
             status = "interrupted"
             writer.manifest["stopped_by"] = stop_reason(e)
@@ -198,6 +206,13 @@ class Sweep:
         return SweepResult(run_dir, rows, self.wall, status, dev, copy_bw, self.measurements, error,
                            read_bandwidth_gbs=read_bw, ceiling_gbs=bw)
 
+    def measure_cases(self, cases: list[Case], dev: DeviceInfo, writer: RunWriter, done, bw, isolate) -> None:
+        if isolate:
+            self._run_isolated(cases, dev, writer, done, bw)
+        else:
+            for case in cases:
+                self.measurer.measure(case, done, bw, self._emitter(writer, done))
+
     def _compile(self, dev: DeviceInfo, cases: list[Case], done, in_process: bool = True) -> None:
         """Compile every JIT module the sweep needs before the first measurement: each distinct
         (kernel, jit_key) once, on a small case with the same key, in parallel processes."""
@@ -209,7 +224,7 @@ class Sweep:
         for case in cases:
             for k in self.kernels:
                 if (k.path == "reference" or k.jit_key(case) is None or (k.name, case.case_id) in done
-                        or kernel_reason(k, dev, case)):
+                        or kernel_reason(k, dev, case) or (k.name, k.jit_key(case)) in self._compiled):
                     continue
                 jobs.setdefault((k.name, k.jit_key(case)), CompileJob(k.name, case))
         if not jobs:
@@ -220,6 +235,7 @@ class Sweep:
         def done_one(job, secs, err):
             self.obs.advance(f"{job.label()} {secs:.0f} s" + (" FAILED" if err else ""))
 
+        self._compiled.update(jobs)
         errors = compile_all(list(jobs.values()), dev.index, self.opt.compile_workers, done_one, in_process)
         for label, err in errors.items():  # each case's check records the failure on its own row
             self.obs.message(f"compile of {label} failed: {err}")
@@ -227,6 +243,7 @@ class Sweep:
 
     def _emitter(self, writer: RunWriter, done):
         def emit(row: Row) -> None:
+            row.chosen_by = self.chosen_by.get(row.case_id, row.chosen_by)
             writer.append(row)
             done.add(row.key())
             self.obs.row(row)
@@ -242,6 +259,7 @@ class Sweep:
         emit = self._emitter(writer, done)
 
         def on_row(rec):
+            rec["chosen_by"] = self.chosen_by.get(rec.get("case_id"), rec.get("chosen_by", ""))
             writer.append(rec)
             self.obs.row(Row(**rec))
             self.obs.advance()

@@ -36,7 +36,10 @@ class RunSet:
     def sources(self) -> list[dict]:
         counts = self.rows.groupby("run")["case_id"].nunique().to_dict() if len(self.rows) else {}
         return [{"run": r.name, "path": str(r.path), "start_time": r.manifest.get("start_time"),
-                 "cases": int(counts.get(r.name, 0))} for r in self.runs]
+                 "cases": int(counts.get(r.name, 0)),
+                 # an adaptive sweep (kbench.adaptive): the policy says it was built from a refined sub-grid
+                 **({"adaptive": r.manifest["adaptive"]} if isinstance(r.manifest.get("adaptive"), dict) else {})}
+                for r in self.runs]
 
 
 group_label = axes.group_label  # re-exported
