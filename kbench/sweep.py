@@ -254,7 +254,9 @@ class Sweep:
     def _run_isolated(self, cases: list[Case], dev: DeviceInfo, writer: RunWriter, done, bw) -> None:
         from kbench.isolation import IsolatedRunner
 
-        self._isolated = runner = IsolatedRunner(Payload.of(self.sc, self.measure_options()))
+        if self._isolated is None:  # one worker for the run (an adaptive sweep comes back here per case)
+            self._isolated = IsolatedRunner(Payload.of(self.sc, self.measure_options()))
+        runner = self._isolated
         by_name = {k.name: k for k in self.kernels}
         emit = self._emitter(writer, done)
 

@@ -10,6 +10,7 @@
 # realistic (four small sweeps: per-request KV, accept:0.7 ragged q, gpt-oss window + sinks, max_seq_len;
 # tests/gpu/realistic.py prints the table; issue #13),
 # ceiling (copy vs read bandwidth, and the sweep runs' best KV read rate against both: tests/gpu/ceiling.py),
+# adaptive (full draft-extend grid at kv 512,4096,32768 vs --adaptive: tests/gpu/adaptive_bench.py; issue #15),
 # tests, cache, or any other word: a shell command.
 set -uo pipefail
 n=0
@@ -44,6 +45,8 @@ for s in "$@"; do
       step fault-inproc 200 bash -c "kbench sweep $F --name fault-inproc --no-isolate; echo rc=\$?; kbench sweep --resume /tmp/res/fault-inproc-*"
       step fault-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fault-*' ;;
     ceiling) step ceiling 120 python3 tests/gpu/ceiling.py /tmp/res ;;
+    adaptive) step adaptive "${ADAPTIVE_LIMIT:-3000}" python3 tests/gpu/adaptive_bench.py --out /tmp/res/adaptive --kv-len 512,4096,32768
+      tail -n 40 /tmp/res/logs/adaptive.txt >> "$OUT/summary.txt" ;;
     probe) step probe 300 python3 tests/gpu/probe_noise.py /tmp/res/probe ;;
     validate) step validate "${VALIDATE_LIMIT:-150}" kbench validate-timer --out /tmp/res/validate-timer.json ;;
     realistic) R="--out /tmp/res --budget 0.5 --kernels trtllm-decode,trtllm-decode-ragged,fa2-prefill --kv-len 4096 --batch-size 16,64"
