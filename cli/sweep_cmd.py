@@ -210,6 +210,8 @@ def _adaptive_options(adaptive, budget_measurements, budget_minutes, regret_boun
             raise BadInput(f"--resume keeps the run's adaptive settings: drop {', '.join(tuning)}")
         if not adaptive and not budgets:
             return None  # the run's manifest says whether it is adaptive
+    elif not adaptive:
+        return None
     return AdaptiveOptions(regret_bound=regret_bound / 100, coarse_step=coarse_step,
                            budget_measurements=budget_measurements, budget_minutes=budget_minutes).check()
 

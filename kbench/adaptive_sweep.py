@@ -46,7 +46,8 @@ def run_adaptive(sweep, writer, dev, cases, done, bw, isolate, t_start: float) -
                           f"interval(s), {measurements} measurements so far")
         todo = [p for p in plan.points if any((k.name, p.case.case_id) not in done for k in sweep.kernels)]
         sweep._compile(dev, [p.case for p in todo], done, in_process=not isolate)
-        sweep.obs.phase(f"adaptive round {rounds}", total=len(todo))
+        sweep.obs.phase(f"adaptive round {rounds}", total=sum(  # one advance per row, as in a full sweep
+            1 for p in todo for k in sweep.kernels if (k.name, p.case.case_id) not in done))
         for p in todo:
             minutes = (earlier + time.perf_counter() - t_start) / 60
             hit = budget_left(opt, measurements, minutes)

@@ -282,3 +282,11 @@ def test_python_api_budget_minutes(tmp_path, fake_kernels):
     m = load_run(res.run_dir).manifest
     assert m["adaptive"]["stopped_by"] == "converged" and m["adaptive"]["measured_cases"] == 4
     assert set(res.rows.chosen_by) == {COARSE, CROSSOVER}
+
+
+def test_a_plain_sweep_stays_a_full_grid_sweep(tmp_path):
+    r = CliRunner().invoke(cli, ["sweep", "-b", "1", "-q", "1,2", "-k", "64", "--budget", "0.02", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    run = load_run(next(tmp_path.iterdir()))
+    assert "adaptive" not in run.manifest and "adaptive:" not in r.output
+    assert set(run.rows.chosen_by) == {""}

@@ -6,12 +6,17 @@ On the H200 (`bash tests/gpu/h200.sh adaptive`, or directly):
 runs `kbench sweep --scenario draft-extend --kv-len ...` over the full grid, then the same with --adaptive,
 and compares them. Given two finished runs instead:
     python3 tests/gpu/adaptive_bench.py --full RUN_FULL --adaptive RUN_ADAPTIVE
+(`--only full` / `--only adaptive` runs one of the two sweeps, for a machine with a per-command time limit.)
+The adaptive sweep runs second, so with an empty JIT cache its compile time is mostly loading modules the
+full sweep built; carry a prebuilt cache (.fi-cache) to compare both on loading alone.
 Without a GPU, replay a full run's rows as the measurement oracle (no timing; wall/compile are n/a):
     python3 tests/gpu/adaptive_bench.py --simulate results/baselines/h200-draft-extend-kv4096
 """
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -117,7 +122,10 @@ def simulate(run_dir: str, a) -> None:
 
 
 def sweep(args: list[str]) -> Path:
-    out = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", *args], capture_output=True, text=True)
+    exe = shutil.which("kbench")
+    cmd = [exe] if exe else [sys.executable, "-m", "kbench.cli.main"]
+    print("$ kbench sweep " + " ".join(args), flush=True)
+    out = subprocess.run([*cmd, "sweep", *args], capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"})
     print(out.stdout[-3000:], out.stderr[-2000:], sep="\n")
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("run: ")]
     if not line:
@@ -140,6 +148,8 @@ def main() -> None:
     p.add_argument("--close", type=float, default=AdaptiveOptions.close * 100, help="percent")
     p.add_argument("--prune-factor", type=float, default=AdaptiveOptions.prune_factor)
     p.add_argument("--budget-measurements", type=int)
+    p.add_argument("--only", choices=["full", "adaptive"], help="run one of the two sweeps and stop (a machine "
+                   "with a per-command time limit: run each, then compare with --full RUN --adaptive RUN)")
     a = p.parse_args()
     if a.simulate:
         return simulate(a.simulate, a)
@@ -148,14 +158,18 @@ def main() -> None:
         if a.jit_cache:
             common += ["--jit-cache", a.jit_cache]
         t0 = time.time()
-        a.full = a.full or str(sweep([*common, "--name", "full"]))
+        if a.only != "adaptive":
+            a.full = a.full or str(sweep([*common, "--name", "full"]))
         print(f"full grid: {time.time() - t0:.0f} s")
         t0 = time.time()
         ada = ["--adaptive", "--regret-bound", str(a.regret_bound), "--coarse-step", str(a.coarse_step)]
         if a.budget_measurements:
             ada += ["--budget-measurements", str(a.budget_measurements)]
-        a.adaptive = a.adaptive or str(sweep([*common, "--name", "adaptive", *ada]))
-        print(f"adaptive: {time.time() - t0:.0f} s")
+        if a.only != "full":
+            a.adaptive = a.adaptive or str(sweep([*common, "--name", "adaptive", *ada]))
+            print(f"adaptive: {time.time() - t0:.0f} s")
+        if a.only:
+            return
     full, ada = load_run(a.full), load_run(a.adaptive)
     print(f"full: {a.full}\nadaptive: {a.adaptive}")
     report(full.rows, ada.rows, full.manifest, ada.manifest, a.kv)
