@@ -42,7 +42,10 @@ def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str
 @click.option("--plot-kv", type=int, multiple=True, help="kv_len of a time-vs-q_len plot (pairs with --plot-batch).")
 @click.option("--max-rows", type=int, default=40, show_default=True,
               help="Per-case rows shown on screen (all are in cases.csv and the reports).")
-def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows):
+@click.option("--power", default=None, metavar="STATE",
+              help="Build the report and policy for one timing state: unthrottled or sustained [default: every "
+                   "state in the runs, one policy group each]. The two states side by side are listed either way.")
+def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows, power):
     """Winners per case, crossovers along q_len, a selection policy, regret and plots from sweep RUNs.
 
     With several RUNs the rows are merged; a (kernel, case) measured in more than one run takes the row of
@@ -51,8 +54,10 @@ def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows):
     if len(plot_batch) != len(plot_kv):
         raise BadInput("--plot-batch and --plot-kv must be given the same number of times (they pair up)")
     res = build_report(list(runs), out_dir, holdout=holdout, seed=seed,
-                       plot_points=list(zip(plot_batch, plot_kv)) or None)
+                       plot_points=list(zip(plot_batch, plot_kv)) or None, power=power)
     con = make_console()
+    if res.power:
+        con.print(f"timing state: {res.power} (report and policy for this state only)", markup=False)
     headers, rows = case_table(res.cases)
     shown = rows[:max_rows] if max_rows >= 0 else rows
     con.print(_table(f"Per case ({len(rows)} cases; ties marked)", headers, shown, highlight="tie"))
@@ -61,6 +66,15 @@ def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows):
     con.print(verdict_summary(res.cases), markup=False)
     con.print(_table("Crossovers: q_len ranges per path", *xo.table(res.crossovers)))
     con.print(_table("Regret of the policy", *regret_table(res.regrets)))
+    pairs = res.power_pairs
+    if pairs is not None and not pairs.empty:
+        from kbench.report.power_states import flip_lines
+
+        lines = flip_lines(pairs)
+        con.print(f"timing states: {len(pairs)} cases measured both unthrottled and sustained; "
+                  f"{len(lines)} decision(s) flip between them (power.csv has them side by side)", markup=False)
+        for line in lines:
+            con.print("  flip: " + line, markup=False)
     con.print(wrote_line(res.files, res.out_dir), markup=False)
 
 
@@ -78,7 +92,9 @@ def _fmt_point(p: dict) -> str:
 
 def _realistic_filters(f):
     """One filter flag per realistic-batch axis of kbench.axes.AXES (a policy group holds one value of each)."""
-    for a in reversed(axes.axes_with(axes.REALISTIC)):
+    from kbench.report.policy import FILTER_AXES
+
+    for a in reversed([axes.AXIS[n] for n in FILTER_AXES]):
         f = click.option(a.flag, a.name, default=None,
                          help=f"Group filter: {a.help} (default: any; needed when groups differ in it).")(f)
     return f
@@ -113,6 +129,9 @@ def select_cmd(policy_file, batch_size, q_len, kv_len, heads, dtype, kv_dtype, p
         return
     sp = ans["expected_speedup"]
     click.echo(f"{ans['kernel']} ({ans['path']} path) for {_fmt_point(ans['query'])}, {ans['group']}")
+    click.echo(f"timing state: {ans['power']} (" + ("measured at the power cap under continuous load: a busy "
+               "server" if ans["power"] == "sustained" else "duty-cycled, off the power cap: latency at low load")
+               + ")")
     click.echo("expected decode speedup over the best context kernel: "
                + (f"{sp:.2f}x" if sp is not None else "unknown (one path not measured)")
                + (" (decode and context tie here)" if ans["tie"] else ""))

@@ -99,7 +99,8 @@ def parse_int_axis(value, field: str, where: str) -> list[int]:
     return sorted(set(vals))
 
 
-def parse_str_axis(value, field: str, where: str, allowed: tuple[str, ...]) -> list[str]:
+def parse_str_axis(value, field: str, where: str, allowed: tuple[str, ...],
+                   aliases: Mapping[str, tuple[str, ...]] | None = None) -> list[str]:
     if isinstance(value, str):
         items = [p.strip() for p in value.split(",") if p.strip()]
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -108,6 +109,8 @@ def parse_str_axis(value, field: str, where: str, allowed: tuple[str, ...]) -> l
         raise BadInput(f"{where}: {field}: expected a name or a list of names, got {value!r}")
     if not items:
         raise BadInput(f"{where}: {field}: empty value")
+    if aliases:  # e.g. power 'both' = unthrottled,sustained
+        items = [x for it in items for x in aliases.get(it.lower(), (it,))]
     lookup = {a.lower(): a for a in allowed}
     out = []
     for it in items:
@@ -160,6 +163,7 @@ class Axis:
     id_part: Callable[[Any], str | None] | None = None
     follows: str | None = None
     short: str | None = None  # a short CLI flag, e.g. -b
+    aliases: Mapping[str, tuple] | None = None  # a name that stands for several values (power: both)
 
     @property
     def flag(self) -> str:
@@ -179,7 +183,7 @@ class Axis:
         elif self.spec is not None:
             vals = parse_spec_axis(value, field, where, self.spec)
         else:
-            vals = parse_str_axis(value, field, where, self.allowed)
+            vals = parse_str_axis(value, field, where, self.allowed, self.aliases)
         return vals
 
     def validate(self, vals: list, field: str, where: str) -> None:
@@ -253,6 +257,9 @@ def _dist_id(text: str, field: str) -> str:
 
 
 SINKS = ("off", "on")
+# timing state (issue #16): unthrottled = duty-cycled, off the power cap (the default); sustained = after a
+# pre-load to the steady state under continuous load, timed back to back (kbench.power)
+POWER_STATES = ("unthrottled", "sustained")
 Q_DTYPES = ("dtype", "fp8")  # dtype: the query in the case's dtype; fp8: e4m3 (needs an fp8 KV cache)
 _SHAPE = frozenset({GRID})
 _GROUP_GRID = frozenset({GRID, GROUP})
@@ -297,6 +304,10 @@ AXES: tuple[Axis, ...] = (
     Axis("skip_softmax", str, "off", "Skip-softmax (an approximation, judged by its own tolerance): off or "
          "a threshold scale factor, e.g. 1000.", _REALISTIC, spec=_lazy_skip_softmax(),
          id_part=lambda c: None if c.skip_softmax == "off" else "ss" + c.skip_softmax),
+    Axis("power", str, "unthrottled", "Timing state: unthrottled (duty-cycled, off the power cap), sustained "
+         "(after a pre-load to steady state at the power cap, back to back) or both.",
+         frozenset({GRID, GROUP, GATE}), allowed=POWER_STATES, aliases={"both": POWER_STATES},
+         id_part=lambda c: None if c.power == "unthrottled" else "sustained"),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
 

@@ -172,6 +172,7 @@ class CaseMeasurer:
                 raise BadInput(f"--slow-kernel: {name!r} is not among this sweep's kernels")
         self.dev = dev
         self.timer = None
+        self.sustained = None  # the sustained state's timer and NVML sampler, made on first use
         self.kernel_started = kernel_started or (lambda kernel, case: None)
         self.progress = progress or (lambda text: None)
         self.wall = WallSplit()
@@ -222,6 +223,19 @@ class CaseMeasurer:
             time.sleep(THROTTLE_PAUSE_S)
             m = self.timer.measure(fn, copies)
         return m, clock, f"SM clock {clock:.0f} MHz < {THROTTLE_FRAC:.0%} of max {top:.0f} MHz: throttled"
+
+    def _timed_sustained(self, fn, copies: int):
+        """The sustained state (kbench.power): pre-load until power and clock settle, then back to back."""
+        from kbench.power import NvmlSampler, measure_sustained, sustained_timer
+
+        if self.sustained is None:
+            self.sustained = (sustained_timer(self.sc.timing), NvmlSampler(self.dev.index))
+        timer, sampler = self.sustained
+        r = measure_sustained(timer, fn, copies, sampler)
+        s = r.summary
+        cols = dict(sm_clock_mean_mhz=s.sm_clock_mean_mhz, power_w=s.power_mean_w,
+                    throttle_reasons=s.throttle_reasons, power_settle=r.settle.note)
+        return r.measurement, s.sm_clock_mean_mhz, r.settle.note, cols
 
     def measure(self, case: Case, done: set, bw: float | None, emit: Emit) -> None:
         dev = self.open()
@@ -298,7 +312,10 @@ class CaseMeasurer:
                 fn = _slowed(fn, self.opt.slow_kernel[k.name])
             t0 = time.perf_counter()
             try:
-                m, clock, note = self._timed(fn, copies)
+                if dev.cuda and case.power == "sustained":
+                    m, clock, note, power_cols = self._timed_sustained(fn, copies)
+                else:
+                    (m, clock, note), power_cols = self._timed(fn, copies), {}
             except Exception as e:
                 self.wall.timing_s += time.perf_counter() - t0
                 self._failed(emit, self.row(k, case, "failed", reason="timing: " + first_line(e), **errs))
@@ -308,7 +325,8 @@ class CaseMeasurer:
             kv_bw = case.kv_bytes(self.opt.seed) / (m.median_us * 1e-6) / 1e9
             extra = {}
             if dev.cuda:
-                extra = dict(sm_clock_mhz=clock, peak_mem_bytes=torch.cuda.max_memory_allocated(dev.index), reason=note)
+                extra = dict(sm_clock_mhz=clock, peak_mem_bytes=torch.cuda.max_memory_allocated(dev.index), reason=note,
+                             **power_cols)
             emit(self.row(
                 k, case, "ok", median_us=m.median_us, p25_us=m.p25_us, p75_us=m.p75_us, iqr_us=m.iqr_us,
                 min_us=m.min_us, rel_spread=m.rel_spread, num_samples=len(m.samples_us),

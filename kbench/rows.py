@@ -57,6 +57,12 @@ _TAIL = [
     ("sm", int, field(default=0)),
     ("sm_clock_mhz", float | None, field(default=None)),
     ("peak_mem_bytes", int | None, field(default=None)),
+    # power state while timed (kbench.power; NVML sampled in the sustained state): mean SM clock and power
+    # draw, the throttle reasons seen ('+'-joined), and why the pre-load did not settle ('' when it did)
+    ("sm_clock_mean_mhz", float | None, field(default=None)),
+    ("power_w", float | None, field(default=None)),
+    ("throttle_reasons", str, field(default="")),
+    ("power_settle", str, field(default="")),
     ("measured_at", str, field(default="")),
     # how an adaptive sweep chose this case (kbench.adaptive.TAGS: coarse | refine-crossover | refine-tie |
     # refine-step); "" in a full-grid sweep

@@ -360,6 +360,17 @@ def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bo
     return changes, compared
 
 
+def _same_power_state(base_rows: pd.DataFrame, cand_rows: pd.DataFrame) -> None:
+    """The gate compares like with like: both runs measured in the same timing state(s) (kbench.power), or
+    BadInput (not overridable by --force: a sustained time is not a regression of an unthrottled one)."""
+    from kbench.power import states_of
+
+    sb, sc = states_of(base_rows), states_of(cand_rows)
+    if sb != sc:
+        raise BadInput(f"refusing to mix timing states: the baseline is {'+'.join(sb)}, the candidate "
+                       f"{'+'.join(sc)}; gate runs swept with the same --power")
+
+
 def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: float = DEFAULT_THRESHOLD,
              alpha: float = DEFAULT_ALPHA, ignore_winner_change: bool = False, allow_missing: bool = False,
              force: bool = False, run_spread_k: float = DEFAULT_RUN_SPREAD_K,
@@ -378,6 +389,8 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     cand = load_for_gate(candidate_path, "candidate", force, warnings)
     if base.kind != cand.kind:
         raise BadInput(f"cannot compare a {base.kind} run (baseline) with a {cand.kind} run (candidate)")
+    if base.kind == "sweep":
+        _same_power_state(base.rows, cand.rows)
     verdict = comparable(base, cand, GATE)
     reasons = verdict.refusals
     if reasons and not force:

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import atomic
+from kbench import atomic, axes
 from kbench.errors import BadInput
 from kbench.outputs import writable_dir
 from kbench.report import crossovers as xo
 from kbench.report import html as html_out
 from kbench.report import markdown as md_out
-from kbench.report import plots
+from kbench.report import plots, power_states
 from kbench.report.document import build_document
 from kbench.report.policy import build_policy, save_policy
 from kbench.report.regret import Regret, holdout_split, regret
@@ -40,6 +40,8 @@ class ReportResult:
     holdout_policy: dict | None = None
     plots: list[tuple[Path, str]] = field(default_factory=list)  # (png, caption)
     files: list[Path] = field(default_factory=list)
+    power_pairs: pd.DataFrame | None = None  # power_states.side_by_side: the two timing states per case
+    power: str | None = None  # the one timing state the report and policy are for (None: every state, as groups)
 
     @property
     def regret(self) -> Regret:
@@ -69,10 +71,17 @@ def nothing_to_report(rows: pd.DataFrame, device: dict) -> str:
 
 
 def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None, holdout: float | None = None,
-                 seed: int = 0, plot_points: list[tuple[int, int]] | None = None) -> ReportResult:
+                 seed: int = 0, plot_points: list[tuple[int, int]] | None = None,
+                 power: str | None = None) -> ReportResult:
+    """power: build the report and policy for this one timing state (unthrottled | sustained); the two states
+    side by side (cases measured in both) are computed from all the rows either way."""
     rs = combine(runs)
     first = runs[0].path if isinstance(runs[0], Run) else Path(runs[0])
     out = Path(out_dir) if out_dir is not None else first / "report"
+    pairs = power_states.side_by_side(rs.rows)
+    if power is not None:
+        rs.rows = power_states.of_state(rs.rows, power)
+        power = axes.AXIS["power"].parse(power, "--power", "report")[0]
     cases = case_winners(rs.rows)
     if cases.empty:
         raise BadInput(nothing_to_report(rs.rows, rs.device))
@@ -87,7 +96,8 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
                                        "held_out": test})
         regrets.append(regret(holdout_policy, ok, cases[cases["case_id"].isin(test)],
                               f"holdout {holdout:.0%} (seed {seed}, {len(test)} cases)"))
-    result = ReportResult(out, rs, cases, xo.crossovers(cases), policy, regrets, holdout_policy)
+    result = ReportResult(out, rs, cases, xo.crossovers(cases), policy, regrets, holdout_policy,
+                          power_pairs=pairs, power=power)
 
     writable_dir(out, "--out")
     pts = plot_points or None
@@ -108,6 +118,9 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
     regret_rows = pd.concat([r.per_case.assign(judged_on=r.label) for r in regrets])
     atomic.write_with(out / "regret.csv", lambda tmp: regret_rows.to_csv(tmp, index=False))
     files += [out / "cases.csv", out / "crossovers.csv", out / "regret.csv"]
+    if not pairs.empty:
+        atomic.write_with(out / "power.csv", lambda tmp: pairs.to_csv(tmp, index=False))
+        files.append(out / "power.csv")
     doc = build_document(result)
     atomic.write_text(out / "report.md", md_out.render(doc, out))
     atomic.write_text(out / "report.html", html_out.render(doc))

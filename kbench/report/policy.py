@@ -63,6 +63,10 @@ POLICY_SCHEMA = "kbench.policy/2"
 # older schemas still read, and how: /1 predates the realistic-batch axes, so its groups are idealised batches
 READ_AS_CURRENT = {"kbench.policy/1": {a.name: a.default for a in axes.axes_with(axes.REALISTIC)}}
 REALISTIC_AXES = axes.names(axes.REALISTIC)
+# the group filters of select beside heads/dtype/page/layout: the realistic-batch axes and the timing state
+FILTER_AXES = REALISTIC_AXES + ["power"]
+# group keys a policy written before them lacks, read as their default (power: every older run was unthrottled)
+LATER_KEYS = {"power": axes.AXIS["power"].default}
 TIE_RULE = ("two kernels tie when |m1 - m2| <= h1 + h2, h = median_us * rel_spread (95% CI half-width of the "
             "median), else iqr_us / 2")
 LOOKUP_RULE = ("nearest measured neighbour per axis: log2 distance in batch_size and kv_len, linear in q_len, "
@@ -201,6 +205,10 @@ def validate_policy(policy, where: str = "policy") -> dict:
     elif schema != POLICY_SCHEMA:
         raise BadInput(f"{where}: schema {schema!r} is not {POLICY_SCHEMA!r} (not a kbench policy, or another version)")
     groups = _need(policy, "groups", list, where)
+    for g in groups:
+        if isinstance(g, dict):
+            for k, v in LATER_KEYS.items():
+                g.setdefault(k, v)
     for i, g in enumerate(groups):
         w = f"{where}: groups[{i}]"
         for c in GROUP_COLUMNS:
@@ -241,8 +249,8 @@ def load_policy(path: str | Path) -> dict:
 # ---- lookup ----------------------------------------------------------------------------------------------
 def select_group(policy: dict, heads: str | None = None, dtype: str | None = None, kv_dtype: str | None = None,
                  page_size: int | None = None, kv_layout: str | None = None, **realistic) -> dict:
-    """The one group matching the filters; realistic: kv_dist, q_dist, window_left, sinks, max_seq_len
-    (any accepted spelling, e.g. lognormal:1 for lognormal:1.0)."""
+    """The one group matching the filters; realistic: kv_dist, q_dist, window_left, sinks, max_seq_len and
+    power, the timing state (any accepted spelling, e.g. lognormal:1 for lognormal:1.0)."""
     want = {}
     if heads:
         h = parse_heads(heads)
@@ -251,7 +259,7 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
         if v is not None:
             want[k] = v
     for k, v in realistic.items():
-        if k not in REALISTIC_AXES:
+        if k not in FILTER_AXES:
             raise TypeError(f"select_group() got an unexpected filter {k!r}")
         if v is not None:
             vals = axes.AXIS[k].parse(v, axes.AXIS[k].flag, "select")
@@ -271,7 +279,7 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
         raise BadInput(f"no measured group matches {' '.join(asked) or 'the query'} (policy has: {have})")
     if len(groups) > 1:
         flags = "/".join(["--heads", "--dtype", "--kv-dtype", "--page-size", "--kv-layout"]
-                         + [axes.AXIS[n].flag for n in REALISTIC_AXES])
+                         + [axes.AXIS[n].flag for n in FILTER_AXES])
         raise BadInput(f"{len(groups)} groups match; narrow with {flags} (policy has: {have})")
     return groups[0]
 
@@ -315,6 +323,7 @@ def lookup(policy: dict, batch_size: int, q_len: int, kv_len: int, extrapolate: 
         neighbours.append(used)
     return {
         "query": query, "group": g.get("label") or group_label(g),
+        "power": g.get("power", axes.AXIS["power"].default),  # the timing state this answer is for
         "kernel": used["kernel"], "path": used["path"], "expected_speedup": used.get("expected_speedup"),
         "tie": bool(used.get("tie", False)),
         "interpolated": not exact, "extrapolated": bool(clamped), "clamped": clamped,

@@ -1,0 +1,81 @@
+"""The two timing states side by side (issue #16): per case, the winner when unthrottled and when sustained,
+and every decision that flips between them with its margin.
+
+margin_unthrottled_pct: how much slower (in the unthrottled state) the sustained state's pick is than the
+unthrottled winner; margin_sustained_pct: the same the other way round. Both are > 0 for a real flip.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from kbench import axes
+from kbench.errors import BadInput
+from kbench.power import states_of
+from kbench.rows import CASE_COLUMNS
+from kbench.winners import case_winners, measured
+
+STATES = axes.POWER_STATES
+KEY = [c for c in CASE_COLUMNS if c != "power"]
+PAIR_COLUMNS = [*KEY, "winner_unthrottled", "unthrottled_us", "winner_sustained", "sustained_us", "flipped",
+                "margin_unthrottled_pct", "margin_sustained_pct"]
+
+
+def of_state(rows: pd.DataFrame, state: str) -> pd.DataFrame:
+    """The rows of one timing state; BadInput when there are none."""
+    vals = axes.AXIS["power"].parse(state, "--power", "report")
+    if len(vals) != 1:
+        raise BadInput(f"report: --power: give one state ({', '.join(STATES)}), got {state!r}")
+    have = states_of(rows)
+    if vals[0] not in have:
+        raise BadInput(f"report: --power {vals[0]}: the runs hold no {vals[0]} rows (they have: {', '.join(have)})")
+    return rows[rows["power"] == vals[0]] if "power" in rows.columns else rows
+
+
+def _time(ok: pd.DataFrame, key: tuple, kernel: str) -> float | None:
+    m = ok.get(key + (kernel,))
+    return None if m is None else float(m)
+
+
+def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
+    """One line per case measured in both states (empty when the rows hold one state)."""
+    if len(states_of(rows)) < 2:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    ok = measured(rows)
+    times = ok.set_index([*KEY, "power", "kernel"])["median_us"].to_dict()
+    w = {s: case_winners(rows[rows["power"] == s]).set_index(KEY) for s in STATES}
+    both = w["unthrottled"].index.intersection(w["sustained"].index)
+    out = []
+    for key in both:
+        key_t = key if isinstance(key, tuple) else (key,)
+        wu, ws = w["unthrottled"].loc[key], w["sustained"].loc[key]
+        ku, ks = str(wu["winner"]), str(ws["winner"])
+        rec = dict(zip(KEY, key_t))
+        rec.update(winner_unthrottled=ku, unthrottled_us=float(wu["winner_us"]), winner_sustained=ks,
+                   sustained_us=float(ws["winner_us"]), flipped=ku != ks)
+        mu = ms = None
+        if ku != ks:
+            tu = times.get(key_t + ("unthrottled", ks))  # the sustained pick, timed unthrottled
+            ts = times.get(key_t + ("sustained", ku))  # the unthrottled pick, timed sustained
+            mu = (tu - rec["unthrottled_us"]) / rec["unthrottled_us"] * 100 if tu else None
+            ms = (ts - rec["sustained_us"]) / rec["sustained_us"] * 100 if ts else None
+        rec.update(margin_unthrottled_pct=mu, margin_sustained_pct=ms)
+        out.append(rec)
+    df = pd.DataFrame(out, columns=PAIR_COLUMNS)
+    return df.sort_values(["batch_size", "kv_len", "q_len"], kind="stable").reset_index(drop=True)
+
+
+def flips(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The decisions that flip between the states."""
+    return pairs[pairs["flipped"].astype(bool)].reset_index(drop=True)
+
+
+def flip_lines(pairs: pd.DataFrame) -> list[str]:
+    """'bs 64 q 6 kv 4096: unthrottled fa2-prefill (trtllm-decode +3.5%), sustained trtllm-decode (fa2-prefill +11.6%)'."""
+    def pct(v):
+        return "n/a" if v is None or pd.isna(v) else f"+{v:.1f}%"
+    out = []
+    for r in flips(pairs).itertuples():
+        out.append(f"bs {r.batch_size} q {r.q_len} kv {r.kv_len} {axes.group_label(r._asdict())}: unthrottled "
+                   f"{r.winner_unthrottled} ({r.winner_sustained} {pct(r.margin_unthrottled_pct)}), sustained "
+                   f"{r.winner_sustained} ({r.winner_unthrottled} {pct(r.margin_sustained_pct)})")
+    return out
