@@ -314,6 +314,14 @@ class CaseMeasurer:
             try:
                 if dev.cuda and case.power == "sustained":
                     m, clock, note, power_cols = self._timed_sustained(fn, copies)
+                elif dev.cuda:  # unthrottled: NVML sampled as well, so both states record what they ran at
+                    from kbench.power import BackgroundSampler, NvmlSampler, PowerSummary
+
+                    with BackgroundSampler(NvmlSampler(dev.index)) as bg:
+                        m, clock, note = self._timed(fn, copies)
+                    s = PowerSummary.of(bg.samples)
+                    power_cols = dict(sm_clock_mean_mhz=s.sm_clock_mean_mhz, power_w=s.power_mean_w,
+                                      throttle_reasons=s.throttle_reasons)
                 else:
                     (m, clock, note), power_cols = self._timed(fn, copies), {}
             except Exception as e:

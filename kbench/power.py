@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 # settle: the last WINDOW samples of power and SM clock within BAND of their mean, sampled every INTERVAL_S
-SETTLE_WINDOW = 8
+SETTLE_WINDOW = 6
 SETTLE_BAND = 0.02
 SETTLE_INTERVAL_S = 0.05
-SETTLE_TIMEOUT_S = 4.0
-MIN_PRELOAD_S = 0.5  # the H200 reaches its power cap within ~0.1 s; at least this much load before settling
-STEADY_WINDOW_S = 1.0  # sustained timing samples for at least this long (the unthrottled default: none)
+SETTLE_TIMEOUT_S = 3.0
+MIN_PRELOAD_S = 0.3  # the H200 reaches its power cap within ~0.1 s; at least this much load before settling
+STEADY_WINDOW_S = 0.5  # sustained timing samples for at least this long (the unthrottled default: none)
 
 # NVML clock-event (throttle) reason bits -> short names
 REASONS = {

@@ -253,3 +253,31 @@ def test_gate_compares_like_with_like(tmp_path):
     res = cli("gate", "--baseline", a, "--candidate", write_run(tmp_path / "c", slow))
     assert res.exit_code == 1, res.output
     assert "bs64-q2-kv4096-h32.8.128-p64-HND-bf16-sustained" in res.output
+
+
+# ---- the sustained measurement's order: pre-load until settled, then timing with NVML sampled -----------
+def test_measure_sustained_preloads_then_times_with_samples(monkeypatch):
+    import torch
+
+    import kbench.power as P
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(P, "MIN_PRELOAD_S", 0.0)
+    monkeypatch.setattr(P, "SETTLE_INTERVAL_S", 0.001)
+    events = []
+    readings = iter([PowerSample(300, 1980, 0), PowerSample(650, 1800, 0x4)] + [PowerSample(700, 1740, 0x4)] * 10000)
+
+    def sampler():
+        return next(readings)
+
+    class FakeTimer:
+        def measure(self, fn, copies):
+            events.append("timed")
+            return "measurement"
+
+    r = P.measure_sustained(FakeTimer(), lambda i: events.append("call") if not events or events[-1] != "call" else None,
+                            1, sampler)
+    assert events[0] == "call" and events[-1] == "timed"  # load ran before the timing
+    assert r.measurement == "measurement" and r.settle.settled
+    assert r.settle.samples[-1] == PowerSample(700, 1740, 0x4) and len(r.settle.samples) >= P.SETTLE_WINDOW
+    assert r.summary.throttle_reasons == "sw-power-cap" and r.summary.sm_clock_mean_mhz == pytest.approx(1740)

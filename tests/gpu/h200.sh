@@ -11,6 +11,8 @@
 # tests/gpu/realistic.py prints the table; issue #13),
 # ceiling (copy vs read bandwidth, and the sweep runs' best KV read rate against both: tests/gpu/ceiling.py),
 # adaptive (full draft-extend grid at kv 512,4096,32768 vs --adaptive: tests/gpu/adaptive_bench.py; issue #15),
+# power (issue #16: the bs 16/64 kv 4096 grid with --power both, twice; tests/gpu/power_states.py prints
+# per-state repeatability, the flipped decisions, clocks and throttle reasons; ~10 min, POWER_LIMIT per sweep),
 # tests, cache, or any other word: a shell command.
 set -uo pipefail
 n=0
@@ -56,6 +58,11 @@ for s in "$@"; do
       step real-msl 300 kbench sweep --scenario draft-extend --q-len 4 --max-seq-len tight,context:131072 --name real-msl $R
       step real-table 60 python3 tests/gpu/realistic.py /tmp/res/realistic.txt /tmp/res/real-kv-* /tmp/res/real-accept-* /tmp/res/real-gptoss-* /tmp/res/real-msl-*
       cat /tmp/res/realistic.txt >> "$OUT/summary.txt" 2>/dev/null ;;
+    power) P="kbench sweep --scenario draft-extend --kv-len 4096 --batch-size ${POWER_BS:-16,64} --power both --out /tmp/res"
+      step power1 "${POWER_LIMIT:-280}" $P --name power1
+      step power2 "${POWER_LIMIT:-280}" $P --name power2
+      step power-table 60 bash -c 'python3 tests/gpu/power_states.py /tmp/res/power1-* /tmp/res/power2-*'
+      tail -n 30 /tmp/res/logs/power-table.txt >> "$OUT/summary.txt" ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
     cache) du -sh ~/.cache/flashinfer; (cd ~/.cache && tar czf /tmp/jit-cache.tgz flashinfer) && split -b 15m /tmp/jit-cache.tgz "$OUT/jit-cache.tgz.part-" ;;
     *) step "custom$((++n))" "${STEP_LIMIT:-300}" bash -c "$s" ;;

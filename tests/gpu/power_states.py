@@ -1,0 +1,42 @@
+"""Issue #16 on the GPU: two `--power both` sweeps of one grid -> per-state repeatability (median and p95 of
+the per-row |difference| between the sweeps; goal <= 1% and <= 3%), the decisions that flip between the states
+(in each sweep), and the SM clocks, power draw, throttle reasons and settle timeouts seen per state.
+    python3 tests/gpu/power_states.py RUN_A RUN_B
+"""
+import sys
+
+import pandas as pd
+
+from kbench.report.power_states import flip_lines, side_by_side
+from kbench.store import load_run
+from kbench.winners import measured
+
+a, b = (load_run(p).rows for p in sys.argv[1:3])
+key = ["kernel", "case_id"]
+print("state        rows  |diff| median   p95    max   (goal <= 1% / <= 3%)")
+for state in ("unthrottled", "sustained"):
+    ma, mb = (measured(r[r["power"] == state]) for r in (a, b))
+    m = ma[key + ["median_us"]].merge(mb[key + ["median_us"]], on=key, suffixes=("_a", "_b"))
+    d = (m.median_us_b / m.median_us_a - 1).abs() * 100
+    if len(d):
+        print(f"{state:12} {len(m):5}  {d.median():6.2f}%  {d.quantile(0.95):6.2f}%  {d.max():6.2f}%")
+    else:
+        print(f"{state:12}     0  (no rows in both runs)")
+print()
+print("state        SM clock MHz (mean, min..max)   power W (mean)   throttle reasons (rows)   settle timeouts")
+for state in ("unthrottled", "sustained"):
+    r = pd.concat([measured(x[x["power"] == state]) for x in (a, b)])
+    if r.empty:
+        continue
+    clk = r["sm_clock_mean_mhz"].astype(float).fillna(r["sm_clock_mhz"].astype(float)) if "sm_clock_mean_mhz" in r else r["sm_clock_mhz"]
+    pw = r["power_w"].mean() if "power_w" in r else float("nan")
+    reasons = r["throttle_reasons"].fillna("").replace("", "none").value_counts().to_dict() \
+        if "throttle_reasons" in r else {}
+    timeouts = int((r["power_settle"].fillna("") != "").sum()) if "power_settle" in r else 0
+    print(f"{state:12} {clk.mean():7.0f} ({clk.min():.0f}..{clk.max():.0f})            {pw:7.1f}          "
+          f"{reasons}   {timeouts}")
+for name, rows in (("A", a), ("B", b)):
+    lines = flip_lines(side_by_side(rows))
+    print(f"\nsweep {name}: {len(lines)} decision(s) flip between unthrottled and sustained")
+    for ln in lines:
+        print("  " + ln)
