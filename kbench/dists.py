@@ -71,16 +71,6 @@ def _num(x: float) -> str:
     return f"{x:g}" if x != int(x) or abs(x) >= 1e6 else f"{float(x):.1f}"
 
 
-def _float(text: str, field: str, where: str, what: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise BadInput(f"{where}: {field}: {what} must be a number, got {text!r}") from None
-    if not math.isfinite(v):
-        raise BadInput(f"{where}: {field}: {what} must be finite, got {text!r}")
-    return v
-
-
 def parse_dist(text, field: str, where: str = "scenario") -> DistSpec:
     """Parse a kv_dist / q_dist string; a bad one raises BadInput naming the field."""
     try:
