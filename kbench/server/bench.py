@@ -478,7 +478,7 @@ def _int_or_1(v) -> int:
 
 
 def check_outputs(config: ServerBenchConfig) -> None:
-    """Before anything runs: the run folder can be written (--out, or the resumed run) and so can
+    """After config.validate(), before anything runs: the run folder can be written (--out, or the resumed run) and so can
     --result-filename; else BadInput (one `error:` line, exit 2)."""
     if config.resume:
         if not Path(config.resume).is_dir():
@@ -487,11 +487,7 @@ def check_outputs(config: ServerBenchConfig) -> None:
     else:
         writable_dir(config.out_dir, "--out")
     if config.result_filename is not None:
-        p = Path(config.result_filename)
-        if p.is_dir():
-            raise BadInput(f"--result-filename {p}: is a folder")
-        if not p.parent.is_dir():
-            raise BadInput(f"--result-filename {p}: folder {p.parent} does not exist")
+        p = Path(config.result_filename)  # a folder or a missing parent: refused by config.validate()
         writable_dir(p.parent, "--result-filename's folder")
         if p.exists() and not os.access(p, os.R_OK | os.W_OK):
             raise BadInput(f"--result-filename {p}: cannot write there (permission denied)")
