@@ -13,7 +13,7 @@
 # adaptive (full draft-extend grid at kv 512,4096,32768 vs --adaptive: tests/gpu/adaptive_bench.py; issue #15),
 # power (issue #16: the bs 16/64 kv 4096 grid with --power both, twice; tests/gpu/power_states.py prints
 # per-state repeatability, the flipped decisions, clocks and throttle reasons; ~10 min, POWER_LIMIT per sweep),
-# tests, cache, or any other word: a shell command.
+# fp8 (fp8 KV with bf16 and fp8 queries; each kernel checked), tests, cache, or any other word: a shell command.
 set -uo pipefail
 n=0
 OUT=${OUT:-/tmp/out}
@@ -52,10 +52,10 @@ for s in "$@"; do
     probe) step probe 300 python3 tests/gpu/probe_noise.py /tmp/res/probe ;;
     validate) step validate "${VALIDATE_LIMIT:-150}" kbench validate-timer --out /tmp/res/validate-timer.json ;;
     realistic) R="--out /tmp/res --budget 0.5 --kernels trtllm-decode,trtllm-decode-ragged,fa2-prefill --kv-len 4096 --batch-size 16,64"
-      step real-kv 300 kbench sweep --scenario draft-extend --q-len 4,8 --kv-dist fixed,lognormal:1.0 --name real-kv $R
-      step real-accept 300 kbench sweep --scenario draft-extend --q-len 4,8 --q-dist accept:0.7 --name real-accept $R
-      step real-gptoss 300 kbench sweep --scenario gpt-oss --q-len 4 --name real-gptoss $R
-      step real-msl 300 kbench sweep --scenario draft-extend --q-len 4 --max-seq-len tight,context:131072 --name real-msl $R
+      step real-kv "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4,8 --kv-dist fixed,lognormal:1.0 --name real-kv $R
+      step real-accept "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4,8 --q-dist accept:0.7 --name real-accept $R
+      step real-gptoss "${REAL_LIMIT:-300}" kbench sweep --scenario gpt-oss --q-len 4 --name real-gptoss $R
+      step real-msl "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4 --max-seq-len tight,context:131072 --name real-msl $R
       step real-table 60 python3 tests/gpu/realistic.py /tmp/res/realistic.txt /tmp/res/real-kv-* /tmp/res/real-accept-* /tmp/res/real-gptoss-* /tmp/res/real-msl-*
       cat /tmp/res/realistic.txt >> "$OUT/summary.txt" 2>/dev/null ;;
     power) P="kbench sweep --scenario draft-extend --kv-len 4096 --batch-size ${POWER_BS:-16,64} --power both --out /tmp/res"
@@ -63,6 +63,8 @@ for s in "$@"; do
       step power2 "${POWER_LIMIT:-280}" $P --name power2
       step power-table 60 bash -c 'python3 tests/gpu/power_states.py /tmp/res/power1-* /tmp/res/power2-*'
       tail -n 30 /tmp/res/logs/power-table.txt >> "$OUT/summary.txt" ;;
+    fp8) step fp8 "${STEP_LIMIT:-300}" kbench sweep --scenario draft-extend --batch-size 2,16 --q-len 4 --kv-len 1024 --kv-dtype fp8 --q-dtype dtype,fp8 --kernels trtllm-decode,trtllm-fmha-v2,fa2-prefill,decode-wrapper --out /tmp/res --name fp8q
+      step fp8-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fp8q-*' ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
     cache) du -sh ~/.cache/flashinfer; (cd ~/.cache && tar czf /tmp/jit-cache.tgz flashinfer) && split -b 15m /tmp/jit-cache.tgz "$OUT/jit-cache.tgz.part-" ;;
     *) step "custom$((++n))" "${STEP_LIMIT:-300}" bash -c "$s" ;;
