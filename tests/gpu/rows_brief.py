@@ -11,4 +11,4 @@ for path in sys.argv[1:]:
           f"stopped_by {m.get('stopped_by', '')[:120]!r}")
     for r in run.rows.itertuples():
         med = "" if r.median_us != r.median_us else f"{r.median_us:.1f}"
-        print(f"  {r.kernel:15s} {r.case_id.split('-h')[0]:16s} {r.status:8s} {med:>8s} {str(r.reason or '')[:110]}")
+        print(f"  {r.kernel:15s} {r.case_id[:60]:60s} {r.status:8s} {med:>8s} {str(r.reason or '')[:110]}")
