@@ -1,9 +1,9 @@
 """Device-wide figures a run records once: the copy and read bandwidths and SM clocks.
 
 The attention kernels mostly read (the KV cache) and write little, so their roofline ceiling is the read
-bandwidth: a read-only kernel (a torch reduction) over a buffer many times the L2. A device-to-device copy
-reads and writes each byte, so its bytes-per-second figure sits below what a read-mostly kernel reaches
-(fa2 read KV at 4,418 GB/s on the H200 against a copy figure of 4,147 GB/s). Both are recorded; the
+bandwidth: the fastest of a few read-only kernels (reductions, a row sum, a gemv) over a buffer many times
+the L2. A device-to-device copy reads and writes each byte, so its bytes-per-second figure sits below what a
+read-mostly kernel reaches (fa2 read KV at 4,418 GB/s on the H200 against a copy figure of 4,147 GB/s). Both are recorded; the
 fraction a sweep reports (roofline_frac) is against the read ceiling."""
 from __future__ import annotations
 
@@ -13,48 +13,81 @@ import os
 CPU_BUFFER_BYTES = 256 << 20  # many times any CPU's last-level cache
 
 
-def _median_s(fn, reps: int, cuda: bool) -> float:
+def _median_s(fn, reps: int, cuda: bool, inner: int = 1) -> float:
+    """Median seconds of one call of `fn`: `reps` samples, each timing `inner` back-to-back calls (so the
+    launch gap between two events does not count against a sub-millisecond kernel)."""
     import time
 
     import torch
 
-    fn()  # warm-up (allocation, first touch)
+    fn()  # warm-up (allocation, first touch, a library's first-call setup)
     times = []
     for _ in range(reps):
         if cuda:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            fn()
+            for _ in range(inner):
+                fn()
             b.record()
             b.synchronize()
-            times.append(a.elapsed_time(b) / 1000)
+            times.append(a.elapsed_time(b) / 1000 / inner)
         else:
             t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
+            for _ in range(inner):
+                fn()
+            times.append((time.perf_counter() - t0) / inner)
     times.sort()
     return times[len(times) // 2]
 
 
-def read_bandwidth_gbs(device: str = "cuda", nbytes: int | None = None, reps: int = 20) -> float | None:
-    """Read-only ceiling: bytes read per second (GB/s) by the fastest of two torch reductions (a bf16 sum
-    with float32 accumulation, an int32 max) over a buffer of ``nbytes`` (1 GiB on a GPU, far above its L2;
-    256 MiB on a CPU), median of ``reps`` calls each. Writes one scalar per call."""
+CPU_PROBES = ("amax-int32", "rowsum-f32")
+ROW = 8192  # elements per row of the row-wise probes (a matrix of nbytes / (ROW * itemsize) rows)
+
+
+def read_probes(device: str = "cuda", nbytes: int | None = None, reps: int = 20) -> dict[str, float]:
+    """Bytes read per second (GB/s) by each read-only probe over one buffer of ``nbytes`` (1 GiB on a GPU,
+    far above its L2; 256 MiB on a CPU): a bf16 sum with float32 accumulation and an int32 max (one
+    scalar out), a float32 row sum and a bf16 matrix-vector product (cuBLAS gemv; one value per row out);
+    on a CPU only `CPU_PROBES`.
+    A single reduction is not a ceiling on its own: on the H200 the two one-scalar reductions read 4,017
+    GB/s while fa2 and the decode wrapper read KV at 4,370, so the probe set includes the row-wise
+    kernels. Empty where the device is absent."""
     import torch
 
     cuda = str(device).startswith("cuda")
     if cuda and not torch.cuda.is_available():
-        return None
+        return {}
     nbytes = nbytes or ((1 << 30) if cuda else CPU_BUFFER_BYTES)
+    nbytes -= nbytes % (ROW * 4)
     buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    buf.random_(0, 7)
-    best = 0.0
-    for fn in (lambda: buf.view(torch.bfloat16).sum(dtype=torch.float32), lambda: buf.view(torch.int32).amax()):
-        best = max(best, nbytes / _median_s(fn, reps if cuda else max(3, reps // 4), cuda) / 1e9)
-    del buf
+    buf.random_(0, 7)  # small finite values whatever the view (no NaN or inf bit patterns)
+    bf16, f32 = buf.view(torch.bfloat16), buf.view(torch.float32)
+    mat, vec = bf16.view(-1, ROW), torch.ones(ROW, dtype=torch.bfloat16, device=device)
+    probes = {
+        "sum-bf16": lambda: bf16.sum(dtype=torch.float32),
+        "amax-int32": lambda: buf.view(torch.int32).amax(),
+        "rowsum-f32": lambda: f32.view(-1, ROW).sum(dim=1),
+        "gemv-bf16": lambda: torch.mv(mat, vec),
+    }
+    if not cuda:  # the CPU's bf16 sum and gemv are compute-bound (0.6 and 6 GB/s): no ceiling, seconds each
+        probes = {k: probes[k] for k in CPU_PROBES}
+    out = {}
+    for name, fn in probes.items():
+        try:
+            s = _median_s(fn, reps if cuda else max(3, reps // 4), cuda, inner=5 if cuda else 1)
+        except RuntimeError:  # a backend without the op (gemv in bf16 on an old CPU build)
+            continue
+        out[name] = nbytes / s / 1e9
+    del buf, bf16, f32, mat, vec
     if cuda:
         torch.cuda.empty_cache()
-    return best
+    return out
+
+
+def read_bandwidth_gbs(device: str = "cuda", nbytes: int | None = None, reps: int = 20) -> float | None:
+    """Read-only ceiling (GB/s): the fastest of `read_probes`. None where the device is absent."""
+    probes = read_probes(device, nbytes, reps)
+    return max(probes.values()) if probes else None
 
 
 def copy_bandwidth_gbs(device: str = "cuda", nbytes: int = 1 << 30, reps: int = 20) -> float | None:
@@ -70,19 +103,10 @@ def copy_bandwidth_gbs(device: str = "cuda", nbytes: int = 1 << 30, reps: int = 
         return None
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1000)
-    times.sort()
+    s = _median_s(lambda: dst.copy_(src), reps, True, inner=5)
     del src, dst
     torch.cuda.empty_cache()
-    return 2 * nbytes / times[len(times) // 2] / 1e9
+    return 2 * nbytes / s / 1e9
 
 
 def host_available_bytes() -> int | None:

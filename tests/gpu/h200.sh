@@ -46,7 +46,8 @@ for s in "$@"; do
       step fault-isolated 200 kbench sweep $F --name fault-isolated
       step fault-inproc 200 bash -c "kbench sweep $F --name fault-inproc --no-isolate; echo rc=\$?; kbench sweep --resume /tmp/res/fault-inproc-*"
       step fault-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fault-*' ;;
-    ceiling) step ceiling 120 python3 tests/gpu/ceiling.py /tmp/res ;;
+    ceiling) step ceiling 120 python3 tests/gpu/ceiling.py /tmp/res results/baselines/h200-draft-extend-kv4096
+      tail -n 30 /tmp/res/logs/ceiling.txt >> "$OUT/summary.txt" ;;
     adaptive) step adaptive "${ADAPTIVE_LIMIT:-3000}" python3 tests/gpu/adaptive_bench.py --out /tmp/res/adaptive --kv-len 512,4096,32768
       tail -n 40 /tmp/res/logs/adaptive.txt >> "$OUT/summary.txt" ;;
     probe) step probe 300 python3 tests/gpu/probe_noise.py /tmp/res/probe ;;
