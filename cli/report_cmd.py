@@ -68,11 +68,12 @@ def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows, powe
     con.print(_table("Regret of the policy", *regret_table(res.regrets)))
     pairs = res.power_pairs
     if pairs is not None and not pairs.empty:
-        from kbench.report.power_states import flip_lines
+        from kbench.report.power_states import flip_lines, flips
 
-        lines = flip_lines(pairs)
+        lines, real = flip_lines(pairs), len(flips(pairs, real_only=True))
         con.print(f"timing states: {len(pairs)} cases measured both unthrottled and sustained; "
-                  f"{len(lines)} decision(s) flip between them (power.csv has them side by side)", markup=False)
+                  f"{len(lines)} decision(s) flip between them, {real} beyond the spread in both states "
+                  f"(power.csv has them side by side)", markup=False)
         for line in lines:
             con.print("  flip: " + line, markup=False)
     con.print(wrote_line(res.files, res.out_dir), markup=False)

@@ -178,6 +178,26 @@ def test_flip_list_names_every_flipped_decision_with_margins(tmp_path):
     lines = flip_lines(pairs)
     assert len(lines) == 4 and lines[0].startswith("bs 64 q 5 kv 4096")
     assert f"unthrottled {FA2} ({DECODE} +3.5%), sustained {DECODE} ({FA2} +8.2%)" in lines[0]
+    assert not f["tie_unthrottled"].any() and not f["tie_sustained"].any() and "[a tie" not in lines[0]
+
+
+def test_flip_within_the_spread_is_labelled_a_tie_and_listed_last(tmp_path):
+    rows = _pair_rows(flip_q=(5,))
+    for r in rows:  # q 9: fa2 0.3% ahead unthrottled, 0.3% behind sustained, spreads of 1%: a tie in both
+        if r.q_len == 9 and r.kernel == FA2:
+            r.median_us = (100.0 + 90) * (0.997 if r.power == "unthrottled" else 1.003)
+    for r in rows:
+        if r.q_len == 9:
+            r.rel_spread = 0.01
+    pairs = side_by_side(load_run(write_run(tmp_path / "r", rows)).rows)
+    f = flips(pairs)
+    assert f["q_len"].tolist() == [5, 9]
+    assert flips(pairs, real_only=True)["q_len"].tolist() == [5]
+    q9 = f[f["q_len"] == 9].iloc[0]
+    assert q9["tie_unthrottled"] and q9["tie_sustained"]
+    lines = flip_lines(pairs)
+    assert lines[0].startswith("bs 64 q 5 ") and "[a tie" not in lines[0]
+    assert lines[1].startswith("bs 64 q 9 ") and lines[1].endswith("[a tie when unthrottled and when sustained]")
 
 
 def test_report_per_state_policy_and_cli_flip_lines(tmp_path):
@@ -187,7 +207,7 @@ def test_report_per_state_policy_and_cli_flip_lines(tmp_path):
     assert (tmp_path / "rep" / "power.csv").is_file()
     out = cli("report", run, "--out", tmp_path / "rep2")
     assert out.exit_code == 0, out.output
-    assert "4 decision(s) flip between them" in out.output
+    assert "4 decision(s) flip between them, 4 beyond the spread in both states" in out.output
     assert out.output.count("flip: bs 64") == 4
     bad = cli("report", run, "--out", tmp_path / "rep3", "--power", "both")
     assert bad.exit_code == 2 and "give one state" in bad.output

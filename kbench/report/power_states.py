@@ -2,7 +2,10 @@
 and every decision that flips between them with its margin.
 
 margin_unthrottled_pct: how much slower (in the unthrottled state) the sustained state's pick is than the
-unthrottled winner; margin_sustained_pct: the same the other way round. Both are > 0 for a real flip.
+unthrottled winner; margin_sustained_pct: the same the other way round. Both are > 0 for a flip.
+tie_unthrottled / tie_sustained: the two picks tie in that state (their spreads overlap: kbench.winners'
+tie rule, the one the report and the gate use), so the flip is within the noise there. A flip with neither
+is a real change of the answer; the flip list shows those first and labels the others.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from kbench.winners import case_winners, measured
 STATES = axes.POWER_STATES
 KEY = [c for c in CASE_COLUMNS if c != "power"]
 PAIR_COLUMNS = [*KEY, "winner_unthrottled", "unthrottled_us", "winner_sustained", "sustained_us", "flipped",
-                "margin_unthrottled_pct", "margin_sustained_pct"]
+                "margin_unthrottled_pct", "margin_sustained_pct", "tie_unthrottled", "tie_sustained"]
 
 
 def of_state(rows: pd.DataFrame, state: str) -> pd.DataFrame:
@@ -58,24 +61,34 @@ def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
             ts = times.get(key_t + ("sustained", ku))  # the unthrottled pick, timed sustained
             mu = (tu - rec["unthrottled_us"]) / rec["unthrottled_us"] * 100 if tu else None
             ms = (ts - rec["sustained_us"]) / rec["sustained_us"] * 100 if ts else None
-        rec.update(margin_unthrottled_pct=mu, margin_sustained_pct=ms)
+        tied = lambda w, k: k in [t.strip() for t in str(w.get("tied_with") or "").split(",")]
+        rec.update(margin_unthrottled_pct=mu, margin_sustained_pct=ms,
+                   tie_unthrottled=ku != ks and tied(wu, ks), tie_sustained=ku != ks and tied(ws, ku))
         out.append(rec)
     df = pd.DataFrame(out, columns=PAIR_COLUMNS)
     return df.sort_values(["batch_size", "kv_len", "q_len"], kind="stable").reset_index(drop=True)
 
 
-def flips(pairs: pd.DataFrame) -> pd.DataFrame:
-    """The decisions that flip between the states."""
-    return pairs[pairs["flipped"].astype(bool)].reset_index(drop=True)
+def flips(pairs: pd.DataFrame, real_only: bool = False) -> pd.DataFrame:
+    """The decisions that flip between the states (real_only: not a tie in either state)."""
+    f = pairs[pairs["flipped"].astype(bool)]
+    if real_only:
+        f = f[~(f["tie_unthrottled"].astype(bool) | f["tie_sustained"].astype(bool))]
+    return f.reset_index(drop=True)
 
 
 def flip_lines(pairs: pd.DataFrame) -> list[str]:
-    """'bs 64 q 6 kv 4096: unthrottled fa2-prefill (trtllm-decode +3.5%), sustained trtllm-decode (fa2-prefill +11.6%)'."""
+    """'bs 64 q 6 kv 4096: unthrottled fa2-prefill (trtllm-decode +3.5%), sustained trtllm-decode (fa2-prefill +11.6%)',
+    the real flips first, then those within the spread in a state, labelled '[a tie when unthrottled]'."""
     def pct(v):
         return "n/a" if v is None or pd.isna(v) else f"+{v:.1f}%"
+    f = flips(pairs)
+    noisy = f["tie_unthrottled"].astype(bool) | f["tie_sustained"].astype(bool)
     out = []
-    for r in flips(pairs).itertuples():
+    for r in pd.concat([f[~noisy], f[noisy]]).itertuples():
+        ties = [s for s in STATES if getattr(r, f"tie_{s}")]
+        label = f" [a tie when {' and when '.join(ties)}]" if ties else ""
         out.append(f"bs {r.batch_size} q {r.q_len} kv {r.kv_len} {axes.group_label(r._asdict())}: unthrottled "
                    f"{r.winner_unthrottled} ({r.winner_sustained} {pct(r.margin_unthrottled_pct)}), sustained "
-                   f"{r.winner_sustained} ({r.winner_unthrottled} {pct(r.margin_sustained_pct)})")
+                   f"{r.winner_sustained} ({r.winner_unthrottled} {pct(r.margin_sustained_pct)}){label}")
     return out

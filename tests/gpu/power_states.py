@@ -7,7 +7,7 @@ import sys
 
 import pandas as pd
 
-from kbench.report.power_states import flip_lines, side_by_side
+from kbench.report.power_states import flip_lines, flips, side_by_side
 from kbench.store import load_run
 from kbench.winners import measured
 
@@ -36,7 +36,9 @@ for state in ("unthrottled", "sustained"):
     print(f"{state:12} {clk.mean():7.0f} ({clk.min():.0f}..{clk.max():.0f})            {pw:7.1f}          "
           f"{reasons}   {timeouts}")
 for name, rows in (("A", a), ("B", b)):
-    lines = flip_lines(side_by_side(rows))
-    print(f"\nsweep {name}: {len(lines)} decision(s) flip between unthrottled and sustained")
+    pairs = side_by_side(rows)
+    lines = flip_lines(pairs)
+    print(f"\nsweep {name}: {len(lines)} decision(s) flip between unthrottled and sustained, "
+          f"{len(flips(pairs, real_only=True))} beyond the spread in both states")
     for ln in lines:
         print("  " + ln)
