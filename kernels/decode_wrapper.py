@@ -25,7 +25,8 @@ class DecodeWrapper(Kernel):
         return inputs.padded.unpad(out)
 
     def jit_key(self, case):
-        return (case.dtype, case.kv_dtype, case.head_dim)
+        # FlashInfer builds a separate module for a sliding window (use_swa) of the same dtypes and head_dim
+        return (case.dtype, case.kv_dtype, case.head_dim, case.window_left >= 0)
 
     def prepare(self, inputs: Inputs) -> KernelFn:
         import flashinfer

@@ -28,7 +28,8 @@ class FaPrefill(Kernel):
                          "skip_softmax_threshold_scale_factor", q_fp8=Q_FP8_ONLY_TRTLLM)
 
     def jit_key(self, case):
-        return (case.dtype, case.kv_dtype, case.head_dim)
+        # FlashInfer builds a separate module for a sliding window (use_swa) of the same dtypes and head_dim
+        return (case.dtype, case.kv_dtype, case.head_dim, case.window_left >= 0)
 
     def prepare(self, inputs: Inputs) -> KernelFn:
         import flashinfer

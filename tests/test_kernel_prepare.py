@@ -236,3 +236,14 @@ def test_probe_is_the_engines():
     dev = probe_device(with_flashinfer=False)
     assert isinstance(dev, DeviceInfo) and dev.cuda == torch.cuda.is_available()
     assert not hasattr(kernel_device, "probe_device")  # kernels hold the data class only
+
+
+def test_a_sliding_window_is_its_own_compile_job_for_every_kernel_that_builds_one():
+    # FlashInfer builds separate modules for a window (xqa SLIDING_WINDOW, fa2/fa3 use_swa): the sweep's
+    # compile phase must build both, or the windowed module compiles inside the timing phase
+    full, windowed = CASE, Case(3, 4, 64, 8, 2, 64, 16, window_left=32)
+    for name in ("trtllm-decode", "fa2-prefill", "fa3-prefill", "decode-wrapper"):
+        k = get_kernel(name)
+        assert k.jit_key(full) != k.jit_key(windowed), name
+    # fmha-v2 takes the window as a runtime mask mode: one module
+    assert get_kernel("trtllm-fmha-v2").jit_key(full) == get_kernel("trtllm-fmha-v2").jit_key(windowed)
