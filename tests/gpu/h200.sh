@@ -7,7 +7,8 @@
 # Steps: env, sweep, sweep2 (--devices 0), repeat (two back-to-back sweeps, the second through --devices 0,
 # compared and gated), slow (the sweep at bs16 with fa2-prefill slowed, gated against the first repeat run),
 # fault (test-oob-write isolated, then in-process and resumed), validate, probe (tests/gpu/probe_noise.py),
-# realistic (four small sweeps: per-request KV, accept:0.7 ragged q, gpt-oss window + sinks, max_seq_len;
+# realistic (five small sweeps: per-request KV, accept:0.7 ragged q, gpt-oss window + sinks, max_seq_len,
+# skip-softmax (fmha-v2 takes it on SM90);
 # tests/gpu/realistic.py prints the table; issue #13),
 # ceiling (copy vs read bandwidth, and the sweep runs' best KV read rate against both: tests/gpu/ceiling.py),
 # adaptive (full draft-extend grid at kv 512,4096,32768 vs --adaptive: tests/gpu/adaptive_bench.py; issue #15),
@@ -23,7 +24,8 @@ export PYTHONPATH=/tmp/site FLASHINFER_NO_DOWNLOAD=1 MAX_JOBS=16 PYTHONUNBUFFERE
 if ls .fi-cache/jit-cache.tgz.part-* >/dev/null 2>&1; then
   mkdir -p ~/.cache && cat .fi-cache/jit-cache.tgz.part-* | tar xz -C ~/.cache && echo "restored JIT cache: $(du -sh ~/.cache/flashinfer | cut -f1)"
 fi
-# prebuilt modules carried as AOT artifacts (flashinfer/data/aot/<module>/<module>.so load without ninja)
+# prebuilt modules carried as AOT artifacts (flashinfer/data/aot/<module>/<module>.so load without ninja):
+# from an earlier H200 run's JIT cache, or built without a GPU by tests/gpu/prebuild.py
 if [ -f .fi-cache/aot.tgz ]; then tar xzf .fi-cache/aot.tgz -C /tmp/site/flashinfer/data/ && echo "AOT modules: $(ls /tmp/site/flashinfer/data/aot | wc -l)"; fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 3; }
 step() { local name=$1 limit=$2; shift 2; echo "=== $name: $*" | tee -a "$OUT/summary.txt"; local t0=$SECONDS
@@ -57,7 +59,8 @@ for s in "$@"; do
       step real-accept "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4,8 --q-dist accept:0.7 --name real-accept $R
       step real-gptoss "${REAL_LIMIT:-300}" kbench sweep --scenario gpt-oss --q-len 4 --name real-gptoss $R
       step real-msl "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4 --max-seq-len tight,context:131072 --name real-msl $R
-      step real-table 60 python3 tests/gpu/realistic.py /tmp/res/realistic.txt /tmp/res/real-kv-* /tmp/res/real-accept-* /tmp/res/real-gptoss-* /tmp/res/real-msl-*
+      step real-skip "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4 --skip-softmax off,1000 --kernels trtllm-fmha-v2,fa2-prefill,trtllm-decode --out /tmp/res --budget 0.5 --kv-len 4096 --batch-size 16,64 --name real-skip
+      step real-table 60 python3 tests/gpu/realistic.py /tmp/res/realistic.txt /tmp/res/real-kv-* /tmp/res/real-accept-* /tmp/res/real-gptoss-* /tmp/res/real-msl-* /tmp/res/real-skip-*
       cat /tmp/res/realistic.txt >> "$OUT/summary.txt" 2>/dev/null ;;
     power) P="kbench sweep --scenario draft-extend --kv-len 4096 --batch-size ${POWER_BS:-16,64} --power both --out /tmp/res"
       step power1 "${POWER_LIMIT:-280}" $P --name power1

@@ -1,0 +1,166 @@
+"""Build, on a machine without a GPU, the FlashInfer modules that H200 sweeps will need, as AOT artifacts.
+
+The lent H200 costs device time by the second and its first-use JIT compiles take minutes (about 210 s
+for a draft-extend grid on 16 cores). FlashInfer builds for the architectures in FLASHINFER_CUDA_ARCH_LIST
+when it is set (its AOT path for hosts without a GPU), so this script builds every module a list of sweeps
+needs here with nvcc (CUDA 13, as on the H200 machine), and packs them as `flashinfer/data/aot/<module>/
+<module>.so`, which `tests/gpu/h200.sh` unpacks into the bundle (FlashInfer loads AOT modules without
+compiling). It asks FlashInfer's own module generators, with the arguments FlashInfer's entry points pass
+for each kbench kernel (flashinfer 0.7.2.post1, SM90), so module names match what the H200 run looks up.
+
+    python tests/gpu/prebuild.py --out .fi-cache/aot.tgz \\
+        "--scenario draft-extend --kv-len 4096 --batch-size 16,64" "--scenario gpt-oss --q-len 4"
+
+Each quoted argument is a `kbench sweep` grid (the axis options only). Needs: nvcc on PATH and CUDA_HOME,
+FlashInfer of the bundle's version importable (a Python 3.11 venv with flashinfer-python==0.7.2.post1),
+and a libcuda.so to link against (a stub with soname libcuda.so.1 where no driver is installed; --stub
+makes one). A module that fails to build is reported and left to the H200's JIT.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+H200 = dict(cuda=True, name="NVIDIA H200", sm=90, total_memory=143 << 30, l2_bytes=60 << 20, multiprocessors=132)
+
+
+def cases_of(arg: str):
+    """The cases of one `kbench sweep` grid given as its axis options."""
+    from kbench.axes import axes_with, GRID
+    from kbench.scenario import apply_overrides, load_scenario
+
+    words = shlex.split(arg)
+    opts = {}
+    scenario = "quick"
+    i = 0
+    while i < len(words):
+        key, val = words[i].lstrip("-").replace("-", "_"), words[i + 1]
+        if key == "scenario":
+            scenario = val
+        else:
+            opts[key] = val
+        i += 2
+    known = {a.name for a in axes_with(GRID)} | {"kernels", "model", "heads"}
+    bad = set(opts) - known
+    if bad:
+        raise SystemExit(f"prebuild: unknown option(s) {sorted(bad)} in {arg!r}")
+    sc = apply_overrides(load_scenario(scenario), **opts)
+    return sc, sc.cases()
+
+
+def specs_for(kernel: str, case):
+    """FlashInfer JitSpecs the kernel's call builds for this case on SM90 (flashinfer 0.7.2.post1)."""
+    import torch
+    from flashinfer.jit.attention import gen_batch_prefill_module, gen_fmha_v2_module
+    from flashinfer.jit.xqa import gen_xqa_module, ragged_q_changes_build
+    from flashinfer.prefill import _gen_batch_prefill_independent_paged_module, _gen_batch_prefill_primary_module
+
+    from kbench.kernels.inputs import torch_dtype
+
+    dt, kv = torch_dtype(case.dtype), torch_dtype(case.kv_dtype)
+    qd = torch.float8_e4m3fn if case.q_dtype == "fp8" else dt
+    window = case.window_left >= 0
+    if kernel in ("trtllm-decode", "trtllm-decode-ragged"):
+        xqa = lambda q, ragged: gen_xqa_module(dt, kv, case.page_size, case.head_dim, case.group, window, dt, q,
+                                               ragged and ragged_q_changes_build(q, case.group))
+        if kernel == "trtllm-decode":
+            return [xqa(case.q_len, False)]
+        # the batch's longest draft is any of 1..q_len (q_cu_seq_lens needs > 1; all 1 runs plain decode)
+        return [xqa(1, False)] + [xqa(m, True) for m in range(2, case.q_len + 1)]
+    if kernel in ("fa2-prefill", "decode-wrapper"):
+        args = (dt, kv, dt, torch.int32, case.head_dim, case.head_dim, 0, window, False, False)
+        return [_gen_batch_prefill_primary_module("fa2", *args), _gen_batch_prefill_independent_paged_module("fa2", *args)]
+    if kernel == "fa3-prefill":
+        return [gen_batch_prefill_module("fa3", dt, kv, dt, torch.int32, case.head_dim, case.head_dim, 0, window,
+                                         False, False)]
+    if kernel == "trtllm-fmha-v2":
+        return [gen_fmha_v2_module(f"Q_PAGED_KV_{case.kv_layout}", qd, dt if qd == torch.float8_e4m3fn else None)]
+    return []
+
+
+def plan(grids: list[str]) -> dict:
+    """{module name: spec} over every supported (kernel, case) of the grids, as the sweep would filter them."""
+    from kbench.kernels.device import DeviceInfo
+    from kbench.kernels.registry import get_kernel
+    from kbench.measure import kernel_reason
+
+    dev = DeviceInfo(**H200)
+    specs, seen = {}, set()  # generating a spec writes its sources (fmha-v2: seconds): once per jit_key
+    for g in grids:
+        sc, cases = cases_of(g)
+        names = sc.kernels if "all" not in sc.kernels else ["trtllm-decode", "trtllm-decode-ragged", "decode-wrapper",
+                                                             "fa2-prefill", "fa3-prefill", "trtllm-fmha-v2"]
+        for case in cases:
+            for name in names:
+                k = get_kernel(name)
+                if k.path == "reference" or kernel_reason(k, dev, case) or (name, k.jit_key(case)) in seen:
+                    continue
+                seen.add((name, k.jit_key(case)))
+                for s in specs_for(name, case):
+                    specs.setdefault(s.name, s)
+    return specs
+
+
+def build(spec) -> tuple[str, float, str | None]:
+    t0 = time.perf_counter()
+    try:
+        spec.build()
+        return spec.name, time.perf_counter() - t0, None
+    except Exception as e:  # noqa: BLE001 - reported, left to the H200's JIT
+        return spec.name, time.perf_counter() - t0, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("grids", nargs="+", help="kbench sweep axis options, one quoted string per grid")
+    p.add_argument("--out", default=".fi-cache/aot.tgz")
+    p.add_argument("--arch", default="9.0a")
+    p.add_argument("--parallel", type=int, default=1, help="modules built at once (each uses MAX_JOBS nvcc jobs)")
+    p.add_argument("--list", action="store_true", help="print the modules and stop")
+    p.add_argument("--stub", action="store_true", help="make a libcuda.so stub to link against (no driver here)")
+    a = p.parse_args()
+    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", a.arch)
+    os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+    if a.stub:
+        stub = Path(tempfile.mkdtemp(prefix="cudastub-"))
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(stub / "libcuda.so"), "-Wl,-soname,libcuda.so.1",
+                        "-x", "c", "-"], input=b"void kbench_cuda_stub(void){}\n", check=True)
+        os.environ["LIBRARY_PATH"] = f"{stub}:{os.environ.get('LIBRARY_PATH', '')}"
+    specs = plan(a.grids)
+    todo = [s for s in specs.values() if not s.jit_library_path.exists()]
+    print(f"{len(specs)} modules, {len(specs) - len(todo)} already built", flush=True)
+    if a.list:
+        for s in specs.values():
+            print(("  built " if s.jit_library_path.exists() else "  todo  ") + s.name)
+        return 0
+    failed = []
+    with ThreadPoolExecutor(a.parallel) as ex:
+        for i, (name, secs, err) in enumerate(ex.map(build, todo), 1):
+            print(f"[{i}/{len(todo)}] {secs:6.0f} s {'FAILED ' + err if err else 'ok'}  {name}", flush=True)
+            if err:
+                failed.append(name)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    n = 0
+    with tarfile.open(tmp, "w:gz") as tar:
+        for s in specs.values():
+            lib = s.jit_library_path
+            if lib.exists():
+                tar.add(lib, arcname=f"aot/{s.name}/{lib.name}")
+                n += 1
+    tmp.replace(out)
+    print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {n} modules); {len(failed)} failed", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
