@@ -208,6 +208,11 @@ def test_report_per_state_policy_and_cli_flip_lines(tmp_path):
     out = cli("report", run, "--out", tmp_path / "rep2")
     assert out.exit_code == 0, out.output
     assert "4 decision(s) flip between them, 4 beyond the spread in both states" in out.output
+    md = (tmp_path / "rep2" / "report.md").read_text()
+    html = (tmp_path / "rep2" / "report.html").read_text()
+    assert "Timing states: unthrottled vs sustained" in md and "4 decision(s) flip between them" in md
+    flip_rows = [ln for ln in md.splitlines() if ln.endswith("| flips |") and "| +3.5% |" in ln]
+    assert len(flip_rows) == 4 and "Timing states: unthrottled vs sustained" in html
     assert out.output.count("flip: bs 64") == 4
     bad = cli("report", run, "--out", tmp_path / "rep3", "--power", "both")
     assert bad.exit_code == 2 and "give one state" in bad.output

@@ -92,3 +92,39 @@ def flip_lines(pairs: pd.DataFrame) -> list[str]:
                    f"{r.winner_unthrottled} ({r.winner_sustained} {pct(r.margin_unthrottled_pct)}), sustained "
                    f"{r.winner_sustained} ({r.winner_unthrottled} {pct(r.margin_sustained_pct)}){label}")
     return out
+
+
+def flip_table(pairs: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The flipped decisions as a report table (real flips first, ties labelled), for report.md/html."""
+    def pct(v):
+        return "-" if v is None or pd.isna(v) else f"+{v:.1f}%"
+    f = flips(pairs)
+    noisy = f["tie_unthrottled"].astype(bool) | f["tie_sustained"].astype(bool)
+    headers = ["group", "batch", "q_len", "kv_len", "unthrottled winner", "its rival's margin", "sustained winner",
+               "its rival's margin", "verdict"]
+    rows = []
+    for r in pd.concat([f[~noisy], f[noisy]]).itertuples():
+        ties = [s for s in STATES if getattr(r, f"tie_{s}")]
+        rows.append([axes.group_label(r._asdict()), str(r.batch_size), str(r.q_len), str(r.kv_len),
+                     str(r.winner_unthrottled), pct(r.margin_unthrottled_pct), str(r.winner_sustained),
+                     pct(r.margin_sustained_pct), f"tie when {' and '.join(ties)}" if ties else "flips"])
+    return headers, rows
+
+
+def power_blocks(pairs: pd.DataFrame | None, power: str | None) -> list[tuple]:
+    """report.md/html: the two timing states' answers, and every decision that flips between them."""
+    if pairs is None or pairs.empty:
+        return []
+    f = flips(pairs)
+    real = len(flips(pairs, real_only=True))
+    blocks: list[tuple] = [
+        ("h", 2, "Timing states: unthrottled vs sustained"),
+        ("p", f"{len(pairs)} cases were measured in both states (unthrottled: duty-cycled, off the power cap; "
+              f"sustained: back to back after a pre-load, at the power cap). {len(f)} decision(s) flip between "
+              f"them, {real} beyond the spread in both states; power.csv has the two answers side by side."
+              + (f" This report and its policy are for the {power} state." if power else
+                 " The policy has one group per state (select --power STATE).")),
+    ]
+    if len(f):
+        blocks.append(("table", *flip_table(pairs)))
+    return blocks
