@@ -125,6 +125,7 @@ def main() -> int:
     p.add_argument("--arch", default="9.0a")
     p.add_argument("--parallel", type=int, default=1, help="modules built at once (each uses MAX_JOBS nvcc jobs)")
     p.add_argument("--list", action="store_true", help="print the modules and stop")
+    p.add_argument("--pack-only", action="store_true", help="pack the modules already built, build nothing")
     p.add_argument("--stub", action="store_true", help="make a libcuda.so stub to link against (no driver here)")
     a = p.parse_args()
     os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", a.arch)
@@ -142,6 +143,8 @@ def main() -> int:
             print(("  built " if s.jit_library_path.exists() else "  todo  ") + s.name)
         return 0
     failed = []
+    if a.pack_only:
+        todo = []
     with ThreadPoolExecutor(a.parallel) as ex:
         for i, (name, secs, err) in enumerate(ex.map(build, todo), 1):
             print(f"[{i}/{len(todo)}] {secs:6.0f} s {'FAILED ' + err if err else 'ok'}  {name}", flush=True)
