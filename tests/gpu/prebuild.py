@@ -71,8 +71,8 @@ def specs_for(kernel: str, case):
     if kernel in ("trtllm-decode", "trtllm-decode-ragged"):
         xqa = lambda q, ragged: gen_xqa_module(dt, kv, case.page_size, case.head_dim, case.group, window, dt, q,
                                                ragged and ragged_q_changes_build(q, case.group))
-        if kernel == "trtllm-decode":
-            return [xqa(case.q_len, False)]
+        if kernel == "trtllm-decode":  # padded to the batch's longest draft: any of 1..q_len when q is ragged
+            return [xqa(m, False) for m in ([case.q_len] if case.q_dist == "fixed" else range(1, case.q_len + 1))]
         # the batch's longest draft is any of 1..q_len (q_cu_seq_lens needs > 1; all 1 runs plain decode)
         return [xqa(1, False)] + [xqa(m, True) for m in range(2, case.q_len + 1)]
     if kernel in ("fa2-prefill", "decode-wrapper"):
