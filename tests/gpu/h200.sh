@@ -14,7 +14,9 @@
 # adaptive (full draft-extend grid at kv 512,4096,32768 vs --adaptive: tests/gpu/adaptive_bench.py; issue #15),
 # power (issue #16: the bs 16/64 kv 4096 grid with --power both, twice; tests/gpu/power_states.py prints
 # per-state repeatability, the flipped decisions, clocks and throttle reasons; ~10 min, POWER_LIMIT per sweep),
-# fp8 (fp8 KV with bf16 and fp8 queries; each kernel checked), tests, cache, or any other word: a shell command.
+# fp8 (fp8 KV with bf16 and fp8 queries; each kernel checked), tests, cache, prebuild-bg / prebuild-wait (build
+# in the background what the carried AOT modules lack for sweep and fp8, then wait for it), or any other word:
+# a shell command.
 set -uo pipefail
 n=0
 OUT=${OUT:-/tmp/out}
@@ -70,6 +72,14 @@ for s in "$@"; do
     fp8) step fp8 "${STEP_LIMIT:-300}" kbench sweep --scenario draft-extend --batch-size 2,16 --q-len 4 --kv-len 1024 --kv-dtype fp8 --q-dtype dtype,fp8 --kernels trtllm-decode,trtllm-fmha-v2,fa2-prefill,decode-wrapper --out /tmp/res --name fp8q
       step fp8-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fp8q-*' ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
+    prebuild-bg) # compile, in the background, the modules the sweep and fp8 steps need that the carried AOT lacks
+      G1="--scenario draft-extend --kv-len 4096 --batch-size 16,64"
+      G2="--scenario draft-extend --batch-size 2,16 --q-len 4 --kv-len 1024 --kv-dtype fp8 --q-dtype dtype,fp8 --kernels trtllm-decode,trtllm-fmha-v2,fa2-prefill,decode-wrapper"
+      echo "=== prebuild-bg started" | tee -a "$OUT/summary.txt"
+      python3 tests/gpu/prebuild.py --parallel 3 --out /tmp/res/aot-gpu.tgz "$G1" "$G2" > /tmp/res/logs/prebuild.txt 2>&1 &
+      echo $! > /tmp/prebuild.pid ;;
+    prebuild-wait) t0=$SECONDS; while kill -0 "$(cat /tmp/prebuild.pid 2>/dev/null)" 2>/dev/null; do sleep 2; done
+      echo "=== prebuild-wait: $((SECONDS - t0)) s; $(grep -c ' ok ' /tmp/res/logs/prebuild.txt) built, $(grep -c FAILED /tmp/res/logs/prebuild.txt) failed" | tee -a "$OUT/summary.txt" ;;
     cache) du -sh ~/.cache/flashinfer; (cd ~/.cache && tar czf /tmp/jit-cache.tgz flashinfer) && split -b 15m /tmp/jit-cache.tgz "$OUT/jit-cache.tgz.part-" ;;
     *) step "custom$((++n))" "${STEP_LIMIT:-300}" bash -c "$s" ;;
   esac

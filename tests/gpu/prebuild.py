@@ -13,8 +13,11 @@ for each kbench kernel (flashinfer 0.7.2.post1, SM90), so module names match wha
 
 Each quoted argument is a `kbench sweep` grid (the axis options only). Needs: nvcc on PATH and CUDA_HOME,
 FlashInfer of the bundle's version importable (a Python 3.11 venv with flashinfer-python==0.7.2.post1),
-and a libcuda.so to link against (a stub with soname libcuda.so.1 where no driver is installed; --stub
-makes one). A module that fails to build is reported and left to the H200's JIT.
+a libcuda.so to link against (a stub with soname libcuda.so.1 where no driver is installed; --stub makes
+one), and for fmha-v2 and fa3 the cuBLAS and cuRAND headers (a CUDA toolkit without them: unzip
+nvidia/cu13/include from the nvidia-cublas and nvidia-curand wheels and pass that folder as --include).
+A module that fails to build is reported and left to the H200's JIT. On the H200 itself the same command
+builds, in the background, what the carried AOT modules lack (they are skipped).
 """
 from __future__ import annotations
 
@@ -122,21 +125,29 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("grids", nargs="+", help="kbench sweep axis options, one quoted string per grid")
     p.add_argument("--out", default=".fi-cache/aot.tgz")
-    p.add_argument("--arch", default="9.0a")
+    p.add_argument("--arch", help="FLASHINFER_CUDA_ARCH_LIST (default: 9.0a without a GPU, the device's with one)")
     p.add_argument("--parallel", type=int, default=1, help="modules built at once (each uses MAX_JOBS nvcc jobs)")
     p.add_argument("--list", action="store_true", help="print the modules and stop")
     p.add_argument("--pack-only", action="store_true", help="pack the modules already built, build nothing")
     p.add_argument("--stub", action="store_true", help="make a libcuda.so stub to link against (no driver here)")
+    p.add_argument("--include", help="an extra header folder for nvcc and c++ (cublasLt.h, curand_kernel.h)")
     a = p.parse_args()
-    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", a.arch)
-    os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+    import torch
+
+    if a.arch or not torch.cuda.is_available():  # on the GPU itself FlashInfer reads the device's arch
+        os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", a.arch or "9.0a")
+    if "CUDA_HOME" not in os.environ and Path("/usr/local/cuda/bin/nvcc").exists():
+        os.environ["CUDA_HOME"] = "/usr/local/cuda"
     if a.stub:
         stub = Path(tempfile.mkdtemp(prefix="cudastub-"))
         subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(stub / "libcuda.so"), "-Wl,-soname,libcuda.so.1",
                         "-x", "c", "-"], input=b"void kbench_cuda_stub(void){}\n", check=True)
         os.environ["LIBRARY_PATH"] = f"{stub}:{os.environ.get('LIBRARY_PATH', '')}"
+    if a.include:
+        os.environ["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} -I{a.include}".strip()
+        os.environ["CPATH"] = f"{a.include}:{os.environ.get('CPATH', '')}"
     specs = plan(a.grids)
-    todo = [s for s in specs.values() if not s.jit_library_path.exists()]
+    todo = [s for s in specs.values() if not s.jit_library_path.exists() and not s.is_aot]
     print(f"{len(specs)} modules, {len(specs) - len(todo)} already built", flush=True)
     if a.list:
         for s in specs.values():
