@@ -8,7 +8,7 @@
 # compared and gated), slow (the sweep at bs16 with fa2-prefill slowed, gated against the first repeat run),
 # fault (test-oob-write isolated, then in-process and resumed), validate, probe (tests/gpu/probe_noise.py),
 # realistic (five small sweeps: per-request KV, accept:0.7 ragged q, gpt-oss window + sinks, max_seq_len,
-# skip-softmax (fmha-v2 takes it on SM90);
+# skip-softmax (fmha-v2 takes it on SM90); also as parts: realistic-core (the first four), real-skip, real-table;
 # tests/gpu/realistic.py prints the table; issue #13),
 # ceiling (copy vs read bandwidth, and the sweep runs' best KV read rate against both: tests/gpu/ceiling.py),
 # adaptive (full draft-extend grid at kv 512,4096,32768 vs --adaptive: tests/gpu/adaptive_bench.py; issue #15),
@@ -56,14 +56,21 @@ for s in "$@"; do
       tail -n 40 /tmp/res/logs/adaptive.txt >> "$OUT/summary.txt" ;;
     probe) step probe 300 python3 tests/gpu/probe_noise.py /tmp/res/probe ;;
     validate) step validate "${VALIDATE_LIMIT:-150}" kbench validate-timer --out /tmp/res/validate-timer.json ;;
-    realistic) R="--out /tmp/res --budget 0.5 --kernels trtllm-decode,trtllm-decode-ragged,fa2-prefill --kv-len 4096 --batch-size 16,64"
-      step real-kv "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4,8 --kv-dist fixed,lognormal:1.0 --name real-kv $R
-      step real-accept "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4,8 --q-dist accept:0.7 --name real-accept $R
-      step real-gptoss "${REAL_LIMIT:-300}" kbench sweep --scenario gpt-oss --q-len 4 --name real-gptoss $R
-      step real-msl "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4 --max-seq-len tight,context:131072 --name real-msl $R
-      step real-skip "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4 --skip-softmax off,1000 --kernels trtllm-fmha-v2,fa2-prefill,trtllm-decode --out /tmp/res --budget 0.5 --kv-len 4096 --batch-size 16,64 --name real-skip
-      step real-table 60 python3 tests/gpu/realistic.py /tmp/res/realistic.txt /tmp/res/real-kv-* /tmp/res/real-accept-* /tmp/res/real-gptoss-* /tmp/res/real-msl-* /tmp/res/real-skip-*
-      cat /tmp/res/realistic.txt >> "$OUT/summary.txt" 2>/dev/null ;;
+    realistic|realistic-core|real-skip|real-table)
+      R="--out /tmp/res --budget 0.5 --kernels trtllm-decode,trtllm-decode-ragged,fa2-prefill --kv-len 4096 --batch-size 16,64"
+      if [ "$s" = realistic ] || [ "$s" = realistic-core ]; then
+        step real-kv "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4,8 --kv-dist fixed,lognormal:1.0 --name real-kv $R
+        step real-accept "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4,8 --q-dist accept:0.7 --name real-accept $R
+        step real-gptoss "${REAL_LIMIT:-300}" kbench sweep --scenario gpt-oss --q-len 4 --name real-gptoss $R
+        step real-msl "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4 --max-seq-len tight,context:131072 --name real-msl $R
+      fi
+      if [ "$s" = realistic ] || [ "$s" = real-skip ]; then
+        step real-skip "${REAL_LIMIT:-300}" kbench sweep --scenario draft-extend --q-len 4 --skip-softmax off,1000 --kernels trtllm-fmha-v2,fa2-prefill,trtllm-decode --out /tmp/res --budget 0.5 --kv-len 4096 --batch-size 16,64 --name real-skip
+      fi
+      if [ "$s" = realistic ] || [ "$s" = real-table ]; then
+        step real-table 60 bash -c 'python3 tests/gpu/realistic.py /tmp/res/realistic.txt /tmp/res/real-*-2*'
+        cat /tmp/res/realistic.txt >> "$OUT/summary.txt" 2>/dev/null
+      fi ;;
     power) P="kbench sweep --scenario draft-extend --kv-len 4096 --batch-size ${POWER_BS:-16,64} --power both --out /tmp/res"
       step power1 "${POWER_LIMIT:-280}" $P --name power1
       step power2 "${POWER_LIMIT:-280}" $P --name power2
@@ -76,9 +83,10 @@ for s in "$@"; do
       G1="--scenario draft-extend --kv-len 4096 --batch-size 16,64"
       G2="--scenario draft-extend --batch-size 2,16 --q-len 4 --kv-len 1024 --kv-dtype fp8 --q-dtype dtype,fp8 --kernels trtllm-decode,trtllm-fmha-v2,fa2-prefill,decode-wrapper"
       echo "=== prebuild-bg started" | tee -a "$OUT/summary.txt"
-      python3 tests/gpu/prebuild.py --parallel 3 --out /tmp/res/aot-gpu.tgz "$G1" "$G2" > /tmp/res/logs/prebuild.txt 2>&1 &
+      python3 tests/gpu/prebuild.py --parallel 3 --out /tmp/res/aot-gpu.tgz "$G2" "$G1" > /tmp/res/logs/prebuild.txt 2>&1 &
       echo $! > /tmp/prebuild.pid ;;
-    prebuild-wait) t0=$SECONDS; while kill -0 "$(cat /tmp/prebuild.pid 2>/dev/null)" 2>/dev/null; do sleep 2; done
+    prebuild-wait) t0=$SECONDS  # at most PREBUILD_WAIT s (a step that needs a module still compiling then waits on its lock)
+      while kill -0 "$(cat /tmp/prebuild.pid 2>/dev/null)" 2>/dev/null && [ $((SECONDS - t0)) -lt "${PREBUILD_WAIT:-420}" ]; do sleep 2; done
       echo "=== prebuild-wait: $((SECONDS - t0)) s; $(grep -c ' ok ' /tmp/res/logs/prebuild.txt) built, $(grep -c FAILED /tmp/res/logs/prebuild.txt) failed" | tee -a "$OUT/summary.txt" ;;
     cache) du -sh ~/.cache/flashinfer; (cd ~/.cache && tar czf /tmp/jit-cache.tgz flashinfer) && split -b 15m /tmp/jit-cache.tgz "$OUT/jit-cache.tgz.part-" ;;
     *) step "custom$((++n))" "${STEP_LIMIT:-300}" bash -c "$s" ;;
