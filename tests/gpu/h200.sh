@@ -96,7 +96,7 @@ for s in "$@"; do
       G1="--scenario draft-extend --kv-len 4096 --batch-size 16,64"
       G2="--scenario draft-extend --batch-size 2,16 --q-len 4 --kv-len 1024 --kv-dtype fp8 --q-dtype dtype,fp8 --kernels trtllm-decode,trtllm-fmha-v2,fa2-prefill,decode-wrapper"
       echo "=== prebuild-bg started" | tee -a "$OUT/summary.txt"
-      python3 tests/gpu/prebuild.py --parallel 3 --out /tmp/res/aot-gpu.tgz "$G2" "$G1" > /tmp/res/logs/prebuild.txt 2>&1 &
+      python3 tests/gpu/prebuild.py --parallel 3 --out /tmp/aot-gpu.tgz "$G2" "$G1" > /tmp/res/logs/prebuild.txt 2>&1 &
       echo $! > /tmp/prebuild.pid ;;
     prebuild-wait) t0=$SECONDS  # at most PREBUILD_WAIT s (a step that needs a module still compiling then waits on its lock)
       while kill -0 "$(cat /tmp/prebuild.pid 2>/dev/null)" 2>/dev/null && [ $((SECONDS - t0)) -lt "${PREBUILD_WAIT:-420}" ]; do sleep 2; done
