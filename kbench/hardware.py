@@ -49,9 +49,9 @@ def read_probes(device: str = "cuda", nbytes: int | None = None, reps: int = 20)
     far above its L2; 256 MiB on a CPU): a bf16 sum with float32 accumulation and an int32 max (one
     scalar out), a float32 row sum and a bf16 matrix-vector product (cuBLAS gemv; one value per row out);
     on a CPU only `CPU_PROBES`.
-    A single reduction is not a ceiling on its own: on the H200 the two one-scalar reductions read 4,017
-    GB/s while fa2 and the decode wrapper read KV at 4,370, so the probe set includes the row-wise
-    kernels. Empty where the device is absent."""
+    A torch reduction is not a ceiling on its own: on the H200 these four read at most 4,156 GB/s (the int32
+    max) while the decode wrapper read KV at 4,354, so on a GPU with Triton the set also has Triton read
+    kernels (`triton_read_probes`). Empty where the device is absent."""
     import torch
 
     cuda = str(device).startswith("cuda")
@@ -71,6 +71,8 @@ def read_probes(device: str = "cuda", nbytes: int | None = None, reps: int = 20)
     }
     if not cuda:  # the CPU's bf16 sum and gemv are compute-bound (0.6 and 6 GB/s): no ceiling, seconds each
         probes = {k: probes[k] for k in CPU_PROBES}
+    else:
+        probes.update(triton_read_probes(f32))
     out = {}
     for name, fn in probes.items():
         try:
@@ -81,6 +83,62 @@ def read_probes(device: str = "cuda", nbytes: int | None = None, reps: int = 20)
     del buf, bf16, f32, mat, vec
     if cuda:
         torch.cuda.empty_cache()
+    return out
+
+
+# Triton read kernels: each program sums BLOCK x ITERS float32 (wide, coalesced loads, evicted first, one
+# float out per program). A few shapes, because the best one differs between GPUs.
+TRITON_SHAPES = ((2048, 16, 8), (4096, 8, 8), (1024, 32, 4), (8192, 4, 16))  # (BLOCK, ITERS, num_warps)
+
+
+def _triton_read_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def read_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+        pid = tl.program_id(0)
+        base = pid.to(tl.int64) * BLOCK * ITERS
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for i in range(ITERS):
+            offs = base + i * BLOCK + tl.arange(0, BLOCK)
+            acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
+        tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+    return read_sum
+
+
+def triton_read_probes(f32) -> dict:
+    """{name: fn} of Triton read kernels over the float32 tensor `f32` (on its device); {} without Triton or
+    where a kernel does not compile (the torch probes then stand alone)."""
+    try:
+        import triton
+
+        kernel = _triton_read_kernel()
+    except Exception:  # noqa: BLE001 - no Triton, or one that cannot build here
+        return {}
+    import torch
+
+    def launcher(x, block, iters, warps):
+        n = x.numel()
+        grid = (triton.cdiv(n, block * iters),)
+        partial = torch.empty(grid[0], dtype=torch.float32, device=x.device)
+
+        def fn():
+            kernel[grid](x, partial, n, BLOCK=block, ITERS=iters, num_warps=warps)
+            return partial
+        return fn
+
+    out = {}
+    for block, iters, warps in TRITON_SHAPES:
+        try:  # first on a small tensor of ordinary numbers, with a ragged tail: it must sum every element
+            small = torch.rand(3 * block * iters + 5, dtype=torch.float32, device=f32.device)
+            got, want = launcher(small, block, iters, warps)().sum(), small.sum()
+            if not torch.allclose(got, want, rtol=1e-4):
+                continue  # a kernel that reads something else is no probe
+        except Exception:  # noqa: BLE001
+            continue
+        out[f"triton-{block}x{iters}w{warps}"] = launcher(f32, block, iters, warps)
     return out
 
 

@@ -479,3 +479,18 @@ def _flashinfer_kernels() -> int:
     from kbench.kernels.registry import select
 
     return len([k for k in select(["all"]) if k.name != "reference"])
+
+
+def test_triton_read_kernel_sums_every_element_in_the_interpreter(tmp_path):
+    # the GPU read ceiling's Triton probes (kbench.hardware.triton_read_probes) checked where Triton is installed,
+    # in its CPU interpreter: each shape must read (sum) every element, a ragged tail included
+    pytest.importorskip("triton")
+    code = ("import torch; from kbench import hardware\n"
+            "x = torch.rand(3 * 8192 * 4 + 5)\n"
+            "p = hardware.triton_read_probes(x)\n"
+            "assert sorted(p) == sorted(f'triton-{b}x{i}w{w}' for b, i, w in hardware.TRITON_SHAPES), p\n"
+            "for fn in p.values(): assert torch.allclose(fn().sum(), x.sum(), rtol=1e-5)\n"
+            "print('ok', len(p))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert r.returncode == 0 and "ok 4" in r.stdout, r.stderr[-2000:]
