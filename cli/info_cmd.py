@@ -81,7 +81,7 @@ def env_cmd(as_json, no_bandwidth):
         elif k == "copy_bandwidth_gbs" and v:
             v = f"{v:,.0f} GB/s (copy, bytes read + written)"
         elif k == "read_bandwidth_gbs" and v:
-            v = f"{v:,.0f} GB/s (read-only reduction over a buffer far above the cache: the roofline ceiling)"
+            v = f"{v:,.0f} GB/s (the fastest read-only probe over a buffer far above the cache: the roofline ceiling)"
         elif isinstance(v, dict):
             v = ", ".join(f"{a} {b:.0f}" for a, b in v.items()) or "-"
         t.add_row(k, "-" if v in (None, "") else str(v))

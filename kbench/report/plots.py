@@ -192,7 +192,7 @@ def roofline_fraction(ok_rows: pd.DataFrame, copy_bw_gbs: float | None) -> pd.Se
 
 
 def roofline(ok_rows: pd.DataFrame, copy_bw_gbs: float | None, out_dir: Path, ceiling: str = "copy") -> Path | None:
-    """ceiling: "read" (a read-only reduction, what these read-mostly kernels can reach) or "copy" (runs from
+    """ceiling: "read" (the fastest read-only probe, what these read-mostly kernels can reach) or "copy" (runs from
     before the read figure: a copy counts bytes read and written, so a kernel that mostly reads can pass 1.0)."""
     frac = roofline_fraction(ok_rows, copy_bw_gbs)
     nbytes = pd.to_numeric(ok_rows["kv_bytes"], errors="coerce")
