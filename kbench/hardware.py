@@ -1,10 +1,13 @@
 """Device-wide figures a run records once: the copy and read bandwidths and SM clocks.
 
 The attention kernels mostly read (the KV cache) and write little, so their roofline ceiling is the read
-bandwidth: the fastest of a few read-only kernels (reductions, a row sum, a gemv) over a buffer many times
-the L2. A device-to-device copy reads and writes each byte, so its bytes-per-second figure sits below what a
-read-mostly kernel reaches (fa2 read KV at 4,418 GB/s on the H200 against a copy figure of 4,147 GB/s). Both are recorded; the
-fraction a sweep reports (roofline_frac) is against the read ceiling."""
+bandwidth: the fastest of a few read-only kernels (torch reductions, a row sum, a gemv, and Triton read
+kernels where Triton is installed) over a buffer many times the L2. A device-to-device copy reads and writes
+each byte, so its bytes-per-second figure sits below what a read-mostly kernel reaches (fa2 read KV at 4,418
+GB/s on the H200 against a copy figure of 4,147 GB/s). Both are recorded; the fraction a sweep reports
+(roofline_frac) is against the read ceiling. On a GPU both are timed the way kbench times a kernel
+(`_gpu_seconds`), so the ceiling and the kernels' rates are comparable.
+"""
 from __future__ import annotations
 
 import os
@@ -13,31 +16,30 @@ import os
 CPU_BUFFER_BYTES = 256 << 20  # many times any CPU's last-level cache
 
 
-def _median_s(fn, reps: int, cuda: bool, inner: int = 1) -> float:
-    """Median seconds of one call of `fn`: `reps` samples, each timing `inner` back-to-back calls (so the
-    launch gap between two events does not count against a sub-millisecond kernel)."""
+def _median_s(fn, reps: int) -> float:
+    """Median wall seconds of one call of `fn` on the CPU, over `reps` calls after a warm-up."""
     import time
 
-    import torch
-
-    fn()  # warm-up (allocation, first touch, a library's first-call setup)
+    fn()  # warm-up (allocation, first touch)
     times = []
     for _ in range(reps):
-        if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(inner):
-                fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / 1000 / inner)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            times.append((time.perf_counter() - t0) / inner)
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
     times.sort()
     return times[len(times) // 2]
+
+
+def _gpu_seconds(fn) -> float:
+    """Seconds per call of `fn` on the GPU, timed as kbench times a kernel (kbench.timer.GraphTimer: calls in
+    a CUDA graph with a fence between them whose own time is subtracted, duty-cycled, the median of the
+    replays), so that a bandwidth figure and a kernel's KV rate are measured the same way. Timed with plain
+    events instead, back to back, a 1 GiB probe counted its launch gap and ran its first calls while the
+    clocks ramped: its figure sat below the kernels' by a few percent."""
+    from kbench.timer import GraphTimer, StopRule
+
+    rule = StopRule(spread_target=0.005, budget_s=0.5, min_samples=10, max_samples=200)
+    return GraphTimer(rule, warmup_ms=25.0, duty=0.4).measure(lambda i: fn()).median_us / 1e6
 
 
 CPU_PROBES = ("amax-int32", "rowsum-f32")
@@ -76,8 +78,8 @@ def read_probes(device: str = "cuda", nbytes: int | None = None, reps: int = 20)
     out = {}
     for name, fn in probes.items():
         try:
-            s = _median_s(fn, reps if cuda else max(3, reps // 4), cuda, inner=5 if cuda else 1)
-        except RuntimeError:  # a backend without the op (gemv in bf16 on an old CPU build)
+            s = _gpu_seconds(fn) if cuda else _median_s(fn, max(3, reps // 4))
+        except Exception:  # noqa: BLE001 - a backend without the op (gemv in bf16 on an old CPU build): no figure
             continue
         out[name] = nbytes / s / 1e9
     del buf, bf16, f32, mat, vec
@@ -149,19 +151,19 @@ def read_bandwidth_gbs(device: str = "cuda", nbytes: int | None = None, reps: in
 
 
 def copy_bandwidth_gbs(device: str = "cuda", nbytes: int = 1 << 30, reps: int = 20) -> float | None:
-    """Device-to-device copy, bytes read + written per second (GB/s), median of `reps` copies. On a CPU
-    ("cpu"): a host memory copy of 256 MiB."""
+    """Device-to-device copy, bytes read + written per second (GB/s), timed as a kernel is (`_gpu_seconds`).
+    On a CPU ("cpu"): a host memory copy of 256 MiB, median of a few."""
     import torch
 
     if not str(device).startswith("cuda"):
         src = torch.ones(CPU_BUFFER_BYTES, dtype=torch.uint8)
         dst = torch.empty_like(src)
-        return 2 * CPU_BUFFER_BYTES / _median_s(lambda: dst.copy_(src), max(3, reps // 4), False) / 1e9
+        return 2 * CPU_BUFFER_BYTES / _median_s(lambda: dst.copy_(src), max(3, reps // 4)) / 1e9
     if not torch.cuda.is_available():
         return None
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    s = _median_s(lambda: dst.copy_(src), reps, True, inner=5)
+    s = _gpu_seconds(lambda: dst.copy_(src))
     del src, dst
     torch.cuda.empty_cache()
     return 2 * nbytes / s / 1e9
