@@ -38,7 +38,7 @@ def _gpu_seconds(fn) -> float:
     clocks ramped: its figure sat below the kernels' by a few percent."""
     from kbench.timer import GraphTimer, StopRule
 
-    rule = StopRule(spread_target=0.005, budget_s=0.5, min_samples=10, max_samples=200)
+    rule = StopRule(spread_target=0.005, budget_s=0.2, min_samples=10, max_samples=200)  # ~0.3 s a probe
     return GraphTimer(rule, warmup_ms=25.0, duty=0.4).measure(lambda i: fn()).median_us / 1e6
 
 
