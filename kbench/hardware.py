@@ -34,8 +34,8 @@ def _gpu_seconds(fn) -> float:
     """Seconds per call of `fn` on the GPU, timed as kbench times a kernel (kbench.timer.GraphTimer: calls in
     a CUDA graph with a fence between them whose own time is subtracted, duty-cycled, the median of the
     replays), so that a bandwidth figure and a kernel's KV rate are measured the same way. Timed with plain
-    events instead, back to back, a 1 GiB probe counted its launch gap and ran its first calls while the
-    clocks ramped: its figure sat below the kernels' by a few percent."""
+    events, five calls back to back after one warm-up call, the H200's probes sat up to 5% below the kernels'
+    KV rates: such timing counts launch gaps and may catch the clocks ramping from idle."""
     from kbench.timer import GraphTimer, StopRule
 
     rule = StopRule(spread_target=0.005, budget_s=0.2, min_samples=10, max_samples=200)  # ~0.3 s a probe
