@@ -31,7 +31,14 @@ fi
 if [ -f .fi-cache/aot.tgz ]; then tar xzf .fi-cache/aot.tgz -C /tmp/site/flashinfer/data/ && echo "AOT modules: $(ls /tmp/site/flashinfer/data/aot | wc -l)"
   # a module that does not load here (built elsewhere: another CUDA or tvm-ffi) is removed, so the JIT rebuilds it
   python3 - <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
-import pathlib, shutil, tvm_ffi
+import pathlib, shutil, tvm_ffi, flashinfer
+aot = pathlib.Path("/tmp/site/flashinfer/data/aot")
+stamp = aot / "FLASHINFER_VERSION"
+built_for = stamp.read_text().strip() if stamp.exists() else flashinfer.__version__
+if built_for != flashinfer.__version__:  # same module names, other sources: never load them
+    print(f"AOT modules were built for FlashInfer {built_for}, this is {flashinfer.__version__}: all removed")
+    shutil.rmtree(aot)
+    aot.mkdir()
 bad = []
 for so in sorted(pathlib.Path("/tmp/site/flashinfer/data/aot").glob("*/*.so")):
     try:

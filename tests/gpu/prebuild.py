@@ -165,7 +165,12 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     n = 0
+    import flashinfer
+
+    stamp = Path(tempfile.mkdtemp()) / "FLASHINFER_VERSION"
+    stamp.write_text(flashinfer.__version__ + "\n")  # h200.sh drops modules built for another FlashInfer
     with tarfile.open(tmp, "w:gz") as tar:
+        tar.add(stamp, arcname="aot/FLASHINFER_VERSION")
         for s in specs.values():
             lib = s.jit_library_path
             if lib.exists():
