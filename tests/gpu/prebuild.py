@@ -36,26 +36,20 @@ H200 = dict(cuda=True, name="NVIDIA H200", sm=90, total_memory=143 << 30, l2_byt
 
 
 def cases_of(arg: str):
-    """The cases of one `kbench sweep` grid given as its axis options."""
-    from kbench.axes import axes_with, GRID
+    """The scenario and cases of one `kbench sweep` grid given as its options, parsed by the sweep command's own
+    option parser (its flags, short ones and `--opt=value` included; a bad flag: one line, exit 1)."""
+    from kbench.axes import GRID, axes_with
+    from kbench.cli.sweep_cmd import sweep
     from kbench.scenario import apply_overrides, load_scenario
 
-    words = shlex.split(arg)
-    opts = {}
-    scenario = "quick"
-    i = 0
-    while i < len(words):
-        key, val = words[i].lstrip("-").replace("-", "_"), words[i + 1]
-        if key == "scenario":
-            scenario = val
-        else:
-            opts[key] = val
-        i += 2
-    known = {a.name for a in axes_with(GRID)} | {"kernels", "model", "heads"}
-    bad = set(opts) - known
-    if bad:
-        raise SystemExit(f"prebuild: unknown option(s) {sorted(bad)} in {arg!r}")
-    sc = apply_overrides(load_scenario(scenario), **opts)
+    import click
+
+    try:
+        params = sweep.make_context("sweep", shlex.split(arg)).params  # parses only: the command does not run
+    except click.ClickException as e:
+        raise SystemExit(f"prebuild: {arg!r}: {e.format_message()}") from None
+    names = [a.name for a in axes_with(GRID)] + ["model", "heads", "kernels"]
+    sc = apply_overrides(load_scenario(params["scenario"]), **{k: params.get(k) for k in names})
     return sc, sc.cases()
 
 
@@ -92,22 +86,19 @@ def specs_for(kernel: str, case):
 def plan(grids: list[str]) -> dict:
     """{module name: spec} over every supported (kernel, case) of the grids, as the sweep would filter them."""
     from kbench.kernels.device import DeviceInfo
-    from kbench.kernels.registry import get_kernel
+    from kbench.kernels.registry import select
     from kbench.measure import kernel_reason
 
     dev = DeviceInfo(**H200)
     specs, seen = {}, set()  # generating a spec writes its sources (fmha-v2: seconds): once per jit_key
     for g in grids:
         sc, cases = cases_of(g)
-        names = sc.kernels if "all" not in sc.kernels else ["trtllm-decode", "trtllm-decode-ragged", "decode-wrapper",
-                                                             "fa2-prefill", "fa3-prefill", "trtllm-fmha-v2"]
         for case in cases:
-            for name in names:
-                k = get_kernel(name)
-                if k.path == "reference" or kernel_reason(k, dev, case) or (name, k.jit_key(case)) in seen:
+            for k in select(sc.kernels):  # 'all' as the sweep expands it
+                if k.path == "reference" or kernel_reason(k, dev, case) or (k.name, k.jit_key(case)) in seen:
                     continue
-                seen.add((name, k.jit_key(case)))
-                for s in specs_for(name, case):
+                seen.add((k.name, k.jit_key(case)))
+                for s in specs_for(k.name, case):
                     specs.setdefault(s.name, s)
     return specs
 
