@@ -61,32 +61,48 @@ def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
             ts = times.get(key_t + ("sustained", ku))  # the unthrottled pick, timed sustained
             mu = (tu - rec["unthrottled_us"]) / rec["unthrottled_us"] * 100 if tu else None
             ms = (ts - rec["sustained_us"]) / rec["sustained_us"] * 100 if ts else None
-        tied = lambda w, k: k in [t.strip() for t in str(w.get("tied_with") or "").split(",")]
         rec.update(margin_unthrottled_pct=mu, margin_sustained_pct=ms,
-                   tie_unthrottled=ku != ks and tied(wu, ks), tie_sustained=ku != ks and tied(ws, ku))
+                   tie_unthrottled=ku != ks and _ties(wu, ks), tie_sustained=ku != ks and _ties(ws, ku))
         out.append(rec)
     df = pd.DataFrame(out, columns=PAIR_COLUMNS)
     return df.sort_values(["batch_size", "kv_len", "q_len"], kind="stable").reset_index(drop=True)
+
+
+def _ties(winner: pd.Series, kernel: str) -> bool:
+    """`kernel` is among the kernels case_winners found tied with this winner (its `tied_with` list)."""
+    return kernel in [t.strip() for t in str(winner.get("tied_with") or "").split(",")]
+
+
+def _tie_in_a_state(f: pd.DataFrame) -> pd.Series:
+    return f["tie_unthrottled"].astype(bool) | f["tie_sustained"].astype(bool)
 
 
 def flips(pairs: pd.DataFrame, real_only: bool = False) -> pd.DataFrame:
     """The decisions that flip between the states (real_only: not a tie in either state)."""
     f = pairs[pairs["flipped"].astype(bool)]
     if real_only:
-        f = f[~(f["tie_unthrottled"].astype(bool) | f["tie_sustained"].astype(bool))]
+        f = f[~_tie_in_a_state(f)]
     return f.reset_index(drop=True)
+
+
+def _ordered_flips(pairs: pd.DataFrame):
+    """(flip row, the states in which its two kernels tie): the real flips first, then the ties."""
+    f = flips(pairs)
+    noisy = _tie_in_a_state(f)
+    for r in pd.concat([f[~noisy], f[noisy]]).itertuples():
+        yield r, [s for s in STATES if getattr(r, f"tie_{s}")]
+
+
+def _pct(v, missing: str) -> str:
+    return missing if v is None or pd.isna(v) else f"+{v:.1f}%"
 
 
 def flip_lines(pairs: pd.DataFrame) -> list[str]:
     """'bs 64 q 6 kv 4096: unthrottled fa2-prefill (trtllm-decode +3.5%), sustained trtllm-decode (fa2-prefill +11.6%)',
     the real flips first, then those within the spread in a state, labelled '[a tie when unthrottled]'."""
-    def pct(v):
-        return "n/a" if v is None or pd.isna(v) else f"+{v:.1f}%"
-    f = flips(pairs)
-    noisy = f["tie_unthrottled"].astype(bool) | f["tie_sustained"].astype(bool)
+    pct = lambda v: _pct(v, "n/a")  # noqa: E731
     out = []
-    for r in pd.concat([f[~noisy], f[noisy]]).itertuples():
-        ties = [s for s in STATES if getattr(r, f"tie_{s}")]
+    for r, ties in _ordered_flips(pairs):
         label = f" [a tie when {' and when '.join(ties)}]" if ties else ""
         out.append(f"bs {r.batch_size} q {r.q_len} kv {r.kv_len} {axes.group_label(r._asdict())}: unthrottled "
                    f"{r.winner_unthrottled} ({r.winner_sustained} {pct(r.margin_unthrottled_pct)}), sustained "
@@ -96,15 +112,11 @@ def flip_lines(pairs: pd.DataFrame) -> list[str]:
 
 def flip_table(pairs: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The flipped decisions as a report table (real flips first, ties labelled), for report.md/html."""
-    def pct(v):
-        return "-" if v is None or pd.isna(v) else f"+{v:.1f}%"
-    f = flips(pairs)
-    noisy = f["tie_unthrottled"].astype(bool) | f["tie_sustained"].astype(bool)
+    pct = lambda v: _pct(v, "-")  # noqa: E731
     headers = ["group", "batch", "q_len", "kv_len", "unthrottled winner", "its rival's margin", "sustained winner",
                "its rival's margin", "verdict"]
     rows = []
-    for r in pd.concat([f[~noisy], f[noisy]]).itertuples():
-        ties = [s for s in STATES if getattr(r, f"tie_{s}")]
+    for r, ties in _ordered_flips(pairs):
         rows.append([axes.group_label(r._asdict()), str(r.batch_size), str(r.q_len), str(r.kv_len),
                      str(r.winner_unthrottled), pct(r.margin_unthrottled_pct), str(r.winner_sustained),
                      pct(r.margin_sustained_pct), f"tie when {' and '.join(ties)}" if ties else "flips"])
