@@ -40,16 +40,19 @@ if built_for != flashinfer.__version__:  # same module names, other sources: nev
     shutil.rmtree(aot)
     aot.mkdir()
 bad = []
-for so in sorted(pathlib.Path("/tmp/site/flashinfer/data/aot").glob("*/*.so")):
+for so in sorted(aot.glob("*/*.so")):
     try:
         tvm_ffi.load_module(str(so))
     except Exception as e:  # noqa: BLE001
         bad.append(so.parent.name); print(f"AOT module does not load, removed: {so.parent.name}: {str(e).splitlines()[0][:160]}")
         shutil.rmtree(so.parent)
-print(f"AOT modules loaded: {len(list(pathlib.Path('/tmp/site/flashinfer/data/aot').glob('*/*.so')))}, removed {len(bad)}")
+print(f"AOT modules loaded: {len(list(aot.glob('*/*.so')))}, removed {len(bad)}")
 PY
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 3; }
+# the grids of the sweep steps and of the fp8 step (prebuild-bg builds their modules)
+SWEEP_GRID="--scenario draft-extend --kv-len 4096 --batch-size 16,64"
+FP8_GRID="--scenario draft-extend --batch-size 2,16 --q-len 4 --kv-len 1024 --kv-dtype fp8 --q-dtype dtype,fp8 --kernels trtllm-decode,trtllm-fmha-v2,fa2-prefill,decode-wrapper"
 step() { local name=$1 limit=$2; shift 2; echo "=== $name: $*" | tee -a "$OUT/summary.txt"; local t0=$SECONDS
   timeout "$limit" "$@" > "/tmp/res/logs/$name.txt" 2>&1; local rc=$?
   echo "=== $name rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
@@ -57,9 +60,9 @@ step() { local name=$1 limit=$2; shift 2; echo "=== $name: $*" | tee -a "$OUT/su
 for s in "$@"; do
   case "$s" in
     env) step env 120 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; kbench env; kbench kernels' ;;
-    sweep) step sweep "${SWEEP_LIMIT:-330}" kbench sweep --scenario draft-extend --kv-len 4096 --batch-size 16,64 --out /tmp/res --name de-kv4096 ;;
-    sweep2) step sweep2 "${SWEEP_LIMIT:-330}" kbench sweep --scenario draft-extend --kv-len 4096 --batch-size 16,64 --out /tmp/res --name de-kv4096-devices0 --devices 0 ;;
-    repeat) S="kbench sweep --scenario draft-extend --kv-len 4096 --batch-size 16,64 --out /tmp/res"
+    sweep) step sweep "${SWEEP_LIMIT:-330}" kbench sweep $SWEEP_GRID --out /tmp/res --name de-kv4096 ;;
+    sweep2) step sweep2 "${SWEEP_LIMIT:-330}" kbench sweep $SWEEP_GRID --out /tmp/res --name de-kv4096-devices0 --devices 0 ;;
+    repeat) S="kbench sweep $SWEEP_GRID --out /tmp/res"
       step rep1 "${SWEEP_LIMIT:-330}" $S --name rep1
       step rep2 "${SWEEP_LIMIT:-330}" $S --name rep2 --devices 0
       step compare 60 bash -c 'python3 tests/gpu/compare_runs.py /tmp/res/rep1-* /tmp/res/rep2-2*'
@@ -96,14 +99,12 @@ for s in "$@"; do
       step power2 "${POWER_LIMIT:-280}" $P --name power2
       step power-table 60 bash -c 'python3 tests/gpu/power_states.py /tmp/res/power1-* /tmp/res/power2-*'
       tail -n 30 /tmp/res/logs/power-table.txt >> "$OUT/summary.txt" ;;
-    fp8) step fp8 "${STEP_LIMIT:-300}" kbench sweep --scenario draft-extend --batch-size 2,16 --q-len 4 --kv-len 1024 --kv-dtype fp8 --q-dtype dtype,fp8 --kernels trtllm-decode,trtllm-fmha-v2,fa2-prefill,decode-wrapper --out /tmp/res --name fp8q
+    fp8) step fp8 "${STEP_LIMIT:-300}" kbench sweep $FP8_GRID --out /tmp/res --name fp8q
       step fp8-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fp8q-*' ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
     prebuild-bg) # compile, in the background, the modules the sweep and fp8 steps need that the carried AOT lacks
-      G1="--scenario draft-extend --kv-len 4096 --batch-size 16,64"
-      G2="--scenario draft-extend --batch-size 2,16 --q-len 4 --kv-len 1024 --kv-dtype fp8 --q-dtype dtype,fp8 --kernels trtllm-decode,trtllm-fmha-v2,fa2-prefill,decode-wrapper"
       echo "=== prebuild-bg started" | tee -a "$OUT/summary.txt"
-      python3 tests/gpu/prebuild.py --parallel 3 --out /tmp/aot-gpu.tgz "$G2" "$G1" > /tmp/res/logs/prebuild.txt 2>&1 &
+      python3 tests/gpu/prebuild.py --parallel 3 --out /tmp/aot-gpu.tgz "$FP8_GRID" "$SWEEP_GRID" > /tmp/res/logs/prebuild.txt 2>&1 &
       echo $! > /tmp/prebuild.pid ;;
     prebuild-wait) t0=$SECONDS  # at most PREBUILD_WAIT s (a step that needs a module still compiling then waits on its lock)
       while kill -0 "$(cat /tmp/prebuild.pid 2>/dev/null)" 2>/dev/null && [ $((SECONDS - t0)) -lt "${PREBUILD_WAIT:-420}" ]; do sleep 2; done
