@@ -37,20 +37,24 @@ H200 = dict(cuda=True, name="NVIDIA H200", sm=90, total_memory=143 << 30, l2_byt
 
 def cases_of(arg: str):
     """The scenario and cases of one `kbench sweep` grid given as its options, parsed by the sweep command's own
-    option parser (its flags, short ones and `--opt=value` included; a bad flag: one line, exit 1)."""
+    option parser (its flags, short ones and `--opt=value` included; a bad flag: one line, exit 2)."""
     from kbench.axes import GRID, axes_with
     from kbench.cli.sweep_cmd import sweep
     from kbench.scenario import apply_overrides, load_scenario
 
     import click
 
+    from kbench.errors import BadInput
+
     try:
         params = sweep.make_context("sweep", shlex.split(arg)).params  # parses only: the command does not run
-    except click.ClickException as e:
-        raise SystemExit(f"prebuild: {arg!r}: {e.format_message()}") from None
-    names = [a.name for a in axes_with(GRID)] + ["model", "heads", "kernels"]
-    sc = apply_overrides(load_scenario(params["scenario"]), **{k: params.get(k) for k in names})
-    return sc, sc.cases()
+        names = [a.name for a in axes_with(GRID)] + ["model", "heads", "kernels"]
+        sc = apply_overrides(load_scenario(params["scenario"]), **{k: params.get(k) for k in names})
+        return sc, sc.cases()
+    except (click.ClickException, BadInput) as e:  # kbench's bad-input convention: one line, exit 2
+        msg = e.format_message() if isinstance(e, click.ClickException) else str(e)
+        print(f"error: prebuild: {arg!r}: {msg}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def specs_for(kernel: str, case):
@@ -123,6 +127,16 @@ def main() -> int:
     p.add_argument("--stub", action="store_true", help="make a libcuda.so stub to link against (no driver here)")
     p.add_argument("--include", help="an extra header folder for nvcc and c++ (cublasLt.h, curand_kernel.h)")
     a = p.parse_args()
+    from kbench.errors import BadInput
+    from kbench.outputs import writable_dir
+
+    try:  # before minutes of building: the archive must be writable
+        if Path(a.out).is_dir():
+            raise BadInput(f"--out {a.out}: a folder; give the archive's file name (e.g. .fi-cache/aot.tgz)")
+        writable_dir(Path(a.out).parent, "--out")
+    except BadInput as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     import torch
 
     if a.arch or not torch.cuda.is_available():  # on the GPU itself FlashInfer reads the device's arch
@@ -152,22 +166,25 @@ def main() -> int:
             print(f"[{i}/{len(todo)}] {secs:6.0f} s {'FAILED ' + err if err else 'ok'}  {name}", flush=True)
             if err:
                 failed.append(name)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    n = 0
+    import io
+
     import flashinfer
 
-    stamp = Path(tempfile.mkdtemp()) / "FLASHINFER_VERSION"
-    stamp.write_text(flashinfer.__version__ + "\n")  # h200.sh drops modules built for another FlashInfer
-    with tarfile.open(tmp, "w:gz") as tar:
-        tar.add(stamp, arcname="aot/FLASHINFER_VERSION")
-        for s in specs.values():
-            lib = s.jit_library_path
-            if lib.exists():
-                tar.add(lib, arcname=f"aot/{s.name}/{lib.name}")
-                n += 1
-    tmp.replace(out)
+    from kbench import atomic
+
+    built = [s for s in specs.values() if s.jit_library_path.exists()]
+    stamp = (flashinfer.__version__ + "\n").encode()  # h200.sh drops modules built for another FlashInfer
+
+    def pack(tmp: Path) -> None:
+        with tarfile.open(tmp, "w:gz") as tar:
+            info = tarfile.TarInfo("aot/FLASHINFER_VERSION")
+            info.size = len(stamp)
+            tar.addfile(info, io.BytesIO(stamp))
+            for s in built:
+                tar.add(s.jit_library_path, arcname=f"aot/{s.name}/{s.jit_library_path.name}")
+
+    out = atomic.write_with(a.out, pack)  # a temporary file renamed: an old archive is never half replaced
+    n = len(built)
     print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {n} modules); {len(failed)} failed", flush=True)
     return 1 if failed else 0
 
