@@ -228,14 +228,15 @@ class CaseMeasurer:
         """The sustained state (kbench.power): pre-load until power and clock settle, then back to back."""
         from kbench.power import NvmlSampler, measure_sustained, sustained_timer
 
-        if self.sustained is None:
+        first = self.sustained is None
+        if first:
             self.sustained = (sustained_timer(self.sc.timing), NvmlSampler(self.dev.index))
+            self.progress("sustained state: heat soak (the GPU under load until its temperature is steady)")
         timer, sampler = self.sustained
-        r = measure_sustained(timer, fn, copies, sampler)
-        s = r.summary
-        cols = dict(sm_clock_mean_mhz=s.sm_clock_mean_mhz, power_w=s.power_mean_w,
-                    throttle_reasons=s.throttle_reasons, power_settle=r.settle.note)
-        return r.measurement, s.sm_clock_mean_mhz, r.settle.note, cols
+        r = measure_sustained(timer, fn, copies, sampler, soak_first=first)
+        cols = dict(**r.summary.columns(), power_settle=r.settle.note)
+        note = "; ".join(x for x in (r.soak.line if r.soak else "", r.settle.note) if x)
+        return r.measurement, r.summary.sm_clock_mean_mhz, note, cols
 
     def measure(self, case: Case, done: set, bw: float | None, emit: Emit) -> None:
         dev = self.open()
@@ -319,9 +320,7 @@ class CaseMeasurer:
 
                     with BackgroundSampler(NvmlSampler(dev.index)) as bg:
                         m, clock, note = self._timed(fn, copies)
-                    s = PowerSummary.of(bg.samples)
-                    power_cols = dict(sm_clock_mean_mhz=s.sm_clock_mean_mhz, power_w=s.power_mean_w,
-                                      throttle_reasons=s.throttle_reasons)
+                    power_cols = PowerSummary.of(bg.samples).columns()
                 else:
                     (m, clock, note), power_cols = self._timed(fn, copies), {}
             except Exception as e:

@@ -57,10 +57,11 @@ _TAIL = [
     ("sm", int, field(default=0)),
     ("sm_clock_mhz", float | None, field(default=None)),
     ("peak_mem_bytes", int | None, field(default=None)),
-    # power state while timed (kbench.power; NVML sampled in the sustained state): mean SM clock and power
-    # draw, the throttle reasons seen ('+'-joined), and why the pre-load did not settle ('' when it did)
+    # power state while timed (kbench.power; NVML sampled in both states): mean SM clock, power draw and GPU
+    # temperature, the throttle reasons seen ('+'-joined), and why the pre-load did not settle ('' when it did)
     ("sm_clock_mean_mhz", float | None, field(default=None)),
     ("power_w", float | None, field(default=None)),
+    ("gpu_temp_c", float | None, field(default=None)),
     ("throttle_reasons", str, field(default="")),
     ("power_settle", str, field(default="")),
     ("measured_at", str, field(default="")),

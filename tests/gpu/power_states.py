@@ -20,10 +20,23 @@ for state in ("unthrottled", "sustained"):
     d = (m.median_us_b / m.median_us_a - 1).abs() * 100
     if len(d):
         print(f"{state:12} {len(m):5}  {d.median():6.2f}%  {d.quantile(0.95):6.2f}%  {d.max():6.2f}%")
+        m["diff_pct"] = d
+        per_kernel = m.groupby("kernel")["diff_pct"].agg(["median", lambda x: x.quantile(0.95), "max"])
+        for k, (med, p95, mx) in per_kernel.iterrows():
+            print(f"  {k:22} median {med:5.2f}%  p95 {p95:5.2f}%  max {mx:5.2f}%")
+        cols = [c for c in ("sm_clock_mean_mhz", "gpu_temp_c", "power_w", "power_settle", "reason") if c in ma]
+        worst = m.nlargest(5, "diff_pct").merge(ma[key + cols], on=key).merge(mb[key + cols], on=key,
+                                                                               suffixes=("_a", "_b"))
+        for _, w in worst.iterrows():
+            extra = "  ".join(f"{c} {w.get(c + '_a')!s:.30}/{w.get(c + '_b')!s:.30}" for c in cols
+                              if str(w.get(c + "_a")) not in ("", "None", "nan") or str(w.get(c + "_b")) not in ("", "None", "nan"))
+            print(f"  worst {w['diff_pct']:5.2f}% {w['kernel']} {w['case_id']}: {w['median_us_a']:.1f} vs "
+                  f"{w['median_us_b']:.1f} us  {extra}")
     else:
         print(f"{state:12}     0  (no rows in both runs)")
 print()
-print("state        SM clock MHz (mean, min..max)   power W (mean)   throttle reasons (rows)   settle timeouts")
+print("state        SM clock MHz (mean, min..max)   power W (mean)   GPU C (min..max)   throttle reasons (rows)   "
+      "settle timeouts")
 for state in ("unthrottled", "sustained"):
     r = pd.concat([measured(x[x["power"] == state]) for x in (a, b)])
     if r.empty:
@@ -33,8 +46,12 @@ for state in ("unthrottled", "sustained"):
     reasons = r["throttle_reasons"].fillna("").replace("", "none").value_counts().to_dict() \
         if "throttle_reasons" in r else {}
     timeouts = int((r["power_settle"].fillna("") != "").sum()) if "power_settle" in r else 0
+    t = r["gpu_temp_c"].astype(float) if "gpu_temp_c" in r else pd.Series([float("nan")])
     print(f"{state:12} {clk.mean():7.0f} ({clk.min():.0f}..{clk.max():.0f})            {pw:7.1f}          "
-          f"{reasons}   {timeouts}")
+          f"{t.min():.0f}..{t.max():.0f}   {reasons}   {timeouts}")
+soaks = [x for x in pd.concat([a, b])["reason"].fillna("") if "heat soak" in x]
+for x in soaks:
+    print("  " + x)
 for name, rows in (("A", a), ("B", b)):
     pairs = side_by_side(rows)
     lines = flip_lines(pairs)
