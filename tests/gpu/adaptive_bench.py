@@ -68,7 +68,8 @@ def table(full: dict, adaptive: dict, j: dict) -> str:
            f"| cases measured | {full['cases']} | {adaptive['cases']} ({adaptive['cases'] / max(full['cases'], 1):.0%}) |",
            f"| measurements (timed kernel x case) | {full['measurements']} | {adaptive['measurements']} "
            f"({adaptive['measurements'] / max(full['measurements'], 1):.0%}) |",
-           f"| wall time s | {f(full.get('wall_s'), '.1f')} | {f(adaptive.get('wall_s'), '.1f')} |",
+           f"| wall time s (sweep calls) | {f(full.get('wall_s'), '.1f')} ({full.get('calls', 'n/a')}) | "
+           f"{f(adaptive.get('wall_s'), '.1f')} ({adaptive.get('calls', 'n/a')}) |",
            f"| compile s | {f(full.get('compile_s'), '.1f')} | {f(adaptive.get('compile_s'), '.1f')} |",
            f"| stopped by | - | {adaptive.get('stopped_by', 'n/a')} |",
            f"| mean regret (full grid's rows) | 0 | {f(j['mean_pct'], '.2f')}% |",
@@ -81,9 +82,10 @@ def table(full: dict, adaptive: dict, j: dict) -> str:
 def _figures(run_rows: pd.DataFrame, manifest: dict | None) -> dict:
     ok = run_rows[(run_rows["status"] == "ok") & (run_rows["path"] != "reference")]
     d = {"cases": int(ok["case_id"].nunique()), "measurements": len(ok)}
-    if manifest:
-        w = manifest.get("wall_s") or {}
-        d.update(wall_s=w.get("total_s"), compile_s=w.get("compile_s"))
+    if manifest:  # a run finished by --resume: its earlier calls' wall times are in wall_s_earlier
+        walls = [manifest.get("wall_s") or {}, *(manifest.get("wall_s_earlier") or [])]
+        d.update(wall_s=sum(w.get("total_s") or 0 for w in walls), compile_s=sum(w.get("compile_s") or 0 for w in walls),
+                 calls=len(walls))
         d["stopped_by"] = (manifest.get("adaptive") or {}).get("stopped_by")
     return d
 

@@ -11,7 +11,8 @@
 # skip-softmax (fmha-v2 takes it on SM90); also as parts: realistic-core (the first four), real-skip, real-table;
 # tests/gpu/realistic.py prints the table; issue #13),
 # ceiling (copy vs read bandwidth, and the sweep runs' best KV read rate against both: tests/gpu/ceiling.py),
-# adaptive (full draft-extend grid at kv 512,4096,32768 vs --adaptive: tests/gpu/adaptive_bench.py; issue #15),
+# adaptive (full draft-extend grid at kv 512,4096,32768 vs --adaptive: tests/gpu/adaptive_bench.py; issue #15;
+# in parts for calls with a time limit: adaptive-full, adaptive-run (each resumed by the next call), adaptive-table),
 # power (issue #16: the bs 16/64 kv 4096 grid with --power both, twice; tests/gpu/power_states.py prints
 # per-state repeatability, the flipped decisions, clocks and throttle reasons; ~10 min, POWER_LIMIT per sweep),
 # fp8 (fp8 KV with bf16 and fp8 queries; each kernel checked), tests, cache, prebuild-bg / prebuild-wait (build
@@ -56,7 +57,12 @@ FP8_GRID="--scenario draft-extend --batch-size 2,16 --q-len 4 --kv-len 1024 --kv
 step() { local name=$1 limit=$2; shift 2; echo "=== $name: $*" | tee -a "$OUT/summary.txt"; local t0=$SECONDS
   timeout "$limit" "$@" > "/tmp/res/logs/$name.txt" 2>&1; local rc=$?
   echo "=== $name rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
-  tar czf "$OUT/results.tgz" -C /tmp res; return 0; }  # after every step: a call cut short keeps what ran
+  pack; return 0; }  # after every step: a call cut short keeps what ran
+# results.tgz: every log and run folder but the adaptive benchmark's, which goes in adaptive.tgz (each returned
+# file must stay under 16 MiB). A machine gone cold between calls: carry them back as .gpu-carry/*.tgz.
+pack() { tar czf "$OUT/results.tgz" -C /tmp --exclude res/adaptive res
+  if [ -d /tmp/res/adaptive ]; then tar czf "$OUT/adaptive.tgz" -C /tmp res/adaptive; fi; }
+for t in .gpu-carry/*.tgz; do [ -f "$t" ] && tar xzf "$t" -C /tmp && echo "restored $t"; done
 for s in "$@"; do
   case "$s" in
     env) step env 120 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; kbench env; kbench kernels' ;;
@@ -73,10 +79,26 @@ for s in "$@"; do
       step fault-isolated 200 kbench sweep $F --name fault-isolated
       step fault-inproc 200 bash -c "kbench sweep $F --name fault-inproc --no-isolate; echo rc=\$?; kbench sweep --resume /tmp/res/fault-inproc-*"
       step fault-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fault-*' ;;
-    ceiling) step ceiling 120 python3 tests/gpu/ceiling.py /tmp/res results/baselines/h200-draft-extend-kv4096
+    ceiling) step ceiling 120 bash -c 'python3 tests/gpu/ceiling.py /tmp/res results/baselines/h200-draft-extend-kv4096 $(ls -d /tmp/res/adaptive/*-2* 2>/dev/null)'
       tail -n 30 /tmp/res/logs/ceiling.txt >> "$OUT/summary.txt" ;;
     adaptive) step adaptive "${ADAPTIVE_LIMIT:-3000}" python3 tests/gpu/adaptive_bench.py --out /tmp/res/adaptive --kv-len 512,4096,32768
       tail -n 40 /tmp/res/logs/adaptive.txt >> "$OUT/summary.txt" ;;
+    adaptive-full) # the same in parts, for calls with a time limit: the full grid (a later call resumes it) ...
+      if ls -d /tmp/res/adaptive/full-2* >/dev/null 2>&1; then
+        step adaptive-full-resume "${ADAPTIVE_LIMIT:-540}" bash -c 'kbench sweep --resume /tmp/res/adaptive/full-2*'
+      else
+        step adaptive-full "${ADAPTIVE_LIMIT:-540}" kbench sweep --scenario draft-extend --kv-len 512,4096,32768 --out /tmp/res/adaptive --name full
+      fi
+      tail -n 4 /tmp/res/logs/adaptive-full*.txt >> "$OUT/summary.txt" ;;
+    adaptive-run) # ... the adaptive sweep of it (resumed likewise) ...
+      if ls -d /tmp/res/adaptive/adaptive-2* >/dev/null 2>&1; then
+        step adaptive-run-resume "${ADAPTIVE_LIMIT:-540}" bash -c 'kbench sweep --resume /tmp/res/adaptive/adaptive-2*'
+      else
+        step adaptive-run "${ADAPTIVE_LIMIT:-540}" python3 tests/gpu/adaptive_bench.py --only adaptive --out /tmp/res/adaptive --kv-len 512,4096,32768
+      fi ;;
+    adaptive-table) # ... and the table of the two
+      step adaptive-table 120 bash -c 'python3 tests/gpu/adaptive_bench.py --full /tmp/res/adaptive/full-2* --adaptive /tmp/res/adaptive/adaptive-2*'
+      tail -n 40 /tmp/res/logs/adaptive-table.txt >> "$OUT/summary.txt" ;;
     probe) step probe 300 python3 tests/gpu/probe_noise.py /tmp/res/probe ;;
     validate) step validate "${VALIDATE_LIMIT:-150}" kbench validate-timer --out /tmp/res/validate-timer.json ;;
     realistic|realistic-core|real-skip|real-table)
@@ -113,5 +135,5 @@ for s in "$@"; do
     *) step "custom$((++n))" "${STEP_LIMIT:-300}" bash -c "$s" ;;
   esac
 done
-tar czf "$OUT/results.tgz" -C /tmp res
+pack
 ls -la "$OUT"
