@@ -89,58 +89,96 @@ def read_probes(device: str = "cuda", nbytes: int | None = None, reps: int = 20)
 
 
 # Triton read kernels: each program sums BLOCK x ITERS float32 (wide, coalesced loads, evicted first, one
-# float out per program). A few shapes, because the best one differs between GPUs.
+# float out per program; no bounds mask where the buffer is a whole number of tiles). A few shapes, because
+# the best one differs between GPUs. And persistent ones: PER_SM programs per SM, each striding over the
+# buffer BLOCK at a time (the loop software-pipelined: more loads in flight per SM).
 TRITON_SHAPES = ((2048, 16, 8), (4096, 8, 8), (1024, 32, 4), (8192, 4, 16))  # (BLOCK, ITERS, num_warps)
+TRITON_PERSISTENT = ((4096, 2, 8), (8192, 1, 16), (2048, 4, 4))  # (BLOCK, PER_SM, num_warps)
 
 
-def _triton_read_kernel():
+def _triton_read_kernels():
     import triton
     import triton.language as tl
 
     @triton.jit
-    def read_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    def read_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr, EVEN: tl.constexpr):
         pid = tl.program_id(0)
         base = pid.to(tl.int64) * BLOCK * ITERS
         acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for i in range(ITERS):
+        for i in tl.static_range(ITERS):  # unrolled: every load of the program issued before the sums wait
             offs = base + i * BLOCK + tl.arange(0, BLOCK)
-            acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
+            if EVEN:
+                acc += tl.load(x_ptr + offs, eviction_policy="evict_first")
+            else:
+                acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
         tl.store(out_ptr + pid, tl.sum(acc, axis=0))
 
-    return read_sum
+    @triton.jit
+    def read_sum_persistent(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for b in range(pid, tl.cdiv(n, BLOCK), nprog):
+            offs = tl.cast(b, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            if EVEN:
+                acc += tl.load(x_ptr + offs, eviction_policy="evict_first")
+            else:
+                acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
+        tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+    return read_sum, read_sum_persistent
 
 
-def triton_read_probes(f32) -> dict:
+def triton_read_probes(f32, sms: int | None = None) -> dict:
     """{name: fn} of Triton read kernels over the float32 tensor `f32` (on its device); {} without Triton or
-    where a kernel does not compile (the torch probes then stand alone)."""
+    where a kernel does not compile (the torch probes then stand alone). `sms`: multiprocessors, for the
+    persistent kernels' grid (the device's count by default; 4 where there is none, as in the interpreter)."""
     try:
         import triton
 
-        kernel = _triton_read_kernel()
+        tiled, persistent = _triton_read_kernels()
     except Exception:  # noqa: BLE001 - no Triton, or one that cannot build here
         return {}
     import torch
+
+    if sms is None:
+        sms = torch.cuda.get_device_properties(f32.device).multi_processor_count if f32.is_cuda else 4
 
     def launcher(x, block, iters, warps):
         n = x.numel()
         grid = (triton.cdiv(n, block * iters),)
         partial = torch.empty(grid[0], dtype=torch.float32, device=x.device)
+        even = n % (block * iters) == 0
 
         def fn():
-            kernel[grid](x, partial, n, BLOCK=block, ITERS=iters, num_warps=warps)
+            tiled[grid](x, partial, n, BLOCK=block, ITERS=iters, EVEN=even, num_warps=warps)
+            return partial
+        return fn
+
+    def launcher_persistent(x, block, per_sm, warps):
+        n = x.numel()
+        grid = (max(1, min(sms * per_sm, triton.cdiv(n, block))),)
+        partial = torch.empty(grid[0], dtype=torch.float32, device=x.device)
+        even = n % block == 0
+
+        def fn():
+            persistent[grid](x, partial, n, BLOCK=block, EVEN=even, num_warps=warps)
             return partial
         return fn
 
     out = {}
-    for block, iters, warps in TRITON_SHAPES:
-        try:  # first on a small tensor of ordinary numbers, with a ragged tail: it must sum every element
-            small = torch.rand(3 * block * iters + 5, dtype=torch.float32, device=f32.device)
-            got, want = launcher(small, block, iters, warps)().sum(), small.sum()
-            if not torch.allclose(got, want, rtol=1e-4):
-                continue  # a kernel that reads something else is no probe
+    for name, make, shape in ([(f"triton-{b}x{i}w{w}", launcher, (b, i, w)) for b, i, w in TRITON_SHAPES]
+                              + [(f"triton-persistent-{b}x{p}w{w}", launcher_persistent, (b, p, w))
+                                 for b, p, w in TRITON_PERSISTENT]):
+        try:  # first on small tensors of ordinary numbers, a whole number of tiles and with a ragged tail:
+            for extra in (0, 5):  # each must sum every element
+                small = torch.rand(3 * shape[0] * shape[1] + extra, dtype=torch.float32, device=f32.device)
+                got, want = make(small, *shape)().sum(), small.sum()
+                if not torch.allclose(got, want, rtol=1e-4):
+                    raise ValueError("a kernel that reads something else is no probe")
         except Exception:  # noqa: BLE001
             continue
-        out[f"triton-{block}x{iters}w{warps}"] = launcher(f32, block, iters, warps)
+        out[name] = make(f32, *shape)
     return out
 
 

@@ -488,9 +488,11 @@ def test_triton_read_kernel_sums_every_element_in_the_interpreter(tmp_path):
     code = ("import torch; from kbench import hardware\n"
             "x = torch.rand(3 * 8192 * 4 + 5)\n"
             "p = hardware.triton_read_probes(x)\n"
-            "assert sorted(p) == sorted(f'triton-{b}x{i}w{w}' for b, i, w in hardware.TRITON_SHAPES), p\n"
+            "want = [f'triton-{b}x{i}w{w}' for b, i, w in hardware.TRITON_SHAPES]\n"
+            "want += [f'triton-persistent-{b}x{s}w{w}' for b, s, w in hardware.TRITON_PERSISTENT]\n"
+            "assert sorted(p) == sorted(want), p\n"
             "for fn in p.values(): assert torch.allclose(fn().sum(), x.sum(), rtol=1e-5)\n"
             "print('ok', len(p))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                        env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert r.returncode == 0 and "ok 4" in r.stdout, r.stderr[-2000:]
+    assert r.returncode == 0 and "ok 7" in r.stdout, r.stderr[-2000:]
