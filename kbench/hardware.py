@@ -53,7 +53,8 @@ def read_probes(device: str = "cuda", nbytes: int | None = None, reps: int = 20)
     on a CPU only `CPU_PROBES`.
     A torch reduction is not a ceiling on its own: on the H200 these four read at most 4,156 GB/s (the int32
     max) while the decode wrapper read KV at 4,354, so on a GPU with Triton the set also has Triton read
-    kernels (`triton_read_probes`). Empty where the device is absent."""
+    kernels (`triton_read_probes`: tiled, persistent, and on SM90+ TMA-loaded). Empty where the device is
+    absent."""
     import torch
 
     cuda = str(device).startswith("cuda")
@@ -94,6 +95,9 @@ def read_probes(device: str = "cuda", nbytes: int | None = None, reps: int = 20)
 # buffer BLOCK at a time (the loop software-pipelined: more loads in flight per SM).
 TRITON_SHAPES = ((2048, 16, 8), (4096, 8, 8), (1024, 32, 4), (8192, 4, 16))  # (BLOCK, ITERS, num_warps)
 TRITON_PERSISTENT = ((4096, 2, 8), (8192, 1, 16), (2048, 4, 4))  # (BLOCK, PER_SM, num_warps)
+# and with the tensor memory accelerator (Hopper's TMA, as FA3 and FlashInfer's SM90 kernels load KV): the
+# buffer as rows of BN float32, BM x BN tiles bulk-copied to shared memory STAGES deep, persistent
+TRITON_TMA = ((32, 256, 4, 4, 1), (64, 128, 3, 4, 2), (16, 256, 6, 4, 2))  # (BM, BN, STAGES, warps, PER_SM)
 
 
 def _triton_read_kernels():
@@ -126,7 +130,16 @@ def _triton_read_kernels():
                 acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
         tl.store(out_ptr + pid, tl.sum(acc, axis=0))
 
-    return read_sum, read_sum_persistent
+    @triton.jit
+    def read_sum_tma(desc, out_ptr, ntiles, BM: tl.constexpr, BN: tl.constexpr, STAGES: tl.constexpr):
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
+        acc = tl.zeros([BN], dtype=tl.float32)
+        for t in tl.range(pid, ntiles, nprog, num_stages=STAGES):
+            acc += tl.sum(desc.load([t * BM, 0]), axis=0)  # rows past the end come back as zeros
+        tl.store(out_ptr + pid * BN + tl.arange(0, BN), acc)
+
+    return read_sum, read_sum_persistent, read_sum_tma
 
 
 def triton_read_probes(f32, sms: int | None = None) -> dict:
@@ -136,7 +149,7 @@ def triton_read_probes(f32, sms: int | None = None) -> dict:
     try:
         import triton
 
-        tiled, persistent = _triton_read_kernels()
+        tiled, persistent, tma = _triton_read_kernels()
     except Exception:  # noqa: BLE001 - no Triton, or one that cannot build here
         return {}
     import torch
@@ -166,13 +179,37 @@ def triton_read_probes(f32, sms: int | None = None) -> dict:
             return partial
         return fn
 
+    def launcher_tma(x, bm, bn, stages, warps, per_sm):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        rows = x.view(-1, bn)  # the caller gives a whole number of rows
+        ntiles = triton.cdiv(rows.shape[0], bm)
+        grid = (max(1, min(sms * per_sm, ntiles)),)
+        desc = TensorDescriptor.from_tensor(rows, block_shape=[bm, bn])
+        partial = torch.empty(grid[0] * bn, dtype=torch.float32, device=x.device)
+
+        def fn():
+            tma[grid](desc, partial, ntiles, BM=bm, BN=bn, STAGES=stages, num_warps=warps)
+            return partial
+        return fn
+
+    def small_sizes(make, shape):  # whole tiles, and a ragged end
+        if make is launcher_tma:
+            return [3 * shape[0] * shape[1], (3 * shape[0] + 5) * shape[1]]
+        return [3 * shape[0] * shape[1], 3 * shape[0] * shape[1] + 5]
+
+    tma_ok = f32.is_cuda and torch.cuda.get_device_capability(f32.device)[0] >= 9 or not f32.is_cuda
     out = {}
     for name, make, shape in ([(f"triton-{b}x{i}w{w}", launcher, (b, i, w)) for b, i, w in TRITON_SHAPES]
                               + [(f"triton-persistent-{b}x{p}w{w}", launcher_persistent, (b, p, w))
-                                 for b, p, w in TRITON_PERSISTENT]):
-        try:  # first on small tensors of ordinary numbers, a whole number of tiles and with a ragged tail:
-            for extra in (0, 5):  # each must sum every element
-                small = torch.rand(3 * shape[0] * shape[1] + extra, dtype=torch.float32, device=f32.device)
+                                 for b, p, w in TRITON_PERSISTENT]
+                              + [(f"triton-tma-{bm}x{bn}s{st}w{w}", launcher_tma, (bm, bn, st, w, ps))
+                                 for bm, bn, st, w, ps in (TRITON_TMA if tma_ok else ())]):
+        if make is launcher_tma and f32.numel() % shape[1]:
+            continue
+        try:  # first on small tensors of ordinary numbers, a whole number of tiles and a ragged end:
+            for size in small_sizes(make, shape):  # each must sum every element
+                small = torch.rand(size, dtype=torch.float32, device=f32.device)
                 got, want = make(small, *shape)().sum(), small.sum()
                 if not torch.allclose(got, want, rtol=1e-4):
                     raise ValueError("a kernel that reads something else is no probe")

@@ -483,16 +483,18 @@ def _flashinfer_kernels() -> int:
 
 def test_triton_read_kernel_sums_every_element_in_the_interpreter(tmp_path):
     # the GPU read ceiling's Triton probes (kbench.hardware.triton_read_probes) checked where Triton is installed,
-    # in its CPU interpreter: each shape must read (sum) every element, a ragged tail included
+    # in its CPU interpreter: each shape must read (sum) every element, a ragged tail included (the tiled, the
+    # persistent and the TMA kernels)
     pytest.importorskip("triton")
     code = ("import torch; from kbench import hardware\n"
-            "x = torch.rand(3 * 8192 * 4 + 5)\n"
+            "x = torch.rand(3 * 8192 * 4 * 4 + 256 * 7)\n"  # the TMA probes take whole rows of 256
             "p = hardware.triton_read_probes(x)\n"
             "want = [f'triton-{b}x{i}w{w}' for b, i, w in hardware.TRITON_SHAPES]\n"
             "want += [f'triton-persistent-{b}x{s}w{w}' for b, s, w in hardware.TRITON_PERSISTENT]\n"
+            "want += [f'triton-tma-{m}x{n}s{st}w{w}' for m, n, st, w, _ in hardware.TRITON_TMA]\n"
             "assert sorted(p) == sorted(want), p\n"
             "for fn in p.values(): assert torch.allclose(fn().sum(), x.sum(), rtol=1e-5)\n"
             "print('ok', len(p))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                        env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert r.returncode == 0 and "ok 7" in r.stdout, r.stderr[-2000:]
+    assert r.returncode == 0 and "ok 10" in r.stdout, r.stderr[-2000:]
