@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 
@@ -17,10 +18,16 @@ def main() -> int:
     from kbench.hardware import copy_bandwidth_gbs, read_probes
     from kbench.store import load_run
 
+    t0 = time.perf_counter()
+    read_probes("cuda")  # first use: compiles the Triton probes
+    t1 = time.perf_counter()
     probes = read_probes("cuda")
+    t2 = time.perf_counter()
     copy_bw = copy_bandwidth_gbs("cuda")
     read_bw = max(probes.values())
-    print("read probes: " + ", ".join(f"{k} {v:,.0f}" for k, v in probes.items()) + " GB/s")
+    print(f"read probes: {len(probes)}, {t1 - t0:.1f} s the first time (compiles), {t2 - t1:.1f} s again")
+    print("read probes: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(probes.items(), key=lambda kv: -kv[1]))
+          + " GB/s")
     print(f"copy {copy_bw:,.0f} GB/s   read {read_bw:,.0f} GB/s   read/copy {read_bw / copy_bw:.3f}")
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/tmp/res")
     extra = [Path(a) / "manifest.json" for a in sys.argv[2:]]
