@@ -10,6 +10,7 @@ from rich.console import Console
 from kbench.axes import GRID, axes_with
 from kbench.cli.console import make_console
 from kbench.errors import BadInput
+from kbench.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
 from kbench.scenario import apply_overrides, load_scenario
 from kbench.devices import parse_devices, run_on_devices
 from kbench.store import load_run, name_note
@@ -76,8 +77,8 @@ def grid_axis_options(f):
               help="Measure a coarse sub-grid, then only where the kernel choice is uncertain (crossovers, ties, the q x G = 16/32 steps); stops when no unmeasured point can cost more than --regret-bound, or at a budget. An ordinary run; rows say how their case was chosen (chosen_by).")
 @click.option("--budget-measurements", type=click.IntRange(1), help="With --adaptive: stop after this many timed (kernel, case) measurements in the run (not --budget, which is seconds of timing per measurement).")
 @click.option("--budget-minutes", type=click.FloatRange(0, min_open=True), help="With --adaptive: stop after this many minutes of sweep wall time (compile included; a --resume adds to the run's earlier calls).")
-@click.option("--regret-bound", type=click.FloatRange(0, 100, max_open=True), default=2.0, show_default=True, help="With --adaptive: percent; stop when no unmeasured point can change the policy by more than this.")
-@click.option("--coarse-step", type=click.IntRange(1), default=4, show_default=True, help="With --adaptive: the coarse sub-grid takes every Nth value of each axis (and the last).")
+@click.option("--regret-bound", type=click.FloatRange(0, 100, max_open=True), default=ADAPTIVE.regret_bound * 100, show_default=True, help="With --adaptive: percent; stop when no unmeasured point can change the policy by more than this.")
+@click.option("--coarse-step", type=click.IntRange(1), default=ADAPTIVE.coarse_step, show_default=True, help="With --adaptive: the coarse sub-grid takes every Nth value of each axis (and the last).")
 def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, duty, l2, out_dir, run_name, resume,
           device_index, seed, allow_wrong, slow_kernel, compile_workers, jit_cache, shard, devices, isolate,
           max_table_cases, force, adaptive, budget_measurements, budget_minutes, regret_bound, coarse_step, **grid):
@@ -199,7 +200,7 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
 def _adaptive_options(adaptive, budget_measurements, budget_minutes, regret_bound, coarse_step, resume):
     """AdaptiveOptions from the flags, or None. With --resume an adaptive run keeps its settings from its
     manifest (only the budgets may be given again)."""
-    from kbench.adaptive import AdaptiveOptions
+    from kbench.adaptive_options import AdaptiveOptions
 
     tuning = [f for f, n in (("--regret-bound", "regret_bound"), ("--coarse-step", "coarse_step")) if _given(n)]
     budgets = budget_measurements is not None or budget_minutes is not None

@@ -30,12 +30,13 @@ A case with rows for only some kernels (a sweep killed mid-case) is returned fir
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from kbench import axes
 from kbench.case import Case
+from kbench.adaptive_options import AdaptiveOptions  # noqa: F401 - its home is light (the CLI reads its defaults)
 from kbench.errors import BadInput
 from kbench.values import number
 
@@ -44,42 +45,6 @@ TAGS = (COARSE, CROSSOVER, TIE, STEP)
 PRUNED_PREFIX = "adaptive: not measured"  # the reason of a pruned kernel's skipped row
 STEPS = (16, 32)  # q_len x GQA group values where the decode kernels' tiles step up
 LINE_AXES = ("batch_size", "kv_len")
-
-
-@dataclass
-class AdaptiveOptions:
-    """Settings of an adaptive sweep (`kbench sweep --adaptive`). Fractions, not percents."""
-    regret_bound: float = 0.02  # stop when no unmeasured point can cost more than this (2%)
-    coarse_step: int = 4  # every 4th value of each axis (and the last) in the coarse sub-grid
-    close: float = 0.05  # a runner-up within 5% of the winner at one end may overtake between the ends
-    prune_factor: float = 2.0  # not measured between neighbours where it is this much slower than the best
-    budget_measurements: int | None = None  # stop after this many timed (kernel, case) measurements in the run
-    budget_minutes: float | None = None  # stop after this many minutes of sweep wall time (all calls of the run)
-
-    def check(self) -> "AdaptiveOptions":
-        if not 0 <= self.regret_bound < 1:
-            raise BadInput(f"--regret-bound: expected 0 to 100%, got {self.regret_bound * 100:g}%")
-        if self.coarse_step < 1:
-            raise BadInput(f"--coarse-step: expected >= 1, got {self.coarse_step}")
-        if self.prune_factor <= 1:
-            raise BadInput(f"--prune-factor: expected > 1, got {self.prune_factor}")
-        if self.budget_measurements is not None and self.budget_measurements < 1:
-            raise BadInput(f"--budget-measurements: expected >= 1, got {self.budget_measurements}")
-        if self.budget_minutes is not None and not self.budget_minutes > 0:
-            raise BadInput(f"--budget-minutes: expected > 0, got {self.budget_minutes}")
-        return self
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "AdaptiveOptions":
-        if not isinstance(d, dict):
-            raise BadInput(f"the run's adaptive settings are not an object: {d!r}")
-        try:
-            return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__}).check()
-        except TypeError as e:
-            raise BadInput(f"the run's adaptive settings are unreadable ({e})") from None
 
 
 @dataclass
