@@ -10,7 +10,9 @@ and compares them. Given two finished runs instead:
 The adaptive sweep runs second, so with an empty JIT cache its compile time is mostly loading modules the
 full sweep built; carry a prebuilt cache (.fi-cache) to compare both on loading alone.
 Without a GPU, replay a full run's rows as the measurement oracle (no timing; wall/compile are n/a):
-    python3 tests/gpu/adaptive_bench.py --simulate results/baselines/h200-draft-extend-kv4096
+    python3 tests/gpu/adaptive_bench.py --simulate results/baselines/h200-draft-extend-full-kv512-4096-32768
+(the H200 full grid of 2026-12-03, committed; also `--full` for a new adaptive run on the H200, which then
+needs only `--only adaptive`: the full grid's 562 s are already spent).
 """
 from __future__ import annotations
 
