@@ -14,7 +14,8 @@
 # adaptive (full draft-extend grid at kv 512,4096,32768 vs --adaptive: tests/gpu/adaptive_bench.py; issue #15;
 # in parts for calls with a time limit: adaptive-full, adaptive-run (each resumed by the next call), adaptive-table),
 # power (issue #16: the bs 16/64 kv 4096 grid with --power both, twice; tests/gpu/power_states.py prints
-# per-state repeatability, the flipped decisions, clocks and throttle reasons; ~10 min, POWER_LIMIT per sweep),
+# per-state repeatability, the flipped decisions, clocks and throttle reasons; ~12 min, POWER_LIMIT per sweep;
+# in parts for calls with a time limit: power-1, power-2 (each resumed by the next call), power-table),
 # fp8 (fp8 KV with bf16 and fp8 queries; each kernel checked), tests, cache, prebuild-bg / prebuild-wait (build
 # in the background what the carried AOT modules lack for sweep and fp8, then wait for it), or any other word:
 # a shell command.
@@ -121,6 +122,14 @@ for s in "$@"; do
       step power2 "${POWER_LIMIT:-280}" $P --name power2
       step power-table 60 bash -c 'python3 tests/gpu/power_states.py /tmp/res/power1-* /tmp/res/power2-*'
       tail -n 30 /tmp/res/logs/power-table.txt >> "$OUT/summary.txt" ;;
+    power-1|power-2) # the same in parts, one sweep per call (each ~6 min: two do not fit a 10-minute call);
+      # a sweep cut short is resumed by the next call with the same word; power-table compares the two
+      P="kbench sweep --scenario draft-extend --kv-len 4096 --batch-size ${POWER_BS:-16,64} --power both --out /tmp/res"
+      name=power${s#power-}
+      if ls -d /tmp/res/$name-2* >/dev/null 2>&1; then step "$name-resume" "${POWER_LIMIT:-540}" bash -c "kbench sweep --resume /tmp/res/$name-2*"
+      else step "$name" "${POWER_LIMIT:-540}" $P --name "$name"; fi ;;
+    power-table) step power-table 60 bash -c 'python3 tests/gpu/power_states.py /tmp/res/power1-2* /tmp/res/power2-2*'
+      tail -n 40 /tmp/res/logs/power-table.txt >> "$OUT/summary.txt" ;;
     fp8) step fp8 "${STEP_LIMIT:-300}" kbench sweep $FP8_GRID --out /tmp/res --name fp8q
       step fp8-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fp8q-*' ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
