@@ -4,8 +4,10 @@ and every decision that flips between them with its margin.
 margin_unthrottled_pct: how much slower (in the unthrottled state) the sustained state's pick is than the
 unthrottled winner; margin_sustained_pct: the same the other way round. Both are > 0 for a flip.
 tie_unthrottled / tie_sustained: the two picks tie in that state (their spreads overlap: kbench.winners'
-tie rule, the one the report and the gate use), so the flip is within the noise there. A flip with neither
-is a real change of the answer; the flip list shows those first and labels the others.
+tie rule, the one the report and the gate use), so the flip is within the noise there. untimed: the kernels
+of the flip that have no time in the other state (a sweep cut short mid-case, a failed row), so its margin
+is unknown. A flip with none of these is a real change of the answer; the flip list shows those first and
+labels the others.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from kbench.winners import case_winners, measured
 STATES = axes.POWER_STATES
 KEY = [c for c in CASE_COLUMNS if c != "power"]
 PAIR_COLUMNS = [*KEY, "winner_unthrottled", "unthrottled_us", "winner_sustained", "sustained_us", "flipped",
-                "margin_unthrottled_pct", "margin_sustained_pct", "tie_unthrottled", "tie_sustained"]
+                "margin_unthrottled_pct", "margin_sustained_pct", "tie_unthrottled", "tie_sustained", "untimed"]
 
 
 def of_state(rows: pd.DataFrame, state: str) -> pd.DataFrame:
@@ -61,8 +63,13 @@ def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
             ts = times.get(key_t + ("sustained", ku))  # the unthrottled pick, timed sustained
             mu = (tu - rec["unthrottled_us"]) / rec["unthrottled_us"] * 100 if tu else None
             ms = (ts - rec["sustained_us"]) / rec["sustained_us"] * 100 if ts else None
+        untimed = []
+        if ku != ks:
+            untimed = [f"{k} not timed when {st}" for k, st, t in ((ks, "unthrottled", mu), (ku, "sustained", ms))
+                       if t is None]
         rec.update(margin_unthrottled_pct=mu, margin_sustained_pct=ms,
-                   tie_unthrottled=ku != ks and _ties(wu, ks), tie_sustained=ku != ks and _ties(ws, ku))
+                   tie_unthrottled=ku != ks and _ties(wu, ks), tie_sustained=ku != ks and _ties(ws, ku),
+                   untimed="; ".join(untimed))
         out.append(rec)
     df = pd.DataFrame(out, columns=PAIR_COLUMNS)
     return df.sort_values(["batch_size", "kv_len", "q_len"], kind="stable").reset_index(drop=True)
@@ -74,11 +81,12 @@ def _ties(winner: pd.Series, kernel: str) -> bool:
 
 
 def _tie_in_a_state(f: pd.DataFrame) -> pd.Series:
-    return f["tie_unthrottled"].astype(bool) | f["tie_sustained"].astype(bool)
+    """Not a real flip: a tie in a state, or a margin unknown (a kernel of the flip untimed in a state)."""
+    return f["tie_unthrottled"].astype(bool) | f["tie_sustained"].astype(bool) | (f["untimed"].fillna("") != "")
 
 
 def flips(pairs: pd.DataFrame, real_only: bool = False) -> pd.DataFrame:
-    """The decisions that flip between the states (real_only: not a tie in either state)."""
+    """The decisions that flip between the states (real_only: not a tie in either state, both margins known)."""
     f = pairs[pairs["flipped"].astype(bool)]
     if real_only:
         f = f[~_tie_in_a_state(f)]
@@ -93,6 +101,11 @@ def _ordered_flips(pairs: pd.DataFrame):
         yield r, [s for s in STATES if getattr(r, f"tie_{s}")]
 
 
+def _label(r, ties: list[str]) -> str:
+    parts = ([f"a tie when {' and when '.join(ties)}"] if ties else []) + ([r.untimed] if r.untimed else [])
+    return f" [{'; '.join(parts)}]" if parts else ""
+
+
 def _pct(v, missing: str) -> str:
     return missing if v is None or pd.isna(v) else f"+{v:.1f}%"
 
@@ -103,7 +116,7 @@ def flip_lines(pairs: pd.DataFrame) -> list[str]:
     pct = lambda v: _pct(v, "n/a")  # noqa: E731
     out = []
     for r, ties in _ordered_flips(pairs):
-        label = f" [a tie when {' and when '.join(ties)}]" if ties else ""
+        label = _label(r, ties)
         out.append(f"bs {r.batch_size} q {r.q_len} kv {r.kv_len} {axes.group_label(r._asdict())}: unthrottled "
                    f"{r.winner_unthrottled} ({r.winner_sustained} {pct(r.margin_unthrottled_pct)}), sustained "
                    f"{r.winner_sustained} ({r.winner_unthrottled} {pct(r.margin_sustained_pct)}){label}")
@@ -119,7 +132,7 @@ def flip_table(pairs: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for r, ties in _ordered_flips(pairs):
         rows.append([axes.group_label(r._asdict()), str(r.batch_size), str(r.q_len), str(r.kv_len),
                      str(r.winner_unthrottled), pct(r.margin_unthrottled_pct), str(r.winner_sustained),
-                     pct(r.margin_sustained_pct), f"tie when {' and '.join(ties)}" if ties else "flips"])
+                     pct(r.margin_sustained_pct), _label(r, ties).strip(" []") or "flips"])
     return headers, rows
 
 
