@@ -43,6 +43,7 @@ from kbench.values import number
 COARSE, CROSSOVER, TIE, STEP = "coarse", "refine-crossover", "refine-tie", "refine-step"
 TAGS = (COARSE, CROSSOVER, TIE, STEP)
 PRUNED_PREFIX = "adaptive: not measured"  # the reason of a pruned kernel's skipped row
+TWIN_MARK = "as fast as its twin "  # ... of a kernel not measured because it timed like another one
 STEPS = (16, 32)  # q_len x GQA group values where the decode kernels' tiles step up
 LINE_AXES = ("batch_size", "kv_len")
 
@@ -73,6 +74,7 @@ class _Obs:
 
         self.times: dict[str, tuple[float, float]] = {}
         self.pruned: set[str] = set()
+        self.twins: dict[str, str] = {}  # kernel not measured -> its measured twin
         self.have: set[str] = set(rows["kernel"])
         tags = [t for t in rows.get("chosen_by", pd.Series([], dtype=object)) if isinstance(t, str) and t]
         self.tag = tags[0] if tags else COARSE
@@ -83,8 +85,17 @@ class _Obs:
             if r["status"] == "ok" and m is not None and m > 0:
                 self.times[r["kernel"]] = (m, half_width_us(r))
             elif r["status"] == "skipped" and str(r.get("reason") or "").startswith(PRUNED_PREFIX):
-                self.pruned.add(r["kernel"])
+                twin = str(r.get("reason") or "").split(TWIN_MARK, 1)
+                if len(twin) == 2:  # not measured as the twin of a measured kernel: taken to be as fast
+                    self.twins[r["kernel"]] = twin[1].split(" ", 1)[0]
+                else:
+                    self.pruned.add(r["kernel"])
+        for k, j in self.twins.items():
+            if j in self.times:
+                self.times.setdefault(k, self.times[j])
         self.best = min(self.times, key=lambda k: self.times[k][0]) if self.times else None
+        if self.best in self.twins:  # a measured kernel wins a tie with its unmeasured twin
+            self.best = self.twins[self.best]
 
     def ratio(self, k: str, w: str) -> float:
         """t(k) / t(w) - 1: what choosing k costs where w is the reference (inf when k has no time)."""
@@ -206,6 +217,19 @@ class Planner:
             if all(n.far(k, f) for n in neighbours):
                 out[k] = (f"{PRUNED_PREFIX}: {f:g}x or more slower than the best at all {len(neighbours)} "
                           f"measured neighbour(s) ({where})")
+        tw = self.opt.twin
+        if tw:  # twins: within `twin` of a kernel j at every neighbour, both timed there: j is measured for both
+            kept = [k for k in self.competing if k not in out]
+            speed = {k: sum(min(n.ratio(k, n.best), 10.0) for n in neighbours) for k in kept}  # lower: faster
+            for k in sorted(kept, key=lambda k: (-speed[k], k)):  # the slower of a pair is the one not measured
+                for j in sorted(kept, key=lambda j: (speed[j], j)):
+                    if j == k or j in out:
+                        continue
+                    if all(k in n.times and j in n.times and k not in n.twins and j not in n.twins
+                           and abs(n.ratio(k, j)) <= tw for n in neighbours):
+                        out[k] = (f"{PRUNED_PREFIX}: within {tw:.0%} of {j} at all {len(neighbours)} measured "
+                                  f"neighbour(s), {TWIN_MARK}{j} ({where})")
+                        break
         return out
 
     def _add(self, points: dict, case: Case | None, tag: str, priority: float, neighbours: list[_Obs],

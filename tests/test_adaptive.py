@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from kbench.adaptive import (COARSE, CROSSOVER, STEP, TIE, AdaptiveOptions, Planner, replay, step_pairs)
 from kbench.cli.main import cli
+from kbench.errors import BadInput
 from kbench.models import MODELS
 from kbench.report.policy import build_policy, lookup
 from kbench.scenario import Scenario, Timing
@@ -334,3 +335,24 @@ def test_replayed_on_the_h200_full_grid_the_policy_meets_the_regret_goals():
     assert r.cases == 432 and r.mean_pct <= 1 and r.worst_pct <= 5
     timed = got[(got.status == "ok") & (got.path != "reference")]
     assert len(timed) < 2160 / 3
+
+
+def test_twins_are_measured_once_between_neighbours_where_they_timed_alike():
+    # B and C time within 0.3% of each other everywhere (one kernel under two names); A wins below q 6
+    def times(k, bs, q, kv):
+        base = bs * kv / 512
+        b = 100 * base * (1 + q / 40)
+        return {"A": 100 * base * (0.8 + 0.05 * q), "B": b, "C": b * 1.003}[k]
+
+    cases = grid(bs=(1, 16), kv=(512, 4096))
+    full = landscape(cases, times)
+    _, got, why = run(full, cases)
+    assert why == "converged"
+    twin = got[got.reason.astype(str).str.contains("as fast as its twin B")]
+    assert len(twin) > 0 and set(twin.kernel) == {"C"} and (twin.status == "skipped").all()
+    assert (got[(got.kernel == "C") & (got.chosen_by == COARSE)].status == "ok").all()  # both timed on the coarse grid
+    assert check_crossovers_found(full, got, 0.02) <= 0.02
+    _, got0, _ = run(full, cases, twin=0.0)
+    assert (got.status == "ok").sum() < (got0.status == "ok").sum()  # fewer measurements than without twins
+    with pytest.raises(BadInput, match="twin"):
+        AdaptiveOptions(twin=0.6).check()
