@@ -163,7 +163,7 @@ def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_d
             plain = FuncFormatter(lambda v, _: f"{v:g}")
             ax.yaxis.set_major_formatter(plain)
             ax.yaxis.set_minor_formatter(plain)
-            ax.tick_params(axis="y", which="minor", labelsize=7)
+            ax.tick_params(axis="y", which="both", labelsize=7)  # decade and in-between ticks alike
             ax.set_xlabel(f"q_len (tokens per request; GQA group G = {group})")
             ax.set_ylabel("median time per call (µs, log)")
             ax.set_xticks(sorted(sel["q_len"].unique()))
