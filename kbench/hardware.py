@@ -100,48 +100,6 @@ TRITON_PERSISTENT = ((4096, 2, 8), (8192, 1, 16), (2048, 4, 4))  # (BLOCK, PER_S
 TRITON_TMA = ((32, 256, 4, 4, 1), (64, 128, 3, 4, 2), (16, 256, 6, 4, 2))  # (BM, BN, STAGES, warps, PER_SM)
 
 
-def _triton_read_kernels():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def read_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr, EVEN: tl.constexpr):
-        pid = tl.program_id(0)
-        base = pid.to(tl.int64) * BLOCK * ITERS
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for i in tl.static_range(ITERS):  # unrolled: every load of the program issued before the sums wait
-            offs = base + i * BLOCK + tl.arange(0, BLOCK)
-            if EVEN:
-                acc += tl.load(x_ptr + offs, eviction_policy="evict_first")
-            else:
-                acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
-        tl.store(out_ptr + pid, tl.sum(acc, axis=0))
-
-    @triton.jit
-    def read_sum_persistent(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
-        pid = tl.program_id(0)
-        nprog = tl.num_programs(0)
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for b in range(pid, tl.cdiv(n, BLOCK), nprog):
-            offs = tl.cast(b, tl.int64) * BLOCK + tl.arange(0, BLOCK)
-            if EVEN:
-                acc += tl.load(x_ptr + offs, eviction_policy="evict_first")
-            else:
-                acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
-        tl.store(out_ptr + pid, tl.sum(acc, axis=0))
-
-    @triton.jit
-    def read_sum_tma(desc, out_ptr, ntiles, BM: tl.constexpr, BN: tl.constexpr, STAGES: tl.constexpr):
-        pid = tl.program_id(0)
-        nprog = tl.num_programs(0)
-        acc = tl.zeros([BN], dtype=tl.float32)
-        for t in tl.range(pid, ntiles, nprog, num_stages=STAGES):
-            acc += tl.sum(desc.load([t * BM, 0]), axis=0)  # rows past the end come back as zeros
-        tl.store(out_ptr + pid * BN + tl.arange(0, BN), acc)
-
-    return read_sum, read_sum_persistent, read_sum_tma
-
-
 def triton_read_probes(f32, sms: int | None = None) -> dict:
     """{name: fn} of Triton read kernels over the float32 tensor `f32` (on its device); {} without Triton or
     where a kernel does not compile (the torch probes then stand alone). `sms`: multiprocessors, for the
@@ -149,7 +107,7 @@ def triton_read_probes(f32, sms: int | None = None) -> dict:
     try:
         import triton
 
-        tiled, persistent, tma = _triton_read_kernels()
+        from kbench.triton_read import read_sum as tiled, read_sum_persistent as persistent, read_sum_tma as tma
     except Exception:  # noqa: BLE001 - no Triton, or one that cannot build here
         return {}
     import torch
