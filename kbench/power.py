@@ -140,7 +140,7 @@ class Soak:
     def line(self) -> str:
         if self.temp_start_c is None or self.temp_end_c is None:
             return f"heat soak {self.seconds:.1f} s (no temperature reading)"
-        how = "temperature steady" if self.settled else f"still rising at {SOAK_MAX_S:g} s"
+        how = "temperature steady" if self.settled else "still rising at its time limit"
         return f"heat soak {self.seconds:.1f} s: {self.temp_start_c:.0f} -> {self.temp_end_c:.0f} C ({how})"
 
 
@@ -161,12 +161,11 @@ def soak(sampler: Sampler, load: Callable[[], None], trend_s: float = SOAK_TREND
             if t is not None:
                 temps.append((now, t))
             if now - t0 >= trend_s:
-                first = temps[0][1] if temps else None
                 if not temps:
                     return Soak(True, now - t0, None, None)
                 ago = [v for (w, v) in temps if w <= now - trend_s]
                 if ago and temps[-1][1] - ago[-1] <= rise_c:
-                    return Soak(True, now - t0, first, temps[-1][1])
+                    return Soak(True, now - t0, temps[0][1], temps[-1][1])
         if now - t0 >= max_s:
             return Soak(False, now - t0, temps[0][1] if temps else None, temps[-1][1] if temps else None)
 
