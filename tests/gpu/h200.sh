@@ -55,6 +55,8 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1
 # the grids of the sweep steps and of the fp8 step (prebuild-bg builds their modules)
 SWEEP_GRID="--scenario draft-extend --kv-len 4096 --batch-size 16,64"
 FP8_GRID="--scenario draft-extend --batch-size 2,16 --q-len 4 --kv-len 1024 --kv-dtype fp8 --q-dtype dtype,fp8 --kernels trtllm-decode,trtllm-fmha-v2,fa2-prefill,decode-wrapper"
+ADAPTIVE_KV=512,4096,32768  # the adaptive benchmark's grid: --scenario draft-extend at these KV lengths
+POWER_GRID="--scenario draft-extend --kv-len 4096 --batch-size ${POWER_BS:-16,64} --power both"
 step() { local name=$1 limit=$2; shift 2; echo "=== $name: $*" | tee -a "$OUT/summary.txt"; local t0=$SECONDS
   timeout "$limit" "$@" > "/tmp/res/logs/$name.txt" 2>&1; local rc=$?
   echo "=== $name rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
@@ -63,6 +65,12 @@ step() { local name=$1 limit=$2; shift 2; echo "=== $name: $*" | tee -a "$OUT/su
 # file must stay under 16 MiB). A machine gone cold between calls: carry them back as .gpu-carry/*.tgz.
 pack() { tar czf "$OUT/results.tgz" -C /tmp --exclude res/adaptive res
   if [ -d /tmp/res/adaptive ]; then tar czf "$OUT/adaptive.tgz" -C /tmp res/adaptive; fi; }
+# a sweep a later call may finish: resumed when its run folder exists (a call cut short), else started
+resumable() { local name=$1 limit=$2 runs=$3; shift 3
+  if ls -d $runs >/dev/null 2>&1; then step "$name-resume" "$limit" bash -c "kbench sweep --resume $runs"
+  else step "$name" "$limit" "$@"; fi; }
+power_table() { step power-table 60 bash -c 'python3 tests/gpu/power_states.py /tmp/res/power1-2* /tmp/res/power2-2*'
+  tail -n 40 /tmp/res/logs/power-table.txt >> "$OUT/summary.txt"; }
 for t in .gpu-carry/*.tgz; do [ -f "$t" ] && tar xzf "$t" -C /tmp && echo "restored $t"; done
 for s in "$@"; do
   case "$s" in
@@ -82,21 +90,15 @@ for s in "$@"; do
       step fault-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fault-*' ;;
     ceiling) step ceiling 120 bash -c 'python3 tests/gpu/ceiling.py /tmp/res results/baselines/h200-draft-extend-kv4096 $(ls -d /tmp/res/adaptive/*-2* 2>/dev/null)'
       tail -n 30 /tmp/res/logs/ceiling.txt >> "$OUT/summary.txt" ;;
-    adaptive) step adaptive "${ADAPTIVE_LIMIT:-3000}" python3 tests/gpu/adaptive_bench.py --out /tmp/res/adaptive --kv-len 512,4096,32768
+    adaptive) step adaptive "${ADAPTIVE_LIMIT:-3000}" python3 tests/gpu/adaptive_bench.py --out /tmp/res/adaptive --kv-len $ADAPTIVE_KV
       tail -n 40 /tmp/res/logs/adaptive.txt >> "$OUT/summary.txt" ;;
     adaptive-full) # the same in parts, for calls with a time limit: the full grid (a later call resumes it) ...
-      if ls -d /tmp/res/adaptive/full-2* >/dev/null 2>&1; then
-        step adaptive-full-resume "${ADAPTIVE_LIMIT:-540}" bash -c 'kbench sweep --resume /tmp/res/adaptive/full-2*'
-      else
-        step adaptive-full "${ADAPTIVE_LIMIT:-540}" kbench sweep --scenario draft-extend --kv-len 512,4096,32768 --out /tmp/res/adaptive --name full
-      fi
+      resumable adaptive-full "${ADAPTIVE_LIMIT:-540}" "/tmp/res/adaptive/full-2*" \
+        kbench sweep --scenario draft-extend --kv-len $ADAPTIVE_KV --out /tmp/res/adaptive --name full
       tail -n 4 /tmp/res/logs/adaptive-full*.txt >> "$OUT/summary.txt" ;;
     adaptive-run) # ... the adaptive sweep of it (resumed likewise) ...
-      if ls -d /tmp/res/adaptive/adaptive-2* >/dev/null 2>&1; then
-        step adaptive-run-resume "${ADAPTIVE_LIMIT:-540}" bash -c 'kbench sweep --resume /tmp/res/adaptive/adaptive-2*'
-      else
-        step adaptive-run "${ADAPTIVE_LIMIT:-540}" python3 tests/gpu/adaptive_bench.py --only adaptive --out /tmp/res/adaptive --kv-len 512,4096,32768
-      fi ;;
+      resumable adaptive-run "${ADAPTIVE_LIMIT:-540}" "/tmp/res/adaptive/adaptive-2*" \
+        python3 tests/gpu/adaptive_bench.py --only adaptive --out /tmp/res/adaptive --kv-len $ADAPTIVE_KV ;;
     adaptive-table) # ... and the table of the two
       step adaptive-table 120 bash -c 'python3 tests/gpu/adaptive_bench.py --full /tmp/res/adaptive/full-2* --adaptive /tmp/res/adaptive/adaptive-2*'
       tail -n 40 /tmp/res/logs/adaptive-table.txt >> "$OUT/summary.txt" ;;
@@ -117,19 +119,14 @@ for s in "$@"; do
         step real-table 60 bash -c 'python3 tests/gpu/realistic.py /tmp/res/realistic.txt /tmp/res/real-*-2*'
         cat /tmp/res/realistic.txt >> "$OUT/summary.txt" 2>/dev/null
       fi ;;
-    power) P="kbench sweep --scenario draft-extend --kv-len 4096 --batch-size ${POWER_BS:-16,64} --power both --out /tmp/res"
-      step power1 "${POWER_LIMIT:-280}" $P --name power1
-      step power2 "${POWER_LIMIT:-280}" $P --name power2
-      step power-table 60 bash -c 'python3 tests/gpu/power_states.py /tmp/res/power1-* /tmp/res/power2-*'
-      tail -n 30 /tmp/res/logs/power-table.txt >> "$OUT/summary.txt" ;;
-    power-1|power-2) # the same in parts, one sweep per call (each ~6 min: two do not fit a 10-minute call);
+    power) step power1 "${POWER_LIMIT:-280}" kbench sweep $POWER_GRID --out /tmp/res --name power1
+      step power2 "${POWER_LIMIT:-280}" kbench sweep $POWER_GRID --out /tmp/res --name power2
+      power_table ;;
+    power-1|power-2) # the same in parts, one sweep per call (each ~6.5 min: two do not fit a 10-minute call);
       # a sweep cut short is resumed by the next call with the same word; power-table compares the two
-      P="kbench sweep --scenario draft-extend --kv-len 4096 --batch-size ${POWER_BS:-16,64} --power both --out /tmp/res"
       name=power${s#power-}
-      if ls -d /tmp/res/$name-2* >/dev/null 2>&1; then step "$name-resume" "${POWER_LIMIT:-540}" bash -c "kbench sweep --resume /tmp/res/$name-2*"
-      else step "$name" "${POWER_LIMIT:-540}" $P --name "$name"; fi ;;
-    power-table) step power-table 60 bash -c 'python3 tests/gpu/power_states.py /tmp/res/power1-2* /tmp/res/power2-2*'
-      tail -n 40 /tmp/res/logs/power-table.txt >> "$OUT/summary.txt" ;;
+      resumable "$name" "${POWER_LIMIT:-540}" "/tmp/res/$name-2*" kbench sweep $POWER_GRID --out /tmp/res --name "$name" ;;
+    power-table) power_table ;;
     fp8) step fp8 "${STEP_LIMIT:-300}" kbench sweep $FP8_GRID --out /tmp/res --name fp8q
       step fp8-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fp8q-*' ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
