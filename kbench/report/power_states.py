@@ -80,7 +80,7 @@ def _ties(winner: pd.Series, kernel: str) -> bool:
     return kernel in [t.strip() for t in str(winner.get("tied_with") or "").split(",")]
 
 
-def _tie_in_a_state(f: pd.DataFrame) -> pd.Series:
+def _not_a_real_flip(f: pd.DataFrame) -> pd.Series:
     """Not a real flip: a tie in a state, or a margin unknown (a kernel of the flip untimed in a state)."""
     return f["tie_unthrottled"].astype(bool) | f["tie_sustained"].astype(bool) | (f["untimed"].fillna("") != "")
 
@@ -89,14 +89,14 @@ def flips(pairs: pd.DataFrame, real_only: bool = False) -> pd.DataFrame:
     """The decisions that flip between the states (real_only: not a tie in either state, both margins known)."""
     f = pairs[pairs["flipped"].astype(bool)]
     if real_only:
-        f = f[~_tie_in_a_state(f)]
+        f = f[~_not_a_real_flip(f)]
     return f.reset_index(drop=True)
 
 
 def _ordered_flips(pairs: pd.DataFrame):
     """(flip row, the states in which its two kernels tie): the real flips first, then the ties."""
     f = flips(pairs)
-    noisy = _tie_in_a_state(f)
+    noisy = _not_a_real_flip(f)
     for r in pd.concat([f[~noisy], f[noisy]]).itertuples():
         yield r, [s for s in STATES if getattr(r, f"tie_{s}")]
 
