@@ -51,10 +51,10 @@ def read_probes(device: str = "cuda", nbytes: int | None = None, reps: int = 20)
     far above its L2; 256 MiB on a CPU): a bf16 sum with float32 accumulation and an int32 max (one
     scalar out), a float32 row sum and a bf16 matrix-vector product (cuBLAS gemv; one value per row out);
     on a CPU only `CPU_PROBES`.
-    A torch reduction is not a ceiling on its own: on the H200 these four read at most 4,156 GB/s (the int32
-    max) while the decode wrapper read KV at 4,354, so on a GPU with Triton the set also has Triton read
-    kernels (`triton_read_probes`: tiled, persistent, and on SM90+ TMA-loaded). Empty where the device is
-    absent."""
+    A torch reduction is not a ceiling on its own: on the H200 these four read at most 4,326 GB/s (the int32
+    max) while the decode wrapper read KV at 4,506, so on a GPU with Triton the set also has Triton read
+    kernels (`triton_read_probes`: tiled, persistent, and on SM90+ TMA-loaded; up to 4,605 GB/s there).
+    Empty where the device is absent."""
     import torch
 
     cuda = str(device).startswith("cuda")
