@@ -275,6 +275,20 @@ def test_report_per_state_policy_and_cli_flip_lines(tmp_path):
     assert bad.exit_code == 2 and "give one state" in bad.output
 
 
+
+def test_regret_of_a_two_state_report_judges_each_case_in_its_own_state(tmp_path):
+    """A report of a --power both run has one policy group per state; each case is looked up in the group of
+    its own state (found on the H200 run: every case was 'policy kernel unavailable', the lookup ambiguous)."""
+    run = write_run(tmp_path / "r", _pair_rows())
+    res = build_report([run], tmp_path / "rep", holdout=0.3, seed=1)
+    whole, held = res.regrets
+    assert whole.cases == 20 and whole.unavailable == 0 and whole.mean_pct == 0 and whole.worst_pct == 0
+    assert held.unavailable == 0 and held.cases == 6 and held.mean_pct is not None
+    sustained = held.per_case[held.per_case["case_id"].str.endswith("-sustained")]
+    assert len(sustained) and sustained["chosen"].notna().all()  # answered, from the sustained group
+    one = build_report([run], tmp_path / "rep-s", power="sustained").regrets[0]
+    assert one.cases == 10 and one.unavailable == 0
+
 def test_report_power_state_absent_is_refused(tmp_path):
     run = write_run(tmp_path / "r", [row(DECODE, case(1, 1, 1024), 10.0)])
     res = cli("report", run, "--out", tmp_path / "rep", "--power", "sustained")

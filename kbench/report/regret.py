@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from kbench.errors import BadInput
-from kbench.report.policy import lookup
+from kbench.report.policy import FILTER_AXES, lookup
 
 
 @dataclass
@@ -52,10 +52,13 @@ def regret(policy: dict, ok_rows: pd.DataFrame, cases: pd.DataFrame, label: str)
     for r in cases.itertuples():
         rec = {"case_id": r.case_id, "best": r.winner, "best_us": float(r.winner_us), "chosen": None,
                "chosen_us": None, "regret_pct": None, "interpolated": None, "extrapolated": None}
+        # the case's own group: its realistic axes and timing state too (a run with both power states, or
+        # several KV distributions, has one group per value, and the case is judged in its own)
+        filters = {a: str(getattr(r, a)) for a in FILTER_AXES if a in cases.columns}
         try:
             ans = lookup(policy, r.batch_size, r.q_len, r.kv_len, extrapolate=True,
                          heads=f"{r.num_qo_heads}/{r.num_kv_heads}/{r.head_dim}", dtype=r.dtype,
-                         kv_dtype=r.kv_dtype, page_size=int(r.page_size), kv_layout=r.kv_layout)
+                         kv_dtype=r.kv_dtype, page_size=int(r.page_size), kv_layout=r.kv_layout, **filters)
         except BadInput:  # no group for this head config in the policy
             recs.append(rec)
             continue
