@@ -71,7 +71,9 @@ resumable() { local name=$1 limit=$2 runs=$3; shift 3
   else step "$name" "$limit" "$@"; fi; }
 power_table() { step power-table 60 bash -c 'python3 tests/gpu/power_states.py /tmp/res/power1-2* /tmp/res/power2-2*'
   tail -n 40 /tmp/res/logs/power-table.txt >> "$OUT/summary.txt"; }
-for t in .gpu-carry/*.tgz; do [ -f "$t" ] && tar xzf "$t" -C /tmp && echo "restored $t"; done
+# --skip-old-files: on a machine still warm, the newer files there win (a second h200.sh in one call must not
+# put back the older run folders it was carried)
+for t in .gpu-carry/*.tgz; do [ -f "$t" ] && tar xzf "$t" --skip-old-files -C /tmp && echo "restored $t (files not already there)"; done
 for s in "$@"; do
   case "$s" in
     env) step env 120 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; kbench env; kbench kernels' ;;
