@@ -20,6 +20,7 @@ import argparse
 import os
 import shutil
 import subprocess
+import signal
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,8 @@ from kbench.report.regret import regret
 from kbench.store import load_run
 from kbench.sweep import scenario_of_run
 from kbench.winners import case_winners, measured
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly, as kbench does
 
 MARK = {"coarse": "C", "refine-crossover": "X", "refine-tie": "T", "refine-step": "S", "": "#"}
 

@@ -3,6 +3,7 @@ the per-row |difference| between the sweeps; goal <= 1% and <= 3%), the decision
 (in each sweep), and the SM clocks, power draw, throttle reasons and settle timeouts seen per state.
     python3 tests/gpu/power_states.py RUN_A RUN_B
 """
+import signal
 import sys
 
 import pandas as pd
@@ -10,6 +11,8 @@ import pandas as pd
 from kbench.report.power_states import flip_lines, flips, side_by_side
 from kbench.store import load_run
 from kbench.winners import measured
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly, as kbench does
 
 a, b = (load_run(p).rows for p in sys.argv[1:3])
 key = ["kernel", "case_id"]
