@@ -36,6 +36,17 @@ def test_acceptance_table_names_the_winner_and_ragged_over_padded():
     assert line["winner"] == "fa2-prefill by 1.14x" and line["ragged / padded"] == "0.98"
 
 
+def test_acceptance_table_without_a_ragged_kernel_measured_says_dash():
+    """A ragged-q sweep of padded decode and context only (--kernels trtllm-decode,fa2-prefill) has no ragged
+    decode row: its line shows '-' there instead of the report crashing on the missing kernel family."""
+    ok = with_defaults(rows())
+    ok = ok[ok["kernel"] != "trtllm-decode-ragged"]
+    headers, out = acceptance_table(ok)
+    line = dict(zip(headers, out[0]))
+    assert line["ragged decode µs"] == "-" and line["ragged / padded"] == "-"
+    assert line["winner"] == "fa2-prefill by 1.16x"
+
+
 def test_heterogeneous_kv_flips_the_winner():
     ok = with_defaults(rows())
     headers, out = axis_effect_table(ok, "kv_dist")
@@ -87,3 +98,21 @@ def test_report_and_select_end_to_end_on_realistic_runs(tmp_path):
     assert win.exit_code == 0 and json.loads(win.output)["kernel"] == DECODE
     bad = cli(*base, "--q-dist", "poisson:1")
     assert bad.exit_code == 2 and "--q-dist: unknown distribution 'poisson'" in bad.output
+
+
+def test_regret_judges_each_realistic_group_in_its_own_group(tmp_path):
+    """One run with every realistic axis at a non-default value beside the idealised batch: the policy has a
+    group per value, and the regret looks each case up in its own (before, every case was a policy hole)."""
+    from report_synth import DECODE, FA2, case, row as synth_row, write_run
+
+    from kbench.report import build_report
+
+    variants = [{}, {"kv_dist": "lognormal:1.0"}, {"q_dist": "accept:0.7"}, {"window_left": 128, "sinks": "on"},
+                {"max_seq_len": "context:131072"}, {"skip_softmax": "1000"}, {"kv_dtype": "fp8", "q_dtype": "fp8"}]
+    rows = [r for v in variants for q in (1, 4, 8)
+            for r in (synth_row(DECODE, case(16, q, 4096, **v), 10.0 + q), synth_row(FA2, case(16, q, 4096, **v), 12.0))]
+    res = build_report([write_run(tmp_path / "r", rows)], tmp_path / "rep", holdout=0.3)
+    assert len(res.policy["groups"]) == len(variants)
+    whole, held = res.regrets
+    assert (whole.cases, whole.unavailable, whole.mean_pct) == (21, 0, 0)
+    assert held.unavailable == 0 and held.mean_pct is not None
