@@ -59,7 +59,7 @@ def regret(policy: dict, ok_rows: pd.DataFrame, cases: pd.DataFrame, label: str)
             ans = lookup(policy, r.batch_size, r.q_len, r.kv_len, extrapolate=True,
                          heads=f"{r.num_qo_heads}/{r.num_kv_heads}/{r.head_dim}", dtype=r.dtype,
                          kv_dtype=r.kv_dtype, page_size=int(r.page_size), kv_layout=r.kv_layout, **filters)
-        except BadInput:  # no group for this head config in the policy
+        except BadInput:  # no group in the policy for this case's heads, dtypes, axes or state
             recs.append(rec)
             continue
         rec.update(chosen=ans["kernel"], interpolated=ans["interpolated"], extrapolated=ans["extrapolated"])
