@@ -48,7 +48,6 @@ def run_adaptive(sweep, writer, dev, cases, done, bw, isolate, t_start: float) -
         sweep.obs.message(f"adaptive round {rounds}: {len(plan.points)} case(s), {plan.uncertain} uncertain "
                           f"interval(s), {measurements} measurements so far")
         todo = [p for p in plan.points if any((k.name, p.case.case_id) not in done for k in sweep.kernels)]
-        sweep._compile(dev, [p.case for p in todo], done, in_process=not isolate)  # (compiled above: a no-op)
         sweep.obs.phase(f"adaptive round {rounds}", total=sum(  # one advance per row, as in a full sweep
             1 for p in todo for k in sweep.kernels if (k.name, p.case.case_id) not in done))
         for p in todo:
