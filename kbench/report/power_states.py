@@ -101,9 +101,10 @@ def _ordered_flips(pairs: pd.DataFrame):
         yield r, [s for s in STATES if getattr(r, f"tie_{s}")]
 
 
-def _label(r, ties: list[str]) -> str:
+def _notes(r, ties: list[str]) -> str:
+    """Why a flip is not a real one ('' for a real flip): the states where it is a tie, the kernels untimed."""
     parts = ([f"a tie when {' and when '.join(ties)}"] if ties else []) + ([r.untimed] if r.untimed else [])
-    return f" [{'; '.join(parts)}]" if parts else ""
+    return "; ".join(parts)
 
 
 def _pct(v, missing: str) -> str:
@@ -116,7 +117,8 @@ def flip_lines(pairs: pd.DataFrame) -> list[str]:
     pct = lambda v: _pct(v, "n/a")  # noqa: E731
     out = []
     for r, ties in _ordered_flips(pairs):
-        label = _label(r, ties)
+        notes = _notes(r, ties)
+        label = f" [{notes}]" if notes else ""
         out.append(f"bs {r.batch_size} q {r.q_len} kv {r.kv_len} {axes.group_label(r._asdict())}: unthrottled "
                    f"{r.winner_unthrottled} ({r.winner_sustained} {pct(r.margin_unthrottled_pct)}), sustained "
                    f"{r.winner_sustained} ({r.winner_unthrottled} {pct(r.margin_sustained_pct)}){label}")
@@ -132,7 +134,7 @@ def flip_table(pairs: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for r, ties in _ordered_flips(pairs):
         rows.append([axes.group_label(r._asdict()), str(r.batch_size), str(r.q_len), str(r.kv_len),
                      str(r.winner_unthrottled), pct(r.margin_unthrottled_pct), str(r.winner_sustained),
-                     pct(r.margin_sustained_pct), _label(r, ties).strip(" []") or "flips"])
+                     pct(r.margin_sustained_pct), _notes(r, ties) or "flips"])
     return headers, rows
 
 
