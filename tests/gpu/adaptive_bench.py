@@ -34,7 +34,7 @@ from kbench.store import load_run
 from kbench.sweep import scenario_of_run
 from kbench.winners import case_winners, measured
 
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly, as kbench does
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly, no BrokenPipeError traceback
 
 MARK = {"coarse": "C", "refine-crossover": "X", "refine-tie": "T", "refine-step": "S", "": "#"}
 

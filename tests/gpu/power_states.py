@@ -12,7 +12,7 @@ from kbench.report.power_states import flip_lines, flips, side_by_side
 from kbench.store import load_run
 from kbench.winners import measured
 
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly, as kbench does
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly, no BrokenPipeError traceback
 
 a, b = (load_run(p).rows for p in sys.argv[1:3])
 key = ["kernel", "case_id"]
