@@ -1,4 +1,4 @@
-"""`kbench gate` and `kbench baseline`: thin click commands over kbench.gate and kbench.baselines."""
+"""`kbench gate` and `kbench baseline`: thin click commands over kbench.gate and kbench.gate.baselines."""
 from __future__ import annotations
 
 import sys
@@ -95,7 +95,7 @@ def render(res, console: Console, show_all: bool) -> None:
                              f"ties: {', '.join(res.winner_ties)}"), style="dim")
     console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {noise_line(res)}"))
     if res.kind == "server-bench":
-        from kbench.server.ab import ab_answer
+        from kbench.gate.ab import ab_answer
 
         console.print(escape("A/B: " + ab_answer(res.rows)))
     console.print(f"[{'bold green' if res.passed else 'bold red'}]{res.summary_line()}[/]")
@@ -163,9 +163,9 @@ def baseline(runs, name, root, force, allow_partial):
     run_spread = (max - min) / median of the per-run medians, and the runs' samples pooled. The gate
     widens its band by run_spread: band = max(threshold, K * run_noise, run_spread), see kbench gate --help.
     """
-    from kbench.baselines import baseline_dir, write_multi_baseline
-    from kbench.outputs import writable_dir
-    from kbench.store import load_run, name_note
+    from kbench.gate.baselines import baseline_dir, write_multi_baseline
+    from kbench.runs.outputs import writable_dir
+    from kbench.runs.store import load_run, name_note
 
     baseline_dir(name, root)  # a bad name is refused before the root is created
     writable_dir(root, "--out", create=False)

@@ -10,11 +10,11 @@ from rich.table import Table
 from kbench.cli.console import make_console
 from kbench.cli.options import examples
 
-from kbench.case import Case
-from kbench.probe import probe_device
+from kbench.cases.case import Case
+from kbench.timing.probe import probe_device
 from kbench.kernels.registry import all_kernels
-from kbench.models import MODELS
-from kbench.measure import kernel_reason
+from kbench.cases.models import MODELS
+from kbench.engine.measure import kernel_reason
 
 
 @click.command("kernels", epilog=examples(
@@ -58,7 +58,7 @@ def env_cmd(as_json, no_bandwidth):
     """The device, SM, versions, clocks and measured copy and read bandwidth (the read figure is the
     roofline ceiling of sweep's roofline_frac; both are measured on a CPU too)."""
     from kbench import __version__
-    from kbench.hardware import clocks, copy_bandwidth_gbs, read_bandwidth_gbs
+    from kbench.timing.hardware import clocks, copy_bandwidth_gbs, read_bandwidth_gbs
 
     dev = probe_device()
     info = {"kbench": __version__, **dev.to_dict()}

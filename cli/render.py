@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from kbench.axes import GROUP_COLUMNS, extra_label
-from kbench.rows import Row
-from kbench.sweep import SweepObserver
-from kbench.winners import case_winners
+from kbench.cases.axes import GROUP_COLUMNS, extra_label
+from kbench.runs.rows import Row
+from kbench.engine.sweep import SweepObserver
+from kbench.runs.winners import case_winners
 
 LOG_EVERY_S = 30  # progress line period without a terminal (env KBENCH_PROGRESS_S)
 STATUS_STYLE = {"ok": "green", "skipped": "dim", "wrong": "bold red", "failed": "red"}

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kbench import axes
+from kbench.cases import axes
 from kbench.cli.console import make_console
 from kbench.cli.options import AliasOption, examples
 from kbench.errors import BadInput
@@ -92,7 +92,7 @@ def _fmt_point(p: dict) -> str:
 
 
 def _realistic_filters(f):
-    """One filter flag per realistic-batch axis of kbench.axes.AXES (a policy group holds one value of each)."""
+    """One filter flag per realistic-batch axis of kbench.cases.axes.AXES (a policy group holds one value of each)."""
     from kbench.report.policy import FILTER_AXES
 
     for a in reversed([axes.AXIS[n] for n in FILTER_AXES]):

@@ -47,7 +47,7 @@ class SpaceListCommand(click.Command):
 def _int_list(name: str, values: tuple[str, ...]) -> tuple[int, ...]:
     """Lists as sweep takes them (`1,4`, `1..16`, `1..64*2`, `8..32:8`) or space-separated as SGLang takes
     them; order kept, repeats dropped, every value >= 1."""
-    from kbench.axes import parse_int_axis
+    from kbench.cases.axes import parse_int_axis
 
     out = []
     for v in values:
@@ -271,7 +271,7 @@ def server_bench(ctx, url, backend, batch_size, input_len, output_len, run_name,
 
 def _run(cfg, result_filename):
     from kbench.server.bench import check_outputs
-    from kbench.signals import stop_reason, terminate_as_interrupt
+    from kbench.runs.signals import stop_reason, terminate_as_interrupt
 
     cfg.validate()
     check_outputs(cfg)  # --out / --result-filename writable: exit 2 before anything runs

@@ -7,18 +7,18 @@ import sys
 import click
 from rich.console import Console
 
-from kbench.axes import GRID, axes_with
+from kbench.cases.axes import GRID, axes_with
 from kbench.cli.console import make_console
 from kbench.errors import BadInput
-from kbench.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
-from kbench.scenario import apply_overrides, load_scenario
-from kbench.devices import parse_devices, run_on_devices
-from kbench.store import load_run, name_note
-from kbench.sweep import Sweep, SweepOptions, parse_shard, scenario_of_run, shard_cases, sweep_payload
-from kbench.store import check_resumable, read_manifest
+from kbench.engine.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
+from kbench.cases.scenario import apply_overrides, load_scenario
+from kbench.engine.devices import parse_devices, run_on_devices
+from kbench.runs.store import load_run, name_note
+from kbench.engine.sweep import Sweep, SweepOptions, parse_shard, scenario_of_run, shard_cases, sweep_payload
+from kbench.runs.store import check_resumable, read_manifest
 
-from kbench.outputs import writable_dir
-from kbench.signals import terminate_as_interrupt
+from kbench.runs.outputs import writable_dir
+from kbench.runs.signals import terminate_as_interrupt
 
 from kbench.cli.options import examples
 from kbench.cli.render import RichSweepObserver, fmt_bw, skipped_reasons, summary_tables
@@ -35,7 +35,7 @@ def _slow(values: tuple[str, ...]) -> dict[str, int]:
 
 
 def grid_axis_options(f):
-    """One override flag per grid axis of kbench.axes.AXES (in table order in --help)."""
+    """One override flag per grid axis of kbench.cases.axes.AXES (in table order in --help)."""
     for a in reversed(axes_with(GRID)):
         f = click.option(*([a.flag, a.short] if a.short else [a.flag]), a.name, help=a.help)(f)
     return f
@@ -109,8 +109,8 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
             raise BadInput(f"--resume finishes the run as it was started: {', '.join(fixed)} cannot change it "
                            f"(drop {'them' if len(fixed) > 1 else 'it'})")
         check_resumable(resume, manifest)
-        from kbench.probe import probe_device
-        from kbench.resume import check_resume
+        from kbench.timing.probe import probe_device
+        from kbench.runs.resume import check_resume
 
         nothing = check_resume(resume, manifest, probe_device(device_index, with_flashinfer=False).to_dict(), force)
         if nothing:
@@ -200,7 +200,7 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
 def _adaptive_options(adaptive, budget_measurements, budget_minutes, regret_bound, coarse_step, resume):
     """AdaptiveOptions from the flags, or None. With --resume an adaptive run keeps its settings from its
     manifest (only the budgets may be given again)."""
-    from kbench.adaptive_options import AdaptiveOptions
+    from kbench.engine.adaptive_options import AdaptiveOptions
 
     tuning = [f for f, n in (("--regret-bound", "regret_bound"), ("--coarse-step", "coarse_step")) if _given(n)]
     budgets = budget_measurements is not None or budget_minutes is not None
@@ -283,7 +283,7 @@ def _sweep_on_devices(console, sc, opts, devices, out_dir, name, allow_wrong, ma
 @click.option("--name", help="Merged run name (default: <scenario>-merged).")
 def merge(runs, out_dir, name):
     """Join shard runs (from --shard i/N or --devices) into one run; refuses mismatched manifests."""
-    from kbench.merge import merge_runs
+    from kbench.runs.merge import merge_runs
 
     writable_dir(out_dir, "--out", create=False)
     note = name_note(name)

@@ -12,7 +12,7 @@ from rich.table import Table
 from kbench.cli.console import make_console
 from kbench.cli.options import examples
 
-from kbench import atomic
+from kbench.runs import atomic
 from kbench.errors import BadInput
 
 
@@ -21,7 +21,7 @@ ROWS_FILE = "validate-timer.json"
 
 def rows_file(out: str | None) -> Path | None:
     """--out as a folder (OUT/validate-timer.json, created) or, ending in .json, the file itself; checked now."""
-    from kbench.outputs import writable_dir
+    from kbench.runs.outputs import writable_dir
 
     if out is None:
         return None
@@ -58,7 +58,7 @@ def validate_timer_cmd(kernels, out_file, tolerance):
     out_file = rows_file(out_file)  # a bad --out is refused before the GPU is asked for
     if not torch.cuda.is_available():
         raise BadInput("validate-timer needs a CUDA GPU (none here)")
-    from kbench.validate import validate_timer
+    from kbench.engine.validate import validate_timer
 
     console = make_console()
     names = [k.strip() for k in kernels.split(",")] if kernels else None

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     import torch
 
-    from kbench.case import Case
-    from kbench.kernels.device import DeviceInfo
+    from kbench.cases.case import Case
+    from kbench.device import DeviceInfo
     from kbench.kernels.inputs import Inputs
 
 # prepare() returns this: call it with the index of an input copy; it returns the output [bs*q, Hq, d].

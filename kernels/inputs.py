@@ -3,7 +3,7 @@
 seq_lens include each request's new tokens; query token i of a request with q tokens and KV length kv
 sees KV positions 0 .. kv - q + i (bottom-right aligned causal mask), and with a sliding window only
 positions >= (kv - q + i) - window_left. In the idealised batch every request has the same q_len and
-kv_len; a realistic case (kbench.dists) gives each request its own lengths: the query is packed
+kv_len; a realistic case (kbench.cases.dists) gives each request its own lengths: the query is packed
 [total_q, Hq, d] (ragged, qo_indptr), page tables are sized per request, and a padded view serves the
 kernels that take one q_len per request (every request padded to the longest, padding appended after
 its real tokens with KV slots of its own, as a CUDA-graph engine pads its verify batch).
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kbench.case import Case
-from kbench.dists import BatchLengths
+from kbench.cases.case import Case
+from kbench.cases.dists import BatchLengths
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -83,7 +83,7 @@ class Inputs:
     draft_mask: torch.Tensor | None  # uint16 xqa mask: [bs, q, w] uniform, [total_q, w] ragged; None if q == 1
     sm_scale: float
     extra: dict = field(default_factory=dict)
-    lengths: BatchLengths | None = None  # per-request lengths (kbench.dists)
+    lengths: BatchLengths | None = None  # per-request lengths (kbench.cases.dists)
     padded: PaddedBatch | None = None  # the padded view (the same batch when q is uniform)
     sinks: torch.Tensor | None = None  # float32 [Hq] sink logits, when case.sinks == "on"
     max_seq_len: int = 0  # what decode kernels get: the longest sequence, or the model's context length

@@ -38,18 +38,19 @@ def all_kernels() -> list[Kernel]:
     return list(_REGISTRY.values())
 
 
-def get_kernel(name: str) -> Kernel:
+def get_kernel(name: str, where: str = "") -> Kernel:
     _load()
     if name not in _REGISTRY:
-        raise BadInput(f"unknown kernel {name!r} (known: {', '.join(_REGISTRY)})")
+        raise BadInput(f"{where + ': kernels: ' if where else ''}unknown kernel {name!r} (known: {', '.join(_REGISTRY)})")
     return _REGISTRY[name]
 
 
-def select(names: list[str]) -> list[Kernel]:
+def select(names: list[str], where: str = "") -> list[Kernel]:
     """'all' means every registered kernel but the test-only ones; otherwise the named ones (a test-only
-    kernel too, added to 'all' when named beside it), in registry order."""
+    kernel too, added to 'all' when named beside it), in registry order. where: the scenario's source, named
+    in the error for an unknown name."""
     _load()
     for n in names:
         if n != "all":
-            get_kernel(n)
+            get_kernel(n, where)
     return [k for k in _REGISTRY.values() if k.name in names or ("all" in names and not k.test_only)]

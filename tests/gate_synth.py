@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 from click.testing import CliRunner
 
-from kbench.case import Case
-from kbench.rows import Row
-from kbench.store import RunWriter
+from kbench.cases.case import Case
+from kbench.runs.rows import Row
+from kbench.runs.store import RunWriter
 
 H200 = {"name": "NVIDIA H200", "sm": 90}
 CASE_A = Case(batch_size=4, q_len=4, kv_len=4096, num_qo_heads=32, num_kv_heads=8, head_dim=128)

@@ -1,16 +1,23 @@
-"""kbench's import graph: no cycle, and no upward import across the layers cli -> engine -> kernels -> core.
+"""kbench's import graph: no cycle, and no upward import across the layers, which are the folders.
 
-Run it: ``python tests/import_graph.py`` (prints the layer edges and exits 1 on a violation); the tests run
-it too (tests/test_import_graph.py). A small script rather than import-linter: import-linter finds a
+Run it: ``python tests/import_graph.py`` (prints the modules and edges per layer and exits 1 on a violation); the
+tests run it too (tests/test_import_graph.py). A small script rather than import-linter: import-linter finds a
 package's modules under its folder, and kbench.cli / kbench.kernels live in the top-level cli/ and kernels/
 folders (pyproject's package-dir, kept by the design card), so it reports them missing.
 
 Every import counts, a function-level (lazy) one too: a lazy import is still a dependency, and hiding a
-cycle in a function is what this check is for. Layers (a module may import its own layer or lower ones):
-  cli     kbench.cli.*                  the command line
-  engine  every other kbench.* module   sweep, measure, store, report, gate, server, ...
-  kernels kbench.kernels.*              inputs, reference, one module per kernel
-  core    kbench, axes, case, dists, errors    the data every layer shares (dists: a case's per-request lengths)
+cycle in a function is what this check is for. Layers, low to high (a module may import its own layer or a
+lower one; layers on one rank are peers and may not import each other):
+  core     kbench, kbench.errors, kbench.values, kbench.device   what every layer shares
+  timing   kbench.timing.*      timers, timing states, clocks and bandwidth probes, the correctness check
+  cases    kbench.cases.*       axes, the case, per-request lengths, models, scenarios
+  kernels  kbench.kernels.*     inputs, reference, one module per kernel          } peers
+  runs     kbench.runs.*        run folders: store, journal, manifest, rows, winners } peers
+  engine   kbench.engine.*      sweep, plans, measuring, isolation, devices, JIT, validate-timer
+  report   kbench.report.*      winners, crossovers, policy, plots               } peers
+  server   kbench.server.*      the live-server benchmark                        } peers
+  gate     kbench.gate.*        the CI gate over sweep and server runs, baselines, the A/B answer
+  cli      kbench.cli.*         the command line
 """
 from __future__ import annotations
 
@@ -21,8 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # package -> folder, as pyproject.toml's package-dir
 FOLDERS = {"kbench": ROOT / "kbench", "kbench.cli": ROOT / "cli", "kbench.kernels": ROOT / "kernels"}
-CORE = {"kbench", "kbench.axes", "kbench.case", "kbench.dists", "kbench.errors"}
-LAYERS = ("core", "kernels", "engine", "cli")  # low to high
+CORE = {"kbench", "kbench.errors", "kbench.values", "kbench.device"}
+# layer -> rank, low to high; equal ranks are peers (neither may import the other)
+RANKS = {"core": 0, "timing": 1, "cases": 2, "kernels": 3, "runs": 3, "engine": 4, "report": 5, "server": 5,
+         "gate": 6, "cli": 7}
+LAYERS = tuple(RANKS)
 # sibling cycles known and accepted, with the reason; a new one fails the check
 ALLOWED_SIBLING_CYCLES: dict[tuple[str, ...], str] = {}
 
@@ -41,13 +51,12 @@ def modules() -> dict[str, Path]:
 
 
 def layer(mod: str) -> str:
+    """The layer of a module: its folder under kbench (kbench.engine.sweep -> engine), core for the few shared
+    modules; any other module loose in kbench/ is "loose", which the check refuses."""
     if mod in CORE:
         return "core"
-    if mod == "kbench.cli" or mod.startswith("kbench.cli."):
-        return "cli"
-    if mod == "kbench.kernels" or mod.startswith("kbench.kernels."):
-        return "kernels"
-    return "engine"
+    part = mod.split(".")[1]
+    return part if part in RANKS else "loose"
 
 
 def _resolve(name: str, known: dict) -> str | None:
@@ -120,8 +129,16 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def upward(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
-    rank = {name: i for i, name in enumerate(LAYERS)}
-    return sorted((a, b) for a, deps in edges.items() for b in deps if rank[layer(b)] > rank[layer(a)])
+    """Imports of a higher layer, or of a peer layer (same rank, another folder)."""
+    def bad(a: str, b: str) -> bool:
+        la, lb = layer(a), layer(b)
+        return la != lb and RANKS[lb] >= RANKS[la]
+
+    return sorted((a, b) for a, deps in edges.items() for b in deps if bad(a, b))
+
+
+def loose(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(m for m in edges if layer(m) == "loose")
 
 
 def _is_package_init(mod: str, known: dict) -> bool:
@@ -145,14 +162,21 @@ def report() -> tuple[list[list[str]], list[tuple[str, str]], str]:
     sib = cycles(siblings)
     allowed = [c for c in sib if tuple(c) in ALLOWED_SIBLING_CYCLES]
     cyc = cycles(trimmed) + [["(subpackages)", *c] for c in sib if c not in allowed]
-    up = upward(edges)
+    up = upward(edges) + [(m, "(a loose module: put it in the folder of its layer)") for m in loose(edges)]
     counts: dict[tuple[str, str], int] = {}
     for a, deps in edges.items():
         for b in deps:
             counts[(layer(a), layer(b))] = counts.get((layer(a), layer(b)), 0) + 1
+    per_layer: dict[str, int] = {}
+    for m in edges:
+        per_layer[layer(m)] = per_layer.get(layer(m), 0) + 1
+    order = {name: i for i, name in enumerate((*LAYERS, "loose"))}
     lines = [f"{len(edges)} modules, {sum(map(len, edges.values()))} import edges (lazy imports included)",
+             "modules per layer (rank; peers share one): " + ", ".join(
+                 f"{name} {n}" + (f" (rank {RANKS[name]})" if name in RANKS else "")
+                 for name, n in sorted(per_layer.items(), key=lambda x: order[x[0]])),
              "edges between layers (importer -> imported: count):"]
-    lines += [f"  {a:>7} -> {b:<7} {c}" for (a, b), c in sorted(counts.items(), key=lambda x: (LAYERS.index(x[0][0]), LAYERS.index(x[0][1])), reverse=True)]
+    lines += [f"  {a:>7} -> {b:<7} {c}" for (a, b), c in sorted(counts.items(), key=lambda x: (order[x[0][0]], order[x[0][1]]), reverse=True)]
     lines.append(f"cycles: {len(cyc)}" + "".join(f"\n  {' <-> '.join(c)}" for c in cyc))
     lines += [f"accepted subpackage cycle: {' <-> '.join(c)}: {ALLOWED_SIBLING_CYCLES[tuple(c)]}" for c in allowed]
     lines.append(f"upward imports: {len(up)}" + "".join(f"\n  {a} -> {b}" for a, b in up))

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 from click.testing import CliRunner
 
-from kbench.case import Case
-from kbench.rows import Row
-from kbench.store import RunWriter
+from kbench.cases.case import Case
+from kbench.runs.rows import Row
+from kbench.runs.store import RunWriter
 
 H200 = {"name": "NVIDIA H200", "sm": 90}
 DECODE, WRAPPER, FA2, FMHA = "trtllm-decode", "decode-wrapper", "fa2-prefill", "trtllm-fmha-v2"

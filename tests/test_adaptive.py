@@ -8,14 +8,14 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from kbench.adaptive import (COARSE, CROSSOVER, STEP, TIE, AdaptiveOptions, Planner, replay, step_pairs)
+from kbench.engine.adaptive import (COARSE, CROSSOVER, STEP, TIE, AdaptiveOptions, Planner, replay, step_pairs)
 from kbench.cli.main import cli
 from kbench.errors import BadInput
-from kbench.models import MODELS
+from kbench.cases.models import MODELS
 from kbench.report.policy import build_policy, lookup
-from kbench.scenario import Scenario, Timing
-from kbench.store import load_run
-from kbench.winners import case_winners
+from kbench.cases.scenario import Scenario, Timing
+from kbench.runs.store import load_run
+from kbench.runs.winners import case_winners
 
 BS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 KV = [512, 4096, 32768]
@@ -270,7 +270,7 @@ def test_cli_refuses_adaptive_flags_that_do_not_fit(tmp_path):
 
 def test_python_api_budget_minutes(tmp_path, fake_kernels):
     """run_sweep(..., adaptive=AdaptiveOptions(...)) from Python; a tiny time budget stops after one case."""
-    from kbench.sweep import resume_sweep, run_sweep
+    from kbench.engine.sweep import resume_sweep, run_sweep
 
     sc = Scenario(name="tiny", heads=MODELS["llama3-8b"], batch_size=[1], q_len=[1, 2, 4, 8], kv_len=[128],
                   page_size=[16], kernels=fake_kernels.split(","),
@@ -297,7 +297,7 @@ def test_a_plain_sweep_stays_a_full_grid_sweep(tmp_path):
 def test_adaptive_sweep_compiles_the_whole_grid_once_before_the_rounds(tmp_path, fake_kernels, monkeypatch):
     """The modules of every grid case are asked for before the first round (one pool of compile processes,
     not one per round: on the H200 the per-round pools took 53 s of a 213 s adaptive run)."""
-    from kbench.sweep import Sweep, scenario_of_run
+    from kbench.engine.sweep import Sweep, scenario_of_run
 
     asked = []
     real = Sweep._compile
@@ -321,8 +321,8 @@ def test_replayed_on_the_h200_full_grid_the_policy_meets_the_regret_goals():
     regret goals (mean <= 1%, worst <= 5%) from under a third of the measurements."""
     from kbench.report.policy import build_policy
     from kbench.report.regret import regret
-    from kbench.sweep import scenario_of_run
-    from kbench.winners import measured
+    from kbench.engine.sweep import scenario_of_run
+    from kbench.runs.winners import measured
 
     from pathlib import Path
     run = load_run(Path(__file__).parents[1] / "results/baselines/h200-draft-extend-full-kv512-4096-32768")

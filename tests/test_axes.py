@@ -4,13 +4,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from kbench import axes
-from kbench.case import Case
+from kbench.cases import axes
+from kbench.cases.case import Case
 from kbench.cli.sweep_cmd import sweep
 from kbench.errors import BadInput
-from kbench.rows import COLUMNS
-from kbench.scenario import Scenario, scenario_from_dict
-from kbench.store import load_run, normalize
+from kbench.runs.rows import COLUMNS
+from kbench.cases.scenario import Scenario, scenario_from_dict
+from kbench.runs.store import load_run, normalize
 
 BASELINE = Path(__file__).resolve().parents[1] / "results" / "baselines" / "h200-draft-extend-kv4096"
 

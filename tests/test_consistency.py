@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from kbench.cli.main import COMMANDS, cli
-from kbench.store import load_run
+from kbench.runs.store import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "results" / "baselines" / "h200-draft-extend-kv4096"
@@ -112,7 +112,7 @@ def test_scenario_that_is_a_folder_or_a_device_says_what_it_is(path, says):
 
 
 def test_utf8_bom_scenario_loads(tmp_path):
-    from kbench.scenario import load_scenario
+    from kbench.cases.scenario import load_scenario
 
     text = 'model = "llama3-8b"\n[grid]\nbatch_size = [1]\nq_len = [1, 2]\nkv_len = [64]\n'
     (tmp_path / "plain.toml").write_text(text, encoding="utf-8")
@@ -217,7 +217,7 @@ def test_summary_says_how_ties_are_served(tmp_path):
 def test_heatmap_is_one_panel_per_kv_len_with_q_len_along_x(tmp_path, monkeypatch):
     """The committed baseline has one kv_len: one panel of 2 x 16 cells (was 16 panels of two cells)."""
     from kbench.report import plots
-    from kbench.winners import case_winners
+    from kbench.runs.winners import case_winners
 
     figs = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)

@@ -1,11 +1,11 @@
-"""Per-request length distributions (kbench.dists): parsing, bad input, the lengths drawn, the summary."""
+"""Per-request length distributions (kbench.cases.dists): parsing, bad input, the lengths drawn, the summary."""
 import json
 
 import pytest
 
-from kbench import axes
-from kbench.case import Case
-from kbench.dists import batch_lengths, length_summary, parse_dist
+from kbench.cases import axes
+from kbench.cases.case import Case
+from kbench.cases.dists import batch_lengths, length_summary, parse_dist
 from kbench.errors import BadInput
 
 

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from kbench.cli.main import cli
-from kbench.store import load_run
+from kbench.runs.store import load_run
 
 GRID = ["--batch-size", "1,2", "--q-len", "1,2", "--kv-len", "64", "--page-size", "16", "--spread-target", "0.01"]
 
@@ -158,9 +158,9 @@ def test_kill_9_mid_server_bench_keeps_rows_and_resume_finishes(tmp_path):
 
 
 def test_server_bench_resume_refuses_a_sweep_run(tmp_path):
-    from kbench.scenario import Scenario, Timing
-    from kbench.models import MODELS
-    from kbench.sweep import run_sweep
+    from kbench.cases.scenario import Scenario, Timing
+    from kbench.cases.models import MODELS
+    from kbench.engine.sweep import run_sweep
 
     res = run_sweep(Scenario(name="s", heads=MODELS["gqa8-d64"], batch_size=[1], q_len=[1], kv_len=[64],
                              page_size=[16], timing=Timing(budget_s=0.02)).validate(), out_dir=tmp_path)

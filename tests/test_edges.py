@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 from gate_synth import CASE_A, DECODE, gate_cli, sweep_rows, write_run
 
-from kbench import atomic
+from kbench.runs import atomic
 from kbench.cli.main import COMMANDS, cli
 from kbench.errors import BadInput
-from kbench.store import load_run
+from kbench.runs.store import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "results" / "baselines" / "h200-draft-extend-kv4096"
@@ -179,14 +179,14 @@ def test_resume_refuses_options_it_cannot_honour(tmp_path, cpu_run, opt):
 
 
 def test_resume_while_the_sweep_still_writes_is_refused_naming_the_pid(tmp_path, cpu_run):
-    from kbench.lock import RunLock
+    from kbench.runs.lock import RunLock
 
     run = tmp_path / "run"
     shutil.copytree(cpu_run, run)
     m = json.loads((run / "manifest.json").read_text())
     m["status"] = "running"
     (run / "manifest.json").write_text(json.dumps(m))
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from kbench.lock import RunLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from kbench.runs.lock import RunLock; "
                                f"RunLock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -225,7 +225,7 @@ def test_baseline_refuses_a_run_without_ok_rows(tmp_path):
 
 
 def test_baseline_refuses_a_running_run_unless_allow_partial(tmp_path):
-    from kbench.store import RunWriter
+    from kbench.runs.store import RunWriter
 
     w = RunWriter(tmp_path / "run", {"kind": "sweep", "device": {"name": "NVIDIA H200", "sm": 90}})
     for row in sweep_rows(seed=1):
@@ -371,9 +371,9 @@ def test_report_of_a_cpu_run_says_why_and_points_to_the_baseline(tmp_path, cpu_r
 
 
 def test_cpu_case_too_big_for_host_memory_is_skipped_before_allocating(tmp_path, monkeypatch):
-    from kbench import hardware
-    from kbench.scenario import apply_overrides, load_scenario
-    from kbench.sweep import run_sweep
+    from kbench.timing import hardware
+    from kbench.cases.scenario import apply_overrides, load_scenario
+    from kbench.engine.sweep import run_sweep
 
     monkeypatch.setattr(hardware, "host_available_bytes", lambda: 3 << 30)
     sc = apply_overrides(load_scenario("quick"), batch_size="1,256", q_len="16", kv_len="32768",
@@ -411,8 +411,7 @@ def test_env_measures_copy_and_read_bandwidth_on_a_cpu():
 
 def test_read_ceiling_is_the_fastest_of_several_read_only_probes(monkeypatch):
     # on the H200 one torch reduction read 4,017 GB/s while fa2 read KV at 4,370: a single probe is no ceiling
-    from kbench import hardware
-
+    from kbench.timing import hardware
     probes = hardware.read_probes("cpu", nbytes=16 << 20, reps=4)
     assert set(probes) == set(hardware.CPU_PROBES) and all(v > 0 for v in probes.values())
     monkeypatch.setattr(hardware, "read_probes", lambda *a, **k: {"sum-bf16": 3.0, "gemv-bf16": 5.0, "amax-int32": 4.0})
@@ -458,7 +457,7 @@ def test_without_a_terminal_tables_keep_words_and_progress_is_logged(tmp_path):
 
 def test_read_bandwidth_in_the_typed_manifest_keeps_old_runs_comparable(tmp_path):
     """A run with the read ceiling and the committed baseline (from before it) merge, pool and gate alike."""
-    from kbench.manifest import GATE, MERGE, POOL, Manifest, comparable
+    from kbench.runs.manifest import GATE, MERGE, POOL, Manifest, comparable
 
     old = load_run(BASELINE)
     new_dir = tmp_path / "new"
@@ -482,11 +481,11 @@ def _flashinfer_kernels() -> int:
 
 
 def test_triton_read_kernel_sums_every_element_in_the_interpreter(tmp_path):
-    # the GPU read ceiling's Triton probes (kbench.hardware.triton_read_probes) checked where Triton is installed,
+    # the GPU read ceiling's Triton probes (kbench.timing.hardware.triton_read_probes) checked where Triton is installed,
     # in its CPU interpreter: each shape must read (sum) every element, a ragged tail included (the tiled, the
     # persistent and the TMA kernels)
     pytest.importorskip("triton")
-    code = ("import torch; from kbench import hardware\n"
+    code = ("import torch; from kbench.timing import hardware\n"
             "x = torch.rand(3 * 8192 * 4 * 4 + 256 * 7)\n"  # the TMA probes take whole rows of 256
             "p = hardware.triton_read_probes(x)\n"
             "want = [f'triton-{b}x{i}w{w}' for b, i, w in hardware.TRITON_SHAPES]\n"

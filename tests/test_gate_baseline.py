@@ -6,9 +6,9 @@ import json
 from click.testing import CliRunner
 from gate_synth import CASE_A, CONTEXT, DECODE, gate_json, sweep_rows, with_time, write_run
 
-from kbench.baselines import write_baseline
+from kbench.gate.baselines import write_baseline
 from kbench.cli.gate_cmd import baseline
-from kbench.store import load_run
+from kbench.runs.store import load_run
 
 
 def _baseline(*args):

@@ -118,7 +118,7 @@ def test_parse_threshold_hints_percent():
 
 
 def test_incomplete_candidate_warns(tmp_path, base):
-    from kbench.store import RunWriter
+    from kbench.runs.store import RunWriter
     w = RunWriter(tmp_path / "cand", {"kind": "sweep", "device": H200})
     for r in sweep_rows(seed=2):
         w.append(r)  # killed before finalize: status stays "running"

@@ -11,7 +11,7 @@ import pytest
 from gate_synth import (BASE_TIMES, CASE_A, CASE_B, CONTEXT, DECODE, H200, baseline_cli, gate_cli, gate_json,
                         multi_baseline, outcomes, scaled, sweep_rows, with_time, write_run)
 
-from kbench.store import load_run
+from kbench.runs.store import load_run
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "sm": 90}
 

@@ -12,8 +12,8 @@ CASES = ["bs1-in512-out32", "bs8-in1024-out64"]
 
 def ensure_server_kind():
     """Use the real server-bench row kind when kbench.server defines one, else register the SGLang columns."""
-    from kbench.store import ROW_KINDS, register_row_kind
-    for mod in ("kbench.server_rows", "kbench.server"):
+    from kbench.runs.store import ROW_KINDS, register_row_kind
+    for mod in ("kbench.server.rows", "kbench.server"):
         try:
             importlib.import_module(mod)
         except ImportError:
@@ -35,7 +35,7 @@ def server_row(case_id, latency=2.0, ttft=0.2, scale=None, samples=True, seed=0,
         vals[k] *= f
     rng = np.random.default_rng(seed)
     try:  # the real row when the server-bench module is there
-        from kbench.server_rows import ServerBenchRow
+        from kbench.server.rows import ServerBenchRow
         row = ServerBenchRow(case_id=case_id, run_name="synthetic", backend="sglang", url="http://127.0.0.1:30000",
                              model="synthetic", batch_size=bs, input_len=inp, output_len=out, status="ok",
                              **vals).to_dict()

@@ -36,10 +36,10 @@ def test_nothing_to_judge_noise_by():
 
 
 def test_decode_context_tie_is_not_a_winner_change(tmp_path):
-    from kbench.winners import case_winners
+    from kbench.runs.winners import case_winners
     import pandas as pd
     if "path_verdict" not in case_winners(pd.DataFrame([r.to_dict() for r in sweep_rows()])).columns:
-        pytest.skip("kbench.winners has no tie handling (path_verdict) yet")
+        pytest.skip("kbench.runs.winners has no tie handling (path_verdict) yet")
     # decode and context 3% apart with ~3% spreads: a tie on both sides, even though the faster path flips
     noisy = {(DECODE, CASE_A): 0.1, (CONTEXT, CASE_A): 0.1}
     t_base = {(DECODE, "decode", CASE_A): 10.0, (CONTEXT, "context", CASE_A): 10.3}
@@ -54,5 +54,5 @@ def test_decode_context_tie_is_not_a_winner_change(tmp_path):
 
 
 def load(path):
-    from kbench.store import load_run
+    from kbench.runs.store import load_run
     return load_run(path).rows

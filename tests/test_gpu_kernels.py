@@ -6,9 +6,9 @@ window, sinks, max_seq_len context:N). Run on the H200 with `pytest -m gpu`.
 """
 import pytest
 
-from kbench.models import MODELS
-from kbench.scenario import Scenario, Timing
-from kbench.sweep import run_sweep
+from kbench.cases.models import MODELS
+from kbench.cases.scenario import Scenario, Timing
+from kbench.engine.sweep import run_sweep
 
 pytestmark = pytest.mark.gpu
 
@@ -75,7 +75,7 @@ def test_graph_timer_agrees_with_event_loop_on_a_large_copy():
     """For an op far above launch overhead, graph replay and a plain event-timed loop agree within 3%."""
     import torch
 
-    from kbench.timer import GraphTimer, StopRule
+    from kbench.timing.timer import GraphTimer, StopRule
 
     src = torch.randn(64 << 20, device="cuda")
     dst = torch.empty_like(src)
@@ -99,7 +99,7 @@ def test_out_of_bounds_write_costs_one_row_under_isolation(tmp_path):
     from click.testing import CliRunner
 
     from kbench.cli.main import cli
-    from kbench.store import load_run
+    from kbench.runs.store import load_run
 
     r = CliRunner().invoke(cli, ["sweep", "--batch-size", "2", "--q-len", "2,4", "--kv-len", "256", "--budget", "0.05",
                                  "--kernels", "decode-wrapper,test-oob-write,fa2-prefill", "--out", str(tmp_path)])
@@ -119,13 +119,13 @@ def test_fenced_graph_timing_matches_one_call_at_a_time():
     between calls gives the time of one call alone (CUPTI over synchronised calls), within 5%."""
     import time
 
-    from kbench.case import Case
-    from kbench.probe import probe_device
+    from kbench.cases.case import Case
+    from kbench.timing.probe import probe_device
     from kbench.kernels.inputs import build_inputs
     from kbench.kernels.registry import get_kernel
-    from kbench.timer import GraphTimer, StopRule
-    from kbench.measure import copies_for
-    from kbench.validate import cupti_us_per_call
+    from kbench.timing.timer import GraphTimer, StopRule
+    from kbench.engine.measure import copies_for
+    from kbench.engine.validate import cupti_us_per_call
 
     h = MODELS["llama3-8b"]
     case = Case(16, 4, 4096, h.num_qo_heads, h.num_kv_heads, h.head_dim, 64)

@@ -102,7 +102,7 @@ mutation = st.tuples(st.sampled_from(list(SECTIONS)), st.data())
 def expected_code(path: Path) -> int | None:
     """0 when kbench's own loader takes the file and the sweep is tiny, 2 when it refuses; None: too big
     to run here (valid but not a unit-test sweep)."""
-    from kbench.scenario import load_scenario
+    from kbench.cases.scenario import load_scenario
 
     try:
         sc = load_scenario(str(path))
@@ -201,7 +201,7 @@ def test_axis_options_are_parsed_or_refused(tmp_path, opt, value):
 @given(opt=st.sampled_from(["--kernels", "--shard", "--slow-kernel", "--devices"]), value=AXIS_TEXT)
 def test_run_options_on_a_tiny_grid(tmp_path, opt, value):
     tmp_path = fresh(tmp_path)
-    from kbench.devices import parse_devices
+    from kbench.engine.devices import parse_devices
 
     if opt == "--devices":
         try:

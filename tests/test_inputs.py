@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from kbench.case import Case
+from kbench.cases.case import Case
 from kbench.kernels.inputs import build_inputs, xqa_draft_mask
 from kbench.kernels.reference import reference_attention
 

@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from kbench.cli.main import cli
-from kbench.store import load_run
+from kbench.runs.store import load_run
 
 KILLER = '''
 import os, signal
@@ -72,8 +72,7 @@ def test_isolated_sweep_matches_in_process_rows(tmp_path):
 POISONER = '''
 from kbench.kernels import registry
 from kbench.kernels.reference import ReferenceKernel
-from kbench import measure as _measure
-
+from kbench.engine import measure as _measure
 class Poisoner(ReferenceKernel):
     """Test only: fails the way a CUDA fault does (an exception, then a context that runs nothing)."""
     name = "poisoner"
@@ -97,7 +96,7 @@ registry.register(Poisoner())
 @pytest.fixture
 def poisoner_kernel(tmp_path, monkeypatch):
     _in_spawned_workers(POISONER, tmp_path, monkeypatch)
-    from kbench import measure as measure_mod
+    from kbench.engine import measure as measure_mod
     from kbench.kernels import registry
 
     orig = measure_mod.CaseMeasurer.after_failure

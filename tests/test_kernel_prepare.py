@@ -10,9 +10,9 @@ import types
 import pytest
 import torch
 
-from kbench.case import Case
+from kbench.cases.case import Case
 from kbench.errors import BadInput
-from kbench.kernels.device import DeviceInfo
+from kbench.device import DeviceInfo
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.reference import reference_attention, visible
 from kbench.kernels.registry import get_kernel
@@ -134,7 +134,7 @@ def test_q_dtype_axis_keeps_old_case_ids_and_names_fp8():
 
 
 def test_q_dtype_fp8_needs_fp8_kv_in_the_scenario():
-    from kbench.scenario import scenario_from_dict
+    from kbench.cases.scenario import scenario_from_dict
 
     base = {"name": "t", "model": "llama3-8b", "grid": {"batch_size": [1], "q_len": [4], "kv_len": [64]}}
     ok = scenario_from_dict({**base, "grid": {**base["grid"], "kv_dtype": "fp8", "q_dtype": "dtype,fp8"}}, "t.toml")
@@ -173,7 +173,7 @@ def test_fp8_query_is_the_case_query_rounded_and_the_reference_reads_it():
 
 
 def test_fp8_query_tolerance_is_stated_apart():
-    from kbench.check import FP8_KV_TOLERANCE, FP8_Q_TOLERANCE, tolerance_for
+    from kbench.timing.check import FP8_KV_TOLERANCE, FP8_Q_TOLERANCE, tolerance_for
 
     assert tolerance_for("bf16", "fp8", "off", "fp8") == FP8_Q_TOLERANCE == 6e-2
     assert tolerance_for("bf16", "fp8") == FP8_KV_TOLERANCE
@@ -193,7 +193,7 @@ def test_fp8_query_tolerance_is_stated_apart():
 ])
 def test_which_kernels_take_an_fp8_query(kernel, device, want, monkeypatch):
     from kbench.kernels import trtllm_context
-    from kbench.measure import kernel_reason
+    from kbench.engine.measure import kernel_reason
 
     monkeypatch.setattr(trtllm_context, "cubin_problem", lambda: None)
     reason = kernel_reason(get_kernel(kernel), device, FP8Q)
@@ -202,7 +202,7 @@ def test_which_kernels_take_an_fp8_query(kernel, device, want, monkeypatch):
 
 def test_fp8_kv_with_a_bf16_query_is_still_refused_by_the_one_dtype_kernels(monkeypatch):
     from kbench.kernels import trtllm_context
-    from kbench.measure import kernel_reason
+    from kbench.engine.measure import kernel_reason
 
     monkeypatch.setattr(trtllm_context, "cubin_problem", lambda: None)
     bf16q = Case(3, 4, 64, 8, 2, 64, 16, kv_dtype="fp8")
@@ -230,8 +230,8 @@ def test_fp8_query_reaches_the_kernels_that_take_it(fake_fi, monkeypatch, kernel
 
 
 def test_probe_is_the_engines():
-    import kbench.kernels.device as kernel_device
-    from kbench.probe import probe_device
+    import kbench.device as kernel_device
+    from kbench.timing.probe import probe_device
 
     dev = probe_device(with_flashinfer=False)
     assert isinstance(dev, DeviceInfo) and dev.cuda == torch.cuda.is_available()

@@ -1,4 +1,4 @@
-"""manifest.json is written from the typed kbench.manifest.Manifest and keeps the file format every kbench
+"""manifest.json is written from the typed kbench.runs.manifest.Manifest and keeps the file format every kbench
 wrote: the same keys and values (absent keys stay absent, unknown keys are kept), so old runs and the
 committed baseline load, resume and gate as before."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kbench.manifest import ABSENT, FILE_KEYS, Manifest
-from kbench.store import RunWriter, load_run
+from kbench.runs.manifest import ABSENT, FILE_KEYS, Manifest
+from kbench.runs.store import RunWriter, load_run
 
 BASELINE = Path(__file__).resolve().parents[1] / "results" / "baselines" / "h200-draft-extend-kv4096"
 
@@ -24,10 +24,10 @@ def test_the_committed_baseline_manifest_round_trips_byte_for_byte():
 
 
 def test_a_cpu_sweep_writes_the_same_keys_as_before(tmp_path):
-    from kbench.scenario import Scenario, Timing
-    from kbench.sweep import run_sweep
+    from kbench.cases.scenario import Scenario, Timing
+    from kbench.engine.sweep import run_sweep
 
-    sc = Scenario(name="m", heads=__import__("kbench.models", fromlist=["MODELS"]).MODELS["gqa8-d64"],
+    sc = Scenario(name="m", heads=__import__("kbench.cases.models", fromlist=["MODELS"]).MODELS["gqa8-d64"],
                   batch_size=[1], q_len=[2], kv_len=[64], kernels=["reference"],
                   timing=Timing(spread_target=0.5, budget_s=0.02, min_samples=3, max_samples=5, warmup_ms=0))
     res = run_sweep(sc.validate(), out_dir=tmp_path)

@@ -8,14 +8,14 @@ import pandas as pd
 import pytest
 from report_synth import DECODE, FA2, case, cli, row, write_run
 
-from kbench import axes
-from kbench.case import Case
+from kbench.cases import axes
+from kbench.cases.case import Case
 from kbench.errors import BadInput
-from kbench.power import PowerSample, PowerSummary, is_settled, settle, soak
+from kbench.timing.power import PowerSample, PowerSummary, is_settled, settle, soak
 from kbench.report import build_report
 from kbench.report.power_states import flip_lines, flips, side_by_side
-from kbench.rows import Row
-from kbench.store import load_run
+from kbench.runs.rows import Row
+from kbench.runs.store import load_run
 
 BASELINE = "results/baselines/h200-draft-extend-kv4096"
 
@@ -355,7 +355,7 @@ def test_gate_compares_like_with_like(tmp_path):
 def test_measure_sustained_preloads_then_times_with_samples(monkeypatch):
     import torch
 
-    import kbench.power as P
+    import kbench.timing.power as P
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(P, "MIN_PRELOAD_S", 0.0)
@@ -382,9 +382,9 @@ def test_measure_sustained_preloads_then_times_with_samples(monkeypatch):
 def test_the_heat_soak_comes_once_before_the_first_sustained_kernel_and_is_said(monkeypatch):
     """CaseMeasurer soaks the GPU once per process (before its first sustained kernel); every sustained row
     records temperature with the other power columns, and the first row's reason says how the soak went."""
-    import kbench.power as P
-    from kbench.measure import CaseMeasurer
-    from kbench.scenario import load_scenario
+    import kbench.timing.power as P
+    from kbench.engine.measure import CaseMeasurer
+    from kbench.cases.scenario import load_scenario
 
     calls = []
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kbench.case import Case
-from kbench.dists import BatchLengths
+from kbench.cases.case import Case
+from kbench.cases.dists import BatchLengths
 from kbench.kernels.inputs import build_inputs, xqa_draft_mask, xqa_ragged_mask
 from kbench.kernels.reference import reference_attention
 
@@ -158,7 +158,7 @@ def test_sinks_are_seeded_float32_per_q_head():
 
 
 # --- which kernel takes which realistic axis (supports() reasons; checked without a GPU) ----------------
-from kbench.kernels.device import DeviceInfo  # noqa: E402
+from kbench.device import DeviceInfo  # noqa: E402
 from kbench.kernels.registry import get_kernel  # noqa: E402
 
 H200 = DeviceInfo(cuda=True, name="fake H200", sm=90)
@@ -208,7 +208,7 @@ def test_skip_softmax_goes_only_where_flashinfer_applies_it():
 
 
 def test_skip_softmax_is_judged_by_its_own_tolerance_and_is_its_own_case():
-    from kbench.check import SKIP_SOFTMAX_TOLERANCE, tolerance_for
+    from kbench.timing.check import SKIP_SOFTMAX_TOLERANCE, tolerance_for
 
     assert tolerance_for("bf16", "bf16", "1000") == SKIP_SOFTMAX_TOLERANCE > tolerance_for("bf16", "fp8")
     assert tolerance_for("bf16", "bf16") == 2e-2

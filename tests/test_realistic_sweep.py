@@ -2,13 +2,13 @@
 import pytest
 from click.testing import CliRunner
 
-from kbench import axes
+from kbench.cases import axes
 from kbench.cli.main import cli
 from kbench.errors import BadInput
-from kbench.models import MODELS
-from kbench.scenario import Scenario, Timing, load_scenario
-from kbench.store import load_run
-from kbench.sweep import run_sweep
+from kbench.cases.models import MODELS
+from kbench.cases.scenario import Scenario, Timing, load_scenario
+from kbench.runs.store import load_run
+from kbench.engine.sweep import run_sweep
 
 FAST = Timing(spread_target=0.5, budget_s=0.02, min_samples=3, max_samples=5, warmup_ms=0, min_time_s=0)
 

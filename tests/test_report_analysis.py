@@ -9,8 +9,8 @@ from kbench.errors import BadInput
 from kbench.report.crossovers import crossovers
 from kbench.report.document import case_table
 from kbench.report.runs import combine
-from kbench.store import load_run
-from kbench.winners import case_winners, half_width_us, is_tie
+from kbench.runs.store import load_run
+from kbench.runs.winners import case_winners, half_width_us, is_tie
 
 
 def winners_of(tmp_path, rows, name="run"):

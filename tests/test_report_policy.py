@@ -13,7 +13,7 @@ from kbench.report import build_report
 from kbench.report.policy import POLICY_SCHEMA, build_policy, edges, load_policy, lookup, nearest, rule_for, save_policy
 from kbench.report.regret import holdout_split, regret
 from kbench.report.runs import combine
-from kbench.winners import case_winners, measured
+from kbench.runs.winners import case_winners, measured
 
 
 def policy_of(tmp_path, rows, name="run"):

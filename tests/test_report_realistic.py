@@ -3,7 +3,7 @@ import json
 
 import pandas as pd
 
-from kbench.case import Case
+from kbench.cases.case import Case
 from kbench.report.realistic import acceptance_table, axis_effect_table, realistic_blocks, with_defaults
 
 BASE = Case(16, 4, 4096, 32, 8, 128)

@@ -5,10 +5,10 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from kbench.axes import parse_int_axis
+from kbench.cases.axes import parse_int_axis
 from kbench.cli.main import cli
 from kbench.errors import BadInput
-from kbench.scenario import apply_overrides, builtin_names, load_scenario, scenario_from_dict
+from kbench.cases.scenario import apply_overrides, builtin_names, load_scenario, scenario_from_dict
 
 
 def test_axis_forms():

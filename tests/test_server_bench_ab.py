@@ -1,4 +1,4 @@
-"""The A/B answer on two server-bench runs gated against each other (kbench.server.ab), from synthetic rows
+"""The A/B answer on two server-bench runs gated against each other (kbench.gate.ab), from synthetic rows
 whose repeats the gate's Mann-Whitney test reads; the real two-run A/B is in test_server_bench_vllm.py."""
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from fake_sglang import FakeSGLang, Faults  # noqa: E402
 
 from kbench.server import Listener, ServerBenchConfig, ServerBenchInterrupted, run_server_bench  # noqa: E402
 from kbench.server.metrics import compute_metrics  # noqa: E402
-from kbench.store import load_run  # noqa: E402
+from kbench.runs.store import load_run  # noqa: E402
 
 SGLANG_FIELDS = ["run_name", "batch_size", "input_len", "output_len", "latency", "input_throughput",
                  "output_throughput", "overall_throughput", "last_ttft", "last_gen_throughput", "acc_length",

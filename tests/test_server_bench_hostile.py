@@ -12,7 +12,7 @@ from fake_sglang import FakeSGLang, Faults, _Handler  # noqa: E402
 
 from kbench.server import ServerBenchConfig, run_server_bench  # noqa: E402
 from kbench.server import client as client_mod  # noqa: E402
-from kbench.store import load_run  # noqa: E402
+from kbench.runs.store import load_run  # noqa: E402
 
 
 class HostileHandler(_Handler):

@@ -27,7 +27,7 @@ from kbench.cli.server_bench_cmd import join_space_lists  # noqa: E402
 from kbench.server import ServerBenchConfig, run_server_bench  # noqa: E402
 from kbench.server.counters import case_counters, parse_counters  # noqa: E402
 from kbench.server.prompts import parse_prompt_pattern  # noqa: E402
-from kbench.store import load_run  # noqa: E402
+from kbench.runs.store import load_run  # noqa: E402
 
 
 @dataclass
@@ -228,7 +228,7 @@ def test_unwritable_out_is_one_line_before_anything_runs(fake, tmp_path, where):
 def test_result_file_write_failure_keeps_the_old_file(fake, tmp_path, monkeypatch):
     lines = tmp_path / "result.jsonl"
     lines.write_text('{"run_name": "earlier"}\n')
-    import kbench.atomic as atomic
+    import kbench.runs.atomic as atomic
 
     real_replace = os.replace
 

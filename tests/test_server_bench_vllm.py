@@ -18,7 +18,7 @@ from vllm_fixture import vllm_server, vllm_spec_server  # noqa: E402,F401  (the 
 from kbench.server import ServerBenchConfig, run_server_bench  # noqa: E402
 from kbench.server.bench import random_ids  # noqa: E402
 from kbench.server.client import ServerClient  # noqa: E402
-from kbench.store import load_run  # noqa: E402
+from kbench.runs.store import load_run  # noqa: E402
 
 pytestmark = pytest.mark.server
 BLOCK = 128  # the CPU backend's KV block size (server /metrics cache_config_info says so; checked below)
@@ -225,7 +225,7 @@ def test_ab_spec_off_vs_on_two_real_runs(vllm_server, vllm_spec_server, tmp_path
     """A: the plain server, B: n-gram speculative decoding; the same cases, 5 repeats each (the fewest with
     which a one-sided Mann-Whitney test can reach alpha 0.01), gated B against A."""
     from kbench.gate import run_gate
-    from kbench.server.ab import ab_answer, ab_groups
+    from kbench.gate.ab import ab_answer, ab_groups
 
     runs = []
     for name, srv in (("a", vllm_server), ("b", vllm_spec_server)):

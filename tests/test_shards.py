@@ -6,13 +6,13 @@ from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
 from kbench.cli.main import cli
-from kbench.devices import run_on_devices
+from kbench.engine.devices import run_on_devices
 from kbench.errors import BadInput
-from kbench.merge import merge_runs
-from kbench.models import MODELS
-from kbench.scenario import Scenario, Timing
-from kbench.store import load_run
-from kbench.sweep import parse_shard, run_sweep, shard_cases
+from kbench.runs.merge import merge_runs
+from kbench.cases.models import MODELS
+from kbench.cases.scenario import Scenario, Timing
+from kbench.runs.store import load_run
+from kbench.engine.sweep import parse_shard, run_sweep, shard_cases
 
 FAST = Timing(spread_target=0.3, budget_s=0.02, min_samples=3, max_samples=5)
 
@@ -72,8 +72,8 @@ def test_merge_refuses_mismatched_manifests(tmp_path):
 
 def _quick_payload(batch_size, q_len):
     """What `kbench sweep --batch-size .. --q-len .. --kv-len 64 --budget 0.02 --devices ..` hands its workers."""
-    from kbench.scenario import apply_overrides, load_scenario
-    from kbench.sweep import SweepOptions, sweep_payload
+    from kbench.cases.scenario import apply_overrides, load_scenario
+    from kbench.engine.sweep import SweepOptions, sweep_payload
 
     scenario = apply_overrides(load_scenario("quick"), batch_size=",".join(map(str, batch_size)),
                                q_len=",".join(map(str, q_len)), kv_len="64", budget_s=0.02)

@@ -7,11 +7,11 @@ import pytest
 from click.testing import CliRunner
 
 from kbench.cli.main import cli
-from kbench.rows import COLUMNS
-from kbench.scenario import Scenario, Timing, load_scenario
-from kbench.store import RunWriter, load_run
-from kbench.sweep import SweepObserver, resume_sweep, run_sweep
-from kbench.models import MODELS
+from kbench.runs.rows import COLUMNS
+from kbench.cases.scenario import Scenario, Timing, load_scenario
+from kbench.runs.store import RunWriter, load_run
+from kbench.engine.sweep import SweepObserver, resume_sweep, run_sweep
+from kbench.cases.models import MODELS
 
 FAST = Timing(spread_target=0.2, budget_s=0.05, min_samples=3, max_samples=10)
 
@@ -185,9 +185,9 @@ def test_wrong_kernel_is_flagged_and_exits_1(tmp_path, broken_kernel):
 def test_a_case_that_cannot_fit_is_skipped_before_allocation(monkeypatch):
     import torch
 
-    from kbench.case import Case
-    from kbench.kernels.device import DeviceInfo
-    from kbench.measure import fits
+    from kbench.cases.case import Case
+    from kbench.device import DeviceInfo
+    from kbench.engine.measure import fits
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i=0: (8 << 30, 141 << 30))
     dev = DeviceInfo(cuda=True, name="fake", sm=90, l2_bytes=60 << 20, total_memory=141 << 30)
@@ -198,7 +198,7 @@ def test_a_case_that_cannot_fit_is_skipped_before_allocation(monkeypatch):
 
 
 def test_out_of_memory_building_inputs_is_a_failed_row_not_a_crash(tmp_path, monkeypatch):
-    import kbench.measure as measure_mod
+    import kbench.engine.measure as measure_mod
 
     def boom(*a, **k):
         raise RuntimeError("CPU: not enough memory: you tried to allocate 2147483648 bytes")

@@ -11,7 +11,7 @@ Decision rule (the same text is in ``kbench gate --help``):
                       noise_floor)
 
   run_spread = (max - min) / median of the row's per-run medians, recorded by ``kbench baseline RUN1
-  RUN2 ...`` (kbench.baselines); k = ``run_spread_k``, default 3; noise_floor default 0. A single-run
+  RUN2 ...`` (kbench.gate.baselines); k = ``run_spread_k``, default 3; noise_floor default 0. A single-run
   baseline has no run_spread, so run_noise = noise_floor and band = max(threshold, k * noise_floor)
   (= threshold by default), with a warning that run-to-run noise is unknown. Then: **regression** iff
   ``worse > band`` AND the difference is beyond within-run noise in that direction (one-sided
@@ -28,7 +28,7 @@ Decision rule (the same text is in ``kbench gate --help``):
   compared (**not-compared**, passes; "fixed" when the candidate is ok now).
 - A baseline row absent from the candidate fails as **missing** unless ``allow_missing``; candidate rows
   absent from the baseline are listed as **new** (pass).
-- Sweep runs: the decode-vs-context winner of a case (kbench.winners.case_winners) changing between
+- Sweep runs: the decode-vs-context winner of a case (kbench.runs.winners.case_winners) changing between
   decode and context fails unless ``ignore_winner_change``; reported separately from rows. A side whose
   best decode and best context times tie (within their within-run spreads, winners.py's path_verdict,
   or within the run-to-run band of each other: |decode - context| / min(decode, context) <=
@@ -45,11 +45,11 @@ import pandas as pd
 
 from kbench.values import finite, status
 from kbench.errors import BadInput
-from kbench.manifest import GATE, comparable, hardware_of, num_runs
+from kbench.runs.manifest import GATE, comparable, hardware_of, num_runs
 from kbench.gate.loading import load_for_gate
 from kbench.gate.metrics import Metric, key_columns, measurement, metrics_for
 from kbench.gate.stats import is_worse
-from kbench.winners import case_winners
+from kbench.runs.winners import case_winners
 
 FAILING = ("regression", "wrong", "failed", "skipped", "missing")
 DEFAULT_THRESHOLD = 0.05
@@ -361,9 +361,9 @@ def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bo
 
 
 def _same_power_state(base_rows: pd.DataFrame, cand_rows: pd.DataFrame) -> None:
-    """The gate compares like with like: both runs measured in the same timing state(s) (kbench.power), or
+    """The gate compares like with like: both runs measured in the same timing state(s) (kbench.timing.power), or
     BadInput (not overridable by --force: a sustained time is not a regression of an unthrottled one)."""
-    from kbench.power import states_of
+    from kbench.timing.power import states_of
 
     sb, sc = states_of(base_rows), states_of(cand_rows)
     if sb != sc:

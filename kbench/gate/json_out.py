@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kbench import atomic
+from kbench.runs import atomic
 from kbench.values import json_safe
 from kbench.gate.compare import GateResult
 

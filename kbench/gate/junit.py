@@ -4,7 +4,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from kbench import atomic
+from kbench.runs import atomic
 from kbench.gate.compare import GateResult
 from kbench.gate.markdown import fmt_change, fmt_value
 

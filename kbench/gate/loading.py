@@ -6,7 +6,8 @@ from pathlib import Path
 
 from kbench import RESULT_SCHEMA_VERSION
 from kbench.errors import BadInput
-from kbench.store import MANIFEST, ROW_KINDS, Run, load_rows, load_run
+from kbench.server import rows as _server_rows  # noqa: F401  registers the server-bench row kind
+from kbench.runs.store import MANIFEST, ROW_KINDS, Run, load_rows, load_run
 
 
 def _peek_schema(path: Path):

@@ -5,7 +5,7 @@ import os
 
 from pathlib import Path
 
-from kbench import atomic
+from kbench.runs import atomic
 from kbench.gate.compare import GateResult, RowResult
 
 
@@ -40,8 +40,8 @@ def to_markdown(res: GateResult) -> str:
              f"threshold {res.threshold:.1%}, Mann-Whitney alpha {res.alpha:g}; baseline of {res.baseline_runs} "
              f"run(s), band max(threshold, {res.run_spread_k:g} x run noise, run spread)"
              + (f", noise floor {res.noise_floor:.1%}" if res.noise_floor else "") + ".", ""]
-    if res.kind == "server-bench":  # an A/B of a server setting: the answer first (kbench.server.ab)
-        from kbench.server.ab import ab_answer
+    if res.kind == "server-bench":  # an A/B of a server setting: the answer first (kbench.gate.ab)
+        from kbench.gate.ab import ab_answer
 
         lines += [f"**A/B:** {ab_answer(res.rows)}", ""]
     for w in res.warnings:

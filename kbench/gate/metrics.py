@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kbench.values import finite
-from kbench import axes
+from kbench.cases import axes
 from kbench.gate.stats import GateValue
 
 

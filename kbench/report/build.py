@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import atomic, axes
+from kbench.runs import atomic
+
+from kbench.cases import axes
 from kbench.errors import BadInput
-from kbench.outputs import writable_dir
+from kbench.runs.outputs import writable_dir
 from kbench.report import crossovers as xo
 from kbench.report import html as html_out
 from kbench.report import markdown as md_out
@@ -25,8 +27,8 @@ from kbench.report.document import build_document
 from kbench.report.policy import build_policy, save_policy
 from kbench.report.regret import Regret, holdout_split, regret
 from kbench.report.runs import RunSet, combine
-from kbench.store import Run
-from kbench.winners import case_winners, measured
+from kbench.runs.store import Run
+from kbench.runs.winners import case_winners, measured
 
 
 @dataclass

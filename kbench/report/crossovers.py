@@ -2,7 +2,7 @@
 
 The winner flips back and forth along q_len (the decode kernel steps up when q_len x GQA group crosses 32,
 fa2 when it crosses 16), so the answer is a list of ranges, not one threshold. Each measured q_len gets the
-case's ``path_verdict`` (decode | context | tie | decode-only | context-only, see kbench.winners); runs of
+case's ``path_verdict`` (decode | context | tie | decode-only | context-only, see kbench.runs.winners); runs of
 consecutive measured q_len with the same verdict form one segment ``(q_lo, q_hi, verdict)``.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kbench.report.runs import GROUP_COLUMNS, group_label
-from kbench.winners import CONTEXT, CONTEXT_ONLY, DECODE, DECODE_ONLY, TIE
+from kbench.runs.winners import CONTEXT, CONTEXT_ONLY, DECODE, DECODE_ONLY, TIE
 
 
 @dataclass

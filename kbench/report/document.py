@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from kbench.axes import LATER_GROUP_AXES
+from kbench.cases.axes import LATER_GROUP_AXES
 from kbench.report import crossovers as xo
 from kbench.report.power_states import power_blocks
 from kbench.report.realistic import realistic_blocks

@@ -20,11 +20,11 @@ from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from kbench import atomic
+from kbench.runs import atomic
 from kbench.errors import BadInput  # noqa: E402
 from kbench.report.runs import GROUP_COLUMNS, group_label  # noqa: E402
-from kbench.store import safe_name  # noqa: E402
-from kbench.winners import TIE  # noqa: E402
+from kbench.runs.store import safe_name  # noqa: E402
+from kbench.runs.winners import TIE  # noqa: E402
 
 DPI = 110
 
@@ -97,8 +97,8 @@ def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 def winner_changes(rows: pd.DataFrame) -> dict[tuple[int, int], tuple[int, int]]:
     """(batch, kv_len) -> (changes of the path verdict along q_len, changes of the fastest kernel along q_len),
-    the verdict (decode | context | tie, kbench.winners) first: a slice where every kernel ties has none."""
-    from kbench.winners import case_winners
+    the verdict (decode | context | tie, kbench.runs.winners) first: a slice where every kernel ties has none."""
+    from kbench.runs.winners import case_winners
 
     w = case_winners(rows)
     out = {}

@@ -52,12 +52,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import __version__, atomic, axes
+from kbench import __version__
+
+from kbench.runs import atomic
+
+from kbench.cases import axes
 from kbench.errors import BadInput
-from kbench.models import parse_heads
+from kbench.cases.models import parse_heads
 from kbench.report.runs import GROUP_COLUMNS, group_label
-from kbench.store import now_iso
-from kbench.winners import TIE
+from kbench.runs.store import now_iso
+from kbench.runs.winners import TIE
 
 POLICY_SCHEMA = "kbench.policy/2"
 # older schemas still read, and how: /1 predates the realistic-batch axes, so its groups are idealised batches

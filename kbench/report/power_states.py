@@ -3,7 +3,7 @@ and every decision that flips between them with its margin.
 
 margin_unthrottled_pct: how much slower (in the unthrottled state) the sustained state's pick is than the
 unthrottled winner; margin_sustained_pct: the same the other way round. Both are > 0 for a flip.
-tie_unthrottled / tie_sustained: the two picks tie in that state (their spreads overlap: kbench.winners'
+tie_unthrottled / tie_sustained: the two picks tie in that state (their spreads overlap: kbench.runs.winners'
 tie rule, the one the report and the gate use), so the flip is within the noise there. untimed: the kernels
 of the flip that have no time in the other state (a sweep cut short mid-case, a failed row), so its margin
 is unknown. A flip with none of these is a real change of the answer; the flip list shows those first and
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kbench import axes
+from kbench.cases import axes
 from kbench.errors import BadInput
-from kbench.power import states_of
-from kbench.rows import CASE_COLUMNS
-from kbench.winners import case_winners, measured
+from kbench.timing.power import states_of
+from kbench.runs.rows import CASE_COLUMNS
+from kbench.runs.winners import case_winners, measured
 
 STATES = axes.POWER_STATES
 KEY = [c for c in CASE_COLUMNS if c != "power"]

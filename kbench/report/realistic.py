@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kbench import axes
+from kbench.cases import axes
 from kbench.report.runs import group_label
 
 # the realistic axes and their values in the idealised batch

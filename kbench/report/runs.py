@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import axes
+from kbench.cases import axes
 from kbench.errors import BadInput
-from kbench.manifest import ceiling
-from kbench.store import Run, load_run
+from kbench.runs.manifest import ceiling
+from kbench.runs.store import MANIFEST, Run, load_run, read_manifest
 
 GROUP_COLUMNS = axes.GROUP_COLUMNS  # re-exported: the report's group key
 
@@ -30,14 +30,14 @@ class RunSet:
 
     @property
     def ceiling(self) -> tuple[str, float | None]:
-        """The roofline ceiling the rows' roofline_frac was computed against (kbench.manifest.ceiling)."""
+        """The roofline ceiling the rows' roofline_frac was computed against (kbench.runs.manifest.ceiling)."""
         return ceiling(self.copy_bandwidth_gbs, self.read_bandwidth_gbs)
 
     def sources(self) -> list[dict]:
         counts = self.rows.groupby("run")["case_id"].nunique().to_dict() if len(self.rows) else {}
         return [{"run": r.name, "path": str(r.path), "start_time": r.manifest.get("start_time"),
                  "cases": int(counts.get(r.name, 0)),
-                 # an adaptive sweep (kbench.adaptive): the policy says it was built from a refined sub-grid
+                 # an adaptive sweep (kbench.engine.adaptive): the policy says it was built from a refined sub-grid
                  **({"adaptive": r.manifest["adaptive"]} if isinstance(r.manifest.get("adaptive"), dict) else {})}
                 for r in self.runs]
 
@@ -52,13 +52,19 @@ def _device(run: Run) -> dict:
     return {"name": str(d.get("name", "unknown")), "sm": d.get("sm")}
 
 
+def _peek_kind(path: Path) -> str:
+    """The run kind its manifest names (a folder that is no run: "sweep", and load_run says what is wrong)."""
+    return read_manifest(path).get("kind", "sweep") if (path / MANIFEST).is_file() else "sweep"
+
+
 def combine(runs: list[Run | str | Path]) -> RunSet:
     if not runs:
         raise BadInput("no run given")
+    for r in runs:  # the kind before the rows: another kind's rows are not this layer's to read
+        kind = r.kind if isinstance(r, Run) else _peek_kind(Path(r))
+        if kind != "sweep":
+            raise BadInput(f"{r.path if isinstance(r, Run) else r}: a {kind!r} run, not a sweep")
     loaded = [r if isinstance(r, Run) else load_run(r) for r in runs]
-    for r in loaded:
-        if r.kind != "sweep":
-            raise BadInput(f"{r.path}: a {r.kind!r} run, not a sweep")
     names = [r.name for r in loaded]
     if len(set(names)) != len(names):
         raise BadInput(f"run {next(n for n in names if names.count(n) > 1)!r} given twice")

@@ -5,8 +5,9 @@
 
 Modules: client (HTTP, bounded SSE, flush with retry), backends (sglang/vllm protocol), metrics (the stream's
 timings and SGLang's metric definitions), counters (the server's /metrics: cache hit rate, spec acceptance),
-prompts (random or repeated-pattern token ids), summary (SGLang's markdown report), ab (the A/B answer from
-the gate), bench (the case loop); the row and its JSON line: kbench.server_rows.
+prompts (random or repeated-pattern token ids), summary (SGLang's markdown report), bench (the case loop), rows
+(the row and its JSON line; the run kind "server-bench"). The A/B answer of two server runs is the gate's
+(kbench.gate.ab).
 """
 __all__ = ["Listener", "ServerBenchConfig", "ServerBenchInterrupted", "ServerBenchResult", "ServerBenchRow",
            "ServerCase", "run_server_bench"]
@@ -15,7 +16,7 @@ __all__ = ["Listener", "ServerBenchConfig", "ServerBenchInterrupted", "ServerBen
 def __getattr__(name: str):
     """Loaded on first use (PEP 562): importing kbench.server must not pull in the HTTP client."""
     if name == "ServerBenchRow":
-        from kbench.server_rows import ServerBenchRow
+        from kbench.server.rows import ServerBenchRow
 
         return ServerBenchRow
     if name in __all__:

@@ -7,7 +7,7 @@ Usable without click::
     result = run_server_bench(ServerBenchConfig(url="http://127.0.0.1:30000", batch_sizes=(1, 8)))
 
 A case that fails is a row (status failed, reason) and the run goes on unless fail_fast; a Ctrl-C (or SIGTERM
-under kbench.signals.terminate_as_interrupt) finalizes the run folder as "interrupted" with every row measured so far, then raises ServerBenchInterrupted.
+under kbench.runs.signals.terminate_as_interrupt) finalizes the run folder as "interrupted" with every row measured so far, then raises ServerBenchInterrupted.
 """
 from __future__ import annotations
 
@@ -27,17 +27,17 @@ from urllib.parse import urlparse
 import requests
 
 from kbench import __version__
-from kbench.atomic import write_text
+from kbench.runs.atomic import write_text
 from kbench.errors import BadInput, KbenchError
-from kbench.outputs import writable_dir
+from kbench.runs.outputs import writable_dir
 from kbench.server import counters as ctr
 from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
 from kbench.server.client import ServerClient, ServerError, StreamError
 from kbench.server.metrics import BatchTrace, metrics_from_trace
 from kbench.server.prompts import PromptPattern, parse_prompt_pattern
-from kbench.server_rows import ROW_KIND, SAMPLED, ServerBenchRow, case_id
-from kbench.signals import stop_reason
-from kbench.store import JOURNAL, RunWriter, new_run_dir, now_iso, read_journal
+from kbench.server.rows import ROW_KIND, SAMPLED, ServerBenchRow, case_id
+from kbench.runs.signals import stop_reason
+from kbench.runs.store import JOURNAL, RunWriter, new_run_dir, now_iso, read_journal
 
 RESULT_JSONL = "result.jsonl"  # SGLang-style lines, always written inside the run folder too
 WARMUP_INPUT_LEN, WARMUP_OUTPUT_LEN = 1024, 16  # SGLang's warm-up case
@@ -449,7 +449,7 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
             if row.status == "failed" and config.fail_fast:
                 status = "stopped"
                 break
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.signals.terminate_as_interrupt
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.runs.signals.terminate_as_interrupt
         result.status = "interrupted"
         writer.update_manifest(interrupted_at=now_iso(), stopped_by=stop_reason(e))
         writer.finalize("interrupted")
@@ -495,7 +495,7 @@ def check_outputs(config: ServerBenchConfig) -> None:
 
 def config_of_run(run_dir: str | Path, url: str | None = None) -> ServerBenchConfig:
     """The configuration a server-bench run was started with, set to resume it (optionally on a new URL)."""
-    from kbench.store import read_manifest
+    from kbench.runs.store import read_manifest
 
     m = read_manifest(Path(run_dir))
     if m.get("kind") != ROW_KIND or not isinstance(m.get("config"), dict):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from kbench.atomic import write_text
+from kbench.runs.atomic import write_text
 
 HOURLY_COST_PER_GPU = 2.0
 INPUT_UTIL = 0.7

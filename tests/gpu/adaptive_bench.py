@@ -27,12 +27,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench.adaptive import TAGS, AdaptiveOptions, Planner, replay
+from kbench.engine.adaptive import TAGS, AdaptiveOptions, Planner, replay
 from kbench.report.policy import build_policy
 from kbench.report.regret import regret
-from kbench.store import load_run
-from kbench.sweep import scenario_of_run
-from kbench.winners import case_winners, measured
+from kbench.runs.store import load_run
+from kbench.engine.sweep import scenario_of_run
+from kbench.runs.winners import case_winners, measured
 
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly, no BrokenPipeError traceback
 

@@ -3,7 +3,7 @@ folder against both (issue #17: fa2 read 4,418 GB/s against a 4,147 GB/s copy fi
 
     python3 tests/gpu/ceiling.py /tmp/res [RUN...]   # after `bash tests/gpu/h200.sh sweep`; RUN: more run folders
 
-Prints each read probe (kbench.hardware.read_probes), the copy figure, then per run and kernel the best KV read
+Prints each read probe (kbench.timing.hardware.read_probes), the copy figure, then per run and kernel the best KV read
 rate against the copy and the read ceiling: a ceiling is one when no kernel's rate is above it.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 
 def main() -> int:
-    from kbench.hardware import copy_bandwidth_gbs, read_probes
-    from kbench.store import load_run
+    from kbench.timing.hardware import copy_bandwidth_gbs, read_probes
+    from kbench.runs.store import load_run
 
     t0 = time.perf_counter()
     read_probes("cuda")  # first use: compiles the Triton probes

@@ -1,7 +1,7 @@
 """Repeatability of two runs of one scenario: per (kernel, case) |b/a - 1| of the medians, as printed figures."""
 import sys
 
-from kbench.store import load_run
+from kbench.runs.store import load_run
 
 a, b = (load_run(p).rows for p in sys.argv[1:3])
 ok = ["kernel", "case_id", "median_us"]

@@ -9,8 +9,8 @@ import sys
 import pandas as pd
 
 from kbench.report.power_states import flip_lines, flips, side_by_side
-from kbench.store import load_run
-from kbench.winners import measured
+from kbench.runs.store import load_run
+from kbench.runs.winners import measured
 
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly, no BrokenPipeError traceback
 

@@ -38,9 +38,9 @@ H200 = dict(cuda=True, name="NVIDIA H200", sm=90, total_memory=143 << 30, l2_byt
 def cases_of(arg: str):
     """The scenario and cases of one `kbench sweep` grid given as its options, parsed by the sweep command's own
     option parser (its flags, short ones and `--opt=value` included; a bad flag: one line, exit 2)."""
-    from kbench.axes import GRID, axes_with
+    from kbench.cases.axes import GRID, axes_with
     from kbench.cli.sweep_cmd import sweep
-    from kbench.scenario import apply_overrides, load_scenario
+    from kbench.cases.scenario import apply_overrides, load_scenario
 
     import click
 
@@ -89,9 +89,9 @@ def specs_for(kernel: str, case):
 
 def plan(grids: list[str]) -> dict:
     """{module name: spec} over every supported (kernel, case) of the grids, as the sweep would filter them."""
-    from kbench.kernels.device import DeviceInfo
+    from kbench.device import DeviceInfo
     from kbench.kernels.registry import select
-    from kbench.measure import kernel_reason
+    from kbench.engine.measure import kernel_reason
 
     dev = DeviceInfo(**H200)
     specs, seen = {}, set()  # generating a spec writes its sources (fmha-v2: seconds): once per jit_key
@@ -128,7 +128,7 @@ def main() -> int:
     p.add_argument("--include", help="an extra header folder for nvcc and c++ (cublasLt.h, curand_kernel.h)")
     a = p.parse_args()
     from kbench.errors import BadInput
-    from kbench.outputs import writable_dir
+    from kbench.runs.outputs import writable_dir
 
     try:  # before minutes of building: the archive must be writable
         if Path(a.out).is_dir():
@@ -170,8 +170,7 @@ def main() -> int:
 
     import flashinfer
 
-    from kbench import atomic
-
+    from kbench.runs import atomic
     built = [s for s in specs.values() if s.jit_library_path.exists()]
     stamp = (flashinfer.__version__ + "\n").encode()  # h200.sh drops modules built for another FlashInfer
 

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import torch
 
-from kbench.case import Case
-from kbench.probe import probe_device
+from kbench.cases.case import Case
+from kbench.timing.probe import probe_device
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.registry import get_kernel
-from kbench.timer import GraphTimer, StopRule
-from kbench.models import MODELS
-from kbench.scenario import Timing
-from kbench.measure import copies_for
-from kbench.validate import cupti_us_per_call
+from kbench.timing.timer import GraphTimer, StopRule
+from kbench.cases.models import MODELS
+from kbench.cases.scenario import Timing
+from kbench.engine.measure import copies_for
+from kbench.engine.validate import cupti_us_per_call
 
 H = MODELS["llama3-8b"]
 

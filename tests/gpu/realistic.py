@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from kbench.report.realistic import acceptance_table, axis_effect_table, with_defaults
-from kbench.store import load_run
+from kbench.runs.store import load_run
 
 
 def fmt_table(headers: list[str], rows: list[list[str]]) -> str:

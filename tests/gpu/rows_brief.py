@@ -1,7 +1,7 @@
 """Print a run's rows in brief (kernel, case, status, median, reason) and its isolation record: used by h200.sh."""
 import sys
 
-from kbench.store import load_run
+from kbench.runs.store import load_run
 
 for path in sys.argv[1:]:
     run = load_run(path)

@@ -6,7 +6,7 @@ sends one case at a time to a worker (spawned: a fresh CUDA context); the worker
 as each kernel starts and a row as each is measured. If the worker dies, the kernel it was on gets a
 `failed` row with the exit status, a new worker starts, and the case goes on with its remaining kernels.
 A CUDA fault usually raises instead of killing the process: the worker records the failed row with the
-CUDA error, finds its context unusable (kbench.measure.CaseMeasurer.after_failure), says so and exits; the parent
+CUDA error, finds its context unusable (kbench.engine.measure.CaseMeasurer.after_failure), says so and exits; the parent
 starts a fresh worker for the rest of the case.
 """
 from __future__ import annotations
@@ -16,16 +16,16 @@ import os
 import signal
 from dataclasses import asdict
 
-from kbench.case import Case
-from kbench.measure import Payload
+from kbench.cases.case import Case
+from kbench.engine.measure import Payload
 
 # (message kind, payload) from the worker
 KERNEL, ROW, CASE_DONE, READY, CONTEXT_LOST = "kernel", "row", "case-done", "ready", "context-lost"
 
 
 def _worker_main(conn, payload: dict) -> None:
-    """Runs in the worker: the same case measurer as the parent's (kbench.measure), cases sent one by one."""
-    from kbench.measure import CaseMeasurer, CudaContextLost, Payload
+    """Runs in the worker: the same case measurer as the parent's (kbench.engine.measure), cases sent one by one."""
+    from kbench.engine.measure import CaseMeasurer, CudaContextLost, Payload
 
     measurer = CaseMeasurer.from_payload(Payload(**payload),
                                          kernel_started=lambda kernel, case: conn.send((KERNEL, kernel)))

@@ -6,8 +6,8 @@ from pathlib import Path
 import pandas as pd
 
 from kbench.errors import BadInput
-from kbench.manifest import MERGE, MERGE_FIELDS, comparable
-from kbench.store import RunWriter, Run, load_run, new_run_dir
+from kbench.runs.manifest import MERGE, MERGE_FIELDS, comparable
+from kbench.runs.store import RunWriter, Run, load_run, new_run_dir
 
 def check_compatible(runs: list[Run]) -> None:
     for r in runs[1:]:

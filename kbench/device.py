@@ -1,5 +1,5 @@
 """What a kernel's supports() is told about the machine: a plain data class, filled by the engine's probe
-(kbench.probe) before any kernel is touched. It lives here, not in the engine, because every kernel module
+(kbench.timing.probe) before any kernel is touched. It lives here, not in the engine, because every kernel module
 reads it (supports(device, case), backend(device)) and kernels never import the engine."""
 from __future__ import annotations
 

@@ -12,7 +12,7 @@
 
 Each timer starts after a COOL_S idle pause and the eager CUPTI bursts hold at most ~CUPTI_BURST_US of
 GPU work, so that they see the GPU off its power cap as the sweep's duty-cycled timer does (see
-kbench.timer). The eager ways still differ from a graph in GPU state (a call that starts on an
+kbench.timing.timer). The eager ways still differ from a graph in GPU state (a call that starts on an
 idle GPU, launch gaps), which is why the same-replay CUPTI figure is the one the target is checked on.
 """
 from __future__ import annotations
@@ -21,14 +21,14 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
-from kbench.case import Case
+from kbench.cases.case import Case
 from kbench.errors import first_line
-from kbench.check import compare, tolerance_for
+from kbench.timing.check import compare, tolerance_for
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import select
-from kbench.timer import GraphTimer
-from kbench.models import MODELS
+from kbench.timing.timer import GraphTimer
+from kbench.cases.models import MODELS
 
 H = MODELS["llama3-8b"]
 COOL_S = 0.15
@@ -133,9 +133,9 @@ def flashinfer_harness_us(fn) -> tuple[float, float]:
 
 def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = "cuda", on_row=None,
                    spread_target: float = 0.01, budget_s: float = 2.0) -> list[TimerCheck]:
-    from kbench.probe import probe_device
-    from kbench.measure import copies_for
-    from kbench.scenario import Timing
+    from kbench.timing.probe import probe_device
+    from kbench.engine.measure import copies_for
+    from kbench.cases.scenario import Timing
 
     dev = probe_device()
     rows = []

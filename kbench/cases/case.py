@@ -1,6 +1,6 @@
 """One measured shape. A Case is pure data: the inputs builder and the kernels read it.
 
-Its fields are the axes of `kbench.axes.AXES`, in table order (so ``Case(16, 4, 4096, 32, 8, 128)`` still
+Its fields are the axes of `kbench.cases.axes.AXES`, in table order (so ``Case(16, 4, 4096, 32, 8, 128)`` still
 reads batch_size, q_len, kv_len, heads); the dataclass is made from the table, the methods live here.
 """
 from __future__ import annotations
@@ -9,12 +9,10 @@ from dataclasses import asdict, field, fields, make_dataclass
 
 from functools import lru_cache
 
-from kbench import axes
-
-
+from kbench.cases import axes
 @lru_cache(maxsize=256)
 def _lengths(kv_dist, q_dist, bs, kv_len, q_len, seed):
-    from kbench.dists import batch_lengths
+    from kbench.cases.dists import batch_lengths
 
     return batch_lengths(kv_dist, q_dist, bs, kv_len, q_len, seed, where="case")
 
@@ -40,7 +38,7 @@ class _CaseMethods:
         return 1 if self.kv_dtype == "fp8" else 2
 
     def lengths(self, seed: int = 0):
-        """This case's per-request lengths (kbench.dists.BatchLengths), drawn once per seed."""
+        """This case's per-request lengths (kbench.cases.dists.BatchLengths), drawn once per seed."""
         return _lengths(self.kv_dist, self.q_dist, self.batch_size, self.kv_len, self.q_len, seed)
 
     @property
@@ -90,5 +88,5 @@ def _field(a: axes.Axis):
 
 
 Case = make_dataclass("Case", [_field(a) for a in axes.AXES], bases=(_CaseMethods,), frozen=True)
-Case.__module__ = __name__  # pickles as kbench.case.Case (the isolated and per-device workers unpickle it)
-Case.__doc__ = "One measured shape: a value per axis of kbench.axes.AXES (kv_len includes the q_len new tokens)."
+Case.__module__ = __name__  # pickles as kbench.cases.case.Case (the isolated and per-device workers unpickle it)
+Case.__doc__ = "One measured shape: a value per axis of kbench.cases.axes.AXES (kv_len includes the q_len new tokens)."

@@ -2,7 +2,7 @@
 
 ``AXES`` is the one table of what a case is: each `Axis` gives its name, type, default, allowed values or
 range check, CLI flag and help, its part of the case id and its roles. Everything that lists the axes
-derives from it: `kbench.case.Case` (its fields), `kbench.rows.Row` (its case columns), the scenario's
+derives from it: `kbench.cases.case.Case` (its fields), `kbench.runs.rows.Row` (its case columns), the scenario's
 ``[grid]`` keys, checks and error messages, the sweep's override flags, the report/policy groups, the
 gate's match keys and the rich tables. Adding an axis is one entry here plus the code that uses the value
 (inputs, reference, the kernels that take it).
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from kbench.errors import BadInput
+from kbench.timing import states as timing_states
 
 _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*(?:([:*])\s*(\d+))?\s*$")
 MAX_AXIS_VALUES = 10_000
@@ -225,7 +226,7 @@ def _dtype_part(c) -> str:
 
 def _lazy_dist(field: str):
     def spec(item: str) -> str:
-        from kbench.dists import canonical
+        from kbench.cases.dists import canonical
 
         return canonical(field)(item)
 
@@ -234,7 +235,7 @@ def _lazy_dist(field: str):
 
 def _lazy_skip_softmax():
     def spec(item: str) -> str:
-        from kbench.dists import parse_skip_softmax
+        from kbench.cases.dists import parse_skip_softmax
 
         return parse_skip_softmax(item)
 
@@ -243,7 +244,7 @@ def _lazy_skip_softmax():
 
 def _lazy_max_seq_len():
     def spec(item: str) -> str:
-        from kbench.dists import parse_max_seq_len
+        from kbench.cases.dists import parse_max_seq_len
 
         return parse_max_seq_len(item)
 
@@ -251,15 +252,15 @@ def _lazy_max_seq_len():
 
 
 def _dist_id(text: str, field: str) -> str:
-    from kbench.dists import parse_dist
+    from kbench.cases.dists import parse_dist
 
     return parse_dist(text, field, "case").id_part
 
 
 SINKS = ("off", "on")
-# timing state (issue #16): unthrottled = duty-cycled, off the power cap (the default); sustained = after a
-# pre-load to the steady state under continuous load, timed back to back (kbench.power)
-POWER_STATES = ("unthrottled", "sustained")
+# timing states (kbench.timing.states): unthrottled = duty-cycled, off the power cap (the default); sustained =
+# after a pre-load to the steady state under continuous load, timed back to back (kbench.timing.power)
+POWER_STATES = timing_states.POWER_STATES
 Q_DTYPES = ("dtype", "fp8")  # dtype: the query in the case's dtype; fp8: e4m3 (needs an fp8 KV cache)
 _SHAPE = frozenset({GRID})
 _GROUP_GRID = frozenset({GRID, GROUP})
@@ -284,7 +285,7 @@ AXES: tuple[Axis, ...] = (
     Axis("dtype", str, "bf16", "Override: bf16, fp16.", _GROUP_GRID | {GATE}, allowed=DTYPES, id_part=_dtype_part),
     Axis("kv_dtype", str, "bf16", "Override: bf16, fp16, fp8 (defaults to --dtype).", _GROUP_GRID,
          allowed=KV_DTYPES, id_part=lambda c: None, follows="dtype"),
-    # realistic batches (kbench.dists); at their defaults a case and its id are the idealised batch's
+    # realistic batches (kbench.cases.dists); at their defaults a case and its id are the idealised batch's
     Axis("kv_dist", str, "fixed", "Per-request KV lengths: fixed, uniform:LO..HI, lognormal:SIGMA (same total "
          "KV), zipf[:A], file:PATH (CSV/JSON list).", _REALISTIC, spec=_lazy_dist("kv_dist"),
          id_part=lambda c: None if c.kv_dist == "fixed" else "kv" + _dist_id(c.kv_dist, "kv_dist")),

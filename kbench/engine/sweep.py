@@ -12,17 +12,17 @@ from pathlib import Path
 import pandas as pd
 
 from kbench import RESULT_SCHEMA_VERSION, __version__
-from kbench.case import Case
+from kbench.cases.case import Case
 from kbench.errors import BadInput, first_line
-from kbench.kernels.device import DeviceInfo
-from kbench.manifest import Manifest
-from kbench.measure import (
+from kbench.device import DeviceInfo
+from kbench.runs.manifest import Manifest
+from kbench.engine.measure import (
     L2_COVER, CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit, kernel_reason,
 )
-from kbench.rows import Row
-from kbench.scenario import Scenario, scenario_data, scenario_from_dict
-from kbench.signals import stop_reason
-from kbench.store import RunWriter, new_run_dir, read_journal
+from kbench.runs.rows import Row
+from kbench.cases.scenario import Scenario, scenario_data, scenario_from_dict
+from kbench.runs.signals import stop_reason
+from kbench.runs.store import RunWriter, new_run_dir, read_journal
 
 
 class SweepObserver:
@@ -45,7 +45,7 @@ class SweepResult:
     copy_bandwidth_gbs: float | None = None
     measurements: int = 0
     error: str = ""  # why the run stopped early (a lost CUDA context), else ""
-    read_bandwidth_gbs: float | None = None  # kbench.hardware.read_bandwidth_gbs
+    read_bandwidth_gbs: float | None = None  # kbench.timing.hardware.read_bandwidth_gbs
     ceiling_gbs: float | None = None  # roofline_frac's ceiling: the read figure, else (not measured) the copy figure
 
 
@@ -59,12 +59,12 @@ class SweepOptions:
     # test-only: {kernel: n} runs that kernel n times per timed call, to prove the gate catches slow-downs
     slow_kernel: dict[str, int] = field(default_factory=dict)
     command_line: str = ""
-    compile_workers: int | None = None  # None: kbench.jit.default_workers()
+    compile_workers: int | None = None  # None: kbench.engine.jit.default_workers()
     shard: tuple[int, int] | None = None  # (i, n): only cases whose index in the grid is i mod n
-    # run kernels in a worker process restarted after a crash (kbench.isolation); None: when CUDA is
+    # run kernels in a worker process restarted after a crash (kbench.engine.isolation); None: when CUDA is
     # there (the CLI's default; the Python API passes False, because spawned workers re-import __main__)
     isolate: bool | None = False
-    # kbench.adaptive.AdaptiveOptions: measure a coarse sub-grid, then refine where the decision is uncertain
+    # kbench.engine.adaptive.AdaptiveOptions: measure a coarse sub-grid, then refine where the decision is uncertain
     adaptive: object | None = None
 
 
@@ -86,7 +86,7 @@ def shard_cases(cases: list[Case], shard: tuple[int, int] | None) -> list[Case]:
 
 
 class Sweep:
-    """The run: the run folder, resume, compile, then each case measured (kbench.measure) in this process
+    """The run: the run folder, resume, compile, then each case measured (kbench.engine.measure) in this process
     or in an isolated worker, rows appended to the journal as they come, the manifest finalised."""
 
     def __init__(self, scenario: Scenario, options: SweepOptions | None = None,
@@ -114,7 +114,7 @@ class Sweep:
 
     # -- set-up -----------------------------------------------------------------------------------
     def _manifest(self, dev: DeviceInfo, bw: float | None) -> Manifest:
-        from kbench.hardware import clocks
+        from kbench.timing.hardware import clocks
 
         t = self.sc.timing
         return Manifest(
@@ -147,7 +147,7 @@ class Sweep:
             bw = copy_bw = read_bw = None
             if dev.cuda:
                 self.obs.phase("measuring copy and read bandwidth")
-                from kbench.hardware import copy_bandwidth_gbs, read_bandwidth_gbs
+                from kbench.timing.hardware import copy_bandwidth_gbs, read_bandwidth_gbs
 
                 copy_bw = copy_bandwidth_gbs(dev.torch_device)
                 read_bw = read_bandwidth_gbs(dev.torch_device)
@@ -163,7 +163,7 @@ class Sweep:
             isolate = dev.cuda if self.opt.isolate is None else self.opt.isolate
             writer.manifest["isolated"] = bool(isolate)
             if self.opt.adaptive is not None or "adaptive" in writer.manifest:
-                from kbench.adaptive_sweep import run_adaptive
+                from kbench.engine.adaptive_sweep import run_adaptive
 
                 run_adaptive(self, writer, dev, cases, done, bw, isolate, t_start)
             else:
@@ -172,7 +172,7 @@ class Sweep:
                 self.obs.phase("measuring", total=sum(
                     1 for c in todo for k in self.kernels if (k.name, c.case_id) not in done))
                 self.measure_cases(todo, dev, writer, done, bw, isolate)
-        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.signals.terminate_as_interrupt
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.runs.signals.terminate_as_interrupt
             status = "interrupted"
             writer.manifest["stopped_by"] = stop_reason(e)
         except CudaContextLost as e:  # not isolated: this process can run nothing more on the GPU
@@ -198,7 +198,7 @@ class Sweep:
             # cumulative over --resume calls (SweepResult.measurements counts this call)
             writer.manifest["measurements"] = int(writer.manifest.get("measurements") or 0) + self.measurements
             if dev.cuda and not error:
-                from kbench.hardware import clocks
+                from kbench.timing.hardware import clocks
 
                 writer.manifest["clocks_end"] = clocks(dev.index)
             run_dir = writer.finalize(status)
@@ -218,7 +218,7 @@ class Sweep:
         (kernel, jit_key) once, on a small case with the same key, in parallel processes."""
         if not dev.cuda:
             return
-        from kbench.jit import CompileJob, compile_all
+        from kbench.engine.jit import CompileJob, compile_all
 
         jobs: dict[tuple, CompileJob] = {}
         for case in cases:
@@ -252,7 +252,7 @@ class Sweep:
         return emit
 
     def _run_isolated(self, cases: list[Case], dev: DeviceInfo, writer: RunWriter, done, bw) -> None:
-        from kbench.isolation import IsolatedRunner
+        from kbench.engine.isolation import IsolatedRunner
 
         if self._isolated is None:  # one worker for the run (an adaptive sweep comes back here per case)
             self._isolated = IsolatedRunner(Payload.of(self.sc, self.measure_options()))
@@ -306,7 +306,7 @@ def run_sweep(scenario: Scenario, out_dir: str | Path = "results", observer: Swe
 
 
 def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, **options) -> SweepResult:
-    from kbench.store import read_manifest
+    from kbench.runs.store import read_manifest
 
     manifest = read_manifest(Path(run_dir))
     return Sweep(scenario_of_run(manifest), SweepOptions(resume=run_dir, **options), observer).run()

@@ -1,14 +1,14 @@
-"""The adaptive sweep's driver: measure what kbench.adaptive's planner returns, round after round, into an
+"""The adaptive sweep's driver: measure what kbench.engine.adaptive's planner returns, round after round, into an
 ordinary run folder (each row's `chosen_by` says why its case was measured), until the planner has nothing
 uncertain left or a budget is spent. The manifest's `adaptive` block records the settings and the outcome."""
 from __future__ import annotations
 
 import time
 
-from kbench.adaptive import AdaptiveOptions, Planner, budget_left
+from kbench.engine.adaptive import AdaptiveOptions, Planner, budget_left
 from kbench.errors import BadInput
-from kbench.measure import kernel_reason
-from kbench.store import JOURNAL, read_journal
+from kbench.engine.measure import kernel_reason
+from kbench.runs.store import JOURNAL, read_journal
 
 
 def earlier_wall_s(manifest: dict) -> float:

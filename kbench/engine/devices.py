@@ -3,7 +3,7 @@
 `kbench sweep --devices 0,1` starts one worker process per listed GPU (each GPU once, and only GPUs that
 exist), each running the sweep's shard i/N on its device, waits, and merges the shard runs. From Python,
 run_on_devices takes any list (the CPU tests run two workers on "device 0"). A worker gets the same
-`kbench.measure.Payload` as an isolated worker (the scenario as data and the options), written to a JSON
+`kbench.engine.measure.Payload` as an isolated worker (the scenario as data and the options), written to a JSON
 file beside its log, plus its shard, device and output folder. On a cluster,
 run the `--shard i/N` slices yourself (a Slurm array, a Kubernetes indexed job) and `kbench merge` them.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kbench.errors import BadInput, KbenchError
-from kbench.measure import Payload
-from kbench.merge import merge_runs
+from kbench.engine.measure import Payload
+from kbench.runs.merge import merge_runs
 
 
 def parse_devices(text: str, available: int | None = None) -> list[int]:
@@ -58,7 +58,7 @@ class Worker:
 
 def run_on_devices(payload: Payload, devices: list[int], out_dir: str | Path, name: str,
                    on_poll=None, poll_s: float = 1.0) -> Path:
-    """Run the sweep of `payload` (kbench.sweep.sweep_payload) sharded over `devices`; returns the merged
+    """Run the sweep of `payload` (kbench.engine.sweep.sweep_payload) sharded over `devices`; returns the merged
     run folder."""
     import torch
 
@@ -79,7 +79,7 @@ def run_on_devices(payload: Payload, devices: list[int], out_dir: str | Path, na
         mine = replace(payload, options={**payload.options, "shard": [i, n], "device_index": d, "out_dir": str(out),
                                          "run_name": f"{name}-shard{i}", "resume": None})
         job.write_text(json.dumps(mine.to_dict()), encoding="utf-8")
-        cmd = [sys.executable, "-m", "kbench.devices", str(job)]
+        cmd = [sys.executable, "-m", "kbench.engine.devices", str(job)]
         with open(log, "w") as lf:
             proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT)
         workers.append(Worker(i, d, proc, out, log))
@@ -107,7 +107,7 @@ def run_on_devices(payload: Payload, devices: list[int], out_dir: str | Path, na
 def worker_main(job: str) -> int:
     """One device's worker: the sweep of the payload in `job`. Exit 0 when done, 2 with one line on error."""
     from kbench.errors import first_line
-    from kbench.sweep import Sweep, SweepOptions
+    from kbench.engine.sweep import Sweep, SweepOptions
 
     try:
         payload = Payload(**json.loads(Path(job).read_text(encoding="utf-8")))

@@ -36,11 +36,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kbench import atomic, axes
+from kbench.runs import atomic
+
+from kbench.cases import axes
 from kbench.values import finite, status
 from kbench.errors import BadInput
-from kbench.manifest import POOL, Manifest, comparable, num_runs
-from kbench.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, now_iso, safe_name, write_tables
+from kbench.runs.manifest import POOL, Manifest, comparable, num_runs
+from kbench.server import rows as _server_rows  # noqa: F401  registers the server-bench row kind
+from kbench.runs.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, now_iso, safe_name, write_tables
 
 DEFAULT_ROOT = Path("results") / "baselines"
 KEY = axes.gate_key()
@@ -64,7 +67,7 @@ def baseline_dir(name: str, root: str | Path = DEFAULT_ROOT) -> Path:
 # --- several runs -> one baseline -----------------------------------------------------------------
 
 def check_same_scenario(runs: list[Run]) -> None:
-    """BadInput (one line) unless every run may be pooled with the first (kbench.manifest.comparable)."""
+    """BadInput (one line) unless every run may be pooled with the first (kbench.runs.manifest.comparable)."""
     seen: dict[Path, Path] = {}
     for r in runs:
         p = Path(r.path).resolve()

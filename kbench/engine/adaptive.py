@@ -1,7 +1,7 @@
 """The adaptive sweep's planner: from the rows measured so far, the next grid points worth measuring.
 
 Pure: it reads rows (a run's journal, or synthetic rows in the tests) and returns points; it never times.
-The driver (kbench.adaptive_sweep) measures what it returns and asks again until it returns nothing.
+The driver (kbench.engine.adaptive_sweep) measures what it returns and asks again until it returns nothing.
 
 How it plans, per group (cases that differ only in batch_size, q_len and kv_len: the policy's groups):
   * coarse: the corners and every `coarse_step`-th value of each of the three axes, all kernels measured.
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kbench import axes
-from kbench.case import Case
-from kbench.adaptive_options import AdaptiveOptions  # noqa: F401 - its home is light (the CLI reads its defaults)
+from kbench.cases import axes
+from kbench.cases.case import Case
+from kbench.engine.adaptive_options import AdaptiveOptions  # noqa: F401 - its home is light (the CLI reads its defaults)
 from kbench.errors import BadInput
 from kbench.values import number
 
@@ -70,7 +70,7 @@ class _Obs:
     """What was measured at one case: ok times (median, half-width) per competing kernel, pruned kernels."""
 
     def __init__(self, rows: pd.DataFrame):
-        from kbench.winners import half_width_us
+        from kbench.runs.winners import half_width_us
 
         self.times: dict[str, tuple[float, float]] = {}
         self.pruned: set[str] = set()
@@ -107,7 +107,7 @@ class _Obs:
         return self.ratio(k, self.best)
 
     def ties(self, k: str, w: str) -> bool:
-        from kbench.winners import is_tie
+        from kbench.runs.winners import is_tie
 
         if k not in self.times or w not in self.times:
             return False

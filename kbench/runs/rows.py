@@ -1,14 +1,14 @@
 """One row per (kernel, case): the unit every later step (report, gate, merge) reads.
 
 Schema version RESULT_SCHEMA_VERSION (kbench/__init__.py); bump it when a column changes meaning.
-The case columns are the axes of `kbench.axes.AXES` (a column an older run lacks reads as its default).
+The case columns are the axes of `kbench.cases.axes.AXES` (a column an older run lacks reads as its default).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, field, fields, make_dataclass
 
-from kbench import axes
-from kbench.case import Case
+from kbench.cases import axes
+from kbench.cases.case import Case
 
 # what was measured, before the case columns
 _HEAD = [
@@ -21,7 +21,7 @@ _HEAD = [
 _TAIL = [
     ("status", str),  # ok | skipped | wrong | failed
     ("reason", str, field(default="")),
-    # the batch's per-request lengths as drawn (kbench.dists); the hash tells two runs whether they ran the
+    # the batch's per-request lengths as drawn (kbench.cases.dists); the hash tells two runs whether they ran the
     # same batch. An older run's rows lack them (read as missing).
     ("kv_mean", float | None, field(default=None)),
     ("kv_max", int | None, field(default=None)),
@@ -57,7 +57,7 @@ _TAIL = [
     ("sm", int, field(default=0)),
     ("sm_clock_mhz", float | None, field(default=None)),
     ("peak_mem_bytes", int | None, field(default=None)),
-    # power state while timed (kbench.power; NVML sampled in both states): mean SM clock, power draw and GPU
+    # power state while timed (kbench.timing.power; NVML sampled in both states): mean SM clock, power draw and GPU
     # temperature, the throttle reasons seen ('+'-joined), and why the pre-load did not settle ('' when it did)
     ("sm_clock_mean_mhz", float | None, field(default=None)),
     ("power_w", float | None, field(default=None)),
@@ -65,7 +65,7 @@ _TAIL = [
     ("throttle_reasons", str, field(default="")),
     ("power_settle", str, field(default="")),
     ("measured_at", str, field(default="")),
-    # how an adaptive sweep chose this case (kbench.adaptive.TAGS: coarse | refine-crossover | refine-tie |
+    # how an adaptive sweep chose this case (kbench.engine.adaptive.TAGS: coarse | refine-crossover | refine-tie |
     # refine-step); "" in a full-grid sweep
     ("chosen_by", str, field(default="")),
 ]

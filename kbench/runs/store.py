@@ -19,23 +19,24 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import RESULT_SCHEMA_VERSION, atomic, axes
+from kbench import RESULT_SCHEMA_VERSION
+
+from kbench.runs import atomic
+
+from kbench.cases import axes
 from kbench.values import json_safe
 from kbench.errors import BadInput
-from kbench.lock import RunLock
-from kbench.manifest import Manifest
-from kbench.rows import COLUMNS, Row
-from kbench import server_rows
-
+from kbench.runs.lock import RunLock
+from kbench.runs.manifest import Manifest
+from kbench.runs.rows import COLUMNS, Row
 MANIFEST = "manifest.json"
 JOURNAL = "rows.jsonl"
 PARQUET = "rows.parquet"
 CSV = "rows.csv"
-# Row kinds: kind -> (columns, list columns). A sweep run holds kernel rows (kbench.rows), a server-bench
-# run the rows of kbench.server_rows.
+# Row kinds: kind -> (columns, list columns). A sweep run holds kernel rows (kbench.runs.rows); other kinds
+# register themselves (kbench.server.rows registers "server-bench" when kbench.server is imported).
 ROW_KINDS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "sweep": (COLUMNS, ("samples_us",)),
-    server_rows.ROW_KIND: (server_rows.COLUMNS, server_rows.LIST_COLUMNS),
 }
 REQUIRED = ("case_id",)
 

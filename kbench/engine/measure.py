@@ -1,8 +1,8 @@
 """Measuring one case: build its inputs, run the reference, then for each kernel prepare, check and time
 it, and produce its `Row`.
 
-One home, called by the in-process sweep (kbench.sweep), the isolated worker (kbench.isolation) and,
-through the sweep each runs, the per-device workers (kbench.devices). A worker is started from a
+One home, called by the in-process sweep (kbench.engine.sweep), the isolated worker (kbench.engine.isolation) and,
+through the sweep each runs, the per-device workers (kbench.engine.devices). A worker is started from a
 `Payload`: the scenario as data plus the measuring options, the same for every kind of worker.
 """
 from __future__ import annotations
@@ -12,19 +12,19 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from kbench.case import Case
-from kbench.check import compare, tolerance_for
+from kbench.cases.case import Case
+from kbench.timing.check import compare, tolerance_for
 from kbench.errors import BadInput, first_line
 from kbench.kernels.base import Kernel
-from kbench.kernels.device import DeviceInfo
-from kbench.probe import probe_device
+from kbench.device import DeviceInfo
+from kbench.timing.probe import probe_device
 from kbench.kernels.inputs import build_inputs, copy_bytes
 from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import select
-from kbench.timer import GraphTimer, WallClockTimer
-from kbench.rows import Row
-from kbench.scenario import Scenario, Timing, scenario_from_dict
-from kbench.store import now_iso
+from kbench.timing.timer import GraphTimer, WallClockTimer
+from kbench.runs.rows import Row
+from kbench.cases.scenario import Scenario, Timing, scenario_from_dict
+from kbench.runs.store import now_iso
 
 # input copies rotate until they cover this many times the L2 (cold-L2 is what an engine sees)
 L2_COVER = 3
@@ -112,7 +112,7 @@ def copies_for(case: Case, device: DeviceInfo, timing: Timing) -> int:
 def fits(case: Case, copies: int, device: DeviceInfo) -> str | None:
     """Why the case cannot fit on the device (checked before anything is allocated), or None."""
     if not device.cuda:  # host memory: inputs plus the float32 reference's working set
-        from kbench.hardware import host_available_bytes
+        from kbench.timing.hardware import host_available_bytes
 
         avail, need = host_available_bytes(), 2 * copies * copy_bytes(case) + HOST_HEADROOM_BYTES
         if avail is not None and need > avail:
@@ -166,7 +166,7 @@ class CaseMeasurer:
                  progress: Callable[[str], None] | None = None):
         self.sc = scenario
         self.opt = options or MeasureOptions()
-        self.kernels = select(scenario.kernels)
+        self.kernels = select(scenario.kernels, scenario.source)
         for name in self.opt.slow_kernel:
             if name not in [k.name for k in self.kernels]:
                 raise BadInput(f"--slow-kernel: {name!r} is not among this sweep's kernels")
@@ -211,7 +211,7 @@ class CaseMeasurer:
         m = self.timer.measure(fn, copies)
         if not dev.cuda:
             return m, None, ""
-        from kbench.hardware import clocks
+        from kbench.timing.hardware import clocks
 
         for attempt in range(THROTTLE_RETRIES + 1):
             c = clocks(dev.index)
@@ -225,8 +225,8 @@ class CaseMeasurer:
         return m, clock, f"SM clock {clock:.0f} MHz < {THROTTLE_FRAC:.0%} of max {top:.0f} MHz: throttled"
 
     def _timed_sustained(self, fn, copies: int):
-        """The sustained state (kbench.power): pre-load until power and clock settle, then back to back."""
-        from kbench.power import NvmlSampler, measure_sustained, sustained_timer
+        """The sustained state (kbench.timing.power): pre-load until power and clock settle, then back to back."""
+        from kbench.timing.power import NvmlSampler, measure_sustained, sustained_timer
 
         first = self.sustained is None
         if first:
@@ -316,7 +316,7 @@ class CaseMeasurer:
                 if dev.cuda and case.power == "sustained":
                     m, clock, note, power_cols = self._timed_sustained(fn, copies)
                 elif dev.cuda:  # unthrottled: NVML sampled as well, so both states record what they ran at
-                    from kbench.power import BackgroundSampler, NvmlSampler, PowerSummary
+                    from kbench.timing.power import BackgroundSampler, NvmlSampler, PowerSummary
 
                     with BackgroundSampler(NvmlSampler(dev.index)) as bg:
                         m, clock, note = self._timed(fn, copies)

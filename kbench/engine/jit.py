@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
-from kbench.case import Case
+from kbench.cases.case import Case
 from kbench.errors import first_line
 
 

@@ -1,4 +1,4 @@
-"""Triton read kernels for the read-bandwidth ceiling (kbench.hardware.triton_read_probes): each sums a float32
+"""Triton read kernels for the read-bandwidth ceiling (kbench.timing.hardware.triton_read_probes): each sums a float32
 buffer, tiled, persistent or TMA-loaded. Imported only where Triton is installed."""
 import triton
 import triton.language as tl

@@ -31,12 +31,12 @@ def _median_s(fn, reps: int) -> float:
 
 
 def _gpu_seconds(fn) -> float:
-    """Seconds per call of `fn` on the GPU, timed as kbench times a kernel (kbench.timer.GraphTimer: calls in
+    """Seconds per call of `fn` on the GPU, timed as kbench times a kernel (kbench.timing.timer.GraphTimer: calls in
     a CUDA graph with a fence between them whose own time is subtracted, duty-cycled, the median of the
     replays), so that a bandwidth figure and a kernel's KV rate are measured the same way. Timed with plain
     events, five calls back to back after one warm-up call, the H200's probes sat up to 5% below the kernels'
     KV rates: such timing counts launch gaps and may catch the clocks ramping from idle."""
-    from kbench.timer import GraphTimer, StopRule
+    from kbench.timing.timer import GraphTimer, StopRule
 
     rule = StopRule(spread_target=0.005, budget_s=0.2, min_samples=10, max_samples=200)  # ~0.3 s a probe
     return GraphTimer(rule, warmup_ms=25.0, duty=0.4).measure(lambda i: fn()).median_us / 1e6
@@ -107,7 +107,7 @@ def triton_read_probes(f32, sms: int | None = None) -> dict:
     try:
         import triton
 
-        from kbench.triton_read import read_sum as tiled, read_sum_persistent as persistent, read_sum_tma as tma
+        from kbench.timing.triton_read import read_sum as tiled, read_sum_persistent as persistent, read_sum_tma as tma
     except Exception:  # noqa: BLE001 - no Triton, or one that cannot build here
         return {}
     import torch

@@ -1,11 +1,11 @@
 """A run's manifest as a typed, versioned object, and the one answer to "may these runs be merged, gated
 or pooled into a baseline, and if not, why".
 
-manifest.json is written from `Manifest` (kbench.store.RunWriter, kbench.baselines) and keeps the keys and
+manifest.json is written from `Manifest` (kbench.runs.store.RunWriter, kbench.gate.baselines) and keeps the keys and
 values every kbench version wrote: each key kbench writes is a typed field (FIELDS, in file order), a key the
 file does not hold stays absent (ABSENT, never written as null), and a key this kbench does not know (a newer
 kbench, a plug-in kind, a hand edit) is kept in `extra` and written back unchanged. `Manifest.from_dict` reads
-tolerantly (old or hand-edited files: nothing is checked but what kbench.store.read_manifest checks); kbench's
+tolerantly (old or hand-edited files: nothing is checked but what kbench.runs.store.read_manifest checks); kbench's
 own writes are checked against the field types (a TypeError names the field). `Manifest.of(run)` adds the GPU
 read from the rows when the manifest lacks it. `comparable(a, b, purpose)` is the contract:
 
@@ -32,7 +32,7 @@ POOL = "pool"
 GATE = "gate"
 # manifest fields that must agree for rows to belong to one run (a merged run keeps them)
 MERGE_FIELDS = ("kind", "schema_version", "kbench_version", "scenario", "timer", "slow_kernel", "seed")
-# timer settings that change what a number means (kbench.timer); a missing key is an older kbench
+# timer settings that change what a number means (kbench.timing.timer); a missing key is an older kbench
 TIMER_KEYS = ("kind", "duty", "min_time_s", "fence", "l2", "spread_target", "warmup_ms")
 
 
@@ -51,7 +51,7 @@ NUMBER = (int, float)
 
 # Every key kbench writes, in the order the file holds them: (key, JSON type, may be null).
 FIELDS: tuple[tuple[str, Any, bool], ...] = (
-    ("kind", str, False),  # sweep | server-bench (kbench.store.ROW_KINDS)
+    ("kind", str, False),  # sweep | server-bench (kbench.runs.store.ROW_KINDS)
     ("schema_version", int, False),  # of the rows (RESULT_SCHEMA_VERSION)
     ("kbench_version", str, False),
     ("command_line", str, False),  # a sweep's
@@ -59,7 +59,7 @@ FIELDS: tuple[tuple[str, Any, bool], ...] = (
     ("scenario", dict, False),  # Scenario.to_dict()
     ("device", dict, False),  # DeviceInfo.to_dict()
     ("python", str, False),
-    ("copy_bandwidth_gbs", NUMBER, True),  # kbench.hardware; null on a CPU
+    ("copy_bandwidth_gbs", NUMBER, True),  # kbench.timing.hardware; null on a CPU
     ("clocks_start", dict, False),
     ("timer", dict, False),
     ("slow_kernel", dict, False),
@@ -67,7 +67,7 @@ FIELDS: tuple[tuple[str, Any, bool], ...] = (
     ("shard", dict, True),  # {index, count}; null: the whole grid
     ("read_bandwidth_gbs", NUMBER, True),  # absent in runs from before the read ceiling
     ("roofline_ceiling", str, False),  # which of the two roofline_frac is against
-    ("adaptive", dict, False),  # an adaptive sweep's (kbench.adaptive_sweep): options, rounds, stopped_by, ...
+    ("adaptive", dict, False),  # an adaptive sweep's (kbench.engine.adaptive_sweep): options, rounds, stopped_by, ...
     # a server bench's (kbench.server.bench)
     ("url", str, False),
     ("backend", str, False),
@@ -77,10 +77,10 @@ FIELDS: tuple[tuple[str, Any, bool], ...] = (
     ("vocab_source", str, True),
     ("config", dict, False),
     ("cases", list, False),
-    # a merged run's (kbench.merge)
+    # a merged run's (kbench.runs.merge)
     ("merged_from", list, False),
     ("all_shards", bool, False),
-    # the run's life (kbench.store.RunWriter, kbench.sweep)
+    # the run's life (kbench.runs.store.RunWriter, kbench.engine.sweep)
     ("start_time", str, False),
     ("resumed_at", list, False),
     ("status", str, False),  # running | complete | interrupted | partial
@@ -95,7 +95,7 @@ FIELDS: tuple[tuple[str, Any, bool], ...] = (
     ("clocks_end", dict, False),
     ("end_time", str, False),
     ("num_rows", int, False),
-    ("baseline", dict, False),  # kbench.baselines: source runs, when
+    ("baseline", dict, False),  # kbench.gate.baselines: source runs, when
 )
 FILE_KEYS = tuple(k for k, _, _ in FIELDS)
 _TYPES = {k: (t, nullable) for k, t, nullable in FIELDS}
@@ -191,7 +191,7 @@ class _ManifestMethods:
     # -- the comparability view -------------------------------------------------------------------------------
     @classmethod
     def of(cls, run) -> "Manifest":
-        """A run's manifest (a kbench.store.Run), with the GPU read from its rows when the manifest lacks it."""
+        """A run's manifest (a kbench.runs.store.Run), with the GPU read from its rows when the manifest lacks it."""
         m = run.manifest if isinstance(run.manifest, _ManifestMethods) else cls.from_dict(run.manifest)
         m.rows_hardware = hardware_of(run)
         return m
@@ -296,7 +296,7 @@ def _unique(rows, col: str, skip) -> list:
 
 
 def hardware_of(run) -> Hardware:
-    """From the manifest's device; the rows' device/sm columns when the manifest lacks it (a kbench.store.Run)."""
+    """From the manifest's device; the rows' device/sm columns when the manifest lacks it (a kbench.runs.store.Run)."""
     hw = hardware_from(run.manifest.get("device"))
     name, sm = hw.name, hw.sm
     if not name:
@@ -367,7 +367,7 @@ _RULES = {MERGE: _merge, POOL: _pool, GATE: _gate}
 
 
 def comparable(a, b, purpose: str) -> Verdict:
-    """May runs a and b (kbench.store.Run or Manifest) be merged (MERGE), pooled into a baseline (POOL) or
+    """May runs a and b (kbench.runs.store.Run or Manifest) be merged (MERGE), pooled into a baseline (POOL) or
     gated (GATE: a = baseline)?"""
     ma = a if isinstance(a, Manifest) else Manifest.of(a)
     mb = b if isinstance(b, Manifest) else Manifest.of(b)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from kbench.values import number
-from kbench.rows import CASE_COLUMNS
+from kbench.runs.rows import CASE_COLUMNS
 
 # path_verdict values: which path serves the case
 DECODE, CONTEXT, TIE, DECODE_ONLY, CONTEXT_ONLY = "decode", "context", "tie", "decode-only", "context-only"

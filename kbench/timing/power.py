@@ -50,10 +50,10 @@ def reason_names(mask: int) -> list[str]:
 
 def states_of(rows) -> list[str]:
     """The timing states a rows DataFrame holds, in axis order (an older run without the column: unthrottled)."""
-    from kbench.axes import AXIS, POWER_STATES
+    from kbench.timing.states import DEFAULT_STATE, POWER_STATES
 
     if "power" not in rows.columns:
-        return [AXIS["power"].default]
+        return [DEFAULT_STATE]
     return [s for s in POWER_STATES if (rows["power"] == s).any()]
 
 
@@ -189,7 +189,7 @@ class PowerSummary:
         return cls(mean("sm_mhz"), mean("power_w"), "+".join(reason_names(mask & ~0x1)), mean("temp_c"))
 
     def columns(self) -> dict:
-        """The row columns (kbench.rows) this summary fills."""
+        """The row columns (kbench.runs.rows) this summary fills."""
         return dict(sm_clock_mean_mhz=self.sm_clock_mean_mhz, power_w=self.power_mean_w,
                     throttle_reasons=self.throttle_reasons, gpu_temp_c=self.temp_mean_c)
 
@@ -198,8 +198,7 @@ class NvmlSampler:
     """Power draw (W), SM clock (MHz) and clock-event reasons of one GPU, from NVML (None where it does not answer)."""
 
     def __init__(self, index: int = 0):
-        from kbench import hardware
-
+        from kbench.timing import hardware
         self.h = hardware._handle(index)
         self.nv = hardware._nvml
 
@@ -252,7 +251,7 @@ class BackgroundSampler:
 
 @dataclass
 class SustainedResult:
-    measurement: object  # kbench.timer.Measurement
+    measurement: object  # kbench.timing.timer.Measurement
     settle: Settle
     summary: PowerSummary
     soak: Soak | None = None  # the heat soak, when this measurement began with one
@@ -285,7 +284,7 @@ def sustained_timer(timing):
     """The GraphTimer of the sustained state: duty 1, at least STEADY_WINDOW_S of samples, twice the budget."""
     from dataclasses import replace
 
-    from kbench.timer import GraphTimer
+    from kbench.timing.timer import GraphTimer
 
     rule = timing.stop_rule()
     rule = replace(rule, min_time_s=max(rule.min_time_s, STEADY_WINDOW_S),

@@ -1,11 +1,11 @@
 """Probing the machine once, before any kernel is touched: the GPU (or the CPU), torch, CUDA, the driver and
-FlashInfer, described as a kbench.kernels.device.DeviceInfo (the data class kernels' supports() read)."""
+FlashInfer, described as a kbench.device.DeviceInfo (the data class kernels' supports() read)."""
 from __future__ import annotations
 
 import os
 import platform
 
-from kbench.kernels.device import DeviceInfo
+from kbench.device import DeviceInfo
 
 
 def _driver_version() -> str | None:

@@ -2,15 +2,15 @@
 
 Refused without --force: a baseline folder (committed data, not a run to finish) and a run measured on
 another device (its rows would mix two GPUs). A complete run has nothing to do: the caller says so and
-exits 0 without writing. The lock (kbench.lock) refuses a second writer.
+exits 0 without writing. The lock (kbench.runs.lock) refuses a second writer.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from kbench.errors import BadInput
-from kbench.lock import holder
-from kbench.manifest import device_key
+from kbench.runs.lock import holder
+from kbench.runs.manifest import device_key
 
 
 def check_resume(run_dir: str | Path, manifest: dict, device: dict | None, force: bool = False) -> str | None:

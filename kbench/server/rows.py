@@ -1,12 +1,13 @@
 """One row per server-bench case, and the JSON line SGLang's bench_one_batch_server writes for it.
 
-The row goes into the run folder (kbench.store, kind "server-bench"); the JSON line keeps SGLang's field
-names and rounding so the two tools' result files can be read side by side. A data module beside kbench.rows,
-outside kbench.server: kbench.store declares the row kinds from both, and kbench.server writes through the store.
+The row goes into the run folder (kbench.runs.store, kind "server-bench", registered here on import); the JSON
+line keeps SGLang's field names and rounding so the two tools' result files can be read side by side.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+
+from kbench.runs.store import register_row_kind
 
 ROW_KIND = "server-bench"
 
@@ -99,4 +100,6 @@ def _round(v, nd):
 COLUMNS = [f.name for f in fields(ServerBenchRow)]
 SAMPLED = ("latency", "last_ttft", "input_throughput", "output_throughput", "overall_throughput")
 LIST_COLUMNS = ("req_ttft_s", "req_latency_s", "req_output_tokens",
-                *(f"{m}_samples" for m in SAMPLED))  # kbench.store.ROW_KINDS declares the kind
+                *(f"{m}_samples" for m in SAMPLED))  # registered below with kbench.runs.store
+
+register_row_kind(ROW_KIND, COLUMNS, LIST_COLUMNS)
