@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kbench.kernels.base import Q_FP8_ONLY_TRTLLM, Kernel, KernelFn, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs, torch_dtype
+from kbench.kernels.tree_masks import tree_reason
 
 
 class DecodeWrapper(Kernel):
@@ -16,7 +17,7 @@ class DecodeWrapper(Kernel):
     def supports(self, device, case):
         # FlashInfer 0.7.2.post1: the tensor-core route (fa2 below SM100) passes run(sinks=) and skip-softmax to
         # a module that drops them; only its cudnn/trtllm-gen routes apply them
-        return needs_cuda(device, min_sm=80) or realistic_reason(
+        return tree_reason(case, self.name) or needs_cuda(device, min_sm=80) or realistic_reason(
             case, sinks="sinks: FlashInfer 0.7.2.post1's tensor-core decode route (fa2) drops run(sinks=)",
             skip_softmax="skip-softmax: FlashInfer 0.7.2.post1's tensor-core decode route (fa2) drops it",
             q_fp8=Q_FP8_ONLY_TRTLLM)

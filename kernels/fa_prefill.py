@@ -1,8 +1,12 @@
-"""FlashInfer's paged prefill wrapper, with the backend always named (auto picks fa3 on SM90)."""
+"""FlashInfer's paged prefill wrapper, with the backend always named (auto picks fa3 on SM90).
+
+A draft tree goes to fa2 as plan(custom_mask=): FlashInfer packs it once per plan, outside the timed call, as
+an engine's plan does every step (kbench.kernels.tree_masks says why not packed_custom_mask); fa3 takes none."""
 from __future__ import annotations
 
 from kbench.kernels.base import Q_FP8_ONLY_TRTLLM, Kernel, KernelFn, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs, torch_dtype
+from kbench.kernels.tree_masks import tree_reason
 
 
 class FaPrefill(Kernel):
@@ -11,13 +15,14 @@ class FaPrefill(Kernel):
     def __init__(self, backend: str):
         self.fa = backend
         self.name = f"{backend}-prefill"
-        self.description = f"BatchPrefillWithPagedKVCacheWrapper(backend={backend!r}), causal"
+        self.description = (f"BatchPrefillWithPagedKVCacheWrapper(backend={backend!r}), causal"
+                            + (" or a draft tree's custom_mask" if backend == "fa2" else ""))
         # fa3 on fp8 KV wants an fp8 query too; kbench keeps the query in bf16/fp16
         self.kv_dtypes = ("bf16", "fp16", "fp8") if backend == "fa2" else ("bf16", "fp16")
 
     def supports(self, device, case):
         if self.fa == "fa3":
-            reason = needs_cuda(device, only_sm=(90,), label=" (FA3 is Hopper-only)")
+            reason = tree_reason(case, self.name) or needs_cuda(device, only_sm=(90,), label=" (FA3 is Hopper-only)")
         else:
             reason = needs_cuda(device, min_sm=80)
         # FlashInfer 0.7.2.post1: run(sinks=..., skip_softmax_threshold_scale_factor=...) reach the paged
@@ -37,10 +42,12 @@ class FaPrefill(Kernel):
         c = inputs.case
         launch = self.launch(inputs)
         w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(launch.ws, c.kv_layout, backend=self.fa)
+        # a draft tree: the custom mask (the whole [q, kv] block of each request); causal applies without one
+        mask = {} if inputs.tree is None else {"custom_mask": inputs.tree.fa2}
         w.plan(
             inputs.host("qo_indptr"), inputs.host("kv_indptr"), inputs.host("kv_indices"),
             inputs.host("last_page_len"), c.num_qo_heads, c.num_kv_heads, c.head_dim, c.page_size,
-            causal=True, window_left=c.window_left, sm_scale=inputs.sm_scale, q_data_type=torch_dtype(c.dtype),
+            causal=True, **mask, window_left=c.window_left, sm_scale=inputs.sm_scale, q_data_type=torch_dtype(c.dtype),
             kv_data_type=torch_dtype(c.kv_dtype), o_data_type=torch_dtype(c.dtype),
         )
         return launch.run(lambda q, kv: w.run(q, kv, out=launch.out))

@@ -8,7 +8,8 @@ kv_len; a realistic case (kbench.cases.dists) gives each request its own lengths
 kernels that take one q_len per request (every request padded to the longest, padding appended after
 its real tokens with KV slots of its own, as a CUDA-graph engine pads its verify batch).
 Pages are handed out in a random order, so a kernel that ignores the page table reads the wrong data
-and fails the check.
+and fails the check. A draft tree (case.tree, kbench.kernels.tree_masks) narrows the draft block: a token
+sees the prefix, itself and its ancestors; `Inputs.tree` holds its parents and masks.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import torch
 
 from kbench.cases.case import Case
 from kbench.cases.dists import BatchLengths
+from kbench.kernels.tree_masks import TreeInputs, tree_inputs
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -87,6 +89,7 @@ class Inputs:
     padded: PaddedBatch | None = None  # the padded view (the same batch when q is uniform)
     sinks: torch.Tensor | None = None  # float32 [Hq] sink logits, when case.sinks == "on"
     max_seq_len: int = 0  # what decode kernels get: the longest sequence, or the model's context length
+    tree: TreeInputs | None = None  # a draft tree's parents and masks (kbench.kernels.tree_masks); None: a chain
 
     @property
     def q(self) -> torch.Tensor:
@@ -242,6 +245,8 @@ def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> In
         p_seq = torch.tensor(padded_kv, dtype=torch.int32)
         p_paging = _paging(padded_kv, pages_of, page)
 
+    # a draft tree (case.tree) replaces the causal masks; a chain keeps them
+    tree = tree_inputs(case, b, dev, seed) if max_q > 1 else None
     dev_gen = torch.Generator(device=dev).manual_seed(seed + 1)
     out_copies = []
     for _ in range(copies):
@@ -259,7 +264,7 @@ def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> In
     padded = PaddedBatch(
         q_len=max_q, seq_lens=p_seq.to(dev), block_tables=p_tables.to(dev), kv_indptr=p_paging[0].to(dev),
         kv_indices=p_paging[1].to(dev), last_page_len=p_paging[2].to(dev),
-        draft_mask=xqa_draft_mask(bs, max_q, dev), valid_rows=None if valid_rows is None else valid_rows.to(dev),
+        draft_mask=xqa_draft_mask(bs, max_q, dev) if tree is None else tree.xqa_padded, valid_rows=None if valid_rows is None else valid_rows.to(dev),
         max_seq_len=padded_max,
     )
     return Inputs(
@@ -273,10 +278,12 @@ def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> In
         kv_indices=kv_indices.to(dev),
         last_page_len=last_page_len.to(dev),
         cum_seq_lens_kv=cum_kv.to(dev),
-        draft_mask=padded.draft_mask if b.uniform_q else xqa_ragged_mask(b.q, max_q, dev),
+        draft_mask=padded.draft_mask if b.uniform_q else (
+            xqa_ragged_mask(b.q, max_q, dev) if tree is None else tree.xqa_ragged),
         sm_scale=1.0 / math.sqrt(case.head_dim),
         lengths=b,
         padded=padded,
         sinks=sink_logits(case.num_qo_heads, seed).to(dev) if case.sinks == "on" else None,
         max_seq_len=max_seq_len,
+        tree=tree,
     )

@@ -5,6 +5,7 @@ import torch
 
 from kbench.kernels.base import Kernel, KernelFn
 from kbench.kernels.inputs import Inputs
+from kbench.kernels.tree_masks import tree_block
 
 # Requests are gathered in chunks so the float32 copies of K and V stay under this many bytes.
 CHUNK_BYTES = 1 << 30
@@ -43,7 +44,9 @@ def reference_attention(inputs: Inputs, copy: int = 0) -> torch.Tensor:
     """Output [total_q, Hq, d] in float32, packed like the query (by qo_indptr): query token i of a
     request attends to KV positions 0 .. kv - q + i of its own KV (only the last window_left + 1 of
     them with a window); query head h uses KV head h // group; a sink logit s_h adds exp(s_h) to the
-    softmax denominator. Requests with equal lengths are computed together, in chunks."""
+    softmax denominator. With a draft tree (inputs.tree) a query token sees, of the draft block, only itself
+    and its ancestors; a window still applies by KV slot. Requests with equal lengths are computed together,
+    in chunks."""
     c = inputs.case
     b = inputs.lengths
     q_all = inputs.copies[copy].q.float()
@@ -67,7 +70,9 @@ def reference_attention(inputs: Inputs, copy: int = 0) -> torch.Tensor:
             rows = torch.tensor([starts[r] + i for r in chunk for i in range(q_len)], device=dev)
             q = q_all[rows].view(len(chunk), q_len, c.num_qo_heads, c.head_dim)
             scores = torch.einsum("nqhd,nkhd->nhqk", q, k) * inputs.sm_scale
-            scores = scores.masked_fill(~allowed, float("-inf"))
+            mask = allowed if inputs.tree is None else allowed & tree_block(
+                [inputs.tree.parents[r] for r in chunk], q_len, kv_len, dev)
+            scores = scores.masked_fill(~mask, float("-inf"))
             if sinks is None:
                 p = torch.softmax(scores, dim=-1)
             else:  # the sink is one more logit in the denominator, with no value

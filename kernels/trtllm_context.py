@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kbench.kernels.base import Kernel, KernelFn, fp8_kv_reason, needs_cuda
 from kbench.kernels.inputs import Inputs
+from kbench.kernels.tree_masks import tree_reason
 
 CONTEXT_SMS = (100, 103, 107)
 
@@ -42,7 +43,7 @@ class TrtllmContext(Kernel):
 
     def supports(self, device, case):
         # On SM90 it can never run ("Unsupported architecture"): never attempted there.
-        reason = needs_cuda(device, only_sm=CONTEXT_SMS)
+        reason = tree_reason(case, self.name) or needs_cuda(device, only_sm=CONTEXT_SMS)
         return reason or fp8_kv_reason(case, self.name) or cubin_problem()
 
     def prepare(self, inputs: Inputs) -> KernelFn:

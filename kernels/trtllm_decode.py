@@ -9,6 +9,8 @@ name so the report can compare them:
   max_q_len + cum_seq_lens_q (trtllm_batch_decode_with_kv_cache, SM100/103).
 Both pass window_left, sinks and max_seq_len (with a page table as wide as max_seq_len) as SGLang does, and
 trtllm-gen takes an fp8 query with fp8 KV (q_dtype fp8, as SGLang casts q for it); xqa takes bf16/fp16 queries only.
+A draft tree (case.tree) goes to xqa as its mask (kbench.kernels.tree_masks); trtllm-gen ignores `mask`, so a tree
+is skipped there, never run wrong.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 
 from kbench.kernels.base import Kernel, KernelFn, Launch, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs
+from kbench.kernels.tree_masks import TRTLLM_GEN_TREE, XQA_TREE_WINDOW
 
 TRTLLM_GEN_SMS = (100, 103)
 XQA_SMS = (90, 120, 121)
@@ -43,6 +46,11 @@ class TrtllmDecode(Kernel):
         reason = needs_cuda(device, only_sm=TRTLLM_GEN_SMS + XQA_SMS)
         if reason is None and self.ragged and case.q_dist == "fixed":
             return "q_dist fixed: every request has q_len tokens, trtllm-decode runs this batch"
+        if reason is None and case.tree != "chain":
+            if self.backend(device) == "trtllm-gen":
+                reason = TRTLLM_GEN_TREE
+            elif case.window_left >= 0:
+                reason = XQA_TREE_WINDOW
         if reason is None and self.backend(device) == "xqa":
             # FlashInfer 0.7.2.post1 hands skip_softmax_threshold_scale_factor to trtllm-gen only; xqa drops it
             reason = realistic_reason(case, skip_softmax="skip-softmax: xqa does not take it (FlashInfer "
@@ -81,7 +89,8 @@ def _padded(inputs: Inputs, launch: Launch, xqa: bool) -> KernelFn:
     from flashinfer.decode import trtllm_batch_decode_with_kv_cache
 
     c, pb = inputs.case, inputs.padded
-    # xqa needs the draft mask when q > 1; trtllm-gen masks causally by itself and ignores it
+    # xqa needs the draft mask (causal, or a draft tree's) when q > 1; trtllm-gen masks causally by itself and
+    # ignores it (supports() keeps trees off it)
     mask = pb.draft_mask if xqa else None
     return launch.run(lambda q, kv: trtllm_batch_decode_with_kv_cache(
         query=q, kv_cache=kv, workspace_buffer=launch.ws,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kbench.kernels.base import Kernel, KernelFn, fp8_kv_reason, needs_cuda
 from kbench.kernels.inputs import Inputs
+from kbench.kernels.tree_masks import tree_reason
 
 FMHA_V2_SMS = (90, 120, 121)
 
@@ -18,7 +19,7 @@ class TrtllmFmhaV2(Kernel):
     kv_dtypes = ("bf16", "fp16", "fp8")
 
     def supports(self, device, case):
-        reason = needs_cuda(device, only_sm=FMHA_V2_SMS) or fp8_kv_reason(case, self.name)
+        reason = tree_reason(case, self.name) or needs_cuda(device, only_sm=FMHA_V2_SMS) or fp8_kv_reason(case, self.name)
         if reason is None and case.q_dtype == "fp8" and device.sm != 90:
             reason = f"q_dtype fp8: FlashInfer 0.7.2.post1's fmha-v2 takes e4m3 on SM90 only (this GPU is SM{device.sm})"
         return reason

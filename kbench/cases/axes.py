@@ -251,6 +251,21 @@ def _lazy_max_seq_len():
     return spec
 
 
+def _lazy_tree():
+    def spec(item: str) -> str:
+        from kbench.cases.trees import canonical
+
+        return canonical(item)
+
+    return spec
+
+
+def _tree_id(text: str) -> str | None:
+    from kbench.cases.trees import id_part
+
+    return id_part(text)
+
+
 def _dist_id(text: str, field: str) -> str:
     from kbench.cases.dists import parse_dist
 
@@ -292,6 +307,12 @@ AXES: tuple[Axis, ...] = (
     Axis("q_dist", str, "fixed", "Per-request query tokens: fixed, accept:RATE (1 + accepted drafts), "
          "file:PATH.", _REALISTIC, spec=_lazy_dist("q_dist"),
          id_part=lambda c: None if c.q_dist == "fixed" else "q" + _dist_id(c.q_dist, "q_dist")),
+    # draft trees (kbench.cases.trees, issue #26): a chain is the causal block of the idealised batch
+    Axis("tree", str, "chain", "Draft tree each request verifies: chain (the causal block), topk:K (a seeded "
+         "EAGLE-like tree of q_len tokens, at most K children a node; topk:1 is chain) or file:PATH (a line per "
+         "request: each draft token's parent, -1 for the root). A spec runs at the q_len values it fits (K <= "
+         "q_len; a file's tree size).", _REALISTIC, spec=_lazy_tree(),
+         id_part=lambda c: _tree_id(c.tree)),
     Axis("window_left", int, -1, "Sliding window: a query at position p sees keys p-N..p; -1 = full.",
          _REALISTIC, minimum=-1, id_part=lambda c: None if c.window_left < 0 else f"w{c.window_left}"),
     Axis("sinks", str, "off", "Attention sinks: on (seeded float32 logit per q head) or off.", _REALISTIC,

@@ -37,6 +37,8 @@ from kbench.cases import axes as axes_mod  # apply_overrides takes **axes
 from kbench.cases.case import Case
 from kbench.errors import BadInput
 from kbench.cases.models import MODELS, HeadConfig, parse_heads
+from kbench.cases.trees import check_grid as check_trees
+from kbench.cases.trees import fits as tree_fits
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -87,6 +89,8 @@ class _ScenarioMethods:
             for n, v in values.items():  # an axis not given follows another (kv_dtype: the dtype)
                 if v is None:
                     values[n] = values[axes.AXIS[n].follows]
+            if values["tree"] != "chain" and not tree_fits(values["tree"], values["q_len"], self.source):
+                continue  # a tree spec runs at the tree sizes it has a tree of (kbench.cases.trees.fits)
             out.append(Case(**heads, **values))
         return out
 
@@ -147,6 +151,8 @@ class _ScenarioMethods:
             raise BadInput(f"{where}: grid: the largest case needs {big.min_bytes() / 2**40:.0f} TiB of inputs; "
                            "narrow an axis or the heads")
         self._check_lengths(where)
+        if self.tree != ["chain"]:
+            check_trees(self.tree, self.q_len, where)
         if not self.kernels:  # the names themselves are the registry's to check (kbench.kernels.registry.select)
             raise BadInput(f"{where}: kernels: no kernel named (give names from `kbench kernels`, or all)")
         return self

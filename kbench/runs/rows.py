@@ -9,6 +9,7 @@ from dataclasses import asdict, field, fields, make_dataclass
 
 from kbench.cases import axes
 from kbench.cases.case import Case
+from kbench.cases.trees import case_trees
 
 # what was measured, before the case columns
 _HEAD = [
@@ -31,6 +32,11 @@ _TAIL = [
     ("q_max", int | None, field(default=None)),
     ("q_min", int | None, field(default=None)),
     ("q_hash", str, field(default="")),
+    # the batch's draft trees (kbench.cases.trees; the spec is the `tree` column): the most levels and the widest
+    # level of any request's tree, and a hash of the parent lists. An older run's rows lack them (read as missing).
+    ("tree_depth", int | None, field(default=None)),
+    ("tree_width", int | None, field(default=None)),
+    ("tree_hash", str, field(default="")),
     # time, microseconds per call
     ("median_us", float | None, field(default=None)),
     ("p25_us", float | None, field(default=None)),
@@ -76,7 +82,7 @@ class _RowMethods:
     def for_case(cls, kernel: str, path: str, backend: str, case: Case, status: str, seed: int = 0,
                  **kw) -> "Row":
         return cls(kernel=kernel, path=path, backend=backend, case_id=case.case_id, status=status,
-                   **case.to_dict(), **case.lengths(seed).summary(), **kw)
+                   **case.to_dict(), **case.lengths(seed).summary(), **case_trees(case, seed).summary(), **kw)
 
     def key(self) -> tuple[str, str]:
         return (self.kernel, self.case_id)
