@@ -11,6 +11,7 @@ from kbench.cases.axes import LATER_GROUP_AXES
 from kbench.report import crossovers as xo
 from kbench.report.power_states import power_blocks
 from kbench.report.realistic import realistic_blocks
+from kbench.report.trees import tree_blocks
 from kbench.report.runs import group_label
 
 
@@ -118,6 +119,7 @@ def build_document(result) -> list[tuple]:
     for p, caption in result.plots:
         doc.append(("img", p, caption))
     doc += realistic_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
+    doc += tree_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
     doc += power_blocks(result.power_pairs, result.power)
     doc += [("h", 2, "Per case"), ("table", *case_table(cases))]
     return doc

@@ -2,8 +2,9 @@
 
 Schema ``kbench.policy/2`` (summarised for users in README.md; bump the number when a field
 changes meaning). /2 added the realistic-batch axes (kv_dist, q_dist, window_left, sinks, max_seq_len) to
-every group; a /1 policy is read as groups of the idealised batch (those axes at their defaults); readers
-refuse any other version::
+every group; a /1 policy is read as groups of the idealised batch (those axes at their defaults); a group key
+added since (power, tree) that an older /2 policy lacks reads as its default (LATER_KEYS); readers refuse any
+other version::
 
     {
       "schema": "kbench.policy/2",
@@ -15,7 +16,8 @@ refuse any other version::
       "groups": [{                                    # one per head config / dtype / page size / layout
         "heads": "32/8/128", "num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128,
         "dtype": "bf16", "kv_dtype": "bf16", "page_size": 64, "kv_layout": "HND",
-        "kv_dist": "fixed", "q_dist": "accept:0.7", "window_left": -1, "sinks": "off", "max_seq_len": "tight",
+        "kv_dist": "fixed", "q_dist": "accept:0.7", "tree": "chain", "window_left": -1, "sinks": "off",
+        "max_seq_len": "tight", "power": "unthrottled",
         "label": "32/8/128 bf16 p64 HND q_dist=accept:0.7",
         "grid": {"batch_size": [1, 2, ...], "kv_len": [512, ...], "q_len": [1, ..., 16]},  # measured values
         "rules": [{                                   # tile the measured box; bounds inclusive
@@ -69,8 +71,9 @@ READ_AS_CURRENT = {"kbench.policy/1": {a.name: a.default for a in axes.axes_with
 REALISTIC_AXES = axes.names(axes.REALISTIC)
 # the group filters of select beside heads/dtype/page/layout: the realistic-batch axes and the timing state
 FILTER_AXES = REALISTIC_AXES + ["power"]
-# group keys a policy written before them lacks, read as their default (power: every older run was unthrottled)
-LATER_KEYS = {"power": axes.AXIS["power"].default}
+# group keys a policy written before them lacks, read as their default (power: every older run was unthrottled;
+# tree: every older run verified chains)
+LATER_KEYS = {"power": axes.AXIS["power"].default, "tree": axes.AXIS["tree"].default}
 TIE_RULE = ("two kernels tie when |m1 - m2| <= h1 + h2, h = median_us * rel_spread (95% CI half-width of the "
             "median), else iqr_us / 2")
 LOOKUP_RULE = ("nearest measured neighbour per axis: log2 distance in batch_size and kv_len, linear in q_len, "
