@@ -16,7 +16,8 @@
 # power (issue #16: the bs 16/64 kv 4096 grid with --power both, twice; tests/gpu/power_states.py prints
 # per-state repeatability, the flipped decisions, clocks and throttle reasons; ~12 min, POWER_LIMIT per sweep;
 # in parts for calls with a time limit: power-1, power-2 (each resumed by the next call), power-table),
-# fp8 (fp8 KV with bf16 and fp8 queries; each kernel checked), tests, cache, prebuild-bg / prebuild-wait (build
+# fp8 (fp8 KV with bf16 and fp8 queries; each kernel checked), tree (issue #26: draft trees vs chains, every
+# tree-capable kernel checked, the per-step mask build time: tests/gpu/tree_check.py, ~4 min), tests, cache, prebuild-bg / prebuild-wait (build
 # in the background what the carried AOT modules lack for sweep and fp8, then wait for it), or any other word:
 # a shell command.
 set -uo pipefail
@@ -129,6 +130,8 @@ for s in "$@"; do
       name=power${s#power-}
       resumable "$name" "${POWER_LIMIT:-540}" "/tmp/res/$name-2*" kbench sweep $POWER_GRID --out /tmp/res --name "$name" ;;
     power-table) power_table ;;
+    tree) step tree "${TREE_LIMIT:-330}" python3 tests/gpu/tree_check.py --out /tmp/res/tree  # issue #26
+      tail -n 60 /tmp/res/logs/tree.txt >> "$OUT/summary.txt" ;;
     fp8) step fp8 "${STEP_LIMIT:-300}" kbench sweep $FP8_GRID --out /tmp/res --name fp8q
       step fp8-rows 60 bash -c 'python3 tests/gpu/rows_brief.py /tmp/res/fp8q-*' ;;
     tests) step tests "${TESTS_LIMIT:-200}" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -rs ;;
