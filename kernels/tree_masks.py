@@ -139,18 +139,21 @@ def pack_fa2(mask: torch.Tensor, q_lens: Sequence[int], kv_lens: Sequence[int]) 
 
 @dataclass
 class StepMasks:
-    """One verify step's masks for a batch of trees."""
+    """One verify step's masks for a batch of trees (None: a mask the step was not asked for)."""
 
-    xqa: torch.Tensor  # uint16 [bs, max_q, w] (padded: a padding token sees itself) or [total_q, w] ragged
-    fa2: torch.Tensor  # bool [sum q_r * kv_r]
+    xqa: torch.Tensor | None  # uint16 [bs, max_q, w] (padding sees itself) or [total_q, w] with ragged q
+    fa2: torch.Tensor | None  # bool [sum q_r * kv_r], what plan(custom_mask=) takes
+    fa2_packed: tuple[torch.Tensor, torch.Tensor] | None = None  # (bytes, byte offsets), what plan() packs it to
 
 
 def step_masks(parents: torch.Tensor, q_lens: Sequence[int], kv_lens: Sequence[int], ragged: bool = False,
-               fa2: bool = True) -> StepMasks:
-    """What an engine builds every step from the parent lists on its device (no packing: plan() packs)."""
+               xqa: bool = True, fa2: bool = True, pack: bool = False) -> StepMasks:
+    """What an engine builds every verify step from the parent lists on its device: xqa's mask, FA2's mask
+    and (pack) FA2's mask packed as plan() packs it. tests/gpu/tree_check.py times it per kernel family."""
     vis = visibility(parents)
-    return StepMasks(xqa_mask(vis, q_lens if ragged else None),
-                     fa2_mask(vis, q_lens, kv_lens) if fa2 else torch.empty(0, dtype=torch.bool))
+    block = fa2_mask(vis, q_lens, kv_lens) if fa2 or pack else None
+    return StepMasks(xqa_mask(vis, q_lens if ragged else None) if xqa else None, block,
+                     pack_fa2(block, q_lens, kv_lens) if pack else None)
 
 
 # ---- what build_inputs keeps for a tree case ------------------------------------------------------------

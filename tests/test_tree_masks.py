@@ -169,9 +169,12 @@ def test_step_masks_cpu_time_is_small():
     trees = [tuple([-1] + list(range(0, 63))) for _ in range(64)]
     p = parents_tensor(trees, 64)
     t0 = time.perf_counter()
-    s = step_masks(p, [64] * 64, [4096] * 64)
+    s = step_masks(p, [64] * 64, [4096] * 64, pack=True)
     assert time.perf_counter() - t0 < 5.0
     assert s.xqa.shape == (64, 64, 4) and s.fa2.numel() == 64 * 64 * 4096
+    assert s.fa2_packed[0].numel() == 64 * 64 * 4096 // 8 and s.fa2_packed[1][-1] == 64 * 64 * 4096 // 8
+    only = step_masks(p, [64] * 64, [4096] * 64, fa2=False)
+    assert only.fa2 is None and only.fa2_packed is None and torch.equal(only.xqa, s.xqa)
 
 
 # ---- kernels ----------------------------------------------------------------------------------------------

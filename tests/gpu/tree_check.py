@@ -193,7 +193,7 @@ def mask_times(devices: list[str], batches=BATCHES, sizes=SIZES, kv: int = 4096,
     import torch
 
     from kbench.cases.trees import batch_trees
-    from kbench.kernels.tree_masks import fa2_mask, pack_fa2, parents_tensor, visibility, xqa_mask
+    from kbench.kernels.tree_masks import parents_tensor, step_masks
 
     headers = ["bs", "n", "depth", *[f"{d} {what} us" for d in devices for what in ("xqa", "fa2+pack")]]
     out, problems = [], []
@@ -205,10 +205,10 @@ def mask_times(devices: list[str], batches=BATCHES, sizes=SIZES, kv: int = 4096,
             for dev in devices:
                 sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
                 p = parents_tensor(trees, n, dev)
-                xqa = lambda: xqa_mask(visibility(p))  # noqa: E731
-                fa2 = lambda: pack_fa2(fa2_mask(visibility(p), q, kvs), q, kvs)  # noqa: E731
+                xqa = lambda: step_masks(p, q, kvs, fa2=False)  # noqa: E731  # what a step of xqa needs
+                fa2 = lambda: step_masks(p, q, kvs, xqa=False, pack=True)  # noqa: E731  # fa2's, packed as plan() does
                 line += [f"{_time(xqa, sync, reps):.0f}", f"{_time(fa2, sync, reps):.0f}"]
-                got = (xqa().cpu(), *(t.cpu() for t in fa2()))
+                got = (xqa().xqa.cpu(), *(t.cpu() for t in fa2().fa2_packed))
                 if ref is None:
                     ref = got
                 elif not all(torch.equal(a, b) for a, b in zip(ref, got)):
@@ -230,7 +230,7 @@ def main(argv=None) -> int:
     devices = ["cuda:0", "cpu"] if torch.cuda.is_available() else ["cpu"]
     parts, problems = [], []
     if not a.masks_only:
-        files = write_tree_files(a.out / "trees")
+        files = write_tree_files(a.out.resolve() / "trees")  # absolute: the sweep workers read them too
         runs = {}
         for name, args in sweep_commands(a.out, files, a.budget).items():
             rc, run, _ = run_sweep(name, args, a.out)
