@@ -33,8 +33,11 @@ class FaPrefill(Kernel):
                          "skip_softmax_threshold_scale_factor", q_fp8=Q_FP8_ONLY_TRTLLM)
 
     def jit_key(self, case):
-        # FlashInfer builds a separate module for a sliding window (use_swa) of the same dtypes and head_dim
-        return (case.dtype, case.kv_dtype, case.head_dim, case.window_left >= 0)
+        # FlashInfer builds a separate module for a sliding window (use_swa) of the same dtypes and head_dim; a
+        # custom mask (a draft tree) is in the same prefill module, but plan() packs it with segment_packbits,
+        # FlashInfer's quantization module: compiled up front with the tree variant
+        tree = case.tree != "chain" and self.fa == "fa2"
+        return (case.dtype, case.kv_dtype, case.head_dim, case.window_left >= 0) + (("custom-mask",) if tree else ())
 
     def prepare(self, inputs: Inputs) -> KernelFn:
         import flashinfer

@@ -17,8 +17,9 @@ Which kernels take a tree, FlashInfer 0.7.4 (source lines of the installed packa
 - xqa (trtllm-decode, trtllm-decode-ragged on SM90/SM120): `mask` is a general draft mask
   (xqa.py:287-292), but not under a sliding window (xqa.py:268-272: tree drafts unsupported there);
 - fa2-prefill: plan(custom_mask=) (prefill.py:3610, packed by segment_packbits at prefill.py:3908-3917); the
-  mask modes are one compiled module (jit/attention/modules.py:2166-2172), so a tree needs no other module,
-  and xqa's module does not depend on the mask's content either (xqa.py:407-417): no jit key changes.
+  mask modes are one compiled prefill module (jit/attention/modules.py:2166-2172), but plan() packs the mask
+  with FlashInfer's quantization module (quantization/packbits.py:28), so fa2's jit key marks a tree and the
+  sweep compiles that module up front; xqa's module does not depend on the mask (xqa.py:407-417).
   kbench hands plan() the bool mask rather than packed_custom_mask: given a packed mask, plan() keeps the
   per-request offsets in bits (prefill.py:3902-3907) and the kernel adds them to a byte pointer
   (include/flashinfer/attention/variants.cuh:59), wrong for a batch of more than one request

@@ -235,8 +235,11 @@ def test_fa2_plans_the_custom_mask_and_chains_stay_causal(fake_fi):
     assert "custom_mask" not in fake_fi.plans[-1] and fake_fi.plans[-1]["causal"] is True
 
 
-def test_jit_keys_do_not_change_with_a_tree():
-    """xqa's module and FA2's prefill module do not depend on the mask (kbench.kernels.tree_masks)."""
-    for name in ("trtllm-decode", "fa2-prefill"):
-        k = get_kernel(name)
-        assert k.jit_key(TREE) == k.jit_key(Case(3, 8, 64, 8, 2, 64, 16))
+def test_jit_keys_with_a_tree():
+    """xqa's module does not depend on the mask; fa2's tree needs FlashInfer's packbits module beside its
+    prefill module, so its key marks a tree (kbench.kernels.tree_masks); any two trees share it."""
+    chain_case = Case(3, 8, 64, 8, 2, 64, 16)
+    assert get_kernel("trtllm-decode").jit_key(TREE) == get_kernel("trtllm-decode").jit_key(chain_case)
+    fa2 = get_kernel("fa2-prefill")
+    assert fa2.jit_key(TREE) != fa2.jit_key(chain_case)
+    assert fa2.jit_key(TREE) == fa2.jit_key(Case(3, 8, 64, 8, 2, 64, 16, tree="topk:8"))

@@ -78,7 +78,12 @@ def specs_for(kernel: str, case):
         return [xqa(1, False)] + [xqa(m, True) for m in range(2, case.q_len + 1)]
     if kernel in ("fa2-prefill", "decode-wrapper"):
         args = (dt, kv, dt, torch.int32, case.head_dim, case.head_dim, 0, window, False, False)
-        return [_gen_batch_prefill_primary_module("fa2", *args), _gen_batch_prefill_independent_paged_module("fa2", *args)]
+        mods = [_gen_batch_prefill_primary_module("fa2", *args), _gen_batch_prefill_independent_paged_module("fa2", *args)]
+        if kernel == "fa2-prefill" and case.tree != "chain":  # plan(custom_mask=) packs it: segment_packbits
+            from flashinfer.jit.quantization import gen_quantization_module
+
+            mods.append(gen_quantization_module())
+        return mods
     if kernel == "fa3-prefill":
         return [gen_batch_prefill_module("fa3", dt, kv, dt, torch.int32, case.head_dim, case.head_dim, 0, window,
                                          False, False)]

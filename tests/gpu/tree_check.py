@@ -217,6 +217,29 @@ def mask_times(devices: list[str], batches=BATCHES, sizes=SIZES, kv: int = 4096,
     return headers, out, problems
 
 
+class Output:
+    """Each table printed and appended to DIR/tree_check.txt as soon as it is made (a run cut short keeps them)."""
+
+    def __init__(self, path: Path):
+        self.path, self.problems = path, []
+        path.write_text("")
+
+    def part(self, title: str, table: tuple[list[str], list[list[str]], list[str]]) -> None:
+        headers, rows, problems = table
+        self.problems += problems
+        text = f"== {title}\n{fmt_table(headers, rows)}\n"
+        with open(self.path, "a") as f:
+            f.write(text + "\n")
+        print(text, flush=True)
+
+    def done(self) -> int:
+        line = "problems: " + ("; ".join(self.problems) if self.problems else "none")
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+        print(line)
+        return 1 if self.problems else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -228,39 +251,42 @@ def main(argv=None) -> int:
     import torch
 
     devices = ["cuda:0", "cpu"] if torch.cuda.is_available() else ["cpu"]
-    parts, problems = [], []
-    if not a.masks_only:
-        files = write_tree_files(a.out.resolve() / "trees")  # absolute: the sweep workers read them too
-        runs = {}
-        for name, args in sweep_commands(a.out, files, a.budget).items():
-            rc, run, _ = run_sweep(name, args, a.out)
-            if rc != 0 or run is None:
-                problems.append(f"sweep {name}: rc={rc} (see {a.out / (name + '.log')})")
-            runs[name] = run
-        checked = [load_rows(r) for r in runs.values() if r is not None]
-        if checked:
-            h, t, p = check_table(pd.concat(checked, ignore_index=True))
-            parts.append("== every tree-capable kernel against the float32 reference (rel err = ||out - ref|| / ||ref||)\n"
-                         + fmt_table(h, t))
-            problems += p
-        if runs.get("timing") is not None:
-            h, t, p = timing_table(load_rows(runs["timing"]))
-            parts.append("== bs 16 / 64, kv 4096, Llama-3-8B heads: a topk:4 tree vs the chain (topk:1) of the same "
-                         "size n\n" + fmt_table(h, t))
-            problems += p
-            rc = subprocess.call([sys.executable, "-m", "kbench.cli.main", "report", str(runs["timing"]), "--out",
+    out = Output(a.out / "tree_check.txt")
+    masks_title = ("building an engine's per-step masks from the parent lists (kernels/tree_masks.step_masks; topk:4 "
+                   f"trees, kv 4096; median of {a.reps} synchronised calls; fa2+pack = the bool block mask packed by "
+                   "segment_packbits, as plan() does)")
+    if a.masks_only:
+        out.part(masks_title, mask_times(devices, reps=a.reps))
+        return out.done()
+    files = write_tree_files(a.out.resolve() / "trees")  # absolute: the sweep workers read them too
+    cmds, checked = sweep_commands(a.out, files, a.budget), []
+    # the table first; the ragged sweep last (it compiles xqa's ragged module, the others share modules)
+    for name in ("timing", "check", "masks", "ragged"):
+        if name == "masks":
+            out.part(masks_title, mask_times(devices, reps=a.reps))
+            continue
+        rc, run, _ = run_sweep(name, cmds[name], a.out)
+        if rc != 0 or run is None:
+            out.problems.append(f"sweep {name}: rc={rc} (see {a.out / (name + '.log')})")
+        if run is None:
+            continue
+        rows = load_rows(run)
+        checked.append(rows)
+        out.part(f"{name} sweep: every tree-capable kernel against the float32 reference (rel err = ||out - ref|| / "
+                 "||ref||)", check_table(rows))
+        if name == "timing":
+            out.part("bs 16 / 64, kv 4096, Llama-3-8B heads: a topk:4 tree vs the chain (topk:1) of the same size n",
+                     timing_table(rows))
+            rc = subprocess.call([sys.executable, "-m", "kbench.cli.main", "report", str(run), "--out",
                                   str(a.out / "report")], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
             if rc != 0:
-                problems.append(f"kbench report of the timing run: rc={rc}")
-    h, t, p = mask_times(devices, reps=a.reps)
-    parts.append("== building an engine's per-step masks from the parent lists (topk:4 trees, kv 4096; median of "
-                 f"{a.reps} synchronised calls; fa2+pack = the bool block mask and segment_packbits)\n" + fmt_table(h, t))
-    problems += p
-    parts.append("problems: " + ("; ".join(problems) if problems else "none"))
-    text = "\n\n".join(parts)
-    (a.out / "tree_check.txt").write_text(text + "\n")
-    print(text)
-    return 1 if problems else 0
+                out.problems.append(f"kbench report of the timing run: rc={rc}")
+    if checked:
+        rows = pd.concat(checked, ignore_index=True)
+        err = rows.loc[rows["rel_err"].notna() & (rows["path"] != "reference"), "rel_err"].astype(float)
+        print(f"checked against the reference: {len(err)} kernel/case pairs, max rel err "
+              f"{err.max() if len(err) else float('nan'):.4f}")
+    return out.done()
 
 
 if __name__ == "__main__":
