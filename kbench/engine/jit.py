@@ -32,7 +32,9 @@ class CompileJob:
     def label(self) -> str:
         c = self.case
         qd = "" if c.q_dtype == "dtype" else f" q{c.q_dtype}"  # an fp8 query is its own module
-        return f"{self.kernel} {c.dtype}/{c.kv_dtype}{qd} q{c.q_len} group{c.group} d{c.head_dim} p{c.page_size} {c.kv_layout}"
+        tree = "" if c.tree == "chain" else " tree"  # fa2's tree variant also builds FlashInfer's packbits module
+        return (f"{self.kernel} {c.dtype}/{c.kv_dtype}{qd} q{c.q_len} group{c.group} d{c.head_dim} p{c.page_size} "
+                f"{c.kv_layout}{tree}")
 
 
 def run_job(kernel: str, case: Case, device_index: int = 0) -> tuple[float, str | None]:
