@@ -4,8 +4,8 @@ kernels can take them.
 A request's draft tokens sit at the end of its KV (slots kv - q .. kv - 1); token i sees the whole prefix,
 itself and its ancestors (kbench.cases.trees). From the parent lists (a [bs, n] tensor on the device, as the
 draft step leaves them):
-- `visibility`: bool [bs, n, n], row i sees j; the ancestor closure by pointer doubling (ceil(log2 n)
-  boolean products), so a step costs a few kernel launches, not one per level;
+- `visibility`: bool [bs, n, n], row i sees j; the ancestor closure by pointer doubling (ceil(log2(n - 1))
+  rounds of row gathers), so a step costs a few kernel launches, not one per level;
 - `xqa_mask`: xqa's bit-packed mask, uint16 [bs, n, ((n + 31) // 32) * 2]: bit j of row i (32-bit words,
   little-endian, the low half first) = token i sees token j; ragged q: the rows packed by the q offsets;
 - `fa2_mask`: FA2's custom mask, the whole [q, kv] block of each request (prefix columns all true),
@@ -74,15 +74,19 @@ def parents_tensor(trees: Sequence[Sequence[int]], width: int, device="cpu") -> 
 
 
 def visibility(parents: torch.Tensor) -> torch.Tensor:
-    """bool [bs, n, n] from parents [bs, n] (root: its own index): row i sees j when j is i or an ancestor."""
+    """bool [bs, n, n] from parents [bs, n] (root: its own index): row i sees j when j is i or an ancestor.
+
+    Pointer doubling: with R holding every ancestor up to d levels up and A the d-th ancestor, R[i] | R[A[i]]
+    holds those up to 2d and A[A[i]] is the 2d-th; ceil(log2(n - 1)) rounds of row gathers cover a chain."""
     bs, n = parents.shape
-    reach = torch.zeros(bs, n, n, dtype=torch.float32, device=parents.device)
-    reach.scatter_(2, parents.unsqueeze(2), 1.0)
-    reach.diagonal(dim1=1, dim2=2).fill_(1.0)
-    # (I + A)^(2^k) reaches every ancestor at most 2^k levels up; sums of 0/1 products stay exact in float32
-    for _ in range(math.ceil(math.log2(n)) if n > 2 else 1):
-        reach = (torch.bmm(reach, reach) > 0).to(torch.float32)
-    return reach > 0
+    reach = torch.zeros(bs, n, n, dtype=torch.bool, device=parents.device)
+    reach.scatter_(2, parents.unsqueeze(2), True)
+    reach.diagonal(dim1=1, dim2=2).fill_(True)
+    up = parents
+    for _ in range(math.ceil(math.log2(n - 1)) if n > 2 else 0):
+        reach |= torch.gather(reach, 1, up.unsqueeze(2).expand(bs, n, n))
+        up = torch.gather(up, 1, up)
+    return reach
 
 
 def xqa_mask(vis: torch.Tensor, q_lens: Sequence[int] | None = None) -> torch.Tensor:
