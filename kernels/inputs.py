@@ -264,7 +264,8 @@ def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> In
     padded = PaddedBatch(
         q_len=max_q, seq_lens=p_seq.to(dev), block_tables=p_tables.to(dev), kv_indptr=p_paging[0].to(dev),
         kv_indices=p_paging[1].to(dev), last_page_len=p_paging[2].to(dev),
-        draft_mask=xqa_draft_mask(bs, max_q, dev) if tree is None else tree.xqa_padded, valid_rows=None if valid_rows is None else valid_rows.to(dev),
+        draft_mask=xqa_draft_mask(bs, max_q, dev) if tree is None else tree.xqa_padded,
+        valid_rows=None if valid_rows is None else valid_rows.to(dev),
         max_seq_len=padded_max,
     )
     return Inputs(
