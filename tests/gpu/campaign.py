@@ -188,7 +188,7 @@ class Ctx:
         Failed when its exit code is not in `ok` (None: any), TimedOut at the step's limit."""
         left = self.left()
         shown = cmd if isinstance(cmd, str) else shlex.join(str(c) for c in cmd)
-        if left <= 1:
+        if left <= 0:
             raise TimedOut(f"no time left for `{_short(shown)}`")
         args = ["bash", "-c", cmd] if isinstance(cmd, str) else [str(c) for c in cmd]
         with open(self.log, "ab") as lf:
@@ -239,12 +239,12 @@ class Ctx:
         if p.shards:
             for s in p.shards:
                 if not Run(s).complete:
-                    self.kbench("sweep", "--resume", s, ok=ok, env=env)
+                    self._sweep_cmd(["sweep", "--resume", s], ok, env, s)
             done = self.kbench("merge", *p.shards, "--out", out, "--name", name)
         elif p.action == "resume":
-            done = self.kbench("sweep", "--resume", p.path, ok=ok, env=env)
+            done = self._sweep_cmd(["sweep", "--resume", p.path], ok, env, p.path)
         else:
-            done = self.kbench("sweep", *args, "--out", out, "--name", name, ok=ok, env=env)
+            done = self._sweep_cmd(["sweep", *args, "--out", out, "--name", name], ok, env, None, out, name)
         if p.action == "resume" and f"{name}: resumed" not in self.figures:
             self.figures.append(f"{name}: resumed")
         found = run_folders(out, name)
@@ -255,6 +255,21 @@ class Ctx:
             raise Failed(f"{run.path.name} is {run.status or 'unreadable'}: {run.manifest.get('stopped_by', '')}")
         return run
 
+
+    def _sweep_cmd(self, args: list, ok, env, run_dir: Path | None, out: Path | None = None,
+                   name: str = "") -> Done:
+        """A kbench sweep command (of run_dir, or writing OUT/NAME-...); an exit code not in `ok` fails with the
+        rows that say why (wrong, failed)."""
+        done = self.kbench(*args, ok=None, env=env)
+        if ok is None or done.rc in ok:
+            return done
+        if run_dir is None:
+            found = run_folders(out, name)
+            run_dir = found[-1] if found else None
+        bad = [r for r in Run(run_dir).measured() if r.get("status") in ("wrong", "failed")] if run_dir else []
+        why = ", ".join(f"{r.get('kernel')} {r.get('case_id')} {r.get('status')}" for r in bad[:3])
+        raise Failed(f"kbench sweep exited {done.rc}: " + (f"{len(bad)} wrong/failed row(s): {why}" if bad
+                                                           else last_line(done.text)))
 
     def background(self, name: str, cmd: list) -> subprocess.Popen:
         """Start cmd and return at once; its output goes to RES/logs/NAME.txt. Stopped at the end of the call

@@ -14,6 +14,7 @@
 set -uo pipefail
 export CAMPAIGN_T0=${CAMPAIGN_T0:-$(date +%s)}  # the call's start: the driver's deadline counts from here
 export OUT=${OUT:-/tmp/out} SITE=${SITE:-/tmp/site} RES=${RES:-/tmp/res}
+C=${CARRY:-.}  # where the carried folders are (the repository root on the machine)
 export PYTHONPATH=$SITE FLASHINFER_NO_DOWNLOAD=1 MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1 COLUMNS=250
 PY=${PYTHON:-python3}
 case " $* " in *" --list "*) exec "$PY" tests/gpu/campaign.py --list ;; esac
@@ -26,11 +27,11 @@ die() { say "FAILED: $*"; echo "setup FAILED: $*" >> "$OUT/summary.txt"; tar czf
 # the FlashInfer bundle, then any other wheel (FlashMLA...) into the same site folder
 untar() { tar xf "$1" -C "$2" 2>>"$log" ||  # Python's tarfile where tar lacks xz
   "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"; }
-if [ -f .whl/site.txz ]; then untar .whl/site.txz "$SITE" || die "cannot unpack .whl/site.txz"
-elif [ -f .whl/site.tgz ]; then untar .whl/site.tgz "$SITE" || die "cannot unpack .whl/site.tgz"
+if [ -f "$C/.whl/site.txz" ]; then untar "$C/.whl/site.txz" "$SITE" || die "cannot unpack .whl/site.txz"
+elif [ -f "$C/.whl/site.tgz" ]; then untar "$C/.whl/site.tgz" "$SITE" || die "cannot unpack .whl/site.tgz"
 else die "no FlashInfer bundle: carry .whl with site.txz (or site.tgz)"; fi
 say "FlashInfer bundle unpacked into $SITE"
-wheels=(.whl/*.whl)
+wheels=("$C"/.whl/*.whl)
 if [ -e "${wheels[0]}" ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${wheels[@]}" \
     >>"$log" 2>&1 || die "pip could not install ${wheels[*]} (logs/setup.txt)"
@@ -38,17 +39,17 @@ if [ -e "${wheels[0]}" ]; then
 fi
 
 # FlashInfer's JIT cache (the cache step's parts) and the AOT modules (checked by the driver's aot step)
-if ls .fi-cache/jit-cache.tgz.part-* >/dev/null 2>&1; then
-  mkdir -p "$HOME/.cache" && cat .fi-cache/jit-cache.tgz.part-* | tar xz -C "$HOME/.cache" \
+if ls "$C"/.fi-cache/jit-cache.tgz.part-* >/dev/null 2>&1; then
+  mkdir -p "$HOME/.cache" && cat "$C"/.fi-cache/jit-cache.tgz.part-* | tar xz -C "$HOME/.cache" \
     && say "JIT cache restored: $(du -sh "$HOME/.cache/flashinfer" | cut -f1)" || say "JIT cache parts do not unpack: ignored"
 fi
-if [ -f .fi-cache/aot.tgz ]; then
-  mkdir -p "$SITE/flashinfer/data" && tar xzf .fi-cache/aot.tgz -C "$SITE/flashinfer/data/" \
+if [ -f "$C/.fi-cache/aot.tgz" ]; then
+  mkdir -p "$SITE/flashinfer/data" && tar xzf "$C/.fi-cache/aot.tgz" -C "$SITE/flashinfer/data/" \
     && say "AOT modules unpacked: $(ls -d "$SITE"/flashinfer/data/aot/*/ 2>/dev/null | wc -l)" || die "cannot unpack .fi-cache/aot.tgz"
 fi
 
 # an earlier call's run folders; --skip-old-files: on a machine still warm the newer files here win
-for t in .gpu-carry/*.tgz .gpu-carry/*.tgz.part-aa; do
+for t in "$C"/.gpu-carry/*.tgz "$C"/.gpu-carry/*.tgz.part-aa; do
   [ -f "$t" ] || continue
   case "$t" in *.part-aa) cat "${t%aa}"* ;; *) cat "$t" ;; esac | tar xz --skip-old-files -C "$(dirname "$RES")" \
     && say "restored $t" || say "cannot unpack $t: ignored"
