@@ -178,7 +178,7 @@ def plan(out: Path, name: str, fresh: bool = False) -> Plan:
 
 def repeatability(a: list[dict], b: list[dict]) -> dict:
     """Two runs of one grid: per (kernel, case) ok in both, |b/a - 1| of the medians in percent.
-    {rows, median, p95, max, over3, worst: [(pct, kernel, case_id, a_us, b_us)...]}"""
+    {rows, median, p95, max, over3, worst: the 8 largest, all: every (pct, kernel, case_id, a_us, b_us)}"""
     def ok(rows):
         return {(r["kernel"], r["case_id"]): float(r["median_us"]) for r in rows
                 if r.get("status") == "ok" and r.get("path") != "reference" and r.get("median_us")}
@@ -188,9 +188,9 @@ def repeatability(a: list[dict], b: list[dict]) -> dict:
     d = [(abs(rb[k] / ra[k] - 1) * 100, k[0], k[1], ra[k], rb[k]) for k in both]
     pct = sorted(x[0] for x in d)
     if not pct:
-        return {"rows": 0, "median": None, "p95": None, "max": None, "over3": 0, "worst": []}
+        return {"rows": 0, "median": None, "p95": None, "max": None, "over3": 0, "worst": [], "all": []}
     return {"rows": len(pct), "median": statistics.median(pct), "p95": quantile(pct, 0.95), "max": pct[-1],
-            "over3": sum(p > 3 for p in pct), "worst": sorted(d, reverse=True)[:8]}
+            "over3": sum(p > 3 for p in pct), "worst": sorted(d, reverse=True)[:8], "all": d}
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
