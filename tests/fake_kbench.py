@@ -9,6 +9,8 @@ and behaves as the environment says:
   FAKE_SCALE     "NAME=F,...": the medians of run NAME times F (two runs that differ)
   FAKE_JITTER    "NAME=P": run NAME's medians off by +-P% alternately
   FAKE_VALIDATE  JSON rows for validate-timer
+FlashInfer's JIT, as far as compile time goes: a sweep "compiles" for 5 s (a module written under
+FLASHINFER_WORKSPACE_BASE, default HOME) unless that module is there or $SITE/flashinfer/data/aot holds one (0.2 s).
 SIGTERM is handled like kbench: the run is finalized as interrupted and the command exits 143.
 """
 from __future__ import annotations
@@ -65,6 +67,16 @@ def jitter(name: str, i: int) -> float:
     return 1.0
 
 
+def compile_s() -> float:
+    ws = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or os.environ.get("HOME", "/nonexistent"))
+    module = ws / ".cache/flashinfer/cached_ops/xqa/xqa.so"
+    if module.exists() or list(Path(os.environ.get("SITE", "/nonexistent")).glob("flashinfer/data/aot/*/*.so")):
+        return 0.2
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_bytes(b"module")
+    return 5.0
+
+
 def sweep(run: Path, m: dict) -> int:
     """Measure what the journal lacks; finalize. The exit code kbench would give."""
     args, name = m["fake_args"], m["fake_name"]
@@ -78,6 +90,7 @@ def sweep(run: Path, m: dict) -> int:
     m["status"] = "running"
     write_manifest(run, m)
     t0 = time.time()
+    compiled = compile_s()
     stopped = {"sig": None}
 
     def on_term(signum, frame):
@@ -119,7 +132,8 @@ def sweep(run: Path, m: dict) -> int:
     prev = m.get("wall_s")
     if prev:
         m.setdefault("wall_s_earlier", []).append(prev)
-    m["wall_s"] = {"compile_s": 1.0, "timing_s": round(time.time() - t0, 3), "total_s": round(time.time() - t0 + 1, 3)}
+    m["wall_s"] = {"compile_s": compiled, "timing_s": round(time.time() - t0, 3),
+                   "total_s": round(time.time() - t0 + compiled, 3)}
     m["status"] = status
     m["isolated"] = "--no-isolate" not in args
     write_manifest(run, m)

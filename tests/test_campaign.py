@@ -367,6 +367,32 @@ def test_validate_checks_every_row_of_30_us_or_more(gpu, monkeypatch):
     assert o["validate"].status == "FAILED" and "1 row(s) of >= 30 us outside 3%" in o["validate"].reason
 
 
+# --- time to the answer (#29) ----------------------------------------------------------------------------
+
+def test_time_to_answer_runs_cold_then_warm_then_with_the_prebuild_archive(gpu):
+    aot = _aot(gpu.tmp, "0.7.4", {"xqa_a": b"so"})
+    cfg = campaign.Config.from_env()
+    o = {x.step: x for x in campaign.run_steps(campaign.expand(["time-to-answer"]), cfg, echo=lambda _: None)}
+    assert [x.status for x in o.values()] == ["PASS"] * 3, {k: v.line() for k, v in o.items()}
+    assert "compile 5.0 s" in o["tta-cold"].figures  # no AOT module and an empty JIT cache: it compiles
+    assert "compile 0.2 s" in o["tta-warm"].figures and "compile 0.2 s" in o["tta-prebuild"].figures
+    assert "1 AOT modules" in o["tta-prebuild"].figures
+    for x in o.values():
+        assert "first ok row 0 s" in x.figures or "first ok row 1 s" in x.figures
+    assert (aot / "xqa_a/xqa_a.so").exists()  # put back after tta-cold
+    cold = json.loads((gpu.res / "tta/cold.json").read_text())
+    assert cold["compile_s"] == 5.0 and cold["wall_s"] > 0 and Path(cold["run"]).is_dir()
+    starts = [c for c in kbench_calls(gpu) if c[0] == "sweep"]
+    assert len(starts) == 3 and all("--resume" not in c for c in starts)
+
+
+def test_tta_warm_needs_the_cold_cache_and_tta_prebuild_an_archive(gpu):
+    cfg = campaign.Config.from_env()
+    o = {x.step: x for x in campaign.run_steps(["tta-warm", "tta-prebuild"], cfg, echo=lambda _: None)}
+    assert o["tta-warm"].reason == "needs tta-cold on this machine first (its JIT cache)"
+    assert o["tta-prebuild"].reason == "no AOT modules: carry a prebuild archive as .fi-cache/aot.tgz"
+
+
 # --- the AOT modules ---------------------------------------------------------------------------------------
 
 def _aot(tmp_path, version: str | None, modules: dict[str, bytes]) -> Path:

@@ -32,7 +32,8 @@ feature("mla", "tests/gpu/mla_check.py", 27)  # MLA kernels (FlashMLA from the c
 # --- time to the answer (#29): the README sweep three times, each a fresh run (never resumed: a resumed run's
 # wall and first row would not be a user's): with an empty JIT cache and no AOT module, with the JIT cache that
 # run left (warm), and with an empty JIT cache and the carried prebuild archive (.fi-cache/aot.tgz, unpacked
-# into the bundle's flashinfer/data/aot by h200.sh). Figures: the command's wall, the run's compile and timing
+# into the bundle's flashinfer/data/aot by h200.sh); Triton's cache (kbench's read probes) goes with the JIT
+# cache, as on a fresh machine. Figures: the command's wall, the run's compile and timing
 # (manifest wall_s), and the time from the command's start to the first ok kernel row (rows' measured_at).
 TTA_RUNS = ("cold", "warm", "prebuild")
 
@@ -46,7 +47,7 @@ def tta_sweep(ctx: Ctx, which: str, workspace: Path, empty: bool, aot: bool) -> 
     started, t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0), time.time()
     with without_aot(ctx.cfg.site) if not aot else contextlib.nullcontext():
         ctx.kbench("sweep", *SWEEP_GRID, "--out", out, "--name", f"tta-{which}",
-                   env={"FLASHINFER_WORKSPACE_BASE": workspace})
+                   env={"FLASHINFER_WORKSPACE_BASE": workspace, "TRITON_CACHE_DIR": workspace / "triton"})
     wall = time.time() - t0
     found = [p for p in run_folders(out, f"tta-{which}") if p not in before]
     if not found:
