@@ -188,8 +188,10 @@ class Ctx:
         Failed when its exit code is not in `ok` (None: any), TimedOut at the step's limit."""
         left = self.left()
         shown = cmd if isinstance(cmd, str) else shlex.join(str(c) for c in cmd)
+        # in a reason: the program's name, not its path (kbench, python3 tests/gpu/...)
+        brief = cmd if isinstance(cmd, str) else shlex.join([Path(str(cmd[0])).name, *map(str, cmd[1:])])
         if left <= 0:
-            raise TimedOut(f"no time left for `{_short(shown)}`")
+            raise TimedOut(f"no time left for `{_short(brief)}`")
         args = ["bash", "-c", cmd] if isinstance(cmd, str) else [str(c) for c in cmd]
         with open(self.log, "ab") as lf:
             lf.write(f"\n$ {shown}    [{_now()}, {left:.0f} s left]\n".encode())
@@ -210,9 +212,9 @@ class Ctx:
                     stop(p)
         text = self.log.read_bytes()[start:].decode(errors="replace")
         if rc is None:
-            raise TimedOut(f"`{_short(shown)}` still running at the step's limit")
+            raise TimedOut(f"`{_short(brief)}` still running at the step's limit")
         if ok is not None and rc not in ok:
-            raise Failed(f"`{_short(shown)}` exited {rc}: {last_line(text)}")
+            raise Failed(f"`{_short(brief)}` exited {rc}: {last_line(text)}")
         return Done(rc, text)
 
     def kbench(self, *args, ok: tuple[int, ...] | None = (0,), env: dict | None = None) -> Done:
@@ -254,7 +256,6 @@ class Ctx:
         if complete and not run.complete:
             raise Failed(f"{run.path.name} is {run.status or 'unreadable'}: {run.manifest.get('stopped_by', '')}")
         return run
-
 
     def _sweep_cmd(self, args: list, ok, env, run_dir: Path | None, out: Path | None = None,
                    name: str = "") -> Done:
@@ -319,7 +320,7 @@ def stop(p: subprocess.Popen) -> None:
 def last_line(text: str) -> str:
     """The last line that says something (an `error:` line when there is one), for a failure's reason."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.lower().startswith(("error", "traceback")) or "Error:" in ln]
+    errors = [ln for ln in lines if ln.lower().startswith("error") or "Error:" in ln]
     return _short((errors or lines or ["(no output)"])[-1], 200)
 
 
