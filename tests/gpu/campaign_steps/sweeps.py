@@ -19,22 +19,22 @@ FAULT_KERNEL, SURVIVORS, FAULT_Q = "test-oob-write", ("trtllm-decode", "fa2-pref
 SLOW_KERNEL = "fa2-prefill"
 
 
-@step("sweep", limit=330, resumable=True, help="the README sweep: draft-extend, kv 4096, bs 16 and 64")
+@step("sweep", limit=420, resumable=True, help="the README sweep: draft-extend, kv 4096, bs 16 and 64")
 def sweep(ctx: Ctx) -> None:
     check_rows(ctx, ctx.sweep("de-kv4096", SWEEP_GRID))
 
 
-@step("sweep2", limit=330, resumable=True, help="the README sweep through --devices 0 (worker and merge)")
+@step("sweep2", limit=420, resumable=True, help="the README sweep through --devices 0 (worker and merge)")
 def sweep2(ctx: Ctx) -> None:
     check_rows(ctx, ctx.sweep("de-kv4096-devices0", [*SWEEP_GRID, "--devices", "0"]))
 
 
-@step("rep1", limit=330, resumable=True, help="repeatability, first sweep")
+@step("rep1", limit=420, resumable=True, help="repeatability, first sweep")
 def rep1(ctx: Ctx) -> None:
     check_rows(ctx, ctx.sweep("rep1", SWEEP_GRID))
 
 
-@step("rep2", limit=330, resumable=True, help="repeatability, second sweep right after (through --devices 0)")
+@step("rep2", limit=420, resumable=True, help="repeatability, second sweep right after (through --devices 0)")
 def rep2(ctx: Ctx) -> None:
     check_rows(ctx, ctx.sweep("rep2", [*SWEEP_GRID, "--devices", "0"]))
 
@@ -139,7 +139,7 @@ def fault_inproc(ctx: Ctx) -> None:
 group("fault", ["fault-isolated", "fault-inproc"], "crash isolation")
 
 
-@step("fp8", limit=300, resumable=True, help="fp8 KV with bf16 and fp8 queries: every kernel checked, each ok once")
+@step("fp8", limit=420, resumable=True, help="fp8 KV with bf16 and fp8 queries: every kernel checked, each ok once")
 def fp8(ctx: Ctx) -> None:
     run = ctx.sweep("fp8q", FP8_GRID)
     check_rows(ctx, run)
