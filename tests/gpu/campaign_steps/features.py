@@ -15,17 +15,18 @@ from campaign_runs import Run, run_folders
 from campaign_steps.common import SWEEP_GRID, check_rows
 
 
-def feature(name: str, script: str, issue: int, limit: float = 300) -> None:
+def feature(name: str, script: str, issue: int, limit: float = 300, report_lines: int = 40) -> None:
     """A step that runs `python3 SCRIPT --out RES/NAME`: its exit code is the check, its last line the figures,
-    its output's tail the report."""
+    the last `report_lines` lines of its output the report. (The script runs its own sweeps: a call cut short
+    runs it again from the start.)"""
     def fn(ctx: Ctx) -> None:
         d = ctx.script(script, "--out", ctx.res / name)
         ctx.figure(last_line(d.text))
-        ctx.report("\n".join([ln for ln in d.text.splitlines() if ln.strip()][-30:]))
+        ctx.report("\n".join([ln for ln in d.text.splitlines() if ln.strip()][-report_lines:]))
     step(name, limit=limit, help=f"#{issue}: {script} --out RES/{name}")(fn)
 
 
-feature("tree", "tests/gpu/tree_check.py", 26)  # EAGLE draft trees
+feature("tree", "tests/gpu/tree_check.py", 26, limit=330, report_lines=60)  # EAGLE draft trees, ~4 min
 feature("mla", "tests/gpu/mla_check.py", 27)  # MLA kernels (FlashMLA from the carried sgl_flash_mla wheel)
 
 
