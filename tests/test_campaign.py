@@ -148,6 +148,52 @@ def test_a_missing_feature_script_is_a_failed_step_with_that_reason(gpu, tmp_pat
     assert o["mla"].status == "FAILED" and "exited 1: flashmla: rel err 0.2 > 0.01" in o["mla"].reason
 
 
+def _stub_repo(tmp_path, monkeypatch, scripts: dict[str, str]) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "tests/gpu").mkdir(parents=True)
+    for name, body in scripts.items():
+        (repo / "tests/gpu" / name).write_text(body)
+    monkeypatch.chdir(repo)
+    return repo
+
+
+def test_prebuild_runs_in_the_background_and_its_wait_checks_it(gpu, tmp_path, monkeypatch):
+    _stub_repo(tmp_path, monkeypatch, {"prebuild.py": (
+        "import sys, time\ntime.sleep(float(__import__('os').environ.get('STUB_SLEEP', '0.5')))\n"
+        "print('[1/2]      3 s ok  xqa_a')\nprint('[2/2]      4 s FAILED RuntimeError: nvcc  fmha_b')\n"
+        "print('wrote x (1.0 MiB, 1 modules); 1 failed')\nsys.exit(1)\n")})
+    rc, o = call("prebuild-bg", "env", "prebuild-wait")
+    assert o["prebuild-bg"].status == "PASS" and o["env"].status == "PASS"
+    assert o["prebuild-wait"].status == "FAILED" and o["prebuild-wait"].reason == "prebuild.py exited 1"
+    assert o["prebuild-wait"].figures == "1 built, 1 failed; [2/2] 4 s FAILED RuntimeError: nvcc fmha_b"
+    rc, o = call("prebuild-wait")
+    assert o["prebuild-wait"].reason == "prebuild was not started in this call"
+    monkeypatch.setenv("STUB_SLEEP", "60")
+    t0 = time.time()
+    rc, o = call("--limit", "prebuild-wait=1", "prebuild-bg", "prebuild-wait")
+    assert o["prebuild-wait"].status == "TIMEOUT" and time.time() - t0 < 20  # stopped at the end of the call
+
+
+def test_the_study_groups_run_their_sweeps_then_their_table(gpu, tmp_path, monkeypatch):
+    table = ("| measurements (timed kernel x case) | 20 | 8 (40%) |\n| mean regret (full grid's rows) | 0 | 0.30% |\n"
+             "| worst regret | 0 | 2.00% (bs1) |\n| regret at the 6 cases not measured by the adaptive run (the "
+             "planner's inference) | - | mean 0.20%, worst 5.50% |\n")
+    _stub_repo(tmp_path, monkeypatch, {
+        "realistic.py": "import sys\nprint('runs', len(sys.argv) - 2, 'table to', sys.argv[1].rsplit('/', 1)[-1])\n",
+        "adaptive_bench.py": f"print({table!r})\n"})
+    rc, o = call("realistic", "adaptive")
+    assert [o[s].status for s in ("real-kv", "real-accept", "real-gptoss", "real-msl", "real-skip", "real-table")] \
+        == ["PASS"] * 6
+    assert o["real-table"].report == "runs 5 table to realistic.txt"
+    assert o["adaptive-full"].status == o["adaptive-run"].status == "PASS"
+    a = o["adaptive-table"]
+    assert a.status == "FAILED" and a.reason == "worst inferred 5.50% > 4.00%", a.line()
+    assert "measured 0.40; mean regret 0.30%" in a.figures
+    sweeps = [c for c in kbench_calls(gpu) if c[0] == "sweep"]
+    assert ["--adaptive", "--regret-bound", "2", "--coarse-step", "8"] == sweeps[-1][sweeps[-1].index("--adaptive"):][:5]
+    assert sorted(p.name for p in gpu.out.iterdir()) == ["adaptive.tgz", "results.tgz", "summary.txt"]
+
+
 def test_an_unknown_step_is_refused_before_anything_runs(gpu, capsys):
     assert campaign.main(["env", "sweeep"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
