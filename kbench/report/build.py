@@ -88,14 +88,14 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
     if cases.empty:
         raise BadInput(nothing_to_report(rs.rows, rs.device))
     ok = measured(rs.rows)
-    policy = build_policy(cases, rs.device, rs.sources())
+    policy = build_policy(cases, rs.device, rs.sources(), times=ok)
     regrets = [regret(policy, ok, cases, "all cases (in-sample)")]
     holdout_policy = None
     if holdout is not None:
         train, test = holdout_split(cases["case_id"].tolist(), holdout, seed)
         holdout_policy = build_policy(cases[cases["case_id"].isin(train)], rs.device, rs.sources(),
                                       {"fraction": holdout, "seed": seed, "held_out_cases": len(test),
-                                       "held_out": test})
+                                       "held_out": test}, times=ok)
         regrets.append(regret(holdout_policy, ok, cases[cases["case_id"].isin(test)],
                               f"holdout {holdout:.0%} (seed {seed}, {len(test)} cases)"))
     result = ReportResult(out, rs, cases, xo.crossovers(cases), policy, regrets, holdout_policy,

@@ -29,9 +29,14 @@ other version::
           "cases": 3,                                 # measured cases behind the rule
           "measured": {"batch_size": 8, "kv_len": 4096, "q_len": [1, 2, 3]}}],
         "cells": [{"batch_size": 8, "q_len": 1, "kv_len": 4096, "kernel": "...", "path": "...",
-                   "time_us": 12.3, "expected_speedup": 1.9, "verdict": "decode", "tie": false}]
+                   "time_us": 12.3, "expected_speedup": 1.9, "verdict": "decode", "tie": false,
+                   "kernels_us": {"trtllm-decode": 12.3, "fa2-prefill": 23.4}}]  # every ok kernel's median
       }]
     }
+
+``kernels_us`` (added within /2: optional, a reader that does not know it is unaffected) holds the median of every
+kernel that passed its check at the case; `kbench recommend` prices engine settings with it. The published JSON
+Schema of the whole file is schemas/policy.schema.json.
 
 Kernel choice per measured case: the fastest ok kernel (either path; a tie keeps the faster median and is
 flagged). ``expected_speedup`` is always decode versus context (> 1: the decode path is faster), whichever
@@ -49,7 +54,6 @@ from __future__ import annotations
 
 import json
 import math
-from math import isqrt
 from pathlib import Path
 
 import pandas as pd
@@ -61,6 +65,7 @@ from kbench.runs import atomic
 from kbench.cases import axes
 from kbench.errors import BadInput
 from kbench.cases.models import parse_heads
+from kbench.report.nearest import LOG_AXES, LOOKUP_AXES, answer, locate, nearest, upper_edge  # noqa: F401 (re-exported)
 from kbench.report.runs import GROUP_COLUMNS, group_label
 from kbench.runs.store import now_iso
 from kbench.runs.winners import TIE
@@ -78,24 +83,9 @@ TIE_RULE = ("two kernels tie when |m1 - m2| <= h1 + h2, h = median_us * rel_spre
             "median), else iqr_us / 2")
 LOOKUP_RULE = ("nearest measured neighbour per axis: log2 distance in batch_size and kv_len, linear in q_len, "
                "half-way goes to the smaller value; outside the measured box only with extrapolate (clamped)")
-LOOKUP_AXES = ("batch_size", "kv_len", "q_len")
-LOG_AXES = ("batch_size", "kv_len")
 
 
-# ---- nearest neighbour on one axis, and the ranges it implies -------------------------------------------
-def _upper_edge(a: int, b: int, axis: str) -> int:
-    """Largest integer that is nearer to a than to b (a < b; half-way counts as a)."""
-    return isqrt(a * b) if axis in LOG_AXES else (a + b) // 2
-
-
-def nearest(values: list[int], x: int, axis: str) -> int:
-    vals = sorted(values)
-    for a, b in zip(vals, vals[1:]):
-        if x <= _upper_edge(a, b, axis):
-            return a
-    return vals[-1]
-
-
+# ---- the ranges the nearest-neighbour rule implies (the rule itself: kbench.report.nearest) ----------------
 def edges(values: list[int], axis: str, lo: int | None = None, hi: int | None = None) -> dict[int, tuple[int, int]]:
     """value -> inclusive integer range of points nearest to it, within [lo, hi] (default: the values' span)."""
     vals = sorted(set(values))
@@ -103,24 +93,10 @@ def edges(values: list[int], axis: str, lo: int | None = None, hi: int | None = 
     hi = vals[-1] if hi is None else hi
     out = {}
     for i, v in enumerate(vals):
-        start = lo if i == 0 else _upper_edge(vals[i - 1], v, axis) + 1
-        end = hi if i == len(vals) - 1 else _upper_edge(v, vals[i + 1], axis)
+        start = lo if i == 0 else upper_edge(vals[i - 1], v, axis) + 1
+        end = hi if i == len(vals) - 1 else upper_edge(v, vals[i + 1], axis)
         out[v] = (start, end)
     return out
-
-
-def _bracket(values: list[int], x: int) -> list[int]:
-    below = [v for v in values if v <= x]
-    above = [v for v in values if v >= x]
-    return sorted({max(below) if below else min(values), min(above) if above else max(values)})
-
-
-def _dist(cell: dict, point: dict) -> float:
-    d = 0.0
-    for ax in LOOKUP_AXES:
-        a, b = cell[ax], point[ax]
-        d += (math.log2(a / b) if ax in LOG_AXES else a - b) ** 2
-    return math.sqrt(d)
 
 
 # ---- build -----------------------------------------------------------------------------------------------
@@ -164,16 +140,31 @@ def _rules(cells: list[dict], grid: dict[str, list[int]]) -> list[dict]:
     return rules
 
 
-def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], holdout: dict | None = None) -> dict:
-    """cases: case_winners() output (ok rows only, one line per case)."""
+def kernel_times(measured_rows: pd.DataFrame | None) -> dict[str, dict[str, float]]:
+    """case_id -> {kernel: median_us} of the rows that may compete (kbench.runs.winners.measured)."""
+    if measured_rows is None or measured_rows.empty:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for cid, kernel, us in zip(measured_rows["case_id"], measured_rows["kernel"], measured_rows["median_us"]):
+        out.setdefault(str(cid), {})[str(kernel)] = round(float(us), 4)
+    return out
+
+
+def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], holdout: dict | None = None,
+                 times: pd.DataFrame | None = None) -> dict:
+    """cases: case_winners() output (ok rows only, one line per case). times: the measured rows
+    (kbench.runs.winners.measured); each cell then keeps every kernel's median (``kernels_us``), which
+    `kbench recommend` prices engine settings with."""
     groups = []
+    per_case = kernel_times(times)
     if not cases.empty:
         for key, g in cases.groupby(GROUP_COLUMNS, sort=True):
             meta = {c: axes.AXIS[c].type(v) for c, v in zip(GROUP_COLUMNS, key)}
             cells = [{"batch_size": int(r.batch_size), "q_len": int(r.q_len), "kv_len": int(r.kv_len),
                       "kernel": str(r.winner), "path": str(r.winner_path), "time_us": float(r.winner_us),
                       "expected_speedup": _f(r.decode_speedup), "verdict": str(r.path_verdict),
-                      "tie": r.path_verdict == TIE}
+                      "tie": r.path_verdict == TIE,
+                      **({"kernels_us": per_case[r.case_id]} if r.case_id in per_case else {})}
                      for r in g.sort_values(["batch_size", "kv_len", "q_len"]).itertuples()]
             grid = {ax: sorted({c[ax] for c in cells}) for ax in LOOKUP_AXES}
             groups.append({"heads": f"{meta['num_qo_heads']}/{meta['num_kv_heads']}/{meta['head_dim']}", **meta,
@@ -238,6 +229,11 @@ def validate_policy(policy, where: str = "policy") -> dict:
             sp = c.get("expected_speedup")
             if sp is not None and (isinstance(sp, bool) or not isinstance(sp, (int, float))):
                 raise BadInput(f"{w}.cells[{j}]: 'expected_speedup' must be a number or null")
+            times = c.get("kernels_us")
+            if times is not None and not (isinstance(times, dict) and all(
+                    isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                    for k, v in times.items())):
+                raise BadInput(f"{w}.cells[{j}]: 'kernels_us' must map kernel names to times in us")
         _need(g, "rules", list, w)
     return policy
 
@@ -295,51 +291,8 @@ def lookup(policy: dict, batch_size: int, q_len: int, kv_len: int, extrapolate: 
     """The kernel for one shape. group: heads='32/8/128', dtype, kv_dtype, page_size, kv_layout and the
     realistic-batch axes as filters (see select_group)."""
     g = select_group(policy, **group)
-    grid = g["grid"]
-    query = {"batch_size": int(batch_size), "q_len": int(q_len), "kv_len": int(kv_len)}
-    for ax, v in query.items():
-        if v < 1:
-            raise BadInput(f"{ax} must be >= 1, got {v}")
-    if query["q_len"] > query["kv_len"]:  # the query tokens are in the KV cache: no such shape (not clamped)
-        raise BadInput(f"q_len {q_len} > kv_len {kv_len}: the query tokens are part of the KV, so q_len <= kv_len "
-                       f"(--extrapolate does not change that)")
-    point, clamped = dict(query), []
-    for ax in LOOKUP_AXES:
-        lo, hi = min(grid[ax]), max(grid[ax])
-        if not lo <= point[ax] <= hi:
-            clamped.append(f"{ax} {point[ax]} -> {min(max(point[ax], lo), hi)}")
-            point[ax] = min(max(point[ax], lo), hi)
-    if clamped and not extrapolate:
-        outside = "; ".join(f"{ax} {query[ax]} not in {min(grid[ax])}..{max(grid[ax])}" for ax in LOOKUP_AXES
-                            if not min(grid[ax]) <= query[ax] <= max(grid[ax]))
-        raise BadInput(f"outside the measured range ({outside}); pass --extrapolate to answer anyway")
-    cells = g["cells"]
-    bs, kv = nearest(grid["batch_size"], point["batch_size"], "batch_size"), nearest(grid["kv_len"], point["kv_len"], "kv_len")
-    here = [c for c in cells if c["batch_size"] == bs and c["kv_len"] == kv]
-    if here:
-        q = nearest([c["q_len"] for c in here], point["q_len"], "q_len")
-        used = next(c for c in here if c["q_len"] == q)
-        how = "nearest"
-    else:  # a hole in the grid: the nearest measured case overall
-        used = min(cells, key=lambda c: (_dist(c, point), c["batch_size"], c["kv_len"], c["q_len"]))
-        how = "nearest-available"
-    exact = all(used[ax] == query[ax] for ax in LOOKUP_AXES)
-    brackets = {ax: _bracket(grid[ax], point[ax]) for ax in LOOKUP_AXES}
-    neighbours = [c for c in cells if all(c[ax] in brackets[ax] for ax in LOOKUP_AXES)]
-    if not exact and used not in neighbours:
-        neighbours.append(used)
-    return {
-        "query": query, "group": g.get("label") or group_label(g),
-        "power": g.get("power", axes.AXIS["power"].default),  # the timing state this answer is for
-        "kernel": used["kernel"], "path": used["path"], "expected_speedup": used.get("expected_speedup"),
-        "tie": bool(used.get("tie", False)),
-        "interpolated": not exact, "extrapolated": bool(clamped), "clamped": clamped,
-        "method": "measured" if exact else how,
-        "used": {ax: used[ax] for ax in LOOKUP_AXES},
-        "neighbours": [] if exact else [{**{ax: c[ax] for ax in LOOKUP_AXES}, "kernel": c["kernel"],
-                                         "expected_speedup": c.get("expected_speedup")} for c in neighbours],
-        "neighbours_agree": len({c["kernel"] for c in neighbours}) <= 1 if not exact else True,
-    }
+    found = locate(g["grid"], g["cells"], batch_size, q_len, kv_len, extrapolate, error=BadInput)
+    return answer(found, g.get("label") or group_label(g), g.get("power", axes.AXIS["power"].default))
 
 
 def rule_for(group: dict, batch_size: int, q_len: int, kv_len: int) -> dict | None:

@@ -1,0 +1,107 @@
+"""Where a shape falls in a policy group's measured grid: the nearest-neighbour rule `kbench select` answers by.
+
+Standard library only, and nothing from kbench: `kbench export --format python` copies this file verbatim into
+the selector it writes, so an engine routing per shape runs this very code (one home for the rule, no second
+implementation to drift). Errors are raised as ``error(message)``, BadInput inside kbench, ValueError in an
+exported selector.
+
+The rule (kbench.report.policy's docstring says it for users): per axis the nearest measured value, log2
+distance in batch_size and kv_len, linear in q_len, a point exactly half-way goes to the smaller value; q_len is
+matched among the q values measured at the chosen (batch_size, kv_len); a (batch_size, kv_len) with no measured
+case at all takes the nearest measured case by sqrt(dlog2(bs)^2 + dlog2(kv)^2 + dq^2). Outside the measured box
+a point is refused unless ``extrapolate``: then each axis is clamped to the box and the answer says so.
+"""
+import math
+from math import isqrt
+
+LOOKUP_AXES = ("batch_size", "kv_len", "q_len")
+LOG_AXES = ("batch_size", "kv_len")
+
+
+def upper_edge(a, b, axis):
+    """Largest integer that is nearer to a than to b (a < b; half-way counts as a)."""
+    return isqrt(a * b) if axis in LOG_AXES else (a + b) // 2
+
+
+def nearest(values, x, axis):
+    vals = sorted(values)
+    for a, b in zip(vals, vals[1:]):
+        if x <= upper_edge(a, b, axis):
+            return a
+    return vals[-1]
+
+
+def bracket(values, x):
+    """The measured values on either side of x (one value when x is measured or outside)."""
+    below = [v for v in values if v <= x]
+    above = [v for v in values if v >= x]
+    return sorted({max(below) if below else min(values), min(above) if above else max(values)})
+
+
+def distance(cell, point):
+    d = 0.0
+    for ax in LOOKUP_AXES:
+        a, b = cell[ax], point[ax]
+        d += (math.log2(a / b) if ax in LOG_AXES else a - b) ** 2
+    return math.sqrt(d)
+
+
+def locate(grid, cells, batch_size, q_len, kv_len, extrapolate=False, error=ValueError):
+    """The measured cell that answers for one shape, and how it was found.
+
+    grid: {axis: [measured values]}; cells: [{batch_size, q_len, kv_len, kernel, path, ...}]. Returns
+    {query, used_cell, interpolated, extrapolated, clamped, method, used, neighbours, neighbours_agree}.
+    """
+    query = {"batch_size": int(batch_size), "q_len": int(q_len), "kv_len": int(kv_len)}
+    for ax, v in query.items():
+        if v < 1:
+            raise error(f"{ax} must be >= 1, got {v}")
+    if query["q_len"] > query["kv_len"]:  # the query tokens are in the KV cache: no such shape (not clamped)
+        raise error(f"q_len {q_len} > kv_len {kv_len}: the query tokens are part of the KV, so q_len <= kv_len "
+                    f"(--extrapolate does not change that)")
+    point, clamped = dict(query), []
+    for ax in LOOKUP_AXES:
+        lo, hi = min(grid[ax]), max(grid[ax])
+        if not lo <= point[ax] <= hi:
+            clamped.append(f"{ax} {point[ax]} -> {min(max(point[ax], lo), hi)}")
+            point[ax] = min(max(point[ax], lo), hi)
+    if clamped and not extrapolate:
+        outside = "; ".join(f"{ax} {query[ax]} not in {min(grid[ax])}..{max(grid[ax])}" for ax in LOOKUP_AXES
+                            if not min(grid[ax]) <= query[ax] <= max(grid[ax]))
+        raise error(f"outside the measured range ({outside}); pass --extrapolate to answer anyway")
+    bs = nearest(grid["batch_size"], point["batch_size"], "batch_size")
+    kv = nearest(grid["kv_len"], point["kv_len"], "kv_len")
+    here = [c for c in cells if c["batch_size"] == bs and c["kv_len"] == kv]
+    if here:
+        q = nearest([c["q_len"] for c in here], point["q_len"], "q_len")
+        used = next(c for c in here if c["q_len"] == q)
+        how = "nearest"
+    else:  # a hole in the grid: the nearest measured case overall
+        used = min(cells, key=lambda c: (distance(c, point), c["batch_size"], c["kv_len"], c["q_len"]))
+        how = "nearest-available"
+    exact = all(used[ax] == query[ax] for ax in LOOKUP_AXES)
+    brackets = {ax: bracket(grid[ax], point[ax]) for ax in LOOKUP_AXES}
+    neighbours = [c for c in cells if all(c[ax] in brackets[ax] for ax in LOOKUP_AXES)]
+    if not exact and used not in neighbours:
+        neighbours.append(used)
+    return {
+        "query": query, "used_cell": used,
+        "interpolated": not exact, "extrapolated": bool(clamped), "clamped": clamped,
+        "method": "measured" if exact else how,
+        "used": {ax: used[ax] for ax in LOOKUP_AXES},
+        "neighbours": [] if exact else [{**{ax: c[ax] for ax in LOOKUP_AXES}, "kernel": c["kernel"],
+                                         "expected_speedup": c.get("expected_speedup")} for c in neighbours],
+        "neighbours_agree": len({c["kernel"] for c in neighbours}) <= 1 if not exact else True,
+    }
+
+
+def answer(located, group_label, power):
+    """kbench select's answer (the dict `kbench select --json` prints) from locate()'s result."""
+    used = located["used_cell"]
+    return {
+        "query": located["query"], "group": group_label, "power": power,
+        "kernel": used["kernel"], "path": used["path"], "expected_speedup": used.get("expected_speedup"),
+        "tie": bool(used.get("tie", False)),
+        **{k: located[k] for k in ("interpolated", "extrapolated", "clamped", "method", "used", "neighbours",
+                                   "neighbours_agree")},
+    }
