@@ -84,6 +84,7 @@ class Route:
     flashinfer_below: str | None = None
     flashinfer_from: str | None = None
     note: str = ""
+    priced_low: bool = False  # the engine runs a costlier path of the kernel than the one kbench times
     cites: tuple[Cite, ...] = ()
 
     def holds(self, family: str, flashinfer: str | None) -> bool:
@@ -202,7 +203,7 @@ def _cites(raw, where: str) -> tuple[Cite, ...]:
 
 def _route(raw: dict, setting_gpus: tuple[str, ...], where: str) -> Route:
     known = {"step", "gpus", "kernel", "ragged_kernel", "unmeasured", "flashinfer_below", "flashinfer_from", "note",
-             "cites"}
+             "priced_low", "cites"}
     extra = set(raw) - known
     if extra:
         raise ValueError(f"{where}: unknown key {sorted(extra)[0]!r}")
@@ -210,13 +211,15 @@ def _route(raw: dict, setting_gpus: tuple[str, ...], where: str) -> Route:
         raise ValueError(f"{where}: step must be one of {', '.join(STEPS)}")
     if bool(raw.get("kernel")) == bool(raw.get("unmeasured")):
         raise ValueError(f"{where}: give kernel or unmeasured (one of them)")
+    if raw.get("priced_low") and not raw.get("note"):
+        raise ValueError(f"{where}: priced_low needs a note saying how the engine's path differs")
     gpus = tuple(raw.get("gpus", setting_gpus))
     if not set(gpus) <= set(setting_gpus):
         raise ValueError(f"{where}: gpus {gpus} outside the setting's {setting_gpus}")
     return Route(step=raw["step"], gpus=gpus, kernel=raw.get("kernel"), ragged_kernel=raw.get("ragged_kernel"),
                  unmeasured=raw.get("unmeasured", ""), flashinfer_below=raw.get("flashinfer_below"),
                  flashinfer_from=raw.get("flashinfer_from"), note=raw.get("note", ""),
-                 cites=_cites(raw.get("cites"), where))
+                 priced_low=bool(raw.get("priced_low", False)), cites=_cites(raw.get("cites"), where))
 
 
 def parse_table(data: dict) -> Table:
@@ -259,3 +262,10 @@ def load_table() -> Table:
         text = resources.files("kbench.recommend").joinpath("engines.toml").read_text(encoding="utf-8")
         _TABLE = parse_table(tomllib.loads(text))
     return _TABLE
+
+
+def known_kernels() -> list[str]:
+    """kbench's kernels an engine could run (the registry's, less the reference and the test-only ones)."""
+    from kbench.kernels.registry import all_kernels
+
+    return [k.name for k in all_kernels() if k.path != "reference" and not getattr(k, "test_only", False)]

@@ -134,7 +134,8 @@ class SGLangBackend(Backend):
         f.token_capacity = _int((state.get("memory_usage") or {}).get("token_capacity"))
         f.model = model or str(info.get("served_model_name") or info.get("model_path") or "")
         f.info = {k: info.get(k) for k in ("model_path", "tokenizer_path", "tp_size", "dp_size", "version",
-                                           "max_running_requests", "speculative_algorithm", "page_size")
+                                           "max_running_requests", "speculative_algorithm", "page_size",
+                                           "speculative_num_draft_tokens", "speculative_num_steps")
                   if k in info}
         f.info.update(info_path=self._info_path, token_capacity=f.token_capacity,
                       effective_max_running_requests_per_dp=f.max_running_requests)

@@ -36,6 +36,7 @@ from kbench.server.client import ServerClient, ServerError, StreamError
 from kbench.server.metrics import BatchTrace, metrics_from_trace
 from kbench.server.prompts import PromptPattern, parse_prompt_pattern
 from kbench.server.rows import ROW_KIND, SAMPLED, ServerBenchRow, case_id
+from kbench.server.workload import write_workload
 from kbench.runs.signals import stop_reason
 from kbench.runs.store import JOURNAL, RunWriter, new_run_dir, now_iso, read_journal
 
@@ -463,6 +464,7 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
         raise
     writer.finalize(status)
     result.status = status
+    write_workload(run_dir, facts.info, backend, facts.model)  # RUN/workload.jsonl for kbench recommend
     if config.show_report or (config.append_to_github_summary and os.environ.get("GITHUB_STEP_SUMMARY")):
         from kbench.server.summary import append_github_step_summary, report_summary
 

@@ -1,0 +1,267 @@
+"""`kbench recommend` and `kbench export`: thin click wrappers over kbench.recommend, rendered with rich; the A/B
+check composes kbench.gate (the two server runs) with kbench.recommend.check (the prediction)."""
+from __future__ import annotations
+
+import json
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from kbench.cli.console import make_console
+from kbench.cli.options import examples
+from kbench.errors import BadInput
+
+
+def _table(title: str, headers: list[str], rows: list[list[str]], first_bold: bool = False) -> Table:
+    t = Table(title=escape(title), title_justify="left", header_style="bold")
+    for h in headers:
+        t.add_column(escape(h), overflow="fold")
+    for i, r in enumerate(rows):
+        t.add_row(*map(escape, r), style="bold green" if first_bold and i == 0 else None)
+    return t
+
+
+def _group_filters(f):
+    """The group filters `kbench select` takes (heads, dtype, ..., and one per realistic axis and the timing
+    state, from kbench.cases.axes), each taking a weighted list here."""
+    from kbench.cases import axes
+    from kbench.recommend.workload import CLASSIC_FILTERS, GROUP_FILTERS
+
+    helps = {"heads": "QO/KV/DIM heads, e.g. 32/8/128", "dtype": "query/output dtype", "kv_dtype": "KV-cache dtype",
+             "page_size": "KV page size", "kv_layout": "KV layout, HND or NHD"}
+    for name in reversed(GROUP_FILTERS):
+        a = axes.AXIS.get(name)
+        flag = a.flag if a is not None and name not in CLASSIC_FILTERS else "--" + name.replace("_", "-")
+        what = helps.get(name) or (a.help if a is not None else name)
+        f = click.option(flag, name, default=None, metavar="V[@W],...",
+                         help=f"Group filter: {what} (as in kbench select; a weighted list spreads the workload "
+                              "over groups).")(f)
+    return f
+
+
+@click.command("recommend", epilog=examples(
+    "kbench recommend results/baselines/h200-draft-extend-full-kv512-4096-32768 --engine sglang "
+    "--batch-size 1@4,2@3,4@2,8@1 --q-len 8 --kv-len 512,4096,32768",
+    "kbench recommend RUN --engine vllm --batch-size 64 --q-len 4 --kv-len lognormal:4096:1.0 --json",
+    "kbench recommend report/policy.json --engine sglang --workload results/server-bench-a-*/workload.jsonl "
+    "--verify-layers 32 --markdown rec.md",
+    "kbench recommend RUN --engine sglang --workload A/workload.jsonl --ab A B --ab-settings trtllm_mha,flashinfer",
+    "kbench recommend --settings --engine sglang          # the table of engine settings with its citations"))
+@click.argument("sources", nargs=-1, metavar="RUN_OR_POLICY")
+@click.option("--engine", default=None, help="sglang or vllm (the engines in kbench's table).")
+@click.option("--engine-version", default=None, help="A release in the table [default: the newest].")
+@click.option("--batch-size", default=None, metavar="V[@W],...", help="Requests per batch: a weighted list, e.g. 1@4,2@3,4@2 or 16,64 or 1..8.")
+@click.option("--q-len", default=None, metavar="V[@W],...", help="Query tokens per request of a verify/draft-extend step (draft tokens, or steps + 1).")
+@click.option("--kv-len", default=None, metavar="V[@W],...",
+              help="KV tokens per request (with the step's own); lognormal:MEDIAN:SIGMA[:BINS] spreads it over batches.")
+@_group_filters
+@click.option("--workload", "workload_file", default=None, type=click.Path(dir_okay=False),
+              help="JSON Lines of batches instead of the shape options (schemas/workload.schema.json; "
+                   "kbench server-bench writes RUN/workload.jsonl).")
+@click.option("--steps", default="verify,draft_extend", show_default=True,
+              help="The steps each batch of the shape options runs: verify, draft_extend or both.")
+@click.option("--verify-layers", type=int, default=1, show_default=True,
+              help="Attention layers of the target model: verify steps count this many calls.")
+@click.option("--draft-layers", type=int, default=1, show_default=True,
+              help="Attention layers of the draft model: draft-extend steps count this many calls.")
+@click.option("--setting", "setting_ids", multiple=True, help="Price only this setting (an id from --settings; repeat).")
+@click.option("--flashinfer", default=None, metavar="VERSION", help="FlashInfer the engine runs with [default: its pin].")
+@click.option("--gpu", default=None, help="The GPU the recommendation is for (SM90, sm100, H200): refused unless the run is from it.")
+@click.option("--max-extrapolation", type=float, default=2.0, show_default=True, metavar="FACTOR",
+              help="Refuse shapes more than FACTOR beyond the measured range (closer ones are priced at its edge, and said so).")
+@click.option("--top", type=click.IntRange(min=0), default=5, show_default=True, help="Shapes listed as driving the gap.")
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+@click.option("--markdown", "markdown_file", default=None, type=click.Path(dir_okay=False),
+              help="Also write the answer as markdown (a PR comment) to this file ('-': print it instead of the tables).")
+@click.option("--settings", "show_settings", is_flag=True,
+              help="Print the table of engine settings (kernel per step and GPU, with the source lines) and exit.")
+@click.option("--ab", nargs=2, default=None, metavar="RUN_A RUN_B",
+              help="Two server-bench runs of two settings: put the gate's A/B answer beside the prediction.")
+@click.option("--ab-settings", default=None, metavar="A,B", help="The setting ids of the --ab runs, A first.")
+@click.option("--threshold", default="5%", show_default=True, help="With --ab: the gate's threshold, also what counts as no change.")
+def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, workload_file, steps, verify_layers,
+                  draft_layers, setting_ids, flashinfer, gpu, max_extrapolation, top, as_json, markdown_file,
+                  show_settings, ab, ab_settings, threshold, **filters):
+    """The engine flags to set for a workload, from a run's measurements: each engine setting's expected attention
+    time per step, the best one, its gap to per-shape routing and the shapes behind that gap.
+
+    \b
+    RUN_OR_POLICY: sweep run folder(s) (merged as kbench report does) or a policy.json from kbench report.
+    The workload: --batch-size/--q-len/--kv-len (+ group filters), weighted lists, or --workload FILE.
+    Each (batch, step) is priced at the measured cell kbench select answers the shape with (nearest
+    neighbour; clamped beyond the measured range, up to --max-extrapolation, and said so).
+    Exit codes: 0 ok, 2 bad input (an unknown engine or setting, a setting not valid on the run's GPU, a
+    workload that does not parse or lies too far outside the run, measurements from another GPU).
+    """
+    from kbench.recommend.settings import FAMILY_NAME, load_table
+
+    table = load_table()
+    if not engine:
+        raise BadInput(f"--engine: give one of {', '.join(table.names())}")
+    eng = table.engine(engine, engine_version)
+    if show_settings:
+        _print_settings(eng, as_json, markdown_file)
+        return
+    if not sources:
+        raise BadInput("give a run folder or a policy file (RUN_OR_POLICY)")
+    from kbench.recommend.price import load_source, recommend
+    from kbench.recommend.render import caveats, driver_rows, headline, setting_rows, to_json, to_markdown
+    from kbench.recommend.settings import STEPS
+    from kbench.recommend.workload import from_options, read_workload
+
+    step_list = tuple(s.strip().replace("-", "_") for s in steps.split(",") if s.strip())
+    if not step_list or not set(step_list) <= set(STEPS):
+        raise BadInput(f"--steps {steps!r}: verify, draft_extend or both (comma-separated)")
+    shape = {"batch_size": batch_size, "q_len": q_len, "kv_len": kv_len}
+    given = [f"--{k.replace('_', '-')}" for k, v in {**shape, **filters}.items() if v is not None]
+    if workload_file:
+        if given:
+            raise BadInput(f"--workload and {given[0]}: give the workload one way (a file's lines name their shapes)")
+        wl = read_workload(workload_file)
+    else:
+        wl = from_options(shape, filters, tuple(s for s in STEPS if s in step_list))
+    src = load_source(list(sources))
+    layers = {"verify": verify_layers, "draft_extend": draft_layers}
+    kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu)
+    rec = recommend(src, wl, eng, settings=list(setting_ids) or None, top=top, **kw)
+    chk = _ab_check(src, wl, eng, ab, ab_settings, threshold, kw) if ab or ab_settings else None
+
+    if markdown_file:
+        from kbench.runs import atomic
+
+        text = to_markdown(rec) + ("\n" + _check_markdown(chk) if chk else "")
+        if markdown_file == "-":
+            click.echo(text, nl=False)
+            return
+        atomic.write_text(markdown_file, text)
+    if as_json:
+        out = to_json(rec)
+        if chk is not None:
+            out["ab_check"] = _check_json(chk)
+        click.echo(json.dumps(out, indent=2))
+        return
+    con = make_console()
+    head = headline(rec)
+    con.print(escape(head[0]))
+    con.print(_table(f"{rec.engine.label} settings valid on {FAMILY_NAME[rec.family]}, fastest first",
+                     *setting_rows(rec), first_bold=True))
+    for line in head[1:]:
+        con.print(escape(line), style="bold" if line.startswith("set:") else None)
+    if rec.drivers:
+        con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec)))
+    for c in caveats(rec):
+        con.print(escape("note: " + c), style="yellow")
+    if chk is not None:
+        from kbench.recommend.check import check_rows
+
+        con.print(escape(f"A/B (kbench gate on {ab[0]} -> {ab[1]}): {chk.answer}"))
+        con.print(_table(f"Check against the engine: A = {chk.setting_a}, B = {chk.setting_b}", *check_rows(chk)))
+    if markdown_file:
+        con.print(escape(f"wrote {markdown_file}"))
+
+
+def _ab_check(src, wl, eng, ab, ab_settings, threshold, kw):
+    """The gate's A/B on the two server-bench runs beside the prediction for the same batches."""
+    if not ab or not ab_settings:
+        raise BadInput("--ab RUN_A RUN_B and --ab-settings A,B go together")
+    ids = [s.strip() for s in ab_settings.split(",") if s.strip()]
+    if len(ids) != 2:
+        raise BadInput(f"--ab-settings {ab_settings!r}: two setting ids, A first (e.g. trtllm_mha,flashinfer)")
+    from kbench.gate import parse_threshold, run_gate
+    from kbench.gate.ab import ab_answer
+    from kbench.recommend.check import Measured, check_ab
+
+    thr = parse_threshold(threshold)
+    res = run_gate(ab[0], ab[1], threshold=thr, allow_missing=True)
+    if res.kind != "server-bench":
+        raise BadInput(f"--ab {ab[0]} {ab[1]}: two kbench server-bench runs, not {res.kind} runs")
+    measured = [Measured(r.case_id, r.base_value, r.cand_value, r.outcome) for r in res.rows if r.metric == "latency"]
+    return check_ab(src, wl, eng, ids[0], ids[1], measured, ab_answer(res.rows), thr * 100, **kw)
+
+
+def _check_markdown(chk) -> str:
+    from kbench.recommend.check import check_markdown
+
+    return check_markdown(chk)
+
+
+def _check_json(chk) -> dict:
+    return {"setting_a": chk.setting_a, "setting_b": chk.setting_b, "gate_answer": chk.answer,
+            "threshold_pct": chk.threshold_pct,
+            "cases": [{"case": c.case, "latency_a_s": c.measured.latency_a_s if c.measured else None,
+                       "latency_b_s": c.measured.latency_b_s if c.measured else None,
+                       "gate": c.measured.outcome if c.measured else None,
+                       "attention_a_us": c.attention_a_us, "attention_b_us": c.attention_b_us,
+                       "predicted_saving_ms": c.predicted_saving_ms,
+                       "predicted_pct_of_latency": c.predicted_pct_of_latency,
+                       "agrees": c.agrees(chk.threshold_pct)} for c in chk.cases]}
+
+
+def _print_settings(eng, as_json: bool, markdown_file: str | None) -> None:
+    from kbench.recommend.render import settings_markdown, settings_rows
+    from kbench.recommend.settings import known_kernels
+
+    known = known_kernels()
+    if as_json:
+        click.echo(json.dumps({
+            "engine": eng.engine, "version": eng.version, "read_from": eng.read_from, "flashinfer": eng.flashinfer,
+            "settings": [{"id": s.id, "flags": s.flags, "gpus": list(s.gpus), "default_on": list(s.default_on),
+                          "routes": [{"step": r.step, "gpus": list(r.gpus), "kernel": r.kernel,
+                                      "ragged_kernel": r.ragged_kernel, "unmeasured": r.unmeasured or None,
+                                      "flashinfer_below": r.flashinfer_below, "flashinfer_from": r.flashinfer_from,
+                                      "note": r.note or None,
+                                      "cites": [{"file": c.file, "lines": c.lines, "says": c.says,
+                                                 "url": c.url(eng.cite_url)} for c in r.cites]}
+                                     for r in s.routes]} for s in eng.settings],
+            "unreached": [{"kernel": k, "why": w, "cites": [c.label() for c in cs]}
+                          for k, w, cs in eng.unreached_kernels(known)],
+            "notes": list(eng.notes)}, indent=2))
+        return
+    if markdown_file:
+        text = settings_markdown(eng, known)
+        if markdown_file == "-":
+            click.echo(text, nl=False)
+            return
+        from kbench.runs import atomic
+
+        atomic.write_text(markdown_file, text)
+    con = make_console()
+    con.print(escape(f"{eng.label}: read from {eng.read_from}; FlashInfer pin {eng.flashinfer or 'none'}"))
+    con.print(_table(f"Engine settings: {eng.label}", *settings_rows(eng)))
+    for k, why, cites in eng.unreached_kernels(known):
+        con.print(escape(f"unreached: {k}: {why}" + (f" ({'; '.join(c.label() for c in cites)})" if cites else "")))
+    for n in eng.notes:
+        con.print(escape("note: " + n), style="dim")
+    if markdown_file:
+        con.print(escape(f"wrote {markdown_file}"))
+
+
+@click.command("export", epilog=examples(
+    "kbench export report/policy.json --format python --out kbench_policy.py",
+    "python kbench_policy.py 16 4 4096          # the exported selector, standard library only",
+    "kbench export results/baselines/h200-draft-extend-kv4096 --out h200_policy.py   # a run: its policy first"))
+@click.argument("source", metavar="POLICY_OR_RUN")
+@click.option("--format", "fmt", default="python", show_default=True, help="python (one dependency-free file).")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The file to write.")
+def export_cmd(source, fmt, out):
+    """Write the policy as a standalone selector: select(batch_size, q_len, kv_len, ...) returns what kbench select
+    returns, lookup(...) what kbench select --json prints, with no kbench (nor anything outside Python's standard
+    library) to import; POLICY_OR_RUN: a policy.json from kbench report, or a sweep run folder (its policy is built
+    as kbench report builds it)."""
+    from pathlib import Path
+
+    from kbench.recommend.export import FORMATS, export_policy, summary
+
+    if fmt not in FORMATS:
+        raise BadInput(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    if Path(source).is_dir():
+        from kbench.recommend.price import load_source
+
+        policy = load_source([source]).policy
+    else:
+        from kbench.report.policy import load_policy
+
+        policy = load_policy(source)
+    path = export_policy(policy, str(source), out, fmt)
+    click.echo(f"wrote {path}: {summary(policy)}; try: python {path} BATCH_SIZE Q_LEN KV_LEN")

@@ -1,0 +1,209 @@
+"""The recommendation as JSON (for machines), markdown (a PR comment) and plain rows (the CLI's rich table); the
+table of engine settings with its citations."""
+from __future__ import annotations
+
+from kbench.recommend.price import Recommendation, SettingResult, describe_beyond
+from kbench.recommend.settings import FAMILY_NAME, STEP_LABEL, STEPS, Engine
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"+{v:.1f}%" if v > 0.05 else "0.0%" if v > -0.05 else f"{v:.1f}%"
+
+
+def _layers(rec: Recommendation) -> str:
+    return " + ".join(f"{STEP_LABEL[s]}" + (f" x {rec.layers[s]} layers" if rec.layers[s] != 1 else "")
+                      for s in STEPS if rec.layers[s])
+
+
+def _per_step(rec: Recommendation, total: float | None) -> float | None:
+    return None if total is None else total / rec.workload.total_weight
+
+
+def headline(rec: Recommendation) -> list[str]:
+    """The answer in two or three lines (the same words in every format)."""
+    best = rec.best
+    lines = [f"{rec.engine.label} on {rec.source.device_label}, {FAMILY_NAME[rec.family]}: "
+             f"{len(rec.workload.batches)} batch kind(s) from {rec.workload.source}, priced from {rec.source.label}"]
+    if best is None:
+        lines.append("no setting of this engine can be priced on this GPU from these measurements")
+        return lines
+    eo = _per_step(rec, rec.engine_oracle_us)
+    lines.append(f"set: {best.setting.flags}  ->  {_us(best.per_step_us)} us of attention per step ({_layers(rec)})")
+    gap = rec.gap_pct()
+    if gap is not None:
+        lines.append(f"per-shape routing among {rec.engine.engine}'s kernels: {_us(eo)} us per step; the best single "
+                     f"setting is {_pct(gap)} above it"
+                     + (f" (any kbench kernel per shape: {_us(_per_step(rec, rec.kbench_oracle_us))} us, "
+                        f"{_pct(rec.gap_pct(best, rec.kbench_oracle_us))})" if rec.kbench_oracle_us else ""))
+    return lines
+
+
+def setting_rows(rec: Recommendation) -> tuple[list[str], list[list[str]]]:
+    best = rec.best
+    headers = ["setting", "flags", "verify", "draft extend", "us per step", "vs best", "vs per-shape routing"]
+    rows = []
+    for r in rec.results:
+        vs = None if best is None or r.total_us is None else (r.total_us / best.total_us - 1) * 100
+        rows.append([r.setting.id + (" (default)" if rec.family in r.setting.default_on else ""), r.setting.flags,
+                     r.kernels["verify"] or "not measured", r.kernels["draft_extend"] or "not measured",
+                     _us(r.per_step_us) if r.total_us is not None else f"not priced: {r.unpriced}",
+                     _pct(vs), _pct(rec.gap_pct(r)) if r.total_us is not None else "-"])
+    return headers, rows
+
+
+def driver_rows(rec: Recommendation) -> tuple[list[str], list[list[str]]]:
+    headers = ["shape", "step", "weight", "best setting's kernel (us)", "per-shape kernel (us)", "share of the gap"]
+    rows = [[d.batch.describe(), STEP_LABEL[d.step], f"{d.weight_share:.1%}", f"{d.setting_kernel} ({_us(d.setting_us)})",
+             f"{d.oracle_kernel} ({_us(d.oracle_us)})", f"{d.share:.0%}"] for d in rec.drivers]
+    return headers, rows
+
+
+def caveats(rec: Recommendation) -> list[str]:
+    out = []
+    if rec.extrapolated:
+        w = sum(p.batch.weight for p in rec.extrapolated) / rec.workload.total_weight
+        out.append(f"extrapolated: {len(rec.extrapolated)} batch kind(s), {w:.1%} of the weight, lie outside the "
+                   "measured range and are priced at its edge: "
+                   + "; ".join(f"{p.batch.describe()}: {describe_beyond(p)}" for p in rec.extrapolated[:4])
+                   + ("; ..." if len(rec.extrapolated) > 4 else ""))
+    if rec.interpolated_weight:
+        out.append(f"interpolated: {rec.interpolated_weight:.1%} of the weight is priced at the nearest measured "
+                   "neighbour (kbench select's rule), not at a measured point")
+    for r in rec.results:
+        if r.missing:
+            out.append(f"{r.setting.id}: not priced, its kernel has no time at " + "; ".join(r.missing[:3])
+                       + ("; ..." if len(r.missing) > 3 else ""))
+    best = rec.best
+    if best is not None and best.priced_low:
+        clean = next((r for r in rec.results if r.total_us is not None and not r.priced_low), None)
+        steps = " and ".join(STEP_LABEL[s] for s in best.priced_low)
+        out.append(f"{best.setting.id} is priced low: the engine runs its {steps} on a costlier path than kbench "
+                   "timed (see below)" + (f"; the fastest setting without that caveat, {clean.setting.id}, is "
+                                          f"{_pct((clean.total_us / best.total_us - 1) * 100)} away, so the ranking "
+                                          "may flip: measure both on the server (--ab)" if clean else ""))
+    by_note: dict[str, list[str]] = {}
+    for r in rec.results:
+        for n in r.notes:
+            by_note.setdefault(n, []).append(r.setting.id)
+    for n, ids in by_note.items():
+        out.append(f"{', '.join(ids)}: {n}")
+    if rec.flashinfer and any(rt.flashinfer_below or rt.flashinfer_from for r in rec.results
+                              for rt in r.setting.routes):
+        out.append(f"routes that depend on FlashInfer's version are taken for FlashInfer {rec.flashinfer}"
+                   + (f" ({rec.engine.label}'s pin)" if rec.flashinfer == rec.engine.flashinfer else ""))
+    out += rec.notes
+    return out
+
+
+def to_json(rec: Recommendation) -> dict:
+    best = rec.best
+    tw = rec.workload.total_weight
+
+    def setting(r: SettingResult) -> dict:
+        return {"id": r.setting.id, "flags": r.setting.flags, "default": rec.family in r.setting.default_on,
+                "kernels": r.kernels, "total_us": r.total_us, "per_step_us": r.per_step_us,
+                "vs_best_pct": None if best is None or r.total_us is None else (r.total_us / best.total_us - 1) * 100,
+                "vs_per_shape_routing_pct": rec.gap_pct(r) if r.total_us is not None else None,
+                "unpriced": r.unpriced or None, "missing": r.missing, "notes": r.notes, "same_kernels_as": r.same_as}
+
+    return {
+        "engine": {"name": rec.engine.engine, "version": rec.engine.version, "read_from": rec.engine.read_from,
+                   "flashinfer": rec.flashinfer},
+        "gpu": {"family": rec.family, "device": rec.source.device.get("name"), "sm": rec.source.device.get("sm")},
+        "measurements": {"kind": rec.source.kind, "from": rec.source.label},
+        "workload": {"from": rec.workload.source, "batch_kinds": len(rec.workload.batches), "total_weight": tw,
+                     "layers": rec.layers, "header": rec.workload.header or None},
+        "best": None if best is None else {"id": best.setting.id, "flags": best.setting.flags,
+                                          "per_step_us": best.per_step_us, "total_us": best.total_us},
+        "per_shape_routing": {
+            "engine_total_us": rec.engine_oracle_us, "engine_per_step_us": _per_step(rec, rec.engine_oracle_us),
+            "kbench_total_us": rec.kbench_oracle_us, "kbench_per_step_us": _per_step(rec, rec.kbench_oracle_us),
+            "best_gap_pct": rec.gap_pct(), "best_gap_to_kbench_pct":
+                rec.gap_pct(best, rec.kbench_oracle_us) if best and rec.kbench_oracle_us else None,
+            "engine_kernels_by_step": rec.engine_oracle_kernels},
+        "settings": [setting(r) for r in rec.results],
+        "drivers": [{"shape": d.batch.describe(), "batch": {**d.batch.shape, **dict(d.batch.group)}, "step": d.step,
+                     "weight_share": d.weight_share, "setting_kernel": d.setting_kernel, "setting_us": d.setting_us,
+                     "per_shape_kernel": d.oracle_kernel, "per_shape_us": d.oracle_us, "gap_share": d.share}
+                    for d in rec.drivers],
+        "extrapolated": [{"shape": p.batch.describe(), "clamped": p.clamped, "beyond": p.beyond,
+                          "weight_share": p.batch.weight / tw} for p in rec.extrapolated],
+        "interpolated_weight_share": rec.interpolated_weight,
+        "caveats": caveats(rec),
+    }
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    esc = [[c.replace("|", "\\|") for c in r] for r in rows]
+    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + ["| " + " | ".join(r) + " |" for r in esc]
+
+
+def to_markdown(rec: Recommendation) -> str:
+    best = rec.best
+    lines = [f"### kbench recommend: {rec.engine.label} on {rec.source.device_label}", ""]
+    head = headline(rec)
+    lines += [head[0], ""]
+    if best is not None:
+        lines += ["**Set:**", "```sh", best.setting.flags, "```",
+                  f"{_us(best.per_step_us)} us of attention per step ({_layers(rec)})" + (
+                      f"; per-shape routing would take {_us(_per_step(rec, rec.engine_oracle_us))} us "
+                      f"({_pct(rec.gap_pct())} for one global setting)." if rec.gap_pct() is not None else "."), ""]
+    lines += _md_table(*setting_rows(rec)) + [""]
+    if rec.drivers:
+        lines += ["**Where per-shape routing wins** (the shapes that drive the gap):", ""]
+        lines += _md_table(*driver_rows(rec)) + [""]
+    cav = caveats(rec)
+    if cav:
+        lines += ["**Caveats**", ""] + [f"- {c}" for c in cav] + [""]
+    lines.append(f"Kernels per setting: {rec.engine.read_from}; `kbench recommend --settings --engine "
+                 f"{rec.engine.engine}` lists each route's source lines.")
+    return "\n".join(lines) + "\n"
+
+
+# ---- the table of engine settings -------------------------------------------------------------------------
+def _routes(engine: Engine, family: str | None, flashinfer: str | None):
+    """(setting, route, GPU families shown, kernel text) for every route (on one family when given)."""
+    fi = flashinfer or engine.flashinfer
+    for s in engine.settings:
+        for r in s.routes:
+            fams = [g for g in r.gpus if family is None or g == family]
+            if not fams or (family is not None and not r.holds(family, fi)):
+                continue
+            kernel = r.kernel or f"not measured: {r.unmeasured}"
+            if r.ragged_kernel:
+                kernel += f" (ragged q: {r.ragged_kernel})"
+            if r.flashinfer_below:
+                kernel += f" [FlashInfer < {r.flashinfer_below}]"
+            if r.flashinfer_from:
+                kernel += f" [FlashInfer >= {r.flashinfer_from}]"
+            yield s, r, fams, kernel
+
+
+def settings_rows(engine: Engine, family: str | None = None, flashinfer: str | None = None) -> tuple[list[str], list[list[str]]]:
+    headers = ["setting", "flags", "GPU", "step", "kbench kernel", "source (" + engine.label + ")"]
+    rows = [[s.id, s.flags, ",".join(fams), STEP_LABEL[r.step], kernel,
+             ", ".join(c.label() for c in r.cites)]
+            for s, r, fams, kernel in _routes(engine, family, flashinfer)]
+    return headers, rows
+
+
+def settings_markdown(engine: Engine, known_kernels: list[str], family: str | None = None,
+                      flashinfer: str | None = None) -> str:
+    lines = [f"### Engine settings: {engine.label}", "", f"Read from {engine.read_from}. FlashInfer pin: "
+             f"{engine.flashinfer or 'none'}.", "",
+             "| setting | GPU | step | kbench kernel | cited source |", "|---|---|---|---|---|"]
+    for s, r, fams, kernel in _routes(engine, family, flashinfer):
+        cites = "<br>".join(f"[{c.label()}]({c.url(engine.cite_url)}): {c.says}" for c in r.cites)
+        note = f"<br>{r.note}" if r.note else ""
+        lines.append(f"| `{s.flags}` | {','.join(fams)} | {STEP_LABEL[r.step]} | {kernel}{note} | {cites} |")
+    lines += ["", "Kernels no setting reaches:", ""]
+    for k, why, cites in engine.unreached_kernels(known_kernels):
+        src = "; ".join(f"[{c.label()}]({c.url(engine.cite_url)})" for c in cites)
+        lines.append(f"- `{k}`: {why}" + (f" ({src})" if src else ""))
+    if engine.notes:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in engine.notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,290 @@
+"""A workload: the batches a server runs its speculative steps on, each with a weight (how often it happens).
+
+From options (`kbench recommend --batch-size 1,2,4 --q-len 4 --kv-len lognormal:4096:1.0`): the product of the
+axes' weighted lists, weight = the product of the items' weights. An item is ``VALUE`` or ``VALUE@WEIGHT``;
+an integer VALUE may be a range as in `kbench sweep` (``1..16``, ``512..32768*2``: each value that weight);
+``lognormal:MEDIAN:SIGMA[:BINS]`` spreads an integer axis over BINS (default 16) equal-probability bins of a
+lognormal (each bin's middle quantile, rounded), e.g. context lengths that vary from batch to batch. The group
+axes (--kv-dist, --q-dist, ... from kbench.cases.axes, the same filters as `kbench select`) take weighted lists
+of their values too: a per-request distribution inside a batch is a group the run must have measured.
+
+From a file (`--workload FILE`): JSON Lines, one batch per line, documented by schemas/workload.schema.json:
+    {"batch_size": 16, "q_len": 4, "kv_len": 4096, "weight": 3}
+    {"batch_size": 4, "q_lens": [4, 4, 2, 1], "kv_lens": [900, 4100, 12000, 300], "count": 10}
+    {"batch_size": 64, "q_len": 4, "kv_len": 4096, "kv_dist": "lognormal:1.0", "steps": ["verify"]}
+An optional first line {"kbench_workload": 1, ...} is a header (who wrote it, from what); `kbench server-bench`
+writes one per run (RUN/workload.jsonl).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+from kbench.cases import axes
+from kbench.cases.models import parse_heads
+from kbench.errors import BadInput
+from kbench.recommend.reading import read_text
+from kbench.recommend.settings import STEPS
+from kbench.report.policy import FILTER_AXES
+
+WORKLOAD_VERSION = 1
+SHAPE_AXES = ("batch_size", "q_len", "kv_len")
+CLASSIC_FILTERS = ("heads", "dtype", "kv_dtype", "page_size", "kv_layout")  # select's other group filters
+GROUP_FILTERS = CLASSIC_FILTERS + tuple(FILTER_AXES)  # FILTER_AXES: every realistic axis and the timing state
+DEFAULT_BINS = 16
+MAX_BATCHES = 100_000
+SCHEMA_FILE = "schemas/workload.schema.json"
+
+
+@dataclass(frozen=True)
+class Batch:
+    batch_size: int
+    q_len: int
+    kv_len: int
+    weight: float = 1.0
+    group: tuple[tuple[str, Any], ...] = ()  # group filters given (name, canonical value), sorted
+    steps: tuple[str, ...] = STEPS
+    label: str = ""  # where it came from: "line 3", "options"
+    case: str | None = None  # a server-bench case id (the A/B check groups by it)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def shape(self) -> dict:
+        return {"batch_size": self.batch_size, "q_len": self.q_len, "kv_len": self.kv_len}
+
+    @property
+    def filters(self) -> dict[str, Any]:
+        return dict(self.group)
+
+    def describe(self) -> str:
+        extra = "".join(f" {axes.AXIS[k].flag if k in axes.AXIS else '--' + k} {v}" for k, v in self.group)
+        return f"bs {self.batch_size} q {self.q_len} kv {self.kv_len}{extra}"
+
+
+@dataclass
+class Workload:
+    batches: list[Batch]
+    source: str  # "options" or the file
+    header: dict = field(default_factory=dict)
+
+    @property
+    def total_weight(self) -> float:
+        return sum(b.weight for b in self.batches)
+
+
+# ---- values ----------------------------------------------------------------------------------------------
+def _weight(text: str, where: str) -> float:
+    try:
+        w = float(text)
+    except ValueError:
+        raise BadInput(f"{where}: weight {text!r} is not a number") from None
+    if not math.isfinite(w) or w < 0:
+        raise BadInput(f"{where}: weight {text!r} must be a finite number >= 0")
+    return w
+
+
+def lognormal_bins(median: float, sigma: float, bins: int) -> list[tuple[int, float]]:
+    """(value, weight) at the middle quantile of `bins` equal-probability bins of a lognormal, rounded to
+    integers >= 1; equal values merged (their weights add)."""
+    nd = NormalDist()
+    out: dict[int, float] = {}
+    for i in range(bins):
+        v = max(1, round(math.exp(math.log(median) + sigma * nd.inv_cdf((i + 0.5) / bins))))
+        out[v] = out.get(v, 0.0) + 1.0 / bins
+    return sorted(out.items())
+
+
+def _lognormal(spec: str, where: str) -> list[tuple[int, float]]:
+    parts = spec.split(":")
+    try:
+        if len(parts) not in (3, 4):
+            raise ValueError
+        median, sigma = float(parts[1]), float(parts[2])
+        bins = int(parts[3]) if len(parts) == 4 else DEFAULT_BINS
+    except ValueError:
+        raise BadInput(f"{where}: {spec!r}: expected lognormal:MEDIAN:SIGMA[:BINS], e.g. lognormal:4096:1.0") from None
+    if not (math.isfinite(median) and median >= 1 and math.isfinite(sigma) and 0 <= sigma <= 5 and 1 <= bins <= 1000):
+        raise BadInput(f"{where}: {spec!r}: MEDIAN >= 1, SIGMA in 0..5, BINS in 1..1000")
+    return lognormal_bins(median, sigma, bins)
+
+
+def weighted(name: str, text: str, where: str) -> list[tuple[Any, float]]:
+    """One axis's weighted list: [(canonical value, weight)] (see the module docstring)."""
+    text = str(text).strip()
+    if not text:
+        raise BadInput(f"{where}: empty value")
+    is_int = name in SHAPE_AXES or (name in axes.AXIS and axes.AXIS[name].type is int)
+    if is_int and text.startswith("lognormal:"):
+        return _lognormal(text, where)
+    out: dict[Any, float] = {}
+    for item in text.split(","):
+        value, at, w = item.strip().partition("@")
+        weight = _weight(w.strip(), where) if at else 1.0
+        for v in canonical(name, value.strip(), where, many=True):
+            out[v] = out.get(v, 0.0) + weight
+    if not any(out.values()):
+        raise BadInput(f"{where}: every weight is 0")
+    return list(out.items())
+
+
+def canonical(name: str, value, where: str, many: bool = False) -> list:
+    """A value of a shape axis or group filter as kbench spells it (select's parsing): a list of one (or, with
+    many, the values a range expands to)."""
+    if name in SHAPE_AXES:
+        vals = axes.parse_int_axis(value, name, where)
+        if min(vals) < 1:
+            raise BadInput(f"{where}: {name} must be >= 1, got {min(vals)}")
+        if name == "q_len" and max(vals) > axes.MAX_Q_LEN:
+            raise BadInput(f"{where}: q_len {max(vals)} is beyond draft-extend shapes (at most {axes.MAX_Q_LEN})")
+    elif name == "heads":
+        try:
+            h = parse_heads(str(value))
+        except BadInput as e:
+            raise BadInput(f"{where}: {e}") from None
+        vals = [f"{h.num_qo_heads}/{h.num_kv_heads}/{h.head_dim}"]
+    elif name in axes.AXIS:
+        a = axes.AXIS[name]
+        vals = a.parse(value if not isinstance(value, bool) else str(value), a.flag, where)
+        a.validate(vals, a.flag, where)
+    else:
+        raise BadInput(f"{where}: unknown field {name!r}")
+    if not many and len(vals) != 1:
+        raise BadInput(f"{where}: {name}: give one value, got {value!r}")
+    return vals
+
+
+# ---- from options ----------------------------------------------------------------------------------------
+def from_options(shape: dict[str, str | None], filters: dict[str, str | None], steps: tuple[str, ...] = STEPS) -> Workload:
+    """shape: batch_size/q_len/kv_len option texts (all three needed); filters: group filter texts (None: not
+    given)."""
+    missing = [f"--{k.replace('_', '-')}" for k in SHAPE_AXES if not shape.get(k)]
+    if missing:
+        raise BadInput(f"give the workload as {', '.join(missing)} (or --workload FILE)")
+    lists = [(k, weighted(k, shape[k], f"--{k.replace('_', '-')}")) for k in SHAPE_AXES]
+    lists += [(k, weighted(k, v, axes.AXIS[k].flag if k in axes.AXIS else f"--{k.replace('_', '-')}"))
+              for k, v in filters.items() if v is not None]
+    size = math.prod(len(v) for _, v in lists)
+    if size > MAX_BATCHES:
+        raise BadInput(f"the options make {size} batches, more than {MAX_BATCHES}: use fewer values or BINS")
+    combos: list[tuple[dict, float]] = [({}, 1.0)]
+    for name, vals in lists:
+        combos = [({**c, name: v}, w * wv) for c, w in combos for v, wv in vals]
+    batches = []
+    for c, w in combos:
+        if w <= 0:
+            continue
+        group = tuple(sorted((k, c[k]) for k in c if k not in SHAPE_AXES))
+        batches.append(Batch(c["batch_size"], c["q_len"], c["kv_len"], w, group, steps, "options"))
+    return Workload(batches, "options")
+
+
+# ---- from a file -----------------------------------------------------------------------------------------
+def _int_list(v, name: str, n: int, where: str) -> list[int]:
+    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v):
+        raise BadInput(f"{where}: {name} must be a list of integers >= 1")
+    if len(v) != n:
+        raise BadInput(f"{where}: {name} has {len(v)} values for batch_size {n}")
+    return v
+
+
+def _positive_int(v, name: str, where: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise BadInput(f"{where}: {name} must be an integer >= 1, got {json.dumps(v)}")
+    return v
+
+
+LINE_KEYS = {"batch_size", "q_len", "q_lens", "kv_len", "kv_lens", "weight", "count", "steps", "case", "note",
+             *GROUP_FILTERS}
+
+
+def parse_line(obj, where: str) -> Batch:
+    if not isinstance(obj, dict):
+        raise BadInput(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    extra = sorted(set(obj) - LINE_KEYS)
+    if extra:
+        raise BadInput(f"{where}: unknown field {extra[0]!r} (see {SCHEMA_FILE})")
+    if "batch_size" not in obj:
+        raise BadInput(f"{where}: missing 'batch_size'")
+    bs = _positive_int(obj["batch_size"], "batch_size", where)
+    notes = []
+    if ("q_len" in obj) == ("q_lens" in obj):
+        raise BadInput(f"{where}: give q_len or q_lens (one of them)")
+    if ("kv_len" in obj) == ("kv_lens" in obj):
+        raise BadInput(f"{where}: give kv_len or kv_lens (one of them)")
+    if "q_lens" in obj:
+        qs = _int_list(obj["q_lens"], "q_lens", bs, where)
+        q = max(qs)
+        if len(set(qs)) > 1 and "q_dist" not in obj:
+            notes.append(f"{where}: per-request q lengths {min(qs)}..{q}: priced padded to the longest ({q}), as a "
+                         "CUDA-graph engine runs them (q_dist fixed)")
+    else:
+        q = _positive_int(obj["q_len"], "q_len", where)
+    if "kv_lens" in obj:
+        kvs = _int_list(obj["kv_lens"], "kv_lens", bs, where)
+        kv = max(1, round(sum(kvs) / len(kvs)))
+        if len(set(kvs)) > 1 and "kv_dist" not in obj:
+            notes.append(f"{where}: per-request KV lengths {min(kvs)}..{max(kvs)}: priced as the uniform batch of "
+                         f"the same total KV (kv {kv}, kv_dist fixed); a decode kernel's time follows the longest "
+                         "request, so give kv_dist and measure it for a closer answer")
+    else:
+        kv = _positive_int(obj["kv_len"], "kv_len", where)
+    if q > kv:
+        raise BadInput(f"{where}: q_len {q} > kv_len {kv}: the query tokens are part of the KV")
+    canonical("q_len", q, where)
+    if "weight" in obj and "count" in obj:
+        raise BadInput(f"{where}: give weight or count, not both")
+    w = obj.get("weight", obj.get("count", 1))
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+        raise BadInput(f"{where}: {'weight' if 'weight' in obj else 'count'} must be a number >= 0")
+    if "count" in obj and not isinstance(w, int):
+        raise BadInput(f"{where}: count must be an integer")
+    steps = obj.get("steps", list(STEPS))
+    if not isinstance(steps, list) or not steps or not all(s in STEPS for s in steps) or len(set(steps)) != len(steps):
+        raise BadInput(f"{where}: steps must be a non-empty list of {', '.join(STEPS)}")
+    case = obj.get("case")
+    if case is not None and not isinstance(case, str):
+        raise BadInput(f"{where}: case must be a string")
+    if "note" in obj and not isinstance(obj["note"], str):
+        raise BadInput(f"{where}: note must be a string")
+    group = []
+    for k in GROUP_FILTERS:
+        if k in obj:
+            if isinstance(obj[k], (list, dict)) or obj[k] is None:
+                raise BadInput(f"{where}: {k} must be one value")
+            group.append((k, canonical(k, obj[k], where)[0]))
+    return Batch(bs, q, kv, float(w), tuple(sorted(group)), tuple(s for s in STEPS if s in steps),
+                 where.rpartition(": ")[2] if ": " in where else where, case, tuple(notes))
+
+
+def read_workload(path: str | Path) -> Workload:
+    label = str(path)
+    text = read_text(path, label)
+    batches, header = [], {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{label}: line {n}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BadInput(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+        if isinstance(obj, dict) and "kbench_workload" in obj:
+            if batches or header:
+                raise BadInput(f"{where}: the header line (kbench_workload) must come first, once")
+            if obj["kbench_workload"] != WORKLOAD_VERSION:
+                raise BadInput(f"{where}: kbench_workload {obj['kbench_workload']!r} is not {WORKLOAD_VERSION} "
+                               "(another kbench version wrote it)")
+            header = obj
+            continue
+        batches.append(parse_line(obj, where))
+        if len(batches) > MAX_BATCHES:
+            raise BadInput(f"{label}: more than {MAX_BATCHES} batches")
+    if not batches:
+        raise BadInput(f"{label}: no batch in the file")
+    if not any(b.weight > 0 for b in batches):
+        raise BadInput(f"{label}: every batch has weight 0")
+    return Workload(batches, label, header)
