@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kbench.cli.console import make_console
+from kbench.cli.errors import one_line_errors
 from kbench.cli.options import examples
 from kbench.errors import BadInput
 
@@ -80,6 +81,7 @@ def _group_filters(f):
               help="Two server-bench runs of two settings: put the gate's A/B answer beside the prediction.")
 @click.option("--ab-settings", default=None, metavar="A,B", help="The setting ids of the --ab runs, A first.")
 @click.option("--threshold", default="5%", show_default=True, help="With --ab: the gate's threshold, also what counts as no change.")
+@one_line_errors
 def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, workload_file, steps, verify_layers,
                   draft_layers, setting_ids, flashinfer, gpu, max_extrapolation, top, as_json, markdown_file,
                   show_settings, ab, ab_settings, threshold, **filters):
@@ -244,6 +246,7 @@ def _print_settings(eng, as_json: bool, markdown_file: str | None) -> None:
 @click.argument("source", metavar="POLICY_OR_RUN")
 @click.option("--format", "fmt", default="python", show_default=True, help="python (one dependency-free file).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The file to write.")
+@one_line_errors
 def export_cmd(source, fmt, out):
     """Write the policy as a standalone selector: select(batch_size, q_len, kv_len, ...) returns what kbench select
     returns, lookup(...) what kbench select --json prints, with no kbench (nor anything outside Python's standard

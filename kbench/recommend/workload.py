@@ -131,9 +131,9 @@ def weighted(name: str, text: str, where: str) -> list[tuple[Any, float]]:
     return list(out.items())
 
 
-def canonical(name: str, value, where: str, many: bool = False) -> list:
+def canonical(name: str, value, where: str, many: bool = False, field: str | None = None) -> list:
     """A value of a shape axis or group filter as kbench spells it (select's parsing): a list of one (or, with
-    many, the values a range expands to)."""
+    many, the values a range expands to). field: how the error names it (default: the option's flag)."""
     if name in SHAPE_AXES:
         vals = axes.parse_int_axis(value, name, where)
         if min(vals) < 1:
@@ -148,8 +148,8 @@ def canonical(name: str, value, where: str, many: bool = False) -> list:
         vals = [f"{h.num_qo_heads}/{h.num_kv_heads}/{h.head_dim}"]
     elif name in axes.AXIS:
         a = axes.AXIS[name]
-        vals = a.parse(value if not isinstance(value, bool) else str(value), a.flag, where)
-        a.validate(vals, a.flag, where)
+        vals = a.parse(value if not isinstance(value, bool) else str(value), field or a.flag, where)
+        a.validate(vals, field or a.flag, where)
     else:
         raise BadInput(f"{where}: unknown field {name!r}")
     if not many and len(vals) != 1:
@@ -255,7 +255,7 @@ def parse_line(obj, where: str) -> Batch:
         if k in obj:
             if isinstance(obj[k], (list, dict)) or obj[k] is None:
                 raise BadInput(f"{where}: {k} must be one value")
-            group.append((k, canonical(k, obj[k], where)[0]))
+            group.append((k, canonical(k, obj[k], where, field=k)[0]))
     return Batch(bs, q, kv, float(w), tuple(sorted(group)), tuple(s for s in STEPS if s in steps),
                  where.rpartition(": ")[2] if ": " in where else where, case, tuple(notes))
 

@@ -1,0 +1,214 @@
+"""kbench recommend: prices against known formulas, the oracle and its drivers, interpolation as select does,
+extrapolation said and bounded, and every bad input as one line, exit 2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from recommend_synth import B200, DECODE, FA2, known_rows, known_run, recommend_cli, t_decode, t_fa2
+from report_synth import case, row, write_run
+
+from kbench.errors import BadInput
+from kbench.recommend.price import load_source, recommend
+from kbench.recommend.settings import load_table
+from kbench.recommend.workload import Batch, Workload, from_options
+from kbench.report.policy import lookup
+
+SGLANG = load_table().engine("sglang")
+VLLM = load_table().engine("vllm")
+BOTH = ("verify", "draft_extend")
+
+
+def wl(*batches):
+    return Workload([Batch(bs, q, kv, w) for bs, q, kv, w in batches], "test")
+
+
+def kernel_time(kernel, bs, q, kv):
+    return {DECODE: t_decode, FA2: t_fa2}[kernel](bs, q, kv)
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    return load_source([known_run(tmp_path_factory.mktemp("rec") / "run")])
+
+
+def test_each_setting_is_priced_with_its_kernels_times(src):
+    work = wl((1, 4, 1024, 3.0), (8, 4, 4096, 1.0))
+    rec = recommend(src, work, SGLANG)
+    by_id = {r.setting.id: r for r in rec.results}
+    for r in by_id.values():
+        if r.total_us is None:
+            continue
+        want = sum(w * kernel_time(r.kernels[s], bs, q, kv) for bs, q, kv, w in ((1, 4, 1024, 3.0), (8, 4, 4096, 1.0))
+                   for s in BOTH)
+        assert r.total_us == pytest.approx(want, rel=1e-4)
+        assert r.per_step_us == pytest.approx(want / 4.0, rel=1e-4)
+    # bs 1: decode 1.0 vs fa2 1.5; bs 8 kv 4096: decode 32 vs fa2 25.6 -> fa2 wins the weighted sum
+    assert rec.best.setting.id in ("flashinfer", *rec.best.same_as)
+    assert rec.best.kernels == {"verify": FA2, "draft_extend": FA2}
+    assert by_id["fa3"].total_us is None and "not a kbench kernel" in by_id["fa3"].unpriced
+    # per-shape routing: decode at bs 1, fa2 at bs 8, for both steps
+    oracle = 2 * (3.0 * t_decode(1, 4, 1024) + 1.0 * t_fa2(8, 4, 4096))
+    assert rec.engine_oracle_us == pytest.approx(oracle, rel=1e-4)
+    assert rec.gap_pct() == pytest.approx((rec.best.total_us / oracle - 1) * 100, rel=1e-4)
+    d = rec.drivers[0]
+    assert (d.batch.batch_size, d.setting_kernel, d.oracle_kernel) == (1, FA2, DECODE)
+    assert sum(x.share for x in rec.drivers) == pytest.approx(1.0)
+
+
+def test_layers_and_steps_weight_the_steps(src):
+    rec = recommend(src, wl((1, 4, 1024, 1.0)), SGLANG, settings=["trtllm_mha+draft-flashinfer"],
+                    layers={"verify": 32, "draft_extend": 1})
+    assert rec.results[0].total_us == pytest.approx(32 * t_decode(1, 4, 1024) + t_fa2(1, 4, 1024), rel=1e-4)
+    only = Workload([Batch(1, 4, 1024, 1.0, steps=("verify",))], "test")
+    rec = recommend(src, only, SGLANG, settings=["trtllm_mha+draft-flashinfer"])
+    assert rec.results[0].total_us == pytest.approx(t_decode(1, 4, 1024), rel=1e-4)
+
+
+def test_between_grid_points_it_prices_the_neighbour_select_answers_with(src):
+    for bs, q, kv in ((2, 3, 2000), (3, 5, 2100), (5, 7, 3000), (1, 6, 1500)):
+        rec = recommend(src, wl((bs, q, kv, 1.0)), SGLANG, settings=["trtllm_mha"])
+        used = lookup(src.policy, bs, q, kv)["used"]
+        assert rec.results[0].total_us == pytest.approx(2 * t_decode(used["batch_size"], used["q_len"],
+                                                                     used["kv_len"]), rel=1e-4)
+        assert rec.interpolated_weight == 1.0
+
+
+def test_extrapolation_is_priced_at_the_edge_and_said_with_how_far(src):
+    rec = recommend(src, wl((16, 4, 4096, 1.0), (1, 4, 1024, 1.0)), SGLANG, settings=["trtllm_mha"])
+    assert len(rec.extrapolated) == 1 and rec.extrapolated[0].beyond == {"batch_size": 2.0}
+    assert rec.results[0].total_us == pytest.approx(2 * (t_decode(8, 4, 4096) + t_decode(1, 4, 1024)), rel=1e-4)
+    with pytest.raises(BadInput, match=r"batch_size 64 is 8\.0x beyond the run's 1\.\.8"):
+        recommend(src, wl((64, 4, 4096, 1.0)), SGLANG)
+    rec = recommend(src, wl((64, 4, 4096, 1.0)), SGLANG, max_extrapolation=8)
+    assert rec.extrapolated[0].beyond == {"batch_size": 8.0}
+    with pytest.raises(BadInput, match="kv_len 256 is 4.0x beyond"):
+        recommend(src, wl((1, 2, 256, 1.0)), SGLANG)
+
+
+def test_vllm_prices_its_table_and_flashinfer_version_picks_the_sm90_prefill(src):
+    rec = recommend(src, wl((8, 4, 4096, 1.0)), VLLM)
+    by_id = {r.setting.id: r for r in rec.results}
+    assert by_id["FLASHINFER"].kernels == {"verify": DECODE, "draft_extend": DECODE}
+    off = "FLASHINFER,use_trtllm_attention=false"
+    assert by_id[off].kernels["verify"] == "fa3-prefill"  # vLLM 0.34.0 pins FlashInfer 0.7.3
+    rec = recommend(src, wl((8, 4, 4096, 1.0)), VLLM, flashinfer="0.7.4")
+    assert {r.setting.id: r for r in rec.results}[off].kernels["verify"] == FA2
+    assert rec.best.setting.id == off  # fa2 is faster at bs 8
+
+
+def test_a_kernel_without_a_time_leaves_its_setting_unpriced(tmp_path):
+    rows = [r for r in known_rows() if not (r.kernel == DECODE and r.batch_size == 8)]
+    rows.append(row(DECODE, case(8, 4, 4096), None, status="skipped", reason="adaptive: not measured"))
+    s = load_source([known_run(tmp_path / "run", rows)])
+    rec = recommend(s, wl((8, 4, 4096, 1.0)), SGLANG)
+    r = {x.setting.id: x for x in rec.results}["trtllm_mha"]
+    assert r.total_us is None and r.missing and "trtllm-decode at bs 8 q 4 kv 4096" in r.missing[0]
+    assert rec.best.kernels["verify"] == FA2
+
+
+def test_ragged_q_groups_price_the_ragged_kernel_for_vllm(tmp_path):
+    rows = [row(k, case(8, 4, 4096, q_dist="accept:0.7"), t, rel=0.001)
+            for k, t in (("trtllm-decode", 30.0), ("trtllm-decode-ragged", 20.0), (FA2, 25.0))]
+    s = load_source([write_run(tmp_path / "run", rows)])
+    work = from_options({"batch_size": "8", "q_len": "4", "kv_len": "4096"}, {"q_dist": "accept:0.7"})
+    rec = recommend(s, work, VLLM, settings=["FLASHINFER"])
+    assert rec.results[0].total_us == pytest.approx(40.0)  # ragged kernel for both steps
+    rec = recommend(s, work, SGLANG, settings=["trtllm_mha"])
+    assert rec.results[0].total_us == pytest.approx(60.0)  # SGLang pads: the uniform kernel
+
+
+def test_run_and_its_policy_give_the_same_answer(tmp_path):
+    from kbench.report import build_report
+
+    run = known_run(tmp_path / "run")
+    res = build_report([run], tmp_path / "rep")
+    work = wl((2, 3, 2000, 1.0), (8, 8, 4096, 2.0))
+    a, b = recommend(load_source([run]), work, SGLANG), recommend(load_source([res.out_dir / "policy.json"]), work, SGLANG)
+    assert [(r.setting.id, r.total_us) for r in a.results] == [(r.setting.id, r.total_us) for r in b.results]
+
+
+# ---- bad input: one line, exit 2 ---------------------------------------------------------------------------
+def test_bad_input_is_one_line_exit_2(tmp_path):
+    run = known_run(tmp_path / "run")
+    shape = ["--batch-size", "8", "--q-len", "4", "--kv-len", "4096"]
+    work = tmp_path / "w.jsonl"
+    cases = {
+        "unknown engine": ([run, "--engine", "tgi", *shape], "unknown engine"),
+        "unknown setting": ([run, "--engine", "sglang", "--setting", "nope", *shape], "has no setting 'nope'"),
+        "setting not valid on the GPU": ([run, "--engine", "sglang", "--setting", "fa3", *shape, "--gpu", "sm90"], None),
+        "another GPU": ([run, "--engine", "sglang", *shape, "--gpu", "SM100"], "another GPU"),
+        "far outside": ([run, "--engine", "sglang", "--batch-size", "256", "--q-len", "4", "--kv-len", "4096"],
+                        "32.0x beyond the run's 1..8"),
+        "not JSON": ([run, "--engine", "sglang", "--workload", work], "line 2: not JSON"),
+        "both ways": ([run, "--engine", "sglang", "--workload", work, "--q-len", "4"], "give the workload one way"),
+        "no shape": ([run, "--engine", "sglang", "--q-len", "4"], "--batch-size, --kv-len"),
+        "bad steps": ([run, "--engine", "sglang", *shape, "--steps", "prefill"], "--steps"),
+        "no engine": ([run, *shape], "--engine: give one of"),
+    }
+    work.write_text('{"batch_size": 8, "q_len": 4, "kv_len": 4096}\n{"batch_size": 8,\n')
+    for name, (args, msg) in cases.items():
+        res = recommend_cli(*args)
+        if name == "setting not valid on the GPU":  # fa3 runs on Hopper: valid on this H200 run, refused on a B200
+            assert res.exit_code == 0, res.output
+            b200 = known_run(tmp_path / "b200", device=B200)
+            res = recommend_cli(b200, "--engine", "sglang", "--setting", "fa3", *shape)
+            msg = "is not valid on SM100/SM103 (Blackwell), the GPU of"
+        assert res.exit_code == 2, (name, res.output)
+        lines = res.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and msg in lines[0], (name, res.output)
+
+
+def test_policy_without_kernel_times_or_from_another_schema_is_refused(tmp_path):
+    from kbench.report import build_report
+
+    res = build_report([known_run(tmp_path / "run")], tmp_path / "rep")
+    pol = json.loads((res.out_dir / "policy.json").read_text())
+    for g in pol["groups"]:
+        for c in g["cells"]:
+            c.pop("kernels_us")
+    (tmp_path / "old.json").write_text(json.dumps(pol))
+    r = recommend_cli(tmp_path / "old.json", "--engine", "sglang", "--batch-size", "8", "--q-len", "4", "--kv-len", "4096")
+    assert r.exit_code == 2 and "keeps only each case's winner" in r.output
+    pol["schema"] = "kbench.policy/9"
+    (tmp_path / "other.json").write_text(json.dumps(pol))
+    r = recommend_cli(tmp_path / "other.json", "--engine", "vllm", "--batch-size", "8", "--q-len", "4", "--kv-len", "4096")
+    assert r.exit_code == 2 and "is not 'kbench.policy/2'" in r.output
+
+
+def test_cpu_run_is_refused(tmp_path):
+    rows = [row("reference", case(1, 2, 1024), 5.0, path="reference")]
+    cpu = write_run(tmp_path / "cpu", rows, reference=False, device={"name": "cpu", "sm": None})
+    r = recommend_cli(cpu, "--engine", "sglang", "--batch-size", "1", "--q-len", "2", "--kv-len", "1024")
+    assert r.exit_code == 2 and "no row with status ok" in r.output
+
+
+def test_cli_outputs_json_markdown_and_a_table(tmp_path):
+    run = known_run(tmp_path / "run")
+    shape = ["--batch-size", "1@3,8", "--q-len", "4", "--kv-len", "1024,4096"]
+    r = recommend_cli(run, "--engine", "sglang", *shape, "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["best"]["flags"] == "--attention-backend flashinfer"
+    assert data["gpu"] == {"family": "sm90", "device": "NVIDIA H200", "sm": 90}
+    assert data["per_shape_routing"]["best_gap_pct"] > 0 and data["drivers"]
+    assert {s["id"] for s in data["settings"]} == {s.id for s in SGLANG.valid_on("sm90")}
+    md = tmp_path / "rec.md"
+    r = recommend_cli(run, "--engine", "sglang", *shape, "--markdown", md)
+    assert r.exit_code == 0, r.output
+    text = md.read_text()
+    assert "```sh\n--attention-backend flashinfer\n```" in text and "| trtllm_mha |" in text
+    assert "set: --attention-backend flashinfer" in r.output and "Where per-shape routing wins" in r.output
+    assert "priced low" in r.output  # fa2 verify: the engine passes a custom mask kbench does not time
+
+
+def test_committed_baselines_recommend(tmp_path):
+    base = "results/baselines/h200-draft-extend-kv4096"
+    r = recommend_cli(base, "--engine", "sglang", "--batch-size", "64", "--q-len", "4",
+                      "--kv-len", "lognormal:4096:1.0", "--json", "--max-extrapolation", "16")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["extrapolated"] and data["best"] is not None
+    r = recommend_cli(base, "--engine", "vllm", "--batch-size", "16,64", "--q-len", "1..16", "--kv-len", "4096")
+    assert r.exit_code == 0, r.output
+    assert "set: --attention-backend FLASHINFER" in r.output
