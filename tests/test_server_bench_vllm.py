@@ -260,3 +260,38 @@ def test_ab_spec_off_vs_on_two_real_runs(vllm_server, vllm_spec_server, tmp_path
     assert all(r.acc_length > 1 for r in runs[1].rows if r.output_len > 2)  # B really drafted
     assert all(r.acc_length == -1 for r in runs[0].rows)
     print(f"\n[ab] {answer}\n" + md.read_text(), file=sys.stderr)
+
+
+def test_recommend_check_on_two_real_runs_of_one_setting(vllm_spec_server, tmp_path):
+    """What can be shown on a CPU (#28): the CPU vLLM server cannot switch GPU attention kernels, so the A/B here is
+    one setting run twice. Each run writes RUN/workload.jsonl (its batches: q from the server's draft counters);
+    kbench recommend prices them on the committed H200 full grid and puts the gate's A/B beside it: predicted no
+    change (A and B run the same kernels), measured by the gate on the two runs."""
+    runs = []
+    for name in ("a", "b"):
+        res = run_server_bench(ServerBenchConfig(
+            url=vllm_spec_server.url, backend="vllm", batch_sizes=(1,), input_lens=(600, 1200), output_lens=(64,),
+            prompt_pattern="repeat:5", repeat=5, run_name=name, out_dir=tmp_path / "r", skip_warmup=True))
+        assert [r.status for r in res.rows] == ["ok"] * 2
+        runs.append(res)
+    from kbench.recommend.workload import read_workload
+
+    wl = read_workload(runs[0].run_dir / "workload.jsonl")
+    assert {b.case for b in wl.batches} == {r.case_id for r in runs[0].rows}
+    assert all(b.q_len == 4 and b.steps == ("verify", "draft_extend") for b in wl.batches)  # 1 + 3 drafts
+    for r in runs[0].rows:  # the steps of one batch: the tokens after the first / the measured acc_length
+        steps = sum(b.weight for b in wl.batches if b.case == r.case_id)
+        assert steps == -(-(r.output_len - 1) // max(r.acc_length, 1.0))
+    md = tmp_path / "check.md"
+    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "recommend",
+                        "results/baselines/h200-draft-extend-full-kv512-4096-32768", "--engine", "vllm",
+                        "--workload", str(runs[0].run_dir / "workload.jsonl"), "--max-extrapolation", "1",
+                        "--ab", str(runs[0].run_dir), str(runs[1].run_dir), "--ab-settings", "FLASHINFER,FLASHINFER",
+                        "--verify-layers", "2", "--json"],
+                       capture_output=True, text=True, timeout=300, env={"COLUMNS": "200", **_env()})
+    assert p.returncode == 0, p.stdout + p.stderr
+    chk = json.loads(p.stdout)["ab_check"]
+    assert {c["case"] for c in chk["cases"]} == {r.case_id for r in runs[0].rows}
+    assert all(c["predicted_saving_ms"] == 0 and c["attention_a_us"] > 0 for c in chk["cases"])
+    assert chk["gate_answer"].startswith("B is ")
+    print("\n[recommend check] " + chk["gate_answer"] + "\n" + json.dumps(chk["cases"], indent=1), file=sys.stderr)

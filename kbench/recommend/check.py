@@ -87,7 +87,7 @@ def check_ab(source: Source, workload: Workload, engine: Engine, setting_a: str,
     out = []
     for case, batches in sorted(by_case.items()):
         sub = Workload(batches, f"{workload.source} ({case})", workload.header)
-        rec = recommend(source, sub, engine, settings=[setting_a, setting_b], **kw)
+        rec = recommend(source, sub, engine, settings=list(dict.fromkeys([setting_a, setting_b])), **kw)
         tot = {r.setting.id: r.total_us for r in rec.results}
         for ident in (setting_a, setting_b):
             if tot.get(ident) is None:
