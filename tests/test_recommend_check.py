@@ -93,3 +93,20 @@ def test_cli_ab_section_beside_the_prediction(tmp_path):
     r = recommend_cli(src, "--engine", "sglang", "--batch-size", "1", "--q-len", "4", "--kv-len", "1024",
                       "--ab", a, b, "--ab-settings", "flashinfer,trtllm_mha")
     assert r.exit_code == 2 and "names no server-bench case" in r.output
+
+
+def test_gpu_script_cpu_side(tmp_path):
+    """tests/gpu/engine_routes.py: the chain mask is SGLang's bottom-right causal chain; without CUDA it says so."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("engine_routes", "tests/gpu/engine_routes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    m = mod.chain_mask(2, 3, 5, "cpu").reshape(2, 3, 5)
+    want = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(m[0], want) and torch.equal(m[1], want)
+    assert mod.version_key("0.7.2.post1") < mod.version_key("0.7.4")
+    if not torch.cuda.is_available():
+        assert mod.main(["--out", str(tmp_path)]) == 2

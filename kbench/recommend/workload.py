@@ -178,7 +178,8 @@ def from_options(shape: dict[str, str | None], filters: dict[str, str | None], s
         if w <= 0:
             continue
         group = tuple(sorted((k, c[k]) for k in c if k not in SHAPE_AXES))
-        batches.append(Batch(c["batch_size"], c["q_len"], c["kv_len"], w, group, steps, "options"))
+        b = Batch(c["batch_size"], c["q_len"], c["kv_len"], w, group, steps)
+        batches.append(Batch(b.batch_size, b.q_len, b.kv_len, w, group, steps, b.describe()))
     return Workload(batches, "options")
 
 
