@@ -136,3 +136,11 @@ def test_the_published_schema_is_the_generated_one_and_agrees_with_the_reader():
         assert list(v.iter_errors(line)), line
         with pytest.raises(BadInput):
             parse_line(line, "line 1")
+
+
+def test_the_example_workload_follows_the_schema_and_reads():
+    v = jsonschema.Draft202012Validator(workload_schema())
+    lines = [json.loads(x) for x in open("schemas/workload-example.jsonl", encoding="utf-8") if x.strip()]
+    assert all(not list(v.iter_errors(x)) for x in lines)
+    w = read_workload("schemas/workload-example.jsonl")
+    assert len(w.batches) == len(lines) - 1 and w.header["gpu"] == "SM90"
