@@ -43,12 +43,9 @@ def _group_filters(f):
 
 @click.command("recommend", epilog=examples(
     "kbench recommend results/baselines/h200-draft-extend-full-kv512-4096-32768 --engine sglang "
-    "--batch-size 1@4,2@3,4@2,8@1 --q-len 8 --kv-len 512,4096,32768",
-    "kbench recommend RUN --engine vllm --batch-size 64 --q-len 4 --kv-len lognormal:4096:1.0 --json",
-    "kbench recommend report/policy.json --engine sglang --workload results/server-bench-a-*/workload.jsonl "
-    "--verify-layers 32 --markdown rec.md",
-    "kbench recommend RUN --engine sglang --workload A/workload.jsonl --ab A B --ab-settings trtllm_mha,flashinfer",
-    "kbench recommend --settings --engine sglang          # the table of engine settings with its citations"))
+    "--batch-size 1@3,2@2,4@1 --q-len 8 --kv-len lognormal:4096:0.5:8 --verify-layers 32",
+    "kbench recommend report/policy.json --engine vllm --workload RUN/workload.jsonl --json   # server-bench's batches",
+    "kbench recommend --settings --engine sglang --markdown -   # the engine-settings table with its source lines"))
 @click.argument("sources", nargs=-1, metavar="RUN_OR_POLICY")
 @click.option("--engine", default=None, help="sglang or vllm (the engines in kbench's table).")
 @click.option("--engine-version", default=None, help="A release in the table [default: the newest].")
@@ -240,8 +237,7 @@ def _print_settings(eng, as_json: bool, markdown_file: str | None) -> None:
 
 
 @click.command("export", epilog=examples(
-    "kbench export report/policy.json --format python --out kbench_policy.py",
-    "python kbench_policy.py 16 4 4096          # the exported selector, standard library only",
+    "kbench export report/policy.json --format python --out kbench_policy.py   # then: python kbench_policy.py 16 4 4096",
     "kbench export results/baselines/h200-draft-extend-kv4096 --out h200_policy.py   # a run: its policy first"))
 @click.argument("source", metavar="POLICY_OR_RUN")
 @click.option("--format", "fmt", default="python", show_default=True, help="python (one dependency-free file).")
