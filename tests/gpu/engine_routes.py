@@ -23,8 +23,6 @@ import signal
 import sys
 from pathlib import Path
 
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly (no BrokenPipeError traceback)
-
 ROUTE_SHAPES = [(16, 2, 4096), (16, 4, 4096), (16, 8, 4096), (16, 16, 4096), (2, 128, 4096)]
 MASK_SHAPES = [(1, 4, 4096), (16, 4, 4096), (16, 8, 4096), (64, 4, 4096), (64, 8, 4096), (16, 4, 32768)]
 
@@ -145,4 +143,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly (no BrokenPipeError traceback)
     sys.exit(main())
