@@ -212,3 +212,13 @@ def test_committed_baselines_recommend(tmp_path):
     r = recommend_cli(base, "--engine", "vllm", "--batch-size", "16,64", "--q-len", "1..16", "--kv-len", "4096")
     assert r.exit_code == 0, r.output
     assert "set: --attention-backend FLASHINFER" in r.output
+
+
+def test_draft_trees_are_refused_the_table_covers_chains(tmp_path):
+    rows = known_rows() + known_rows(qs=(4, 8), tree="topk:2")
+    s = load_source([write_run(tmp_path / "run", rows)])
+    chain = from_options({"batch_size": "8", "q_len": "4", "kv_len": "4096"}, {"tree": "chain"})
+    assert recommend(s, chain, SGLANG).best is not None
+    tree = from_options({"batch_size": "8", "q_len": "4", "kv_len": "4096"}, {"tree": "topk:2"})
+    with pytest.raises(BadInput, match="tree topk:2: kbench's engine table is read for EAGLE chains"):
+        recommend(s, tree, SGLANG)

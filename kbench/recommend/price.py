@@ -125,6 +125,11 @@ def _locate_all(source: Source, workload: Workload, max_extrapolation: float) ->
             except BadInput as e:
                 raise BadInput(f"{workload.source}: {b.label}: {e}") from None
         g = groups[key]
+        tree = g.get("tree", "chain")
+        if tree != "chain":
+            raise BadInput(f"{workload.source}: {b.label}: tree {tree}: kbench's engine table is read for EAGLE chains "
+                           "(topk 1) only, so recommend prices chains only (SGLang 0.5.23 refuses trtllm_mha for "
+                           "topk > 1); select and report answer per tree shape")
         found = locate(g["grid"], g["cells"], b.batch_size, b.q_len, b.kv_len, extrapolate=True, error=BadInput)
         beyond = _beyond(g["grid"], found["query"])
         far = {ax: f for ax, f in beyond.items() if f > max_extrapolation}
