@@ -6,13 +6,13 @@ when it is set (its AOT path for hosts without a GPU), so this script builds eve
 needs here with nvcc (CUDA 13, as on the H200 machine), and packs them as `flashinfer/data/aot/<module>/
 <module>.so`, which `tests/gpu/h200.sh` unpacks into the bundle (FlashInfer loads AOT modules without
 compiling). It asks FlashInfer's own module generators, with the arguments FlashInfer's entry points pass
-for each kbench kernel (flashinfer 0.7.2.post1, SM90), so module names match what the H200 run looks up.
+for each kbench kernel (flashinfer 0.7.4, SM90), so module names match what the H200 run looks up.
 
     python tests/gpu/prebuild.py --out .fi-cache/aot.tgz \\
         "--scenario draft-extend --kv-len 4096 --batch-size 16,64" "--scenario gpt-oss --q-len 4"
 
 Each quoted argument is a `kbench sweep` grid (the axis options only). Needs: nvcc on PATH and CUDA_HOME,
-FlashInfer of the bundle's version importable (a Python 3.11 venv with flashinfer-python==0.7.2.post1),
+FlashInfer of the bundle's version importable (a Python 3.11 venv with flashinfer-python==0.7.4),
 a libcuda.so to link against (a stub with soname libcuda.so.1 where no driver is installed; --stub makes
 one), and for fmha-v2 and fa3 the cuBLAS and cuRAND headers (a CUDA toolkit without them: unzip
 nvidia/cu13/include from the nvidia-cublas and nvidia-curand wheels and pass that folder as --include).
@@ -29,7 +29,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 H200 = dict(cuda=True, name="NVIDIA H200", sm=90, total_memory=143 << 30, l2_bytes=60 << 20, multiprocessors=132)
@@ -58,11 +58,11 @@ def cases_of(arg: str):
 
 
 def specs_for(kernel: str, case):
-    """FlashInfer JitSpecs the kernel's call builds for this case on SM90 (flashinfer 0.7.2.post1)."""
+    """FlashInfer JitSpecs the kernel's call builds for this case on SM90 (flashinfer 0.7.4)."""
     import torch
     from flashinfer.jit.attention import gen_batch_prefill_module, gen_fmha_v2_module
     from flashinfer.jit.xqa import gen_xqa_module, ragged_q_changes_build
-    from flashinfer.prefill import _gen_batch_prefill_independent_paged_module, _gen_batch_prefill_primary_module
+    from flashinfer.prefill import _gen_batch_prefill_primary_module
 
     from kbench.kernels.inputs import torch_dtype
 
@@ -78,7 +78,9 @@ def specs_for(kernel: str, case):
         return [xqa(1, False)] + [xqa(m, True) for m in range(2, case.q_len + 1)]
     if kernel in ("fa2-prefill", "decode-wrapper"):
         args = (dt, kv, dt, torch.int32, case.head_dim, case.head_dim, 0, window, False, False)
-        mods = [_gen_batch_prefill_primary_module("fa2", *args), _gen_batch_prefill_independent_paged_module("fa2", *args)]
+        # fa2 loads its paged_kv_stride_independent module only when K and V strides differ (prefill.py,
+        # get_batch_prefill_module's paged_run); kbench's K and V are halves of one tensor, equal strides
+        mods = [_gen_batch_prefill_primary_module("fa2", *args)]
         if kernel == "fa2-prefill" and case.tree != "chain":  # plan(custom_mask=) packs it: segment_packbits
             from flashinfer.jit.quantization import gen_quantization_module
 
@@ -166,8 +168,9 @@ def main() -> int:
     failed = []
     if a.pack_only:
         todo = []
-    with ThreadPoolExecutor(a.parallel) as ex:
-        for i, (name, secs, err) in enumerate(ex.map(build, todo), 1):
+    with ThreadPoolExecutor(a.parallel) as ex:  # a line as each module finishes, not in submission order
+        for i, fut in enumerate(as_completed([ex.submit(build, s) for s in todo]), 1):
+            name, secs, err = fut.result()
             print(f"[{i}/{len(todo)}] {secs:6.0f} s {'FAILED ' + err if err else 'ok'}  {name}", flush=True)
             if err:
                 failed.append(name)
