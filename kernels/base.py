@@ -38,6 +38,15 @@ class Kernel:
         """Cases with equal keys share compiled modules: kbench compiles each key once before timing."""
         return (case.dtype, case.kv_dtype, case.head_dim, case.group, case.page_size, case.kv_layout)
 
+    def jit_specs(self, device: "DeviceInfo", case: "Case") -> list:
+        """The FlashInfer JitSpecs (one per compiled module, named by FlashInfer: equal names are one module)
+        that prepare() builds or loads for this case on this device, asked only for cases supports() takes;
+        [] for a kernel that compiles nothing ahead. `kbench prebuild` builds them and the sweep's compile step
+        skips cases whose modules are all there. FlashInfer derives a module's flags from the target
+        architectures (FLASHINFER_CUDA_ARCH_LIST, else this machine's GPUs), read when it is imported:
+        kbench.engine.prebuild sets the target first."""
+        return []
+
     def prepare(self, inputs: "Inputs") -> KernelFn:
         """Plan and allocate once, then return run(i); most kernels build it with `self.launch(inputs)`."""
         raise NotImplementedError
@@ -100,6 +109,38 @@ def each_copy(inputs: "Inputs", call: CopyCall, padded: bool = False) -> KernelF
 # where SGLang casts q to fp8 when the KV cache is fp8; xqa builds only bf16/fp16-query modules (jit/xqa.py)
 Q_FP8_ONLY_TRTLLM = ("q_dtype fp8: kbench gives an fp8 query only to the kernels SGLang casts it for "
                      "(trtllm-gen decode, trtllm context, fmha-v2); this one is planned with a bf16/fp16 query")
+
+
+def fi_dtypes(case: "Case") -> tuple:
+    """torch dtypes of (query, KV cache, output) as the FlashInfer call of a case gets them (q_dtype fp8: an e4m3
+    query, for the kernels that take one)."""
+    import torch
+
+    from kbench.kernels.inputs import torch_dtype
+
+    dt = torch_dtype(case.dtype)
+    return (torch.float8_e4m3fn if case.q_dtype == "fp8" else dt), torch_dtype(case.kv_dtype), dt
+
+
+def fa2_batch_prefill_spec(case: "Case", backend: str = "fa2"):
+    """The batch-prefill module FlashInfer's paged wrappers build (prefill.py get_batch_prefill_module, for the
+    tensor-core decode wrapper too): causal, no RoPE, soft cap or fp16 QK reduction; int32 indices. FA2 also has a
+    paged_kv_stride_independent module it loads only when K and V strides differ, never for kbench's KV cache (K
+    and V are halves of one tensor)."""
+    import torch
+    from flashinfer.jit.attention import gen_batch_prefill_module
+    from flashinfer.jit.attention.modules import _gen_batch_prefill_primary_module
+
+    _, kv, dt = fi_dtypes(case)
+    args = (dt, kv, dt, torch.int32, case.head_dim, case.head_dim, 0, case.window_left >= 0, False, False)
+    return _gen_batch_prefill_primary_module(backend, *args) if backend == "fa2" else gen_batch_prefill_module(backend, *args)
+
+
+def trtllm_gen_spec():
+    """The one module of FlashInfer's trtllm-gen attention (decode and context, SM100/103), whose kernels are cubins."""
+    from flashinfer.jit.attention import gen_trtllm_gen_fmha_module
+
+    return gen_trtllm_gen_fmha_module()
 
 
 def fp8_kv_reason(case: "Case", name: str) -> str | None:

@@ -3,7 +3,7 @@
 One q_len per request: a ragged batch is padded to its longest request (kbench.kernels.inputs.PaddedBatch)."""
 from __future__ import annotations
 
-from kbench.kernels.base import Q_FP8_ONLY_TRTLLM, Kernel, KernelFn, needs_cuda, realistic_reason
+from kbench.kernels.base import Q_FP8_ONLY_TRTLLM, Kernel, KernelFn, fa2_batch_prefill_spec, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs, torch_dtype
 from kbench.kernels.tree_masks import tree_reason
 
@@ -28,6 +28,11 @@ class DecodeWrapper(Kernel):
     def jit_key(self, case):
         # FlashInfer builds a separate module for a sliding window (use_swa) of the same dtypes and head_dim
         return (case.dtype, case.kv_dtype, case.head_dim, case.window_left >= 0)
+
+    def jit_specs(self, device, case):
+        # use_tensor_cores with a bf16/fp16 query plans FA2's batch-prefill module (decode.py plan); backend
+        # "auto" picks cuDNN only on SM100/103 for 2-4 query rows, and XQA only under a CUDA-graph wrapper
+        return [fa2_batch_prefill_spec(case, "fa2")]
 
     def prepare(self, inputs: Inputs) -> KernelFn:
         import flashinfer

@@ -4,7 +4,7 @@ A draft tree goes to fa2 as plan(custom_mask=): FlashInfer packs it once per pla
 an engine's plan does every step (kbench.kernels.tree_masks says why not packed_custom_mask); fa3 takes none."""
 from __future__ import annotations
 
-from kbench.kernels.base import Q_FP8_ONLY_TRTLLM, Kernel, KernelFn, needs_cuda, realistic_reason
+from kbench.kernels.base import Q_FP8_ONLY_TRTLLM, Kernel, KernelFn, fa2_batch_prefill_spec, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs, torch_dtype
 from kbench.kernels.tree_masks import tree_reason
 
@@ -38,6 +38,9 @@ class FaPrefill(Kernel):
         # FlashInfer's quantization module: compiled up front with the tree variant
         tree = case.tree != "chain" and self.fa == "fa2"
         return (case.dtype, case.kv_dtype, case.head_dim, case.window_left >= 0) + (("custom-mask",) if tree else ())
+
+    def jit_specs(self, device, case):
+        return [fa2_batch_prefill_spec(case, self.fa)]
 
     def prepare(self, inputs: Inputs) -> KernelFn:
         import flashinfer

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from kbench.kernels.base import Kernel, KernelFn, Launch, needs_cuda, realistic_reason
+from kbench.kernels.base import Kernel, KernelFn, Launch, fi_dtypes, needs_cuda, realistic_reason, trtllm_gen_spec
 from kbench.kernels.inputs import Inputs
 from kbench.kernels.tree_masks import TRTLLM_GEN_TREE, XQA_TREE_WINDOW
 
@@ -60,9 +60,28 @@ class TrtllmDecode(Kernel):
         return reason
 
     def jit_key(self, case):
-        # xqa compiles one module per (q_len, group, page, dtype, window?, ragged?) variant
+        # xqa compiles one module per (q_len, group, page, dtype, window?, ragged?) variant; a ragged q pads to
+        # (or packs up to) any longest draft of 1..q_len, a fixed one to q_len only (jit_specs)
         return (case.q_len, case.group, case.page_size, case.dtype, case.kv_dtype, case.head_dim, case.kv_layout,
-                case.window_left >= 0, self.ragged, case.q_dtype)
+                case.window_left >= 0, self.ragged, case.q_dtype, case.q_dist == "fixed")
+
+    def jit_specs(self, device, case):
+        if self.backend(device) != "xqa":
+            return [trtllm_gen_spec()]
+        from flashinfer.jit.xqa import gen_xqa_module, ragged_q_changes_build
+
+        # xqa.py get_xqa_module: one module per (dtypes, page, head_dim, group, window?, q_seq_len), and for a
+        # ragged q (q_cu_seq_lens) its own module only where ragged q changes the build (SWAP_AB on SM90)
+        _, kv, dt = fi_dtypes(case)
+
+        def xqa(q: int, ragged: bool):
+            return gen_xqa_module(dt, kv, case.page_size, case.head_dim, case.group, case.window_left >= 0, dt, q,
+                                  ragged and ragged_q_changes_build(q, case.group))
+
+        if not self.ragged:  # q_len_per_req is the batch's longest draft: any of 1..q_len when q is ragged
+            return [xqa(q, False) for q in ([case.q_len] if case.q_dist == "fixed" else range(1, case.q_len + 1))]
+        # the batch's longest draft is any of 1..q_len (q_cu_seq_lens needs > 1; all 1 runs plain decode)
+        return [xqa(1, False)] + [xqa(q, True) for q in range(2, case.q_len + 1)]
 
     def checked_output(self, inputs: Inputs, out: torch.Tensor) -> torch.Tensor:
         return out if self.ragged else inputs.padded.unpad(out)

@@ -5,7 +5,7 @@ for Q, K and V: fp8 KV runs with an fp8 query (q_dtype fp8; e4m3 on SM90 only in
 output in the case's dtype."""
 from __future__ import annotations
 
-from kbench.kernels.base import Kernel, KernelFn, fp8_kv_reason, needs_cuda
+from kbench.kernels.base import Kernel, KernelFn, fi_dtypes, fp8_kv_reason, needs_cuda
 from kbench.kernels.inputs import Inputs
 from kbench.kernels.tree_masks import tree_reason
 
@@ -26,6 +26,14 @@ class TrtllmFmhaV2(Kernel):
 
     def jit_key(self, case):
         return (*super().jit_key(case), case.q_dtype)
+
+    def jit_specs(self, device, case):
+        import torch
+        from flashinfer.jit.attention import gen_fmha_v2_module
+
+        # prefill.py trtllm_fmha_v2_prefill: one module per (layout, query dtype), the output dtype named for e4m3
+        qd, _, dt = fi_dtypes(case)
+        return [gen_fmha_v2_module(f"Q_PAGED_KV_{case.kv_layout}", qd, dt if qd == torch.float8_e4m3fn else None)]
 
     def prepare(self, inputs: Inputs) -> KernelFn:
         from flashinfer.prefill import trtllm_fmha_v2_prefill

@@ -37,6 +37,35 @@ class CompileJob:
                 f"{c.kv_layout}{tree}")
 
 
+def compile_targets(kernels, cases: list[Case], device, skip=None) -> dict[tuple, CompileJob]:
+    """Each distinct (kernel, jit_key) among the cases that the kernel runs on this device, with its first case:
+    what the sweep compiles before it measures and what `kbench prebuild` builds (one definition for both).
+    skip(kernel, case): True for a pair the caller already has (a resumed sweep's rows)."""
+    from kbench.engine.measure import kernel_reason
+
+    jobs: dict[tuple, CompileJob] = {}
+    for case in cases:
+        for k in kernels:
+            if k.path == "reference" or k.jit_key(case) is None or (skip is not None and skip(k, case)):
+                continue
+            key = (k.name, k.jit_key(case))
+            if key not in jobs and not kernel_reason(k, device, case):
+                jobs[key] = CompileJob(k.name, case)
+    return jobs
+
+
+def prebuilt(job: CompileJob, device) -> bool:
+    """True when every module of the job is already built (AOT or in the JIT cache): nothing to compile."""
+    from kbench.engine.jit_cache import module_state
+    from kbench.kernels.registry import get_kernel
+
+    try:
+        specs = get_kernel(job.kernel).jit_specs(device, job.case)
+    except Exception:  # noqa: BLE001 - cannot tell: compile it as before
+        return False
+    return bool(specs) and all(module_state(s) != "missing" for s in specs)
+
+
 def run_job(kernel: str, case: Case, device_index: int = 0) -> tuple[float, str | None]:
     """Build, prepare and call one small case; returns (seconds, error or None)."""
     import torch
@@ -64,27 +93,34 @@ def default_workers() -> int:
 
 
 def compile_all(jobs: list[CompileJob], device_index: int = 0, workers: int | None = None, on_done=None,
-                in_process: bool = True) -> dict:
+                in_process: bool = True, device=None) -> dict:
     """Compile in parallel processes, then load in this one. Returns {label: error} for failures.
 
     in_process=False (isolated sweeps): this process never runs a kernel, so a fault while compiling
-    cannot poison it; every job runs in a worker process, and a failed one is tried once more alone."""
+    cannot poison it; every job runs in a worker process, and a failed one is tried once more alone.
+    device (a DeviceInfo): a job whose modules are all built already (`kbench prebuild`, a kept JIT cache)
+    starts no compile process (on_done gets it at 0 s); in-process it is loaded with the others."""
+    ready = [j for j in jobs if device is not None and prebuilt(j, device)]
+    todo = [j for j in jobs if j not in ready]
+    for j in ready:
+        if on_done:
+            on_done(j, 0.0, None)
     workers = default_workers() if workers is None else workers
     errors: dict[str, str] = {}
-    pooled = not in_process or (workers > 1 and len(jobs) > 1)
+    pooled = not in_process or (workers > 1 and len(todo) > 1)
     if pooled:
-        failed = _run_pool(jobs, device_index, max(1, min(workers, len(jobs))), on_done)
+        failed = _run_pool(todo, device_index, max(1, min(workers, len(todo))), on_done) if todo else {}
         if not in_process:
             if failed:  # a lock race or a worker death: once more, one at a time
-                again = _run_pool(failed, device_index, 1, None)
+                again = _run_pool(list(failed), device_index, 1, None)
                 errors = {j.label(): err for j, err in again.items()}
             return errors
-    # in-process: loads what the workers built (or compiles it here when a worker failed)
-    for j in jobs:
+    # in-process: loads what was prebuilt or the workers built (or compiles it here when a worker failed)
+    for j in ready + todo:
         secs, err = run_job(j.kernel, j.case, device_index)
         if err:
             errors[j.label()] = err
-        if on_done and not pooled:
+        if on_done and not pooled and j in todo:
             on_done(j, secs, err)
     return errors
 

@@ -17,7 +17,7 @@ from kbench.errors import BadInput, first_line
 from kbench.device import DeviceInfo
 from kbench.runs.manifest import Manifest
 from kbench.engine.measure import (
-    L2_COVER, CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit, kernel_reason,
+    L2_COVER, CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit,
 )
 from kbench.runs.rows import Row
 from kbench.cases.scenario import Scenario, scenario_data, scenario_from_dict
@@ -218,15 +218,10 @@ class Sweep:
         (kernel, jit_key) once, on a small case with the same key, in parallel processes."""
         if not dev.cuda:
             return
-        from kbench.engine.jit import CompileJob, compile_all
+        from kbench.engine.jit import compile_all, compile_targets
 
-        jobs: dict[tuple, CompileJob] = {}
-        for case in cases:
-            for k in self.kernels:
-                if (k.path == "reference" or k.jit_key(case) is None or (k.name, case.case_id) in done
-                        or kernel_reason(k, dev, case) or (k.name, k.jit_key(case)) in self._compiled):
-                    continue
-                jobs.setdefault((k.name, k.jit_key(case)), CompileJob(k.name, case))
+        jobs = compile_targets(self.kernels, cases, dev, skip=lambda k, c: (
+            (k.name, c.case_id) in done or (k.name, k.jit_key(c)) in self._compiled))
         if not jobs:
             return
         self.obs.phase(f"compiling JIT modules ({self.opt.compile_workers or 'auto'} workers)", total=len(jobs))
@@ -236,7 +231,7 @@ class Sweep:
             self.obs.advance(f"{job.label()} {secs:.0f} s" + (" FAILED" if err else ""))
 
         self._compiled.update(jobs)
-        errors = compile_all(list(jobs.values()), dev.index, self.opt.compile_workers, done_one, in_process)
+        errors = compile_all(list(jobs.values()), dev.index, self.opt.compile_workers, done_one, in_process, dev)
         for label, err in errors.items():  # each case's check records the failure on its own row
             self.obs.message(f"compile of {label} failed: {err}")
         self.wall.compile_s += time.perf_counter() - t0
