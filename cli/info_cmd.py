@@ -69,6 +69,10 @@ def env_cmd(as_json, no_bandwidth):
         info["read_bandwidth_gbs"] = read_bandwidth_gbs(dev.torch_device)
         if info["copy_bandwidth_gbs"] and info["read_bandwidth_gbs"]:
             info["read_over_copy"] = round(info["read_bandwidth_gbs"] / info["copy_bandwidth_gbs"], 3)
+    from kbench.engine.jit_cache import cache_info
+
+    cache = cache_info()
+    info["flashinfer_cache"] = cache.to_dict()
     if as_json:
         click.echo(json.dumps(info, indent=2, default=str))
         return
@@ -76,6 +80,8 @@ def env_cmd(as_json, no_bandwidth):
     t.add_column("", style="bold")
     t.add_column("")
     for k, v in info.items():
+        if k == "flashinfer_cache":
+            continue
         if k == "total_memory" or k == "l2_bytes":
             v = f"{v / 2**20:,.0f} MiB" if v else "-"
         elif k == "copy_bandwidth_gbs" and v:
@@ -85,4 +91,18 @@ def env_cmd(as_json, no_bandwidth):
         elif isinstance(v, dict):
             v = ", ".join(f"{a} {b:.0f}" for a, b in v.items()) or "-"
         t.add_row(k, "-" if v in (None, "") else str(v))
+    for k, v in cache_rows(cache):
+        t.add_row(k, v)
     make_console().print(t)
+
+
+def cache_rows(c) -> list[tuple[str, str]]:
+    """FlashInfer's compiled modules: the JIT cache (where, why there, size, builds per version/arch), the AOT
+    modules installed in its package, and the prebuilt-kernel packages."""
+    builds = ", ".join(f"{k}: {n} modules" for k, n in c.builds.items()) or "none"
+    return [
+        ("jit cache", f"{c.cache_dir} ({c.workspace_from}; {c.cache_bytes / 2**20:,.0f} MiB; {builds})"),
+        ("aot modules", f"{c.aot_modules} in {c.aot_dir or '- (no FlashInfer)'} (kbench prebuild --load puts them there)"),
+        ("fi packages", ", ".join(f"{p} {v or 'not installed'}" for p, v in c.packages.items())),
+        ("grid modules", "kbench prebuild -s SCENARIO (the sweep's grid options) --list: which a grid needs, which are built"),
+    ]

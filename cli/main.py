@@ -15,6 +15,7 @@ from kbench.cli.errors import one_line_errors, rich_closed_pipe
 COMMANDS = {
     "sweep": ("kbench.cli.sweep_cmd", "sweep", "Sweep batch size x q_len x kv_len over every decode and context kernel."),
     "merge": ("kbench.cli.sweep_cmd", "merge", "Join shard runs (from --shard i/N or --devices) into one run."),
+    "prebuild": ("kbench.cli.prebuild_cmd", "prebuild", "Build the FlashInfer modules a sweep of this grid compiles, before the sweep (or for another machine)."),
     "kernels": ("kbench.cli.info_cmd", "kernels_cmd", "List every kernel with its availability on this machine."),
     "env": ("kbench.cli.info_cmd", "env_cmd", "The device, SM, versions, clocks and measured bandwidth ceilings."),
     "validate-timer": ("kbench.cli.validate_cmd", "validate_timer_cmd", "Time every available kernel at 6 shapes with kbench's timer and CUPTI."),

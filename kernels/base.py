@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -136,11 +137,17 @@ def fa2_batch_prefill_spec(case: "Case", backend: str = "fa2"):
     return _gen_batch_prefill_primary_module(backend, *args) if backend == "fa2" else gen_batch_prefill_module(backend, *args)
 
 
-def trtllm_gen_spec():
-    """The one module of FlashInfer's trtllm-gen attention (decode and context, SM100/103), whose kernels are cubins."""
+def trtllm_gen_specs() -> list:
+    """The one module of FlashInfer's trtllm-gen attention (decode and context, SM100/103; its kernels are cubins),
+    when its cubin index is on disk (flashinfer-cubin, FLASHINFER_CUBIN_DIR or an earlier download): making the
+    spec reads that index and would download it otherwise, so without it the module is left to its first use."""
+    from flashinfer.artifacts import ArtifactPath
+    from flashinfer.jit import env
     from flashinfer.jit.attention import gen_trtllm_gen_fmha_module
 
-    return gen_trtllm_gen_fmha_module()
+    if not (Path(env.FLASHINFER_CUBIN_DIR) / ArtifactPath.TRTLLM_GEN_FMHA / "checksums.txt").is_file():
+        return []
+    return [gen_trtllm_gen_fmha_module()]
 
 
 def fp8_kv_reason(case: "Case", name: str) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kbench.kernels.base import Kernel, KernelFn, fp8_kv_reason, needs_cuda, trtllm_gen_spec
+from kbench.kernels.base import Kernel, KernelFn, fp8_kv_reason, needs_cuda, trtllm_gen_specs
 from kbench.kernels.inputs import Inputs
 from kbench.kernels.tree_masks import tree_reason
 
@@ -47,7 +47,7 @@ class TrtllmContext(Kernel):
         return reason or fp8_kv_reason(case, self.name) or cubin_problem()
 
     def jit_specs(self, device, case):
-        return [trtllm_gen_spec()]
+        return trtllm_gen_specs()
 
     def prepare(self, inputs: Inputs) -> KernelFn:
         from flashinfer.prefill import trtllm_batch_context_with_kv_cache

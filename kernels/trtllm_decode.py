@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from kbench.kernels.base import Kernel, KernelFn, Launch, fi_dtypes, needs_cuda, realistic_reason, trtllm_gen_spec
+from kbench.kernels.base import Kernel, KernelFn, Launch, fi_dtypes, needs_cuda, realistic_reason, trtllm_gen_specs
 from kbench.kernels.inputs import Inputs
 from kbench.kernels.tree_masks import TRTLLM_GEN_TREE, XQA_TREE_WINDOW
 
@@ -67,7 +67,7 @@ class TrtllmDecode(Kernel):
 
     def jit_specs(self, device, case):
         if self.backend(device) != "xqa":
-            return [trtllm_gen_spec()]
+            return trtllm_gen_specs()
         from flashinfer.jit.xqa import gen_xqa_module, ragged_q_changes_build
 
         # xqa.py get_xqa_module: one module per (dtypes, page, head_dim, group, window?, q_seq_len), and for a

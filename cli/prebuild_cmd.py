@@ -1,0 +1,164 @@
+"""`kbench prebuild`: build the FlashInfer modules a sweep's grid needs, here or for another machine."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import click
+
+from kbench.cli.console import make_console
+from kbench.cli.options import examples
+from kbench.cli.sweep_cmd import grid_axis_options
+from kbench.errors import BadInput
+
+
+@click.command("prebuild", epilog=examples(
+    "kbench prebuild -s draft-extend --kv-len 4096 --batch-size 16,64          # on the GPU host: into the JIT cache",
+    "kbench prebuild -s draft-extend --batch-size 16,64 --list                 # what the grid needs and what is there",
+    "kbench prebuild -s draft-extend --batch-size 16,64 --arch 9.0a --archive aot.tgz   # on a host without a GPU",
+    "kbench prebuild --load aot.tgz                                            # on the GPU host: no compiling"))
+@click.option("--scenario", "-s", default="quick", show_default=True,
+              help="Built-in scenario name or a TOML file, as `kbench sweep` takes it.")
+@grid_axis_options
+@click.option("--model", help="Override the head config by model name (see `kbench kernels --models`).")
+@click.option("--heads", help="Override the head config: QO/KV/DIM, e.g. 32/8/128.")
+@click.option("--kernels", help="Comma-separated kernel names (see `kbench kernels`), or all.")
+@click.option("--arch", help="Build for this CUDA architecture as FlashInfer names it (9.0a: H100/H200, 10.0a: B200), "
+                             "with or without a GPU here (sets FLASHINFER_CUDA_ARCH_LIST). Default: this machine's GPU.")
+@click.option("--archive", type=click.Path(dir_okay=False), help="Also pack the grid's built modules into this .tar.gz, "
+                                                                  "for `kbench prebuild --load` on the GPU host.")
+@click.option("--load", "load", type=click.Path(dir_okay=False),
+              help="Install an archive's modules as FlashInfer AOT modules (flashinfer/data/aot), which it loads "
+                   "without compiling; checks the FlashInfer version and, with a GPU here, the architecture. No grid options.")
+@click.option("--list", "list_only", is_flag=True, help="List the grid's modules and whether each is built; build nothing.")
+@click.option("--parallel", type=click.IntRange(1, 64), help="Modules built at once (default: cores/4, at least 1).")
+@click.option("--jobs", type=click.IntRange(1, 256), help="Compile jobs per module (MAX_JOBS; default: cores / --parallel).")
+@click.option("--include", multiple=True, type=click.Path(), help="An extra header folder for nvcc and c++ (the cuBLAS "
+                                                                   "and cuRAND headers of fmha-v2 and fa3 where the CUDA toolkit lacks them).")
+@click.option("--jit-cache", type=click.Path(file_okay=False),
+              help="FlashInfer's JIT cache folder (sets FLASHINFER_WORKSPACE_BASE), as `kbench sweep --jit-cache`.")
+def prebuild(scenario, model, heads, kernels, arch, archive, load, list_only, parallel, jobs, include, jit_cache, **grid):
+    """Build exactly the FlashInfer modules a sweep of this grid compiles, before the sweep.
+
+    The plan is the sweep's: the same cases, the kernels that run them on the target GPU, each module once.
+    A line per module: built (seconds), cached (in the JIT cache), aot (installed prebuilt) or FAILED with the
+    compiler's reason. On a GPU host the modules go to FlashInfer's JIT cache, where `kbench sweep` finds them
+    (FLASHINFER_WORKSPACE_BASE, or --jit-cache). Without a GPU, --arch builds for the named architecture and
+    --archive packs the modules; `kbench prebuild --load FILE` installs them on the GPU host. Needs nvcc (the CUDA
+    version the GPU host's FlashInfer builds with). Exit 1 if a module failed to build, 2 on bad input.
+    """
+    console = make_console()
+    given = click.get_current_context()
+    if jit_cache is not None:
+        from kbench.runs.outputs import writable_dir
+
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(writable_dir(jit_cache, "--jit-cache"))
+    if load is not None:
+        other = [p.opts[0] for p in given.command.params if p.name not in ("load", "jit_cache")
+                 and given.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+        if other:
+            raise BadInput(f"--load installs an archive as it is: drop {', '.join(other)}")
+        return _load(console, load)
+    if archive is not None:
+        _check_archive_path(archive)
+    for d in include:
+        if not Path(d).is_dir():
+            raise BadInput(f"--include {d}: not a folder")
+    from kbench.cases.scenario import apply_overrides, load_scenario
+    from kbench.engine.prebuild import plan, target_device
+    from kbench.kernels.registry import select
+
+    sc = apply_overrides(load_scenario(scenario), **grid, model=model, heads=heads, kernels=kernels)
+    chosen = select(sc.kernels, sc.source)
+    dev = target_device(arch)  # before FlashInfer is imported: it names its JIT folder after the target
+    cases = sc.cases()
+    t0 = time.perf_counter()
+    modules = plan(chosen, cases, dev)
+    from flashinfer.jit import env as fi_env
+
+    where = fi_env.FLASHINFER_JIT_DIR
+    console.print(f"[bold]{sc.name}[/]: {len(cases)} cases, {len(modules)} FlashInfer modules for {dev.name} "
+                  f"(planned in {time.perf_counter() - t0:.1f} s); JIT cache {where}", highlight=False)
+    if list_only:
+        return _list(console, modules)
+    from kbench.engine.prebuild import toolchain
+
+    for note in toolchain(list(include)):
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    parallel = parallel or max(1, (os.cpu_count() or 1) // 4)
+    if jobs or "MAX_JOBS" not in os.environ:
+        os.environ["MAX_JOBS"] = str(jobs or max(1, (os.cpu_count() or 1) // parallel))
+    outcomes = _build(console, modules, parallel)
+    failed = [o for o in outcomes if o.status == "failed"]
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("built", "cached", "aot", "failed")}
+    console.print(f"{len(modules)} modules: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s == "failed")
+                  + f" in {time.perf_counter() - t0:.0f} s", highlight=False)
+    if archive is not None:
+        from kbench.engine.prebuild import arch_tag, write_archive
+
+        out, n = write_archive(archive, modules, arch or arch_tag())
+        console.print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {n} modules); on the GPU host: "
+                      f"kbench prebuild --load {out.name}", highlight=False)
+    return 1 if failed else 0
+
+
+def _check_archive_path(archive: str) -> None:
+    """Before minutes of building: the archive must be a file that can be written."""
+    from kbench.runs.outputs import writable_dir
+
+    if Path(archive).is_dir():
+        raise BadInput(f"--archive {archive}: a folder; give the archive's file name (e.g. aot.tgz)")
+    writable_dir(Path(archive).parent if str(Path(archive).parent) else ".", "--archive")
+
+
+def _list(console, modules) -> int:
+    from rich.table import Table
+
+    t = Table(show_header=True, header_style="bold")
+    for col in ("state", "module", "kernels"):
+        t.add_column(col)
+    states = {}
+    for m in modules:
+        s = m.state
+        states[s] = states.get(s, 0) + 1
+        t.add_row(s, m.name, ", ".join(m.kernels))
+    console.print(t)
+    console.print(", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "nothing to build", highlight=False)
+    return 0
+
+
+def _line(o) -> str:
+    if o.status == "built":
+        return f"  built  {o.seconds:6.0f} s  {o.module}"
+    if o.status == "failed":
+        return f"  FAILED {o.seconds:6.0f} s  {o.module}: {o.reason}"
+    return f"  {o.status:<6}           {o.module}"
+
+
+def _build(console, modules, parallel):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from kbench.engine.prebuild import build
+
+    if not console.is_terminal:  # CI logs: a plain line per module, nothing redrawn
+        return build(modules, parallel, lambda o: console.print(_line(o), markup=False, highlight=False))
+    with Progress(SpinnerColumn(), TextColumn("[bold]building"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as prog:
+        task = prog.add_task("", total=len(modules))
+
+        def done(o):
+            prog.console.print(_line(o), markup=False, highlight=False)
+            prog.advance(task)
+
+        return build(modules, parallel, done)
+
+
+def _load(console, archive) -> int:
+    from kbench.engine.prebuild import load_archive
+    from kbench.timing.probe import probe_device
+
+    loaded = load_archive(archive, device=probe_device(with_flashinfer=False))
+    console.print(f"{len(loaded.installed)} modules installed, {len(loaded.present)} already there, in {loaded.into} "
+                  "(FlashInfer loads them without compiling)", highlight=False)
+    return 0

@@ -1,0 +1,329 @@
+"""`kbench prebuild`: build the FlashInfer modules a grid needs before the sweep, here or for another machine.
+
+The plan is the sweep's own: the grid's cases, each (kernel, jit_key) the sweep would compile on the target
+device (kbench.engine.jit.compile_targets), each kernel's modules (Kernel.jit_specs), deduplicated by the name
+FlashInfer gives them. On a GPU host the modules are built for that GPU into FlashInfer's JIT cache, where the
+sweep finds them. On a host without a GPU they are built for a named architecture (FLASHINFER_CUDA_ARCH_LIST,
+FlashInfer's AOT route) and packed as an archive that `kbench prebuild --load` installs on the GPU host as AOT
+modules, loaded without compiling. A JIT-cache library alone does not travel: FlashInfer's ninja would rebuild it
+(its objects and absolute source paths belong to the machine that built it), while an AOT module is loaded as it
+is (flashinfer/jit/core.py try_load, jit/env.py get_aot_artifacts).
+
+The archive (a .tar.gz; tests/gpu/h200.sh unpacks the same layout into a bundle's flashinfer/data/):
+    aot/KBENCH_PREBUILD.json     what it holds: FlashInfer version, architecture, modules with size and sha256
+    aot/FLASHINFER_VERSION       the FlashInfer version alone
+    aot/<module>/<module>.so     one library per module
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kbench.cases.case import Case
+from kbench.device import DeviceInfo
+from kbench.errors import BadInput, first_line
+
+MANIFEST = "aot/KBENCH_PREBUILD.json"
+STAMP = "aot/FLASHINFER_VERSION"
+FORMAT = 1
+ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
+MODULE_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+# --- the target --------------------------------------------------------------------------------------------
+def parse_arch(arch: str) -> int:
+    """The SM number of a FlashInfer architecture name ('9.0a' -> 90): one architecture per prebuild."""
+    m = ARCH_RE.match(arch.strip())
+    if not m:
+        raise BadInput(f"--arch: expected one CUDA architecture as FlashInfer names it (e.g. 9.0a for H100/H200, "
+                       f"10.0a for B200), got {arch!r}")
+    return int(m.group(1)) * 10 + int(m.group(2))
+
+
+def target_device(arch: str | None, device_index: int = 0) -> DeviceInfo:
+    """The device the plan filters kernels for, FlashInfer pointed at it before it is imported: --arch sets
+    FLASHINFER_CUDA_ARCH_LIST (a host without a GPU, or another GPU than this one), else this machine's GPU."""
+    os.environ.setdefault("FLASHINFER_LOGGING_LEVEL", "warning")  # its per-module INFO lines would cut the bar
+    if arch is not None:
+        sm = parse_arch(arch)
+        os.environ["FLASHINFER_CUDA_ARCH_LIST"] = arch.strip()
+        _check_not_imported(arch)
+        return DeviceInfo(cuda=True, name=f"SM{sm} (--arch {arch.strip()})", sm=sm)
+    from kbench.timing.probe import probe_device
+
+    dev = probe_device(device_index, with_flashinfer=False)
+    if not dev.cuda:
+        raise BadInput("no GPU here: name the architecture to build for with --arch (e.g. 9.0a for H100/H200), "
+                       "and --archive FILE to carry the modules to that machine")
+    return dev
+
+
+def _check_not_imported(arch: str) -> None:
+    """FlashInfer reads the target into its JIT folder's name when it is imported: too late to change it then."""
+    env = sys.modules.get("flashinfer.jit.env")
+    if env is not None and env.FLASHINFER_WORKSPACE_DIR.name != arch.strip().replace(".", ""):
+        raise BadInput(f"--arch {arch}: FlashInfer was imported for {env.FLASHINFER_WORKSPACE_DIR.name} already "
+                       "(run the prebuild in its own process)")
+
+
+def arch_tag() -> str:
+    """FlashInfer's name for the architectures it builds for here ('90a'), as its JIT folder is named."""
+    from flashinfer.jit import env
+
+    return env.FLASHINFER_WORKSPACE_DIR.name
+
+
+# --- the plan ----------------------------------------------------------------------------------------------
+@dataclass
+class Module:
+    name: str
+    spec: object  # flashinfer.jit.core.JitSpec
+    kernels: list[str] = field(default_factory=list)  # the kbench kernels that load it
+
+    @property
+    def state(self) -> str:
+        from kbench.engine.jit_cache import module_state
+
+        return module_state(self.spec)
+
+
+def plan(kernels, cases: list[Case], device: DeviceInfo) -> list[Module]:
+    """The modules the sweep of these cases compiles on this device, each once, in the order first needed."""
+    from kbench.engine.jit import compile_targets
+
+    by_name = {k.name: k for k in kernels}
+    modules: dict[str, Module] = {}
+    for job in compile_targets(kernels, cases, device).values():
+        for spec in by_name[job.kernel].jit_specs(device, job.case):
+            m = modules.setdefault(spec.name, Module(spec.name, spec))
+            if job.kernel not in m.kernels:
+                m.kernels.append(job.kernel)
+    return list(modules.values())
+
+
+# --- building ----------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    module: str
+    status: str  # built | cached | aot | failed
+    seconds: float = 0.0
+    reason: str = ""
+
+
+def toolchain(include: list[str] | None = None) -> list[str]:
+    """Make the compiler side ready; returns notes for the user. CUDA_HOME from nvcc when unset; the extra header
+    folders on nvcc's and c++'s paths; without a driver (no libcuda.so to link -lcuda against) a stub library
+    with the driver's soname, which the driver replaces where the modules load."""
+    notes = []
+    if not os.environ.get("CUDA_HOME") and not os.environ.get("CUDA_PATH"):
+        nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+        if nvcc is None:
+            raise BadInput("nvcc not found: install the CUDA toolkit (the version the GPU host's FlashInfer builds "
+                           "with) and put it on PATH or set CUDA_HOME")
+        os.environ["CUDA_HOME"] = str(Path(nvcc).resolve().parent.parent)
+    for d in include or []:
+        if not Path(d).is_dir():
+            raise BadInput(f"--include {d}: not a folder")
+        os.environ["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} -I{Path(d).resolve()}".strip()
+        os.environ["CPATH"] = f"{Path(d).resolve()}{os.pathsep}{os.environ.get('CPATH', '')}".rstrip(os.pathsep)
+    if not _has_libcuda():
+        stub = Path(tempfile.mkdtemp(prefix="kbench-cudastub-"))
+        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("c++")
+        if cc is None:
+            raise BadInput("no libcuda.so to link against and no C compiler to make a stub of it")
+        subprocess.run([cc, "-shared", "-fPIC", "-o", str(stub / "libcuda.so"), "-Wl,-soname,libcuda.so.1", "-x", "c",
+                        "-"], input=b"void kbench_cuda_stub(void){}\n", check=True, capture_output=True)
+        os.environ["LIBRARY_PATH"] = f"{stub}{os.pathsep}{os.environ.get('LIBRARY_PATH', '')}".rstrip(os.pathsep)
+        notes.append("no CUDA driver here: linking against a stub libcuda.so (the GPU host's driver provides it)")
+    cuda = Path(os.environ.get("CUDA_HOME") or os.environ["CUDA_PATH"])
+    headers = [cuda / "include", *(Path(d) for d in include or [])]
+    if not any((d / "cublasLt.h").exists() for d in headers):
+        notes.append("no cublasLt.h in the CUDA toolkit or --include: fmha-v2 and fa3 need the cuBLAS and cuRAND "
+                     "headers (e.g. unzip nvidia/cu13/include from the nvidia-cublas and nvidia-curand wheels and "
+                     "pass --include that folder)")
+    return notes
+
+
+def _has_libcuda() -> bool:
+    for d in os.environ.get("LIBRARY_PATH", "").split(os.pathsep) + ["/usr/lib/x86_64-linux-gnu", "/usr/lib64",
+                                                                     "/usr/lib/aarch64-linux-gnu", "/usr/local/cuda/lib64/stubs"]:
+        if d and (Path(d) / "libcuda.so").exists():
+            return True
+    return False
+
+
+def failure_reason(e: BaseException) -> str:
+    """The line of a failed build that says why (a compiler error), not ninja's banner."""
+    text = str(e)
+    for line in text.splitlines():
+        if re.search(r"\berror\b", line, re.IGNORECASE) and "ninja" not in line.lower():
+            return line.strip()[:300]
+    return first_line(e)[:300]
+
+
+def build(modules: list[Module], parallel: int = 1, on_done=None) -> list[Outcome]:
+    """Build the missing modules, `parallel` at a time (each runs ninja with MAX_JOBS compile jobs); a module
+    that is there is reported as cached or aot. on_done(outcome) as each finishes."""
+    outcomes = []
+
+    def report(o: Outcome) -> None:
+        outcomes.append(o)
+        if on_done:
+            on_done(o)
+
+    todo = []
+    for m in modules:
+        state = m.state
+        if state == "missing":
+            todo.append(m)
+        else:
+            report(Outcome(m.name, state))
+
+    def one(m: Module) -> Outcome:
+        t0 = time.perf_counter()
+        try:
+            m.spec.build(need_lock=True)  # FlashInfer's lock: a sweep building the same module waits for it
+            return Outcome(m.name, "built", time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - reported; the sweep's JIT tries it again where it runs
+            return Outcome(m.name, "failed", time.perf_counter() - t0, failure_reason(e))
+
+    if todo:
+        with ThreadPoolExecutor(max(1, parallel)) as ex:
+            for fut in as_completed([ex.submit(one, m) for m in todo]):
+                report(fut.result())
+    return outcomes
+
+
+# --- the archive -------------------------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_archive(out: str | Path, modules: list[Module], arch: str) -> tuple[Path, int]:
+    """Pack every built module of the plan; returns (the archive, the number of modules in it). A temporary file
+    renamed into place: an archive already there is replaced whole or not at all."""
+    import flashinfer
+
+    from kbench import __version__
+    from kbench.engine.jit_cache import module_file
+    from kbench.runs import atomic
+
+    files = {m.name: module_file(m.spec) for m in modules}
+    files = {name: f for name, f in files.items() if f is not None}
+    manifest = {"format": FORMAT, "flashinfer": flashinfer.__version__, "arch": arch, "kbench": __version__,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "modules": {n: {"bytes": f.stat().st_size, "sha256": _sha256(f)} for n, f in sorted(files.items())}}
+
+    def add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+        tar.addfile(info, io.BytesIO(data))
+
+    def pack(tmp: Path) -> None:
+        with tarfile.open(tmp, "w:gz") as tar:
+            add_bytes(tar, MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
+            add_bytes(tar, STAMP, (flashinfer.__version__ + "\n").encode())
+            for name, f in sorted(files.items()):
+                tar.add(f, arcname=f"aot/{name}/{name}.so", recursive=False)
+
+    return atomic.write_with(out, pack), len(files)
+
+
+def read_manifest(archive: str | Path) -> dict:
+    """The archive's KBENCH_PREBUILD.json; BadInput (one line) for a file that is not such an archive."""
+    p = Path(archive)
+    if not p.is_file():
+        raise BadInput(f"{archive}: no such archive")
+    try:
+        with tarfile.open(p, "r:gz") as tar:
+            f = tar.extractfile(MANIFEST)
+            if f is None:
+                raise KeyError(MANIFEST)
+            m = json.loads(f.read())
+    except KeyError:
+        raise BadInput(f"{archive}: not a kbench prebuild archive (no {MANIFEST})") from None
+    except (tarfile.TarError, OSError, EOFError, json.JSONDecodeError) as e:
+        raise BadInput(f"{archive}: not a readable .tar.gz archive ({first_line(e)})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT or not isinstance(m.get("modules"), dict):
+        raise BadInput(f"{archive}: {MANIFEST} is not of format {FORMAT}")
+    return m
+
+
+@dataclass
+class Loaded:
+    installed: list[str]
+    present: list[str]  # the same library was there already
+    into: Path
+
+
+def load_archive(archive: str | Path, into: Path | None = None, device: DeviceInfo | None = None) -> Loaded:
+    """Install the archive's modules as FlashInfer AOT modules (into flashinfer/data/aot of the installed
+    FlashInfer, or `into`), after checking that they were built for this FlashInfer and, with a GPU here, for
+    its architecture. Only aot/<module>/<module>.so members listed in the manifest are written, each through a
+    temporary file renamed into place."""
+    from kbench.engine.jit_cache import aot_dir
+    from kbench.runs.outputs import writable_dir
+
+    m = read_manifest(archive)
+    try:
+        import flashinfer
+
+        version = flashinfer.__version__
+    except Exception as e:  # noqa: BLE001
+        raise BadInput(f"--load: FlashInfer is not importable here ({first_line(e)})") from None
+    if m.get("flashinfer") != version:
+        raise BadInput(f"{archive}: built for FlashInfer {m.get('flashinfer')}, this is {version} (module names stay, "
+                       "their code changes: build the archive again with this FlashInfer)")
+    if device is not None and device.cuda:
+        built_sm = parse_arch(str(m.get("arch", "")).split()[0]) if m.get("arch") else None
+        if built_sm is not None and built_sm != device.sm:
+            raise BadInput(f"{archive}: built for {m['arch']} (SM{built_sm}), this GPU is SM{device.sm}")
+    dest = Path(into) if into is not None else aot_dir()
+    if dest is None:
+        raise BadInput("--load: FlashInfer is not installed here")
+    dest = Path(writable_dir(dest, "FlashInfer's AOT folder"))
+    installed, present = [], []
+    with tarfile.open(archive, "r:gz") as tar:
+        for name, meta in sorted(m["modules"].items()):
+            if not MODULE_RE.match(name):
+                raise BadInput(f"{archive}: module name {name!r} is not a plain name")
+            target = dest / name / f"{name}.so"
+            if target.is_file() and target.stat().st_size == meta.get("bytes") and _sha256(target) == meta.get("sha256"):
+                present.append(name)
+                continue
+            try:
+                src = tar.extractfile(f"aot/{name}/{name}.so")
+            except KeyError:
+                src = None
+            if src is None:
+                raise BadInput(f"{archive}: lists {name} but does not hold aot/{name}/{name}.so")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                if _sha256(Path(tmp)) != meta.get("sha256"):
+                    raise BadInput(f"{archive}: {name} does not match its sha256 (a damaged archive)")
+                os.chmod(tmp, 0o755)
+                os.replace(tmp, target)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            installed.append(name)
+    return Loaded(installed, present, dest)

@@ -1,0 +1,339 @@
+"""`kbench prebuild` on the CPU: the plan (which modules a grid needs, each once, filtered like the sweep), the
+build loop, the archive's layout and version stamp, loading it, bad input and outputs that cannot be written.
+
+FlashInfer names its modules from the target architecture read when it is imported, so the tests that ask the
+real FlashInfer 0.7.4 run kbench in a subprocess with --arch (this process may have imported it for the CPU)."""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kbench.cases.models import MODELS
+from kbench.cases.scenario import Scenario
+from kbench.cli.main import cli
+from kbench.device import DeviceInfo
+from kbench.engine import jit, prebuild
+from kbench.engine.jit_cache import cache_info, module_state
+from kbench.errors import BadInput
+from kbench.kernels.base import Kernel
+
+H200 = DeviceInfo(cuda=True, name="H200", sm=90)
+
+
+class FakeSpec:
+    """What kbench reads of a FlashInfer JitSpec: its name, where its library goes, whether it is AOT, build()."""
+
+    def __init__(self, name, root: Path, aot=False, fail=None):
+        self.name, self.aot, self.fail, self.builds = name, aot, fail, 0
+        self.jit_library_path = root / "cached_ops" / name / f"{name}.so"
+        self.aot_path = root / "aot" / name / f"{name}.so"
+
+    @property
+    def is_aot(self):
+        return self.aot
+
+    def build(self, need_lock=False):
+        self.builds += 1
+        if self.fail:
+            raise RuntimeError(f"Ninja build failed. Ninja output:\n[1/3] nvcc ...\nFAILED: x.o\n{self.fail}\nninja: build stopped")
+        self.jit_library_path.parent.mkdir(parents=True, exist_ok=True)
+        self.jit_library_path.write_bytes(b"\x7fELF" + self.name.encode())
+
+
+class FakeKernel(Kernel):
+    """A kernel with one module per (q_len) and one shared by every case; refuses q_len 3 and SM100."""
+
+    def __init__(self, name, root, shared="shared", path="decode", key=True):
+        self.name, self.path, self.root, self.shared, self.key = name, path, root, shared, key
+        self.asked = []
+
+    def supports(self, device, case):
+        if device.sm == 100:
+            return "needs SM90"
+        return "q 3 refused" if case.q_len == 3 else None
+
+    def jit_key(self, case):
+        return (case.q_len,) if self.key else None
+
+    def jit_specs(self, device, case):
+        self.asked.append(case.q_len)
+        return [FakeSpec(f"{self.name}_q{case.q_len}", self.root), FakeSpec(self.shared, self.root)]
+
+
+def grid(**kw):
+    base = dict(name="t", heads=MODELS["llama3-8b"], batch_size=[1, 4], q_len=[1, 2, 3], kv_len=[64, 128], page_size=[16])
+    base.update(kw)
+    return Scenario(**base).validate().cases()
+
+
+# --- the plan ----------------------------------------------------------------------------------------------
+def test_plan_names_each_module_once_filtered_like_the_sweep(tmp_path):
+    a, b = FakeKernel("a", tmp_path), FakeKernel("b", tmp_path)
+    ref = FakeKernel("ref", tmp_path, path="reference")
+    nokey = FakeKernel("nokey", tmp_path, key=False)
+    cases = grid()
+    mods = prebuild.plan([a, b, ref, nokey], cases, H200)
+    names = [m.name for m in mods]
+    assert len(names) == len(set(names))  # each once
+    assert set(names) == {"a_q1", "a_q2", "b_q1", "b_q2", "shared"}  # q 3 refused, no reference, no jit_key
+    shared = next(m for m in mods if m.name == "shared")
+    assert shared.kernels == ["a", "b"]  # one module, both kernels that load it
+    # each (kernel, jit_key) asked once, though 4 cases (bs x kv) share each q
+    assert sorted(a.asked) == [1, 2] and ref.asked == [] and nokey.asked == []
+    # the sweep's own compile step plans the same (kernel, jit_key) pairs
+    assert set(jit.compile_targets([a, b, ref, nokey], cases, H200)) == {("a", (1,)), ("a", (2,)), ("b", (1,)), ("b", (2,))}
+    assert prebuild.plan([a, b], cases, DeviceInfo(cuda=True, name="B200", sm=100)) == []
+
+
+def test_plan_skips_kv_dtypes_a_kernel_does_not_take(tmp_path):
+    a = FakeKernel("a", tmp_path)
+    a.kv_dtypes = ("bf16",)
+    assert prebuild.plan([a], grid(kv_dtype=["fp16"]), H200) == []
+
+
+def test_module_state(tmp_path):
+    s = FakeSpec("m", tmp_path)
+    assert module_state(s) == "missing"
+    s.build()
+    assert module_state(s) == "cached"
+    assert module_state(FakeSpec("n", tmp_path, aot=True)) == "aot"
+
+
+# --- building ----------------------------------------------------------------------------------------------
+def test_build_builds_only_what_is_missing_and_says_why_one_failed(tmp_path):
+    there, new, bad = FakeSpec("there", tmp_path), FakeSpec("new", tmp_path), FakeSpec(
+        "bad", tmp_path, fail="x.cu(3): error: identifier \"cublasLtHandle_t\" is undefined")
+    there.build()
+    seen = []
+    out = prebuild.build([prebuild.Module(s.name, s) for s in (there, new, bad)], parallel=2, on_done=seen.append)
+    by = {o.module: o for o in out}
+    assert by["there"].status == "cached" and there.builds == 1  # not rebuilt
+    assert by["new"].status == "built" and module_state(new) == "cached"
+    assert by["bad"].status == "failed" and "cublasLtHandle_t" in by["bad"].reason and "ninja" not in by["bad"].reason
+    assert [o.module for o in seen] == [o.module for o in out]
+
+
+def test_compile_all_starts_no_process_for_prebuilt_jobs(monkeypatch):
+    jobs = [jit.CompileJob("a", c) for c in grid()[:3]]
+    monkeypatch.setattr(jit, "prebuilt", lambda job, device: job is jobs[0])
+    pooled, loaded, done = [], [], []
+    monkeypatch.setattr(jit, "_run_pool", lambda js, *a: pooled.append(list(js)) or {})
+    monkeypatch.setattr(jit, "run_job", lambda k, c, i=0: loaded.append(c) or (0.1, None))
+    jit.compile_all(jobs, workers=4, on_done=lambda j, s, e: done.append(j), in_process=False, device=H200)
+    assert pooled == [jobs[1:]] and loaded == [] and done == [jobs[0]]
+    pooled.clear()
+    jit.compile_all(jobs, workers=4, in_process=True, device=H200)
+    assert pooled == [jobs[1:]] and loaded == [j.case for j in jobs]  # in-process: all loaded here
+
+
+# --- the archive -------------------------------------------------------------------------------------------
+def built_modules(tmp_path, names=("m1", "m2")):
+    mods = []
+    for n in names:
+        s = FakeSpec(n, tmp_path / "ws")
+        s.build()
+        mods.append(prebuild.Module(n, s))
+    return mods
+
+
+def test_archive_layout_and_version_stamp(tmp_path):
+    import flashinfer
+
+    mods = built_modules(tmp_path) + [prebuild.Module("gone", FakeSpec("gone", tmp_path / "ws"))]
+    out, n = prebuild.write_archive(tmp_path / "aot.tgz", mods, "9.0a")
+    assert n == 2
+    with tarfile.open(out) as tar:
+        names = sorted(tar.getnames())
+        manifest = json.loads(tar.extractfile("aot/KBENCH_PREBUILD.json").read())
+        stamp = tar.extractfile("aot/FLASHINFER_VERSION").read().decode().strip()
+    assert names == ["aot/FLASHINFER_VERSION", "aot/KBENCH_PREBUILD.json", "aot/m1/m1.so", "aot/m2/m2.so"]
+    assert stamp == manifest["flashinfer"] == flashinfer.__version__ and manifest["arch"] == "9.0a"
+    assert set(manifest["modules"]) == {"m1", "m2"}  # the module that failed to build is not in it
+    assert manifest["modules"]["m1"]["bytes"] == mods[0].spec.jit_library_path.stat().st_size
+    assert prebuild.read_manifest(out) == manifest
+
+
+def test_load_installs_checks_and_is_idempotent(tmp_path):
+    out, _ = prebuild.write_archive(tmp_path / "aot.tgz", built_modules(tmp_path), "9.0a")
+    dest = tmp_path / "fi-aot"
+    first = prebuild.load_archive(out, into=dest, device=H200)
+    assert first.installed == ["m1", "m2"] and first.present == []
+    assert (dest / "m1" / "m1.so").read_bytes() == b"\x7fELFm1"
+    again = prebuild.load_archive(out, into=dest, device=H200)
+    assert again.installed == [] and again.present == ["m1", "m2"]
+    with pytest.raises(BadInput, match=r"built for 9.0a \(SM90\), this GPU is SM100"):
+        prebuild.load_archive(out, into=tmp_path / "b", device=DeviceInfo(cuda=True, name="B200", sm=100))
+    assert not (tmp_path / "b").exists()  # refused before anything is written
+
+
+def rewrite(archive: Path, to: Path, change) -> Path:
+    """A copy of the archive with its manifest changed by change(manifest) (or members dropped)."""
+    with tarfile.open(archive) as src, tarfile.open(to, "w:gz") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read()
+            if m.name.endswith("KBENCH_PREBUILD.json"):
+                data = json.dumps(change(json.loads(data))).encode()
+            m.size = len(data)
+            import io
+
+            dst.addfile(m, io.BytesIO(data))
+    return to
+
+
+def test_load_refuses_other_flashinfer_bad_names_and_damage(tmp_path):
+    out, _ = prebuild.write_archive(tmp_path / "aot.tgz", built_modules(tmp_path), "9.0a")
+    old = rewrite(out, tmp_path / "old.tgz", lambda m: {**m, "flashinfer": "0.7.2.post1"})
+    with pytest.raises(BadInput, match="built for FlashInfer 0.7.2.post1"):
+        prebuild.load_archive(old, into=tmp_path / "d1")
+    evil = rewrite(out, tmp_path / "evil.tgz", lambda m: {**m, "modules": {"../../x": m["modules"]["m1"]}})
+    with pytest.raises(BadInput, match="not a plain name"):
+        prebuild.load_archive(evil, into=tmp_path / "d2")
+    damaged = rewrite(out, tmp_path / "dmg.tgz",
+                      lambda m: {**m, "modules": {"m1": {**m["modules"]["m1"], "sha256": "0" * 64}}})
+    with pytest.raises(BadInput, match="sha256"):
+        prebuild.load_archive(damaged, into=tmp_path / "d3")
+    assert not (tmp_path / "d3" / "m1" / "m1.so").exists() and not list((tmp_path / "d3").rglob("*.tmp"))
+    (tmp_path / "plain.tgz").write_bytes(b"not gzip")
+    with pytest.raises(BadInput, match="not a readable"):
+        prebuild.read_manifest(tmp_path / "plain.tgz")
+
+
+@pytest.mark.parametrize("arch,sm", [("9.0a", 90), ("10.0a", 100), ("12.0f", 120), (" 8.0 ", 80)])
+def test_parse_arch(arch, sm):
+    assert prebuild.parse_arch(arch) == sm
+
+
+@pytest.mark.parametrize("arch", ["9", "sm90", "9.0a 10.0a", "", "9.0b"])
+def test_bad_arch(arch):
+    with pytest.raises(BadInput, match="--arch"):
+        prebuild.parse_arch(arch)
+
+
+# --- the command -------------------------------------------------------------------------------------------
+def kbench(*args, env=None, timeout=600):
+    """kbench in its own process (FlashInfer imported fresh, for the target --arch names)."""
+    e = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-c", "from kbench.cli.main import main; main()", *args],
+                          capture_output=True, text=True, env=e, timeout=timeout)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--arch", "sm90"], "--arch: expected one CUDA architecture"),
+    (["--arch", "9.0a", "--archive", "/proc/kbench/aot.tgz"], "--archive /proc/kbench: cannot write there"),
+    (["--arch", "9.0a", "--batch-size", "x"], "--batch-size"),
+    (["--arch", "9.0a", "--kernels", "nope"], "unknown kernel 'nope'"),
+    (["--load", "/nonexistent/aot.tgz"], "no such archive"),
+    (["--load", "aot.tgz", "--arch", "9.0a"], "as it is: drop --arch"),
+    (["--arch", "9.0a", "--include", "/nonexistent"], "--include /nonexistent: not a folder"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, msg, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))
+    monkeypatch.delenv("FLASHINFER_CUDA_ARCH_LIST", raising=False)  # restored after, should --arch set it
+    r = CliRunner().invoke(cli, ["prebuild", *args])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert lines[-1].startswith("error: ") and msg in lines[-1], r.output
+    assert "Traceback" not in r.output and "modules for" not in r.output  # refused before planning or building
+
+
+def test_no_gpu_and_no_arch_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))
+    r = CliRunner().invoke(cli, ["prebuild", "-s", "quick"])
+    assert r.exit_code == 2 and "no GPU here: name the architecture to build for with --arch" in r.output
+
+
+def test_archive_given_a_folder_is_refused(tmp_path):
+    r = CliRunner().invoke(cli, ["prebuild", "--arch", "9.0a", "--archive", str(tmp_path)])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "is a directory" in r.output
+
+
+def test_list_plans_the_readme_sweep_with_flashinfer_names(tmp_path):
+    """The README sweep's modules on SM90, from FlashInfer 0.7.4's own generators: xqa for each q_len of the
+    grid, one FA2 module shared by decode-wrapper and fa2-prefill (not its independent-stride variant), FA3's
+    SM90 module, fmha-v2 for HND bf16, nothing for trtllm-context (SM100 only); one present in the cache."""
+    from kbench.cases.scenario import load_scenario
+
+    env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path), "COLUMNS": "400"}
+    fa2 = ("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_qk_128_"
+           "head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False_kv_stride_equal")
+    so = tmp_path / ".cache" / "flashinfer"
+    r = kbench("prebuild", "-s", "draft-extend", "--kv-len", "4096", "--batch-size", "16,64", "--arch", "9.0a", "--list",
+               env=env)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split("│")[1:4] for line in r.stdout.splitlines() if line.startswith("│")]
+    mods = {m.strip(): (s.strip(), k.strip()) for s, m, k in rows}
+    xqa = {int(n.rsplit("_", 1)[1]) for n in mods if n.startswith("xqa_")}
+    assert xqa == set(load_scenario("draft-extend").q_len)
+    assert all("use_spec_dec_True" in n for n in mods if n.startswith("xqa_") and not n.endswith("_len_1"))
+    assert mods[fa2][1] == "decode-wrapper, fa2-prefill"
+    assert not [n for n in mods if "independent" in n]
+    assert [k for _, k in mods.values()].count("fa3-prefill") == 1 and any(n.endswith("_sm90") for n in mods)
+    assert mods["trtllm_fmha_v2_q_paged_kv_hnd_bf16_bf16"][1] == "trtllm-fmha-v2"
+    assert not any("trtllm-context" in k for _, k in mods.values())
+    assert len(mods) == len(xqa) + 3 and {s for s, _ in mods.values()} == {"missing"}
+    # one module built in the JIT cache of that target: listed as cached
+    lib = so / "0.7.4" / "90a" / "cached_ops" / fa2 / f"{fa2}.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"\x7fELF")
+    r = kbench("prebuild", "-s", "draft-extend", "--kv-len", "4096", "--batch-size", "16", "--q-len", "32,64",
+               "--kernels", "trtllm-decode,fa2-prefill", "--arch", "9.0a", "--list", env=env)
+    rows = [line.split("│")[1:4] for line in r.stdout.splitlines() if line.startswith("│")]
+    assert sorted((s.strip(), m.strip()[-12:]) for s, m, _ in rows) == [
+        ("cached", fa2[-12:]), ("missing", "q_seq_len_32"), ("missing", "q_seq_len_64")]
+    assert "1 cached, 2 missing" in r.stdout
+
+
+def test_equal_jit_keys_mean_equal_modules(tmp_path):
+    """The plan asks each (kernel, jit_key) once: every kernel's jit_key must separate cases whose modules differ
+    (FlashInfer's names, over realistic axes, on SM90 and SM100)."""
+    code = r"""
+import json, sys
+from kbench.cases.scenario import apply_overrides, load_scenario
+from kbench.device import DeviceInfo
+from kbench.engine.measure import kernel_reason
+from kbench.kernels.registry import select
+sm = int(sys.argv[1])
+dev = DeviceInfo(cuda=True, name="t", sm=sm)
+axes = dict(batch_size="2", q_len="1,3,8", kv_len="256", q_dist="fixed,accept:0.7", window_left="-1,64", page_size="16,64")
+cases = [c for kv in (dict(kv_dtype="bf16"), dict(kv_dtype="fp8", q_dtype="dtype,fp8"))
+         for c in apply_overrides(load_scenario("quick"), **axes, **kv).cases()]
+bad, n = [], 0
+for k in select(["all"]):
+    if k.path == "reference" or k.name == "trtllm-fmha-v2":  # fmha-v2's names take seconds each; its key is plain
+        continue
+    seen = {}
+    for c in cases:
+        if kernel_reason(k, dev, c) or k.jit_key(c) is None:
+            continue
+        names = sorted(s.name for s in k.jit_specs(dev, c))
+        n += 1
+        if seen.setdefault(k.jit_key(c), names) != names:
+            bad.append((k.name, c.case_id))
+print(json.dumps({"bad": bad, "n": n}))
+"""
+    for arch, sm in (("9.0a", "90"), ("10.0a", "100")):
+        r = subprocess.run([sys.executable, "-c", code, sm], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": arch, "FLASHINFER_WORKSPACE_BASE": str(tmp_path)})
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["n"] > 10 and out["bad"] == [], out
+
+
+def test_env_shows_the_jit_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))
+    lib = tmp_path / ".cache" / "flashinfer" / "0.7.4" / "90a" / "cached_ops" / "m" / "m.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"x" * 1000)
+    info = cache_info()
+    assert info.workspace_base == str(tmp_path) and info.workspace_from == "FLASHINFER_WORKSPACE_BASE"
+    assert info.builds == {"0.7.4/90a": 1} and info.cache_bytes == 1000
+    assert info.packages["flashinfer-python"] and "flashinfer-jit-cache" in info.packages
+    r = CliRunner().invoke(cli, ["env", "--json", "--no-bandwidth"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)["flashinfer_cache"]
+    assert got["builds"] == {"0.7.4/90a": 1} and got["cache_dir"] == str(tmp_path / ".cache" / "flashinfer")
