@@ -24,6 +24,9 @@ from kbench.errors import BadInput
 @click.option("--model", help="Override the head config by model name (see `kbench kernels --models`).")
 @click.option("--heads", help="Override the head config: QO/KV/DIM, e.g. 32/8/128.")
 @click.option("--kernels", help="Comma-separated kernel names (see `kbench kernels`), or all.")
+@click.option("--grid", "grids", multiple=True, metavar="'OPTIONS'",
+              help="Another grid: the sweep's grid options in one quoted string (e.g. '-s draft-extend --q-len 32,64 "
+                   "--kernels trtllm-decode'); repeatable. The plan joins every grid's modules, each once.")
 @click.option("--arch", help="Build for this CUDA architecture as FlashInfer names it (9.0a: H100/H200, 10.0a: B200), "
                              "with or without a GPU here (sets FLASHINFER_CUDA_ARCH_LIST). Default: this machine's GPU.")
 @click.option("--archive", type=click.Path(dir_okay=False), help="Also pack the grid's built modules into this .tar.gz, "
@@ -38,7 +41,8 @@ from kbench.errors import BadInput
                                                                    "and cuRAND headers of fmha-v2 and fa3 where the CUDA toolkit lacks them).")
 @click.option("--jit-cache", type=click.Path(file_okay=False),
               help="FlashInfer's JIT cache folder (sets FLASHINFER_WORKSPACE_BASE), as `kbench sweep --jit-cache`.")
-def prebuild(scenario, model, heads, kernels, arch, archive, load, list_only, parallel, jobs, include, jit_cache, **grid):
+def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_only, parallel, jobs, include, jit_cache,
+             **grid):
     """Build exactly the FlashInfer modules a sweep of this grid compiles, before the sweep.
 
     The plan is the sweep's: the same cases, the kernels that run them on the target GPU, each module once.
@@ -65,21 +69,24 @@ def prebuild(scenario, model, heads, kernels, arch, archive, load, list_only, pa
     for d in include:
         if not Path(d).is_dir():
             raise BadInput(f"--include {d}: not a folder")
-    from kbench.cases.scenario import apply_overrides, load_scenario
     from kbench.engine.prebuild import plan, target_device
     from kbench.kernels.registry import select
 
-    sc = apply_overrides(load_scenario(scenario), **grid, model=model, heads=heads, kernels=kernels)
-    chosen = select(sc.kernels, sc.source)
+    direct = any(_given(given, p) for p in _grid_params(given.command))
+    scenarios = [_scenario(dict(grid, scenario=scenario, model=model, heads=heads, kernels=kernels))] \
+        if direct or not grids else []
+    scenarios += [_grid(g) for g in grids]
+    chosen = [(sc, select(sc.kernels, sc.source)) for sc in scenarios]  # unknown kernel names: before any work
     dev = target_device(arch)  # before FlashInfer is imported: it names its JIT folder after the target
-    cases = sc.cases()
     t0 = time.perf_counter()
-    modules = plan(chosen, cases, dev)
+    modules = []
+    for sc, ks in chosen:
+        modules = plan(ks, sc.cases(), dev, modules)
     from flashinfer.jit import env as fi_env
 
-    where = fi_env.FLASHINFER_JIT_DIR
-    console.print(f"[bold]{sc.name}[/]: {len(cases)} cases, {len(modules)} FlashInfer modules for {dev.name} "
-                  f"(planned in {time.perf_counter() - t0:.1f} s); JIT cache {where}", highlight=False)
+    names = " + ".join(f"{sc.name} ({len(sc.cases())} cases)" for sc in scenarios)
+    console.print(f"[bold]{names}[/]: {len(modules)} FlashInfer modules for {dev.name} (planned in "
+                  f"{time.perf_counter() - t0:.1f} s); JIT cache {fi_env.FLASHINFER_JIT_DIR}", highlight=False)
     if list_only:
         return _list(console, modules)
     from kbench.engine.prebuild import toolchain
@@ -101,6 +108,42 @@ def prebuild(scenario, model, heads, kernels, arch, archive, load, list_only, pa
         console.print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {n} modules); on the GPU host: "
                       f"kbench prebuild --load {out.name}", highlight=False)
     return 1 if failed else 0
+
+
+def _given(ctx, name: str) -> bool:
+    return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
+def _grid_params(cmd) -> list[str]:
+    """The options that make a grid: the scenario, the sweep's grid axes, the head config and the kernels."""
+    from kbench.cases.axes import GRID, axes_with
+
+    return ["scenario", "model", "heads", "kernels", *(a.name for a in axes_with(GRID))]
+
+
+def _scenario(params: dict):
+    from kbench.cases.axes import GRID, axes_with
+    from kbench.cases.scenario import apply_overrides, load_scenario
+
+    axes = {a.name: params.get(a.name) for a in axes_with(GRID)}
+    return apply_overrides(load_scenario(params["scenario"]), **axes, model=params.get("model"),
+                           heads=params.get("heads"), kernels=params.get("kernels"))
+
+
+def _grid(text: str):
+    """One --grid: parsed by this command's own parser (short flags and --opt=value too), grid options only."""
+    import shlex
+
+    try:
+        ctx = prebuild.make_context("prebuild", shlex.split(text))  # parses only: nothing runs
+    except ValueError as e:  # an unclosed quote
+        raise BadInput(f"--grid {text!r}: {e}") from None
+    except click.UsageError as e:
+        raise BadInput(f"--grid {text!r}: {e.format_message()}") from None
+    other = [p.opts[0] for p in prebuild.params if p.name not in _grid_params(prebuild) and _given(ctx, p.name)]
+    if other:
+        raise BadInput(f"--grid {text!r}: only the sweep's grid options go in a grid, not {', '.join(other)}")
+    return _scenario(ctx.params)
 
 
 def _check_archive_path(archive: str) -> None:

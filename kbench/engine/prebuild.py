@@ -99,12 +99,13 @@ class Module:
         return module_state(self.spec)
 
 
-def plan(kernels, cases: list[Case], device: DeviceInfo) -> list[Module]:
-    """The modules the sweep of these cases compiles on this device, each once, in the order first needed."""
+def plan(kernels, cases: list[Case], device: DeviceInfo, joined: list[Module] | None = None) -> list[Module]:
+    """The modules the sweep of these cases compiles on this device, each once, in the order first needed;
+    joined: the plan of other grids, which this one extends."""
     from kbench.engine.jit import compile_targets
 
     by_name = {k.name: k for k in kernels}
-    modules: dict[str, Module] = {}
+    modules: dict[str, Module] = {m.name: m for m in joined or []}
     for job in compile_targets(kernels, cases, device).values():
         for spec in by_name[job.kernel].jit_specs(device, job.case):
             m = modules.setdefault(spec.name, Module(spec.name, spec))
