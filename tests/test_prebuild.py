@@ -230,6 +230,9 @@ def kbench(*args, env=None, timeout=600):
     (["--load", "/nonexistent/aot.tgz"], "no such archive"),
     (["--load", "aot.tgz", "--arch", "9.0a"], "as it is: drop --arch"),
     (["--arch", "9.0a", "--include", "/nonexistent"], "--include /nonexistent: not a folder"),
+    (["--grid", "-b 4 --arch 9.0a"], "only the sweep's grid options go in a grid, not --arch"),
+    (["--grid", "-b 4 '"], "No closing quotation"),
+    (["--grid", "-s nosuch"], "nosuch"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, msg, tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))
@@ -286,6 +289,12 @@ def test_list_plans_the_readme_sweep_with_flashinfer_names(tmp_path):
     assert sorted((s.strip(), m.strip()[-12:]) for s, m, _ in rows) == [
         ("cached", fa2[-12:]), ("missing", "q_seq_len_32"), ("missing", "q_seq_len_64")]
     assert "1 cached, 2 missing" in r.stdout
+    # both grids in one plan: the FA2 module they share once
+    r = kbench("prebuild", "--grid", "-s draft-extend --kv-len 4096 --batch-size 16,64", "--grid",
+               "-s draft-extend -k 4096 -b 16 -q 32,64 --kernels trtllm-decode,fa2-prefill", "--arch", "9.0a", "--list",
+               env=env)
+    rows = [line.split("│")[2].strip() for line in r.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) == len(set(rows)) == len(mods) + 2 and set(mods) < set(rows), r.stdout
 
 
 def test_equal_jit_keys_mean_equal_modules(tmp_path):
