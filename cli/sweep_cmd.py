@@ -67,7 +67,7 @@ def grid_axis_options(f):
               help="TEST ONLY: run KERNEL N times per timed call, to show that `kbench gate` catches a slow-down.")
 @click.option("--compile-workers", type=click.IntRange(1, 64), help="Parallel JIT compile processes (default: cores/2, at most 8).")
 @click.option("--jit-cache", type=click.Path(file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
-@click.option("--shard", help="Run slice i/N of the cases (deterministic: case j goes to shard j mod N); join slices with kbench merge.")
+@click.option("--shard", help="Run slice i/N of the cases (deterministic: case j goes to shard j mod N); join slices with kbench merge. auto: this Slurm array task's slice; auto/N: this Kubernetes Indexed Job pod's (examples/).")
 @click.option("--devices", help="One worker process per listed GPU (e.g. 0,1) over the shards, merged into one run (not with --device).")
 @click.option("--isolate/--no-isolate", default=None,
               help="Run kernels in a worker process restarted after a crash (a CUDA fault poisons the process): the crashed kernel gets a failed row, the sweep goes on. Default: on when a GPU is there.")

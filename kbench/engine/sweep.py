@@ -20,6 +20,7 @@ from kbench.engine.measure import (
     L2_COVER, CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit,
 )
 from kbench.runs.rows import Row
+from kbench.engine.shards import parse_shard, shard_cases  # noqa: F401 - still importable from here
 from kbench.cases.scenario import Scenario, scenario_data, scenario_from_dict
 from kbench.runs.signals import stop_reason
 from kbench.runs.store import RunWriter, new_run_dir, read_journal
@@ -66,23 +67,6 @@ class SweepOptions:
     isolate: bool | None = False
     # kbench.engine.adaptive.AdaptiveOptions: measure a coarse sub-grid, then refine where the decision is uncertain
     adaptive: object | None = None
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """`i/N` with 0 <= i < N."""
-    i, sep, n = text.partition("/")
-    if not sep or not i.strip().isdecimal() or not n.strip().isdecimal() or not 0 <= int(i) < int(n):
-        raise BadInput(f"--shard: expected i/N with 0 <= i < N, got {text!r}")
-    return int(i), int(n)
-
-
-def shard_cases(cases: list[Case], shard: tuple[int, int] | None) -> list[Case]:
-    """A deterministic slice: case j of the grid goes to shard j mod N (neighbouring shapes spread out,
-    so slices cost about the same). Every case is in exactly one shard."""
-    if not shard:
-        return cases
-    i, n = shard
-    return [c for j, c in enumerate(cases) if j % n == i]
 
 
 class Sweep:
