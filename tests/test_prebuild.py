@@ -131,6 +131,27 @@ def test_compile_all_starts_no_process_for_prebuilt_jobs(monkeypatch):
     assert pooled == [jobs[1:]] and loaded == [j.case for j in jobs]  # in-process: all loaded here
 
 
+@pytest.mark.skipif(not __import__("shutil").which("cc"), reason="needs a C compiler for the stub")
+def test_toolchain_stubs_libcuda_and_names_missing_headers(tmp_path, monkeypatch):
+    cuda = tmp_path / "cuda"  # a toolkit without lib64/stubs and without cuBLAS headers, no driver
+    (cuda / "include").mkdir(parents=True)
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    monkeypatch.setenv("CUDA_HOME", str(cuda))
+    monkeypatch.setenv("LIBRARY_PATH", "")
+    monkeypatch.setenv("CPATH", "")
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", "")
+    monkeypatch.setattr(prebuild, "_has_libcuda", lambda c: False)  # as on a host without a driver
+    notes = prebuild.toolchain([str(inc)])
+    stub = Path(os.environ["LIBRARY_PATH"].split(os.pathsep)[0]) / "libcuda.so"
+    out = subprocess.run(["readelf", "-d", str(stub)], capture_output=True, text=True).stdout
+    assert "libcuda.so.1" in out  # the soname the driver's library has
+    assert f"-I{inc}" in os.environ["NVCC_APPEND_FLAGS"] and os.environ["CPATH"] == str(inc)
+    assert any("stub" in n for n in notes) and any("cublasLt.h" in n for n in notes)
+    (inc / "cublasLt.h").write_text("")
+    assert not any("cublasLt.h" in n for n in prebuild.toolchain([str(inc)]))
+
+
 # --- the archive -------------------------------------------------------------------------------------------
 def built_modules(tmp_path, names=("m1", "m2")):
     mods = []

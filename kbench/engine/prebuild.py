@@ -16,6 +16,7 @@ The archive (a .tar.gz; tests/gpu/h200.sh unpacks the same layout into a bundle'
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import io
 import json
@@ -139,16 +140,18 @@ def toolchain(include: list[str] | None = None) -> list[str]:
             raise BadInput(f"--include {d}: not a folder")
         os.environ["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} -I{Path(d).resolve()}".strip()
         os.environ["CPATH"] = f"{Path(d).resolve()}{os.pathsep}{os.environ.get('CPATH', '')}".rstrip(os.pathsep)
-    if not _has_libcuda():
+    cuda = Path(os.environ.get("CUDA_HOME") or os.environ["CUDA_PATH"])
+    if not _has_libcuda(cuda):
         stub = Path(tempfile.mkdtemp(prefix="kbench-cudastub-"))
+        atexit.register(shutil.rmtree, stub, True)
         cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("c++")
         if cc is None:
             raise BadInput("no libcuda.so to link against and no C compiler to make a stub of it")
         subprocess.run([cc, "-shared", "-fPIC", "-o", str(stub / "libcuda.so"), "-Wl,-soname,libcuda.so.1", "-x", "c",
                         "-"], input=b"void kbench_cuda_stub(void){}\n", check=True, capture_output=True)
         os.environ["LIBRARY_PATH"] = f"{stub}{os.pathsep}{os.environ.get('LIBRARY_PATH', '')}".rstrip(os.pathsep)
-        notes.append("no CUDA driver here: linking against a stub libcuda.so (the GPU host's driver provides it)")
-    cuda = Path(os.environ.get("CUDA_HOME") or os.environ["CUDA_PATH"])
+        notes.append("no libcuda.so where the linker looks (no driver here, or its runtime package only): linking "
+                     "against a stub; the driver's libcuda.so.1 is what loads on the GPU host")
     headers = [cuda / "include", *(Path(d) for d in include or [])]
     if not any((d / "cublasLt.h").exists() for d in headers):
         notes.append("no cublasLt.h in the CUDA toolkit or --include: fmha-v2 and fa3 need the cuBLAS and cuRAND "
@@ -157,12 +160,12 @@ def toolchain(include: list[str] | None = None) -> list[str]:
     return notes
 
 
-def _has_libcuda() -> bool:
-    for d in os.environ.get("LIBRARY_PATH", "").split(os.pathsep) + ["/usr/lib/x86_64-linux-gnu", "/usr/lib64",
-                                                                     "/usr/lib/aarch64-linux-gnu", "/usr/local/cuda/lib64/stubs"]:
-        if d and (Path(d) / "libcuda.so").exists():
-            return True
-    return False
+def _has_libcuda(cuda: Path) -> bool:
+    """A libcuda.so for `-lcuda`: FlashInfer links with -L$CUDA_HOME/lib64 and lib64/stubs, ld adds its own paths."""
+    dirs = os.environ.get("LIBRARY_PATH", "").split(os.pathsep) + [
+        str(cuda / "lib64"), str(cuda / "lib64" / "stubs"), "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64", "/usr/lib"]
+    return any(d and (Path(d) / "libcuda.so").exists() for d in dirs)
 
 
 def failure_reason(e: BaseException) -> str:
