@@ -72,7 +72,7 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
     from kbench.engine.prebuild import plan, target_device
     from kbench.kernels.registry import select
 
-    direct = any(_given(given, p) for p in _grid_params(given.command))
+    direct = any(_given(given, p) for p in _grid_params())
     scenarios = [_scenario(dict(grid, scenario=scenario, model=model, heads=heads, kernels=kernels))] \
         if direct or not grids else []
     scenarios += [_grid(g) for g in grids]
@@ -102,9 +102,9 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
     console.print(f"{len(modules)} modules: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s == "failed")
                   + f" in {time.perf_counter() - t0:.0f} s", highlight=False)
     if archive is not None:
-        from kbench.engine.prebuild import arch_tag, write_archive
+        from kbench.engine.prebuild import arch_name, write_archive
 
-        out, n = write_archive(archive, modules, arch or arch_tag())
+        out, n = write_archive(archive, modules, arch or arch_name(dev))
         console.print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {n} modules); on the GPU host: "
                       f"kbench prebuild --load {out.name}", highlight=False)
     return 1 if failed else 0
@@ -114,7 +114,7 @@ def _given(ctx, name: str) -> bool:
     return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
 
 
-def _grid_params(cmd) -> list[str]:
+def _grid_params() -> list[str]:
     """The options that make a grid: the scenario, the sweep's grid axes, the head config and the kernels."""
     from kbench.cases.axes import GRID, axes_with
 
@@ -140,7 +140,7 @@ def _grid(text: str):
         raise BadInput(f"--grid {text!r}: {e}") from None
     except click.UsageError as e:
         raise BadInput(f"--grid {text!r}: {e.format_message()}") from None
-    other = [p.opts[0] for p in prebuild.params if p.name not in _grid_params(prebuild) and _given(ctx, p.name)]
+    other = [p.opts[0] for p in prebuild.params if p.name not in _grid_params() and _given(ctx, p.name)]
     if other:
         raise BadInput(f"--grid {text!r}: only the sweep's grid options go in a grid, not {', '.join(other)}")
     return _scenario(ctx.params)

@@ -229,6 +229,16 @@ def test_parse_arch(arch, sm):
     assert prebuild.parse_arch(arch) == sm
 
 
+@pytest.mark.parametrize("tag,sm,name", [("90a", 90, "9.0a"), ("100a", 100, "10.0a"), ("120f", 120, "12.0f"), ("80", 80, "8.0")])
+def test_arch_name_of_a_gpu_host_reads_back(tag, sm, name, monkeypatch):
+    """An archive made on a GPU host without --arch names the architecture as --arch and --load read it."""
+    from flashinfer.jit import env
+
+    monkeypatch.setattr(env, "FLASHINFER_WORKSPACE_DIR", Path("/ws/.cache/flashinfer/0.7.4") / tag)
+    dev = DeviceInfo(cuda=True, name="gpu", sm=sm)
+    assert prebuild.arch_name(dev) == name and prebuild.parse_arch(name) == sm
+
+
 @pytest.mark.parametrize("arch", ["9", "sm90", "9.0a 10.0a", "", "9.0b"])
 def test_bad_arch(arch):
     with pytest.raises(BadInput, match="--arch"):

@@ -79,11 +79,13 @@ def _check_not_imported(arch: str) -> None:
                        "(run the prebuild in its own process)")
 
 
-def arch_tag() -> str:
-    """FlashInfer's name for the architectures it builds for here ('90a'), as its JIT folder is named."""
+def arch_name(device: DeviceInfo) -> str:
+    """The architecture FlashInfer builds for on this GPU, as --arch names it ('9.0a'): the SM with the suffix of
+    FlashInfer's JIT folder name ('90a'), which its CompilationContext derives from the GPU."""
     from flashinfer.jit import env
 
-    return env.FLASHINFER_WORKSPACE_DIR.name
+    tag = env.FLASHINFER_WORKSPACE_DIR.name
+    return f"{device.sm // 10}.{device.sm % 10}{tag[-1] if tag[-1:].isalpha() else ''}"
 
 
 # --- the plan ----------------------------------------------------------------------------------------------
