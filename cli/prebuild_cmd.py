@@ -35,14 +35,16 @@ from kbench.errors import BadInput
               help="Install an archive's modules as FlashInfer AOT modules (flashinfer/data/aot), which it loads "
                    "without compiling; checks the FlashInfer version and, with a GPU here, the architecture. No grid options.")
 @click.option("--list", "list_only", is_flag=True, help="List the grid's modules and whether each is built; build nothing.")
+@click.option("--no-build", is_flag=True, help="Build nothing: with --archive, pack the grid's modules that are built "
+                                                "(e.g. while another prebuild of them still runs).")
 @click.option("--parallel", type=click.IntRange(1, 64), help="Modules built at once (default: cores/4, at least 1).")
 @click.option("--jobs", type=click.IntRange(1, 256), help="Compile jobs per module (MAX_JOBS; default: cores / --parallel).")
 @click.option("--include", multiple=True, type=click.Path(), help="An extra header folder for nvcc and c++ (the cuBLAS "
                                                                    "and cuRAND headers of fmha-v2 and fa3 where the CUDA toolkit lacks them).")
 @click.option("--jit-cache", type=click.Path(file_okay=False),
               help="FlashInfer's JIT cache folder (sets FLASHINFER_WORKSPACE_BASE), as `kbench sweep --jit-cache`.")
-def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_only, parallel, jobs, include, jit_cache,
-             **grid):
+def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_only, no_build, parallel, jobs, include,
+             jit_cache, **grid):
     """Build exactly the FlashInfer modules a sweep of this grid compiles, before the sweep.
 
     The plan is the sweep's: the same cases, the kernels that run them on the target GPU, each module once.
@@ -89,18 +91,23 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
                   f"{time.perf_counter() - t0:.1f} s); JIT cache {fi_env.FLASHINFER_JIT_DIR}", highlight=False)
     if list_only:
         return _list(console, modules)
-    from kbench.engine.prebuild import toolchain
+    failed = []
+    if no_build:
+        if archive is None:
+            raise BadInput("--no-build packs what is built: give --archive FILE (or --list to see it)")
+    else:
+        from kbench.engine.prebuild import toolchain
 
-    for note in toolchain(list(include)):
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
-    parallel = parallel or max(1, (os.cpu_count() or 1) // 4)
-    if jobs or "MAX_JOBS" not in os.environ:
-        os.environ["MAX_JOBS"] = str(jobs or max(1, (os.cpu_count() or 1) // parallel))
-    outcomes = _build(console, modules, parallel)
-    failed = [o for o in outcomes if o.status == "failed"]
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("built", "cached", "aot", "failed")}
-    console.print(f"{len(modules)} modules: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s == "failed")
-                  + f" in {time.perf_counter() - t0:.0f} s", highlight=False)
+        for note in toolchain(list(include)):
+            console.print(f"[yellow]note:[/] {note}", highlight=False)
+        parallel = parallel or max(1, (os.cpu_count() or 1) // 4)
+        if jobs or "MAX_JOBS" not in os.environ:
+            os.environ["MAX_JOBS"] = str(jobs or max(1, (os.cpu_count() or 1) // parallel))
+        outcomes = _build(console, modules, parallel)
+        failed = [o for o in outcomes if o.status == "failed"]
+        counts = {s: sum(o.status == s for o in outcomes) for s in ("built", "cached", "aot", "failed")}
+        console.print(f"{len(modules)} modules: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s == "failed")
+                      + f" in {time.perf_counter() - t0:.0f} s", highlight=False)
     if archive is not None:
         from kbench.engine.prebuild import arch_name, write_archive
 
