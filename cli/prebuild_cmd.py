@@ -66,6 +66,8 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
         if other:
             raise BadInput(f"--load installs an archive as it is: drop {', '.join(other)}")
         return _load(console, load)
+    if no_build and archive is None and not list_only:
+        raise BadInput("--no-build packs what is built: give --archive FILE (or --list to see it)")
     if archive is not None:
         _check_archive_path(archive)
     for d in include:
@@ -92,10 +94,7 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
     if list_only:
         return _list(console, modules)
     failed = []
-    if no_build:
-        if archive is None:
-            raise BadInput("--no-build packs what is built: give --archive FILE (or --list to see it)")
-    else:
+    if not no_build:
         from kbench.engine.prebuild import toolchain
 
         for note in toolchain(list(include)):
