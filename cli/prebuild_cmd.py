@@ -15,7 +15,6 @@ from kbench.errors import BadInput
 
 @click.command("prebuild", epilog=examples(
     "kbench prebuild -s draft-extend --kv-len 4096 --batch-size 16,64          # on the GPU host: into the JIT cache",
-    "kbench prebuild -s draft-extend --batch-size 16,64 --list                 # what the grid needs and what is there",
     "kbench prebuild -s draft-extend --batch-size 16,64 --arch 9.0a --archive aot.tgz   # on a host without a GPU",
     "kbench prebuild --load aot.tgz                                            # on the GPU host: no compiling"))
 @click.option("--scenario", "-s", default="quick", show_default=True,
