@@ -40,7 +40,12 @@ class FaPrefill(Kernel):
         return (case.dtype, case.kv_dtype, case.head_dim, case.window_left >= 0) + (("custom-mask",) if tree else ())
 
     def jit_specs(self, device, case):
-        return [fa2_batch_prefill_spec(case, self.fa)]
+        specs = [fa2_batch_prefill_spec(case, self.fa)]
+        if self.fa == "fa2" and case.tree != "chain":  # plan(custom_mask=) packs the tree with segment_packbits
+            from flashinfer.jit.quantization import gen_quantization_module
+
+            specs.append(gen_quantization_module())
+        return specs
 
     def prepare(self, inputs: Inputs) -> KernelFn:
         import flashinfer

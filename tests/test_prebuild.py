@@ -330,6 +330,19 @@ def test_list_plans_the_readme_sweep_with_flashinfer_names(tmp_path):
     assert len(rows) == len(set(rows)) == len(mods) + 2 and set(mods) < set(rows), r.stdout
 
 
+def test_a_draft_tree_adds_the_mask_packing_module_to_fa2(tmp_path):
+    """fa2's plan(custom_mask=) packs a tree with FlashInfer's quantization module (segment_packbits): planned
+    for the tree cases of fa2-prefill only."""
+    r = kbench("prebuild", "-s", "eagle-tree", "-b", "4", "-k", "1024", "--kernels", "fa2-prefill,fa3-prefill",
+               "--arch", "9.0a", "--list", env={"FLASHINFER_WORKSPACE_BASE": str(tmp_path), "COLUMNS": "400"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {line.split("│")[2].strip(): line.split("│")[3].strip() for line in r.stdout.splitlines() if line.startswith("│")}
+    assert rows.get("quantization") == "fa2-prefill", rows
+    r = kbench("prebuild", "-s", "eagle-tree", "-b", "4", "-k", "1024", "--tree", "chain", "--kernels", "fa2-prefill",
+               "--arch", "9.0a", "--list", env={"FLASHINFER_WORKSPACE_BASE": str(tmp_path), "COLUMNS": "400"})
+    assert r.returncode == 0 and "quantization" not in r.stdout, r.stdout
+
+
 def test_equal_jit_keys_mean_equal_modules(tmp_path):
     """The plan asks each (kernel, jit_key) once: every kernel's jit_key must separate cases whose modules differ
     (FlashInfer's names, over realistic axes, on SM90 and SM100)."""
@@ -341,7 +354,8 @@ from kbench.engine.measure import kernel_reason
 from kbench.kernels.registry import select
 sm = int(sys.argv[1])
 dev = DeviceInfo(cuda=True, name="t", sm=sm)
-axes = dict(batch_size="2", q_len="1,3,8", kv_len="256", q_dist="fixed,accept:0.7", window_left="-1,64", page_size="16,64")
+axes = dict(batch_size="2", q_len="1,3,8", kv_len="256", q_dist="fixed,accept:0.7", window_left="-1,64", page_size="16,64",
+            tree="chain,topk:2")
 cases = [c for kv in (dict(kv_dtype="bf16"), dict(kv_dtype="fp8", q_dtype="dtype,fp8"))
          for c in apply_overrides(load_scenario("quick"), **axes, **kv).cases()]
 bad, n = [], 0
