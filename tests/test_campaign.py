@@ -160,12 +160,13 @@ def _stub_repo(tmp_path, monkeypatch, scripts: dict[str, str]) -> Path:
 def test_prebuild_runs_in_the_background_and_its_wait_checks_it(gpu, tmp_path, monkeypatch):
     _stub_repo(tmp_path, monkeypatch, {"prebuild.py": (
         "import sys, time\ntime.sleep(float(__import__('os').environ.get('STUB_SLEEP', '0.5')))\n"
-        "print('[1/2]      3 s ok  xqa_a')\nprint('[2/2]      4 s FAILED RuntimeError: nvcc  fmha_b')\n"
-        "print('wrote x (1.0 MiB, 1 modules); 1 failed')\nsys.exit(1)\n")})
+        "print('  built       3 s  xqa_a')\nprint('  cached           xqa_c')\n"
+        "print('  FAILED      4 s  fmha_b: error: nvcc')\nprint('3 modules: 1 built, 1 cached, 1 failed in 9 s')\n"
+        "sys.exit(1)\n")})
     rc, o = call("prebuild-bg", "env", "prebuild-wait")
     assert o["prebuild-bg"].status == "PASS" and o["env"].status == "PASS"
     assert o["prebuild-wait"].status == "FAILED" and o["prebuild-wait"].reason == "prebuild.py exited 1"
-    assert o["prebuild-wait"].figures == "1 built, 1 failed; [2/2] 4 s FAILED RuntimeError: nvcc fmha_b"
+    assert o["prebuild-wait"].figures == "1 built, 1 failed; 3 modules: 1 built, 1 cached, 1 failed in 9 s"
     rc, o = call("prebuild-wait")
     assert o["prebuild-wait"].reason == "prebuild was not started in this call"
     monkeypatch.setenv("STUB_SLEEP", "60")

@@ -25,6 +25,7 @@ def main() -> int:
     p.add_argument("--arch", help="the CUDA architecture (default: 9.0a without a GPU, the GPU's with one)")
     p.add_argument("--parallel", type=int, help="modules built at once")
     p.add_argument("--list", action="store_true", help="list the modules and stop")
+    p.add_argument("--pack-only", action="store_true", help="pack the modules already built, build nothing")
     p.add_argument("--include", action="append", default=[], help="an extra header folder (cublasLt.h, curand_kernel.h)")
     p.add_argument("--stub", action="store_true", help="(kept for old command lines: kbench makes the stub itself)")
     a = p.parse_args()
@@ -35,7 +36,7 @@ def main() -> int:
     args = ["prebuild", *[x for g in a.grids for x in ("--grid", g)]]
     arch = a.arch or (None if torch.cuda.is_available() else "9.0a")
     args += ["--arch", arch] if arch else []
-    args += ["--list"] if a.list else ["--archive", a.out]
+    args += ["--list"] if a.list else ["--archive", a.out] + (["--no-build"] if a.pack_only else [])
     args += ["--parallel", str(a.parallel)] if a.parallel else []
     args += [x for d in a.include for x in ("--include", d)]
     return cli.main(args=args, prog_name="kbench")  # exits with the command's code

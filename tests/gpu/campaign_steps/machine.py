@@ -95,7 +95,7 @@ def prebuild_bg(ctx: Ctx) -> None:
 def prebuild_wait(ctx: Ctx) -> None:
     rc = ctx.wait_background("prebuild")
     log = (ctx.res / "logs" / "prebuild.txt").read_text(encoding="utf-8", errors="replace")
-    built = len(re.findall(r"\] +\d+ s ok ", log))
-    failed = len(re.findall(r"\] +\d+ s FAILED ", log))
+    built = len(re.findall(r"^  built +\d+ s ", log, re.MULTILINE))  # kbench prebuild's line per module
+    failed = len(re.findall(r"^  FAILED +\d+ s ", log, re.MULTILINE))
     ctx.figure(f"{built} built, {failed} failed; {last_line(log)}")
     ctx.check(rc == 0, f"prebuild.py exited {rc}")
