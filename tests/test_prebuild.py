@@ -393,3 +393,20 @@ def test_env_shows_the_jit_cache(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)["flashinfer_cache"]
     assert got["builds"] == {"0.7.4/90a": 1} and got["cache_dir"] == str(tmp_path / ".cache" / "flashinfer")
+
+
+def test_cuda_home_of_a_wrapper_script_is_the_toolkit_it_runs(tmp_path):
+    """/usr/local/bin/nvcc as a script exec-ing a toolkit's nvcc: CUDA_HOME is that toolkit, not /usr/local (where
+    cuda.h is missing and the xqa build failed with 'cuda.h: No such file or directory')."""
+    from kbench.engine.prebuild import cuda_home_of
+
+    kit = tmp_path / "cuda-13.0"
+    (kit / "bin").mkdir(parents=True)
+    (kit / "include").mkdir()
+    (kit / "include" / "cuda.h").write_text("")
+    (kit / "bin" / "nvcc").write_text("")
+    wrapper = tmp_path / "local" / "bin" / "nvcc"
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text(f"#!/bin/sh\nexec {kit}/bin/nvcc \"$@\"\n")
+    assert cuda_home_of(str(wrapper)) == kit
+    assert cuda_home_of(str(kit / "bin" / "nvcc")) == kit

@@ -126,17 +126,37 @@ class Outcome:
     reason: str = ""
 
 
+def cuda_home_of(nvcc: str | None) -> Path | None:
+    """The toolkit folder (the one with include/cuda.h) of the nvcc on PATH: nvcc's grandparent, or, for an nvcc
+    that is a wrapper script elsewhere (/usr/local/bin/nvcc exec-ing /usr/local/cuda-13.0/bin/nvcc), the toolkit
+    the script names; else /usr/local/cuda."""
+    candidates = []
+    if nvcc:
+        candidates.append(Path(nvcc).resolve().parent.parent)
+        try:
+            head = Path(nvcc).read_bytes()[:4096]
+        except OSError:
+            head = b""
+        if head.startswith(b"#!"):
+            import re
+
+            candidates += [Path(m.decode()).parent.parent for m in re.findall(rb"(/[^\s\"']+/bin/nvcc)", head)]
+    candidates.append(Path("/usr/local/cuda"))
+    return next((c for c in candidates if (c / "include" / "cuda.h").is_file() and (c / "bin" / "nvcc").exists()),
+                None)
+
+
 def toolchain(include: list[str] | None = None) -> list[str]:
     """Make the compiler side ready; returns notes for the user. CUDA_HOME from nvcc when unset; the extra header
     folders on nvcc's and c++'s paths; without a driver (no libcuda.so to link -lcuda against) a stub library
     with the driver's soname, which the driver replaces where the modules load."""
     notes = []
     if not os.environ.get("CUDA_HOME") and not os.environ.get("CUDA_PATH"):
-        nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
-        if nvcc is None:
+        home = cuda_home_of(shutil.which("nvcc"))
+        if home is None:
             raise BadInput("nvcc not found: install the CUDA toolkit (the version the GPU host's FlashInfer builds "
                            "with) and put it on PATH or set CUDA_HOME")
-        os.environ["CUDA_HOME"] = str(Path(nvcc).resolve().parent.parent)
+        os.environ["CUDA_HOME"] = str(home)
     for d in include or []:
         if not Path(d).is_dir():
             raise BadInput(f"--include {d}: not a folder")
