@@ -9,6 +9,7 @@ Each answer pairs rows that differ in one axis only; a run without such rows get
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from kbench.cases import axes
@@ -39,10 +40,29 @@ def _shape_label(r: dict) -> str:
     return f"{group_label({**r, **REALISTIC_DEFAULTS})} bs{int(r['batch_size'])} q{int(r['q_len'])} kv{int(r['kv_len'])}"
 
 
-def _best(rows: pd.DataFrame) -> tuple[str, float] | None:
-    if rows.empty:
+def _group_ids(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """df with ``_gid``: its group's number in the sorted order of ``keys`` (rows with a missing key left out,
+    as groupby leaves them out) and ``_pos``: the row's place in df (of equal medians, the first one wins)."""
+    gid = df.groupby(keys, sort=True).ngroup()
+    out = df.assign(_gid=gid, _pos=np.arange(len(df)))
+    return out[out["_gid"] >= 0].astype({"_gid": int})
+
+
+def _fastest(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group of ``by``: its fastest row (the first one of equal medians), indexed by ``by``."""
+    return df.sort_values([*by, "median_us", "_pos"], kind="stable").drop_duplicates(by).set_index(by)
+
+
+def _firsts(df: pd.DataFrame, keys: list[str]) -> dict[int, dict]:
+    """group number -> its key values (from its first row)."""
+    first = df.drop_duplicates("_gid")
+    return {int(g): dict(zip(keys, vals)) for g, *vals in zip(first["_gid"], *(first[k] for k in keys))}
+
+
+def _pick(best: pd.DataFrame, gid: int) -> tuple[str, float] | None:
+    if gid not in best.index:
         return None
-    r = rows.loc[rows["median_us"].idxmin()]
+    r = best.loc[gid]
     return str(r["kernel"]), float(r["median_us"])
 
 
@@ -51,13 +71,13 @@ def acceptance_table(ok: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     headers = ["shape", "q_dist", "other axes", "padded decode", "µs", "ragged decode µs", "context", "µs",
                "winner", "ragged / padded"]
     out = []
-    ragged = ok[ok["q_dist"] != "fixed"]
     keys = SHAPE + list(REALISTIC_DEFAULTS)
-    for key, g in ragged.groupby(keys, sort=True):
-        r = dict(zip(keys, key))
-        pad = _best(g[g["kernel"].isin(PADDED_DECODE)])
-        rag = _best(g[g["kernel"].isin(RAGGED_DECODE)])
-        ctx = _best(g[g["path"] == "context"])
+    ragged = _group_ids(ok[ok["q_dist"] != "fixed"], keys)
+    best = [_fastest(ragged[m], ["_gid"]) for m in (ragged["kernel"].isin(PADDED_DECODE),
+                                                    ragged["kernel"].isin(RAGGED_DECODE),
+                                                    ragged["path"] == "context")]
+    for gid, r in sorted(_firsts(ragged, keys).items()):
+        pad, rag, ctx = (_pick(b, gid) for b in best)
         cands = [b for b in (pad, rag, ctx) if b is not None]  # a kernel family not measured here: absent
         if not cands:
             continue
@@ -85,22 +105,26 @@ def axis_effect_table(ok: pd.DataFrame, axis: str) -> tuple[list[str], list[list
     out = []
     others = [a for a in REALISTIC_DEFAULTS if a != axis]
     keys = SHAPE + others
-    for key, g in ok.groupby(keys, sort=True):
-        r = dict(zip(keys, key))
-        base = g[g[axis] == base_value]
-        if base.empty:
-            continue
-        base_win = _best(base)
-        for value, v in g[g[axis] != base_value].groupby(axis, sort=True):
-            win = _best(v)
-            for kernel, kr in v.groupby("kernel", sort=True):
-                b = base[base["kernel"] == kernel]
-                if b.empty and kernel in RAGGED_DECODE:  # a ragged kernel's uniform counterpart is the padded one
-                    b = base[base["kernel"] == PADDED_DECODE[0]]
-                t = float(kr["median_us"].min())
-                bt = float(b["median_us"].min()) if not b.empty else None
-                out.append([_shape_label(r), str(value), _other({**r, axis: value}, (axis,)), kernel, _us(bt),
-                            _us(t), f"{t / bt:.2f}x" if bt else "-", base_win[0], win[0]])
+    df = _group_ids(ok, keys)
+    at_base = df[axis] == base_value
+    base, here = df[at_base], df[~at_base & df["_gid"].isin(df.loc[at_base, "_gid"])]
+    if here.empty:
+        return headers, out
+    base_win = _fastest(base, ["_gid"])
+    base_us = base.groupby(["_gid", "kernel"])["median_us"].min().to_dict()
+    win = _fastest(here, ["_gid", axis])
+    times = here.groupby(["_gid", axis, "kernel"], sort=True)["median_us"].min()
+    firsts = _firsts(here, keys)
+    for (gid, value, kernel), t in times.items():
+        r = firsts[gid]
+        bt = base_us.get((gid, kernel))
+        if bt is None and kernel in RAGGED_DECODE:  # a ragged kernel's uniform counterpart is the padded one
+            bt = base_us.get((gid, PADDED_DECODE[0]))
+        t = float(t)
+        bt = float(bt) if bt is not None else None
+        out.append([_shape_label(r), str(value), _other({**r, axis: value}, (axis,)), kernel, _us(bt),
+                    _us(t), f"{t / bt:.2f}x" if bt else "-", str(base_win.loc[gid, "kernel"]),
+                    str(win.loc[(gid, value), "kernel"])])
     return headers, out
 
 
