@@ -48,22 +48,18 @@ def _group_ids(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return out[out["_gid"] >= 0].astype({"_gid": int})
 
 
-def _fastest(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Per group of ``by``: its fastest row (the first one of equal medians), indexed by ``by``."""
-    return df.sort_values([*by, "median_us", "_pos"], kind="stable").drop_duplicates(by).set_index(by)
+def _fastest(df: pd.DataFrame, by: list[str]) -> dict:
+    """Per group of ``by`` (its key, a tuple when by has several columns): (kernel, median_us) of its fastest row,
+    the first one of equal medians."""
+    f = df.sort_values([*by, "median_us", "_pos"], kind="stable").drop_duplicates(by)
+    keys = zip(*(f[c].tolist() for c in by)) if len(by) > 1 else f[by[0]].tolist()
+    return dict(zip(keys, zip(map(str, f["kernel"].tolist()), map(float, f["median_us"].tolist()))))
 
 
 def _firsts(df: pd.DataFrame, keys: list[str]) -> dict[int, dict]:
     """group number -> its key values (from its first row)."""
     first = df.drop_duplicates("_gid")
     return {int(g): dict(zip(keys, vals)) for g, *vals in zip(first["_gid"], *(first[k] for k in keys))}
-
-
-def _pick(best: pd.DataFrame, gid: int) -> tuple[str, float] | None:
-    if gid not in best.index:
-        return None
-    r = best.loc[gid]
-    return str(r["kernel"]), float(r["median_us"])
 
 
 def acceptance_table(ok: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -77,7 +73,7 @@ def acceptance_table(ok: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                                                     ragged["kernel"].isin(RAGGED_DECODE),
                                                     ragged["path"] == "context")]
     for gid, r in sorted(_firsts(ragged, keys).items()):
-        pad, rag, ctx = (_pick(b, gid) for b in best)
+        pad, rag, ctx = (b.get(gid) for b in best)
         cands = [b for b in (pad, rag, ctx) if b is not None]  # a kernel family not measured here: absent
         if not cands:
             continue
@@ -123,8 +119,7 @@ def axis_effect_table(ok: pd.DataFrame, axis: str) -> tuple[list[str], list[list
         t = float(t)
         bt = float(bt) if bt is not None else None
         out.append([_shape_label(r), str(value), _other({**r, axis: value}, (axis,)), kernel, _us(bt),
-                    _us(t), f"{t / bt:.2f}x" if bt else "-", str(base_win.loc[gid, "kernel"]),
-                    str(win.loc[(gid, value), "kernel"])])
+                    _us(t), f"{t / bt:.2f}x" if bt else "-", base_win[gid][0], win[(gid, value)][0]])
     return headers, out
 
 
