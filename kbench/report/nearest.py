@@ -46,10 +46,20 @@ def distance(cell, point):
     return math.sqrt(d)
 
 
-def locate(grid, cells, batch_size, q_len, kv_len, extrapolate=False, error=ValueError):
+def index_cells(cells):
+    """cells by (batch_size, kv_len), each with its place in cells: give it to locate() to answer many shapes of
+    one group without reading every cell for each (kbench report locates every measured case of a run)."""
+    index = {}
+    for i, c in enumerate(cells):
+        index.setdefault((c["batch_size"], c["kv_len"]), []).append((i, c))
+    return index
+
+
+def locate(grid, cells, batch_size, q_len, kv_len, extrapolate=False, error=ValueError, index=None):
     """The measured cell that answers for one shape, and how it was found.
 
-    grid: {axis: [measured values]}; cells: [{batch_size, q_len, kv_len, kernel, path, ...}]. Returns
+    grid: {axis: [measured values]}; cells: [{batch_size, q_len, kv_len, kernel, path, ...}]; index: cells'
+    index_cells() (made here when not given). Returns
     {query, used_cell, interpolated, extrapolated, clamped, method, used, neighbours, neighbours_agree}.
     """
     query = {"batch_size": int(batch_size), "q_len": int(q_len), "kv_len": int(kv_len)}
@@ -69,9 +79,10 @@ def locate(grid, cells, batch_size, q_len, kv_len, extrapolate=False, error=Valu
         outside = "; ".join(f"{ax} {query[ax]} not in {min(grid[ax])}..{max(grid[ax])}" for ax in LOOKUP_AXES
                             if not min(grid[ax]) <= query[ax] <= max(grid[ax]))
         raise error(f"outside the measured range ({outside}); pass --extrapolate to answer anyway")
+    index = index_cells(cells) if index is None else index
     bs = nearest(grid["batch_size"], point["batch_size"], "batch_size")
     kv = nearest(grid["kv_len"], point["kv_len"], "kv_len")
-    here = [c for c in cells if c["batch_size"] == bs and c["kv_len"] == kv]
+    here = [c for _, c in index.get((bs, kv), [])]  # in the order of cells
     if here:
         q = nearest([c["q_len"] for c in here], point["q_len"], "q_len")
         used = next(c for c in here if c["q_len"] == q)
@@ -81,7 +92,9 @@ def locate(grid, cells, batch_size, q_len, kv_len, extrapolate=False, error=Valu
         how = "nearest-available"
     exact = all(used[ax] == query[ax] for ax in LOOKUP_AXES)
     brackets = {ax: bracket(grid[ax], point[ax]) for ax in LOOKUP_AXES}
-    neighbours = [c for c in cells if all(c[ax] in brackets[ax] for ax in LOOKUP_AXES)]
+    near = [(i, c) for b in brackets["batch_size"] for k in brackets["kv_len"] for i, c in index.get((b, k), [])
+            if c["q_len"] in brackets["q_len"]]
+    neighbours = [c for _, c in sorted(near, key=lambda ic: ic[0])]  # in the order of cells
     if not exact and used not in neighbours:
         neighbours.append(used)
     return {

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from kbench.errors import BadInput
-from kbench.report.policy import FILTER_AXES, lookup
+from kbench.report.policy import FILTER_AXES, Lookup
 
 
 @dataclass
@@ -48,6 +48,7 @@ def holdout_split(case_ids: list[str], fraction: float, seed: int = 0) -> tuple[
 def regret(policy: dict, ok_rows: pd.DataFrame, cases: pd.DataFrame, label: str) -> Regret:
     """ok_rows: winners.measured() rows; cases: the case_winners() lines to judge the policy on."""
     times = {(k, c): float(m) for k, c, m in zip(ok_rows["kernel"], ok_rows["case_id"], ok_rows["median_us"])}
+    lookup = Lookup(policy)  # one group selection and index per group, not per case
     recs = []
     for r in cases.itertuples():
         rec = {"case_id": r.case_id, "best": r.winner, "best_us": float(r.winner_us), "chosen": None,
@@ -56,7 +57,7 @@ def regret(policy: dict, ok_rows: pd.DataFrame, cases: pd.DataFrame, label: str)
         # several KV distributions, has one group per value, and the case is judged in its own)
         filters = {a: str(getattr(r, a)) for a in FILTER_AXES if a in cases.columns}
         try:
-            ans = lookup(policy, r.batch_size, r.q_len, r.kv_len, extrapolate=True,
+            ans = lookup(r.batch_size, r.q_len, r.kv_len, extrapolate=True,
                          heads=f"{r.num_qo_heads}/{r.num_kv_heads}/{r.head_dim}", dtype=r.dtype,
                          kv_dtype=r.kv_dtype, page_size=int(r.page_size), kv_layout=r.kv_layout, **filters)
         except BadInput:  # no group in the policy for this case's heads, dtypes, axes or state
