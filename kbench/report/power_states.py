@@ -36,27 +36,23 @@ def of_state(rows: pd.DataFrame, state: str) -> pd.DataFrame:
     return rows[rows["power"] == vals[0]] if "power" in rows.columns else rows
 
 
-def _time(ok: pd.DataFrame, key: tuple, kernel: str) -> float | None:
-    m = ok.get(key + (kernel,))
-    return None if m is None else float(m)
-
-
 def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per case measured in both states (empty when the rows hold one state)."""
     if len(states_of(rows)) < 2:
         return pd.DataFrame(columns=PAIR_COLUMNS)
     ok = measured(rows)
     times = ok.set_index([*KEY, "power", "kernel"])["median_us"].to_dict()
-    w = {s: case_winners(rows[rows["power"] == s]).set_index(KEY) for s in STATES}
-    both = w["unthrottled"].index.intersection(w["sustained"].index)
+    w = {s: case_winners(rows[rows["power"] == s])[[*KEY, "winner", "winner_us", "tied_with"]] for s in STATES}
+    # the cases of both states, in the unthrottled state's order (merge keeps the left keys' order)
+    both = w["unthrottled"].merge(w["sustained"], on=KEY, how="inner", suffixes=("_u", "_s"))
+    cols = {c: both[c].tolist() for c in both.columns}
     out = []
-    for key in both:
-        key_t = key if isinstance(key, tuple) else (key,)
-        wu, ws = w["unthrottled"].loc[key], w["sustained"].loc[key]
-        ku, ks = str(wu["winner"]), str(ws["winner"])
+    for i in range(len(both)):
+        key_t = tuple(cols[c][i] for c in KEY)
+        ku, ks = str(cols["winner_u"][i]), str(cols["winner_s"][i])
         rec = dict(zip(KEY, key_t))
-        rec.update(winner_unthrottled=ku, unthrottled_us=float(wu["winner_us"]), winner_sustained=ks,
-                   sustained_us=float(ws["winner_us"]), flipped=ku != ks)
+        rec.update(winner_unthrottled=ku, unthrottled_us=float(cols["winner_us_u"][i]), winner_sustained=ks,
+                   sustained_us=float(cols["winner_us_s"][i]), flipped=ku != ks)
         mu = ms = None
         if ku != ks:
             tu = times.get(key_t + ("unthrottled", ks))  # the sustained pick, timed unthrottled
@@ -68,16 +64,17 @@ def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
             untimed = [f"{k} not timed when {st}" for k, st, t in ((ks, "unthrottled", mu), (ku, "sustained", ms))
                        if t is None]
         rec.update(margin_unthrottled_pct=mu, margin_sustained_pct=ms,
-                   tie_unthrottled=ku != ks and _ties(wu, ks), tie_sustained=ku != ks and _ties(ws, ku),
+                   tie_unthrottled=ku != ks and _ties(cols["tied_with_u"][i], ks),
+                   tie_sustained=ku != ks and _ties(cols["tied_with_s"][i], ku),
                    untimed="; ".join(untimed))
         out.append(rec)
     df = pd.DataFrame(out, columns=PAIR_COLUMNS)
     return df.sort_values(["batch_size", "kv_len", "q_len"], kind="stable").reset_index(drop=True)
 
 
-def _ties(winner: pd.Series, kernel: str) -> bool:
-    """`kernel` is among the kernels case_winners found tied with this winner (its `tied_with` list)."""
-    return kernel in [t.strip() for t in str(winner.get("tied_with") or "").split(",")]
+def _ties(tied_with, kernel: str) -> bool:
+    """`kernel` is among the kernels case_winners found tied with a winner (its `tied_with` list)."""
+    return kernel in [t.strip() for t in str(tied_with or "").split(",")]
 
 
 def _not_a_real_flip(f: pd.DataFrame) -> pd.Series:
