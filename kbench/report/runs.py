@@ -64,7 +64,7 @@ def combine(runs: list[Run | str | Path]) -> RunSet:
         kind = r.kind if isinstance(r, Run) else _peek_kind(Path(r))
         if kind != "sweep":
             raise BadInput(f"{r.path if isinstance(r, Run) else r}: a {kind!r} run, not a sweep")
-    loaded = [r if isinstance(r, Run) else load_run(r) for r in runs]
+    loaded = [r if isinstance(r, Run) else load_run(r, lists=False) for r in runs]  # no samples_us: not used here
     names = [r.name for r in loaded]
     if len(set(names)) != len(names):
         raise BadInput(f"run {next(n for n in names if names.count(n) > 1)!r} given twice")

@@ -359,13 +359,45 @@ class Run:
         return self.path.name
 
 
-def load_rows(run_dir: Path, kind: str = "sweep") -> pd.DataFrame:
+def parquet_current(run_dir: Path, manifest: dict) -> bool:
+    """rows.parquet holds the journal's rows: the run is complete (finalize wrote the Parquet from the journal),
+    the Parquet is not older than the journal's last change, and both hold the num_rows the manifest recorded."""
+    j, pq = Path(run_dir) / JOURNAL, Path(run_dir) / PARQUET
+    n = manifest.get("num_rows")
+    if manifest.get("status") != "complete" or not isinstance(n, int) or isinstance(n, bool):
+        return False
+    try:
+        if pq.stat().st_mtime_ns < j.stat().st_mtime_ns:
+            return False
+        import pyarrow.parquet as pqf
+
+        if pqf.ParquetFile(pq).metadata.num_rows != n:
+            return False
+        lines = 0
+        with open(j, "rb") as f:
+            while chunk := f.read(1 << 20):
+                lines += chunk.count(b"\n")
+        return lines == n
+    except Exception:  # unreadable: the journal decides, and its reader says what is wrong
+        return False
+
+
+def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: dict | None = None) -> pd.DataFrame:
+    """lists=False: the list columns (samples_us) read as empty lists, for readers that never use them; the
+    rows then come from rows.parquet without those columns when it holds what the journal holds (parquet_current,
+    with ``manifest``), which reads a 100,000-row run in a fraction of the time and memory."""
     run_dir = Path(run_dir)
-    if (run_dir / JOURNAL).exists():
+    if (run_dir / JOURNAL).exists() and (lists or manifest is None or not parquet_current(run_dir, manifest)):
         return read_journal(run_dir / JOURNAL, kind)
     if (run_dir / PARQUET).exists():
         try:
-            return normalize(pd.read_parquet(run_dir / PARQUET), kind)
+            columns = None
+            if not lists:
+                import pyarrow.parquet as pqf
+
+                skip = ROW_KINDS[kind][1]
+                columns = [c for c in pqf.read_schema(run_dir / PARQUET).names if c not in skip]
+            return normalize(pd.read_parquet(run_dir / PARQUET, columns=columns), kind)
         except Exception as e:
             raise BadInput(f"{run_dir / PARQUET}: unreadable Parquet ({type(e).__name__})") from None
     if (run_dir / CSV).exists():
@@ -389,13 +421,14 @@ def load_rows(run_dir: Path, kind: str = "sweep") -> pd.DataFrame:
     raise BadInput(f"{run_dir}: no rows ({JOURNAL}, {PARQUET} or {CSV})")
 
 
-def load_run(path: str | Path) -> Run:
+def load_run(path: str | Path, lists: bool = True) -> Run:
+    """lists=False: without the list columns (samples_us read as empty lists; see load_rows)."""
     p = Path(path)
     if not p.is_dir():
         raise BadInput(f"{path}: no such run folder")
     manifest = read_manifest(p)
     kind = _kind_of(manifest)
-    rows = check_rows(load_rows(p, kind), kind, p)
+    rows = check_rows(load_rows(p, kind, lists, manifest), kind, p)
     required = {"kernel", "case_id", "status"} if kind == "sweep" else set(REQUIRED)
     missing = required - set(rows.columns)
     if missing:
