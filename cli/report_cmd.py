@@ -13,6 +13,7 @@ from kbench.cli.console import make_console
 from kbench.cli.options import AliasOption, examples
 from kbench.errors import BadInput
 from kbench.report import build_report, load_policy, lookup
+from kbench.report.build import PLOT_GROUPS
 from kbench.report import crossovers as xo
 from kbench.report.document import case_table, regret_table, verdict_summary
 
@@ -41,11 +42,15 @@ def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str
 @click.option("--plot-batch", type=int, multiple=True, help="Batch size of a time-vs-q_len plot (pairs with --plot-kv).")
 @click.option("--plot-kv", type=int, multiple=True, help="kv_len of a time-vs-q_len plot (pairs with --plot-batch).")
 @click.option("--max-rows", type=int, default=40, show_default=True,
-              help="Per-case rows shown on screen (all are in cases.csv and the reports).")
+              help="Rows of each listing shown on screen: per case, crossovers, timing-state flips (negative: all; "
+                   "all are in cases.csv, crossovers.csv, power.csv and the reports).")
+@click.option("--plot-groups", type=int, default=PLOT_GROUPS, show_default=True, metavar="N",
+              help="Draw the speedup heatmap and time-vs-q_len plots for at most N groups, the idealised batch "
+                   "first (negative: every group; a full grid over the realistic axes has a group per combination).")
 @click.option("--power", default=None, metavar="STATE",
               help="Build the report and policy for one timing state: unthrottled or sustained [default: every "
                    "state in the runs, one policy group each]. The two states side by side are listed either way.")
-def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows, power):
+def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows, plot_groups, power):
     """Winners per case, crossovers along q_len, a selection policy, regret and plots from sweep RUNs.
 
     With several RUNs the rows are merged; a (kernel, case) measured in more than one run takes the row of
@@ -54,17 +59,19 @@ def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows, powe
     if len(plot_batch) != len(plot_kv):
         raise BadInput("--plot-batch and --plot-kv must be given the same number of times (they pair up)")
     res = build_report(list(runs), out_dir, holdout=holdout, seed=seed,
-                       plot_points=list(zip(plot_batch, plot_kv)) or None, power=power)
+                       plot_points=list(zip(plot_batch, plot_kv)) or None, power=power, plot_groups=plot_groups)
     con = make_console()
     if res.power:
         con.print(f"timing state: {res.power} (report and policy for this state only)", markup=False)
     headers, rows = case_table(res.cases)
-    shown = rows[:max_rows] if max_rows >= 0 else rows
+    shown = _first(rows, max_rows)
     con.print(_table(f"Per case ({len(rows)} cases; ties marked)", headers, shown, highlight="tie"))
-    if len(shown) < len(rows):
-        con.print(f"... {len(rows) - len(shown)} more cases in {res.out_dir / 'cases.csv'}", markup=False)
+    _more(con, rows, shown, "cases", res.out_dir / "cases.csv")
     con.print(verdict_summary(res.cases), markup=False)
-    con.print(_table("Crossovers: q_len ranges per path", *xo.table(res.crossovers)))
+    headers, rows = xo.table(res.crossovers)
+    shown = _first(rows, max_rows)
+    con.print(_table("Crossovers: q_len ranges per path", headers, shown))
+    _more(con, rows, shown, "crossover rows", res.out_dir / "crossovers.csv")
     con.print(_table("Regret of the policy", *regret_table(res.regrets)))
     pairs = res.power_pairs
     if pairs is not None and not pairs.empty:
@@ -74,9 +81,24 @@ def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows, powe
         con.print(f"timing states: {len(pairs)} cases measured both unthrottled and sustained; "
                   f"{len(lines)} decision(s) flip between them, {real} beyond the spread in both states "
                   f"(power.csv has them side by side)", markup=False)
-        for line in lines:
+        shown = _first(lines, max_rows)
+        for line in shown:
             con.print("  flip: " + line, markup=False)
+        _more(con, lines, shown, "flips", res.out_dir / "power.csv")
+    if res.plot_groups:
+        con.print("plots for {} of the {} groups (--plot-groups N draws more)".format(*res.plot_groups), markup=False)
     con.print(wrote_line(res.files, res.out_dir), markup=False)
+
+
+def _first(rows: list, max_rows: int) -> list:
+    """The first max_rows of a listing (negative: all of it)."""
+    return rows[:max_rows] if max_rows >= 0 else rows
+
+
+def _more(con, rows: list, shown: list, what: str, where) -> None:
+    """The line that says how much of a listing --max-rows left out, and where the rest is."""
+    if len(shown) < len(rows):
+        con.print(f"... {len(rows) - len(shown)} more {what} in {where}", markup=False)
 
 
 def wrote_line(files, out_dir) -> str:

@@ -8,7 +8,7 @@ import os
 
 import gate_synth
 import pandas as pd
-from report_synth import demo_rows, write_run
+from report_synth import DECODE, FA2, case, cli, demo_rows, row, write_run
 
 from kbench.runs.store import JOURNAL, PARQUET, load_run, parquet_current, read_manifest
 
@@ -44,3 +44,68 @@ def test_a_journal_changed_after_the_tables_is_what_is_read(tmp_path):
     _touch_later(run2 / JOURNAL, run2 / PARQUET)
     assert not parquet_current(run2, read_manifest(run2))
     assert "edited-kernel" in set(load_run(run2, lists=False).rows["kernel"])
+
+
+def _flipping_rows():
+    """16 (batch, kv_len) slices per timing state (32 crossover rows); unthrottled, decode wins q 1-2 and 6-8 and
+    fa2 q 3-5, sustained fa2 wins every q: 80 decisions flip between the states."""
+    rows = []
+    for bs in (1, 2, 4, 8):
+        for kv in (1024, 2048, 4096, 8192):
+            for q in range(1, 9):
+                for power, dec in (("unthrottled", 20.0 if 3 <= q <= 5 else 10.0), ("sustained", 25.0)):
+                    c = case(bs, q, kv, power=power)
+                    rows += [row(DECODE, c, dec), row(FA2, c, 15.0)]
+    return rows
+
+
+def _listed(output: str, title: str) -> list[str]:
+    """The body lines of the rich table whose title starts with ``title``."""
+    lines = output.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(title))
+    body = []
+    for ln in lines[start + 1:]:
+        if ln.startswith("└"):
+            break
+        if ln.startswith("│"):
+            body.append(ln)
+    return body
+
+
+def test_max_rows_bounds_every_listing_and_says_what_was_left_out(tmp_path):
+    run = write_run(tmp_path / "r", _flipping_rows())
+    res = cli("report", run, "--out", tmp_path / "rep", "--max-rows", 3)
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert len(_listed(out, "Per case")) == 3 and "... 253 more cases in" in out
+    assert len(_listed(out, "Crossovers")) == 3
+    assert f"... 29 more crossover rows in {tmp_path / 'rep' / 'crossovers.csv'}" in out
+    assert "80 decision(s) flip" in out and out.count("  flip: ") == 3
+    assert f"... 77 more flips in {tmp_path / 'rep' / 'power.csv'}" in out
+    # the files keep every line
+    assert len(pd.read_csv(tmp_path / "rep" / "crossovers.csv")) == 32
+    assert pd.read_csv(tmp_path / "rep" / "power.csv")["flipped"].sum() == 80
+    every = cli("report", run, "--out", tmp_path / "rep2", "--max-rows", -1)
+    assert len(_listed(every.output, "Crossovers")) == 32 and every.output.count("  flip: ") == 80
+    assert "more crossover rows" not in every.output and "more flips" not in every.output
+
+
+def test_plots_for_the_first_groups_only_and_the_report_says_so(tmp_path):
+    """Six groups (kv_dist x sinks); --plot-groups 2 draws the idealised batch and one more, in group order,
+    and report.md and the screen say how many groups were plotted."""
+    rows = []
+    for kv_dist in ("fixed", "lognormal:1.0", "zipf:1.0"):
+        for sinks in ("off", "on"):
+            for q in (1, 2, 3):
+                c = case(4, q, 1024, kv_dist=kv_dist, sinks=sinks)
+                rows += [row(DECODE, c, 10.0 * q), row(FA2, c, 20.0)]
+    run = write_run(tmp_path / "r", rows)
+    res = cli("report", run, "--out", tmp_path / "rep", "--plot-groups", 2)
+    assert res.exit_code == 0, res.output
+    heat = sorted(p.name for p in (tmp_path / "rep").glob("speedup-heatmap-*.png"))
+    assert heat == ["speedup-heatmap-32-8-128-bf16-p64-HND-sinks-on.png", "speedup-heatmap-32-8-128-bf16-p64-HND.png"]
+    assert "plots for 2 of the 6 groups (--plot-groups N draws more)" in res.output
+    assert "time-vs-q_len plots for 2 of the 6 groups" in (tmp_path / "rep" / "report.md").read_text()
+    every = cli("report", run, "--out", tmp_path / "rep2", "--plot-groups", -1)
+    assert len(list((tmp_path / "rep2").glob("speedup-heatmap-*.png"))) == 6
+    assert "of the 6 groups" not in (tmp_path / "rep2" / "report.md").read_text()

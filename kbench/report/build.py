@@ -44,6 +44,7 @@ class ReportResult:
     files: list[Path] = field(default_factory=list)
     power_pairs: pd.DataFrame | None = None  # power_states.side_by_side: the two timing states per case
     power: str | None = None  # the one timing state the report and policy are for (None: every state, as groups)
+    plot_groups: tuple[int, int] | None = None  # (groups plotted, groups) when plot_groups left some out
 
     @property
     def regret(self) -> Regret:
@@ -55,6 +56,7 @@ class ReportResult:
 
 
 COMMITTED_BASELINE = "results/baselines/h200-draft-extend-kv4096"
+PLOT_GROUPS = 4  # groups whose heatmap and time-vs-q_len plots are drawn by default (plots.plot_groups)
 
 
 def nothing_to_report(rows: pd.DataFrame, device: dict) -> str:
@@ -74,9 +76,10 @@ def nothing_to_report(rows: pd.DataFrame, device: dict) -> str:
 
 def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None, holdout: float | None = None,
                  seed: int = 0, plot_points: list[tuple[int, int]] | None = None,
-                 power: str | None = None) -> ReportResult:
+                 power: str | None = None, plot_groups: int | None = PLOT_GROUPS) -> ReportResult:
     """power: build the report and policy for this one timing state (unthrottled | sustained); the two states
-    side by side (cases measured in both) are computed from all the rows either way."""
+    side by side (cases measured in both) are computed from all the rows either way. plot_groups: draw the
+    per-group plots for at most this many groups (None or < 0: every group; plots.plot_groups chooses)."""
     rs = combine(runs)
     first = runs[0].path if isinstance(runs[0], Run) else Path(runs[0])
     out = Path(out_dir) if out_dir is not None else first / "report"
@@ -103,9 +106,12 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
 
     writable_dir(out, "--out")
     pts = plot_points or None
+    only, n_groups = plots.plot_groups(cases, plot_groups)
+    if only is not None:
+        result.plot_groups = (len(only), n_groups)
     result.plots += [(p, f"Decode/context speedup over batch x kv_len per q_len: {p.stem}")
-                     for p in plots.speedup_heatmaps(cases, out)]
-    result.plots += [(p, f"Time against q_len per kernel: {p.stem}") for p in plots.time_vs_q(ok, pts, out)]
+                     for p in plots.speedup_heatmaps(cases, out, only)]
+    result.plots += [(p, f"Time against q_len per kernel: {p.stem}") for p in plots.time_vs_q(ok, pts, out, only)]
     kind, ceiling = rs.ceiling
     roof = plots.roofline(ok, ceiling, out, kind)
     if roof:

@@ -116,6 +116,10 @@ def build_document(result) -> list[tuple]:
         ("table", *rules_table(policy)),
         ("h", 2, "Plots"),
     ]
+    if result.plot_groups:
+        doc.append(("p", "Heatmaps and time-vs-q_len plots for {} of the {} groups (the idealised batch first; "
+                         "kbench report --plot-groups N draws more); every case is in cases.csv and the tables "
+                         "here.".format(*result.plot_groups)))
     for p, caption in result.plots:
         doc.append(("img", p, caption))
     doc += realistic_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])

@@ -22,6 +22,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from kbench.runs import atomic
 from kbench.errors import BadInput  # noqa: E402
+from kbench.cases.axes import AXIS, LATER_GROUP_AXES  # noqa: E402
 from kbench.report.runs import GROUP_COLUMNS, group_label  # noqa: E402
 from kbench.runs.store import safe_name  # noqa: E402
 from kbench.runs.winners import TIE  # noqa: E402
@@ -29,9 +30,26 @@ from kbench.runs.winners import TIE  # noqa: E402
 DPI = 110
 
 
-def _groups(df: pd.DataFrame):
+def _groups(df: pd.DataFrame, only: set[tuple] | None = None):
+    """(label, rows) per group in the report's group order; only: the group keys to draw (None: every group)."""
     for key, g in df.groupby(GROUP_COLUMNS, sort=True):
-        yield group_label(dict(zip(GROUP_COLUMNS, key))), g
+        if only is None or tuple(key) in only:
+            yield group_label(dict(zip(GROUP_COLUMNS, key))), g
+
+
+def plot_groups(cases: pd.DataFrame, limit: int | None) -> tuple[set[tuple] | None, int]:
+    """The groups whose heatmap and time-vs-q_len plots are drawn, and how many groups there are.
+
+    limit: at most this many (None or < 0: every group). Chosen first: groups with fewer realistic-batch axes
+    and timing states off their default (the idealised batch first), then in the report's group order; the
+    plots are drawn in the report's group order. A figure costs a second or two to draw, and a full grid over
+    the realistic axes has a group per combination of their values."""
+    keys = [tuple(k) for k in cases[GROUP_COLUMNS].drop_duplicates().sort_values(GROUP_COLUMNS).itertuples(index=False)]
+    if limit is None or limit < 0 or len(keys) <= limit:
+        return None, len(keys)
+    off = [sum(g.get(a, AXIS[a].default) != AXIS[a].default for a in LATER_GROUP_AXES)
+           for g in (dict(zip(GROUP_COLUMNS, k)) for k in keys)]
+    return {keys[i] for i in sorted(range(len(keys)), key=lambda i: (off[i], i))[:limit]}, len(keys)
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -39,9 +57,9 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path) -> list[Path]:
+def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path, only: set[tuple] | None = None) -> list[Path]:
     out = []
-    for label, g in _groups(cases):
+    for label, g in _groups(cases, only):
         bss, kvs, qs = sorted(g["batch_size"].unique()), sorted(g["kv_len"].unique()), sorted(g["q_len"].unique())
         sp = g["decode_speedup"].astype(float)
         finite = np.log2(sp[sp > 0].to_numpy()) if (sp > 0).any() else np.array([0.0])
@@ -126,16 +144,16 @@ def default_points(rows: pd.DataFrame) -> list[tuple[int, int]]:
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
-def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_dir: Path) -> list[Path]:
+def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_dir: Path,
+              only: set[tuple] | None = None) -> list[Path]:
     out, asked = [], points is not None
-    hit = set()
-    for label, g in _groups(ok_rows):
+    hit = set(zip(ok_rows["batch_size"], ok_rows["kv_len"])) if asked else set()  # measured in some group
+    for label, g in _groups(ok_rows, only):
         group = int(g["num_qo_heads"].iloc[0]) // max(1, int(g["num_kv_heads"].iloc[0]))
         for bs, kv in (points if asked else default_points(g)):
             sel = g[(g["batch_size"] == bs) & (g["kv_len"] == kv)]
             if sel.empty:
                 continue
-            hit.add((bs, kv))
             fig = Figure(figsize=(7.5, 4.6), layout="constrained")
             ax = fig.subplots()
             by_kernel = list(sel.sort_values("q_len").groupby("kernel", sort=True))
