@@ -84,10 +84,12 @@ def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path, only: set[tuple] | None
                 if s is not None and not (isinstance(s, float) and math.isnan(s)) and s > 0:
                     m[y, x] = math.log2(s)
                     txt = f"{s:.2f}" + ("=" if r.path_verdict == TIE else "")
-                    ax.text(x, y, txt, ha="center", va="center", fontsize=font,
+                    # a cell's label stays inside its axes: left out of the layout's measuring (in_layout),
+                    # which otherwise measures every one of a large grid's labels twice per figure
+                    ax.text(x, y, txt, ha="center", va="center", fontsize=font, in_layout=False,
                             color="white" if abs(m[y, x]) > 0.6 * lim else "black")
                 else:
-                    ax.text(x, y, "-", ha="center", va="center", fontsize=font, color="0.4")
+                    ax.text(x, y, "-", ha="center", va="center", fontsize=font, color="0.4", in_layout=False)
             ax.set_facecolor("0.85")
             im = ax.imshow(m, cmap="RdBu", norm=norm, aspect="auto", origin="lower")
             ax.set_title(f"kv_len {kv}", fontsize=10)
