@@ -41,13 +41,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
 
+import numpy as np
 import pandas as pd
 
 from kbench.values import finite, status
 from kbench.errors import BadInput
 from kbench.runs.manifest import GATE, comparable, hardware_of, num_runs
-from kbench.gate.loading import load_for_gate
-from kbench.gate.metrics import Metric, key_columns, measurement, metrics_for
+from kbench.gate.loading import RowSamples, load_for_gate, read_samples
+from kbench.gate.metrics import Metric, key_columns, measurement, metrics_for, samples_of
 from kbench.gate.stats import is_worse
 from kbench.runs.winners import case_winners
 
@@ -209,14 +210,35 @@ def run_noise_of(base_recs: dict[tuple, dict], noise_floor: float = 0.0) -> dict
     return {k: RunNoise(own[k], max(pooled.get(_group(rec), 0.0), noise_floor)) for k, rec in base_recs.items()}
 
 
-def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str) -> dict[tuple, dict]:
-    rows = run.rows
+# the columns the comparison reads from a row (beside the metrics' columns; the key is the dict's key)
+RECORD_COLUMNS = ("case_id", "kernel", "path", "status", "reason", "batch_size", "run_spread", "rel_spread",
+                  "p25_us", "p75_us")
+
+
+def _shared(values: list) -> list:
+    """values with equal strings made one object (a run's kernel, status and axis values repeat 100,000 times)."""
+    seen: dict = {}
+    return [seen.setdefault(v, v) if isinstance(v, str) else v for v in values]
+
+
+def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str,
+             metrics: list[Metric] = ()) -> dict[tuple, dict]:
+    """key -> the row as a dict of the columns the comparison reads (a 100,000-row run's rows as whole dicts
+    took a gigabyte); a GateRun's samples stay in its Parquet until a row's noise test reads them."""
+    rows, pos = run.rows, range(len(run.rows))  # pos: the row's place in the run, where its samples are
     if kind == "sweep" and "path" in rows:
-        rows = rows[rows["path"] != "reference"]
+        keep = (rows["path"] != "reference").to_numpy()
+        rows, pos = rows[keep], np.flatnonzero(keep).tolist()
+    wanted = dict.fromkeys([*RECORD_COLUMNS, *(c for m in metrics for c in (m.column, m.samples_column) if c)])
+    cols = [c for c in wanted if c in rows]
+    samples = getattr(run, "samples", None)
     out: dict[tuple, dict] = {}
     dupes = 0
-    for rec in rows.to_dict("records"):
-        k = tuple("" if rec.get(c) is None else str(rec.get(c)) for c in key_cols)
+    keys = zip(*(_shared(["" if v is None else str(v) for v in rows[c].tolist()]) for c in key_cols))
+    for k, *vals in zip(keys, *(_shared(rows[c].tolist()) for c in cols), pos):
+        rec = dict(zip(cols, vals))
+        if samples is not None:
+            rec["samples_us"] = RowSamples(samples, vals[-1])
         dupes += k in out
         out[k] = rec  # a resumed run may repeat a row: the last one measured counts
     if dupes:
@@ -231,13 +253,16 @@ def _band_why(noise: "RunNoise", k: float) -> str:
 
 
 def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: float,
-                    noise: "RunNoise | None" = None, k: float = DEFAULT_RUN_SPREAD_K) -> RowResult:
+                    noise: "RunNoise | None" = None, k: float = DEFAULT_RUN_SPREAD_K,
+                    defer: list | None = None) -> RowResult:
+    """defer: a list to which the noise test is appended (as a function that completes the result) instead of
+    being run, so that compare_rows reads the samples of every row to test in one pass."""
     noise = noise or NO_NOISE
     band = max(threshold, noise.band(k))
     base = RowResult(key, str(key.get("kernel", "")), str(rec_b.get("case_id")), metric.name, "pass", False,
                      "ok", "ok", run_noise=noise.pooled, run_spread=noise.own, band=band)
     why = _band_why(noise, k)
-    mb, mc = measurement(rec_b, metric), measurement(rec_c, metric)
+    mb, mc = measurement(rec_b, metric, with_samples=False), measurement(rec_c, metric, with_samples=False)
     if mb is None or mc is None:
         base.outcome, base.note = "not-compared", f"no {metric.column} on the {'baseline' if mb is None else 'candidate'} side"
         base.base_value, base.cand_value = (mb.value if mb else None), (mc.value if mc else None)
@@ -253,16 +278,24 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
         base.outcome, base.method = "within-noise", "run-spread"
         base.note = f"{direction} by {abs(worse):.1%} but within the run-to-run band {band:.1%} ({why})"
         return base
-    verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
-    base.method, base.p_value = verdict.method, verdict.p_value
-    limit = f"{band:.1%}" + (f" ({why})" if band > threshold else "")
-    if not verdict.beyond_noise:
-        base.outcome, base.note = "within-noise", f"{direction} by {abs(worse):.1%} but {verdict.describe()}"
-    elif direction == "worse":
-        base.outcome, base.fails = "regression", True
-        base.note = f"worse by {worse:.1%} > {limit}, {verdict.describe()}"
+
+    def noise_test() -> None:
+        mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)  # only the rows tested read them
+        verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
+        base.method, base.p_value = verdict.method, verdict.p_value
+        limit = f"{band:.1%}" + (f" ({why})" if band > threshold else "")
+        if not verdict.beyond_noise:
+            base.outcome, base.note = "within-noise", f"{direction} by {abs(worse):.1%} but {verdict.describe()}"
+        elif direction == "worse":
+            base.outcome, base.fails = "regression", True
+            base.note = f"worse by {worse:.1%} > {limit}, {verdict.describe()}"
+        else:
+            base.outcome, base.note = "improvement", f"better by {-worse:.1%} > {limit}, {verdict.describe()}"
+
+    if defer is None:
+        noise_test()
     else:
-        base.outcome, base.note = "improvement", f"better by {-worse:.1%} > {limit}, {verdict.describe()}"
+        defer.append((noise_test, [rec.get(metric.samples_column) for rec in (rec_b, rec_c)]))
     return base
 
 
@@ -271,6 +304,7 @@ def compare_rows(base_recs: dict, cand_recs: dict, key_cols, metrics: list[Metri
                  k: float = DEFAULT_RUN_SPREAD_K) -> list[RowResult]:
     noise = noise or {}
     results = []
+    tests: list = []  # the noise tests, run below once the samples they need are read
     for k_, rb in base_recs.items():
         key = dict(zip(key_cols, k_))
         kernel, case_id = str(key.get("kernel", "")), str(rb.get("case_id"))
@@ -297,12 +331,15 @@ def compare_rows(base_recs: dict, cand_recs: dict, key_cols, metrics: list[Metri
                                      + (" (allowed)" if allow_missing else "")))
             continue
         for m in metrics:
-            results.append(_compare_metric(key, rb, rc, m, threshold, alpha, noise.get(k_), k))
+            results.append(_compare_metric(key, rb, rc, m, threshold, alpha, noise.get(k_), k, tests))
     for k_, rc in cand_recs.items():
         if k_ not in base_recs:
             key = dict(zip(key_cols, k_))
             results.append(RowResult(key, str(key.get("kernel", "")), str(rc.get("case_id")), None, "new", False,
                                      None, status(rc), note="not in the baseline"))
+    read_samples([s for _, samples in tests for s in samples])
+    for noise_test, _ in tests:
+        noise_test()
     return results
 
 
@@ -328,6 +365,13 @@ def _run_tie(rec: dict, noise_by_kernel_case: dict, k: float) -> bool:
     return rn > 0 and abs(d - c) / min(d, c) <= rn
 
 
+def _winner_records(w: pd.DataFrame) -> list[dict]:
+    """case_winners() lines as dicts of the columns compare_winners reads."""
+    cols = ["case_id", "decode_us", "context_us", "path_verdict", "winner_path", "winner", "best_decode",
+            "best_context", "decode_speedup"]
+    return [dict(zip(cols, vals)) for vals in zip(*(w[c].tolist() for c in cols))]
+
+
 def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bool,
                     noise_by_kernel_case: dict | None = None, k: float = DEFAULT_RUN_SPREAD_K,
                     ties: list[str] | None = None) -> tuple[list[WinnerChange], list[str]]:
@@ -338,9 +382,9 @@ def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bo
     wb, wc = case_winners(base_rows), case_winners(cand_rows)
     if wb.empty or wc.empty:
         return [], []
-    cand_by_case = {r["case_id"]: r for r in wc.to_dict("records")}
+    cand_by_case = {r["case_id"]: r for r in _winner_records(wc)}
     changes, compared = [], []
-    for b in wb.to_dict("records"):
+    for b in _winner_records(wb):
         c = cand_by_case.get(b["case_id"])
         if c is None:
             continue
@@ -405,8 +449,8 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     metrics = metrics_for(kind, base.rows.columns, cand.rows.columns)
     if not metrics:
         raise BadInput(f"no metric the gate knows in both {kind} runs")
-    base_recs = _records(base, kind, key_cols, warnings, "baseline")
-    cand_recs = _records(cand, kind, key_cols, warnings, "candidate")
+    base_recs = _records(base, kind, key_cols, warnings, "baseline", metrics)
+    cand_recs = _records(cand, kind, key_cols, warnings, "candidate", metrics)
     if not base_recs:
         ref_ok = int(((base.rows.get("path") == "reference") & (base.rows.get("status") == "ok")).sum()) \
             if kind == "sweep" and {"path", "status"} <= set(base.rows.columns) else 0

@@ -2,12 +2,81 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from kbench import RESULT_SCHEMA_VERSION
 from kbench.errors import BadInput
 from kbench.server import rows as _server_rows  # noqa: F401  registers the server-bench row kind
-from kbench.runs.store import MANIFEST, ROW_KINDS, Run, load_rows, load_run
+from kbench.runs.store import JOURNAL, MANIFEST, PARQUET, ROW_KINDS, Run, load_rows, load_run, parquet_current
+
+
+class ParquetList:
+    """One list column of rows.parquet (a sweep's samples_us), read on first use and handed out a row at a time.
+    The gate tests few rows for noise (those beyond the threshold and the run-to-run band), and the samples of
+    every row are most of a run's bytes: a 100,000-row run's, as Python lists, took a gigabyte."""
+
+    def __init__(self, path: Path, column: str):
+        self.path, self.column, self._rows = path, column, {}
+
+    def read(self, rows) -> None:
+        """Read these rows' values in one pass over the column, a batch at a time (the column whole, decoded at
+        once, took a few hundred MB)."""
+        import pyarrow.parquet as pq
+
+        want = sorted(set(rows) - set(self._rows))
+        if not want:
+            return
+        try:
+            start, j = 0, 0
+            for batch in pq.ParquetFile(self.path).iter_batches(batch_size=8192, columns=[self.column]):
+                col = batch.column(0)
+                while j < len(want) and want[j] < start + len(col):
+                    self._rows[want[j]] = col[want[j] - start].as_py()
+                    j += 1
+                start += len(col)
+        except Exception as e:
+            raise BadInput(f"{self.path}: unreadable Parquet ({type(e).__name__})") from None
+
+    def row(self, i: int) -> list[float]:
+        if i not in self._rows:
+            self.read([i])
+        v = self._rows.get(i)
+        if v is None:
+            return []
+        if isinstance(v, (str, bytes, dict)) or not hasattr(v, "__iter__"):
+            raise BadInput(f"{self.path}: column {self.column}: expected a list of numbers, got {type(v).__name__}")
+        try:
+            return [float(x) for x in v]
+        except (TypeError, ValueError):
+            raise BadInput(f"{self.path}: column {self.column}: expected a list of numbers") from None
+
+
+class RowSamples:
+    """Row i's samples of a ParquetList, read when iterated (as the list it stands for would be)."""
+
+    __slots__ = ("source", "i")
+
+    def __init__(self, source: ParquetList, i: int):
+        self.source, self.i = source, i
+
+    def __iter__(self):
+        return iter(self.source.row(self.i))
+
+
+def read_samples(values) -> None:
+    """Read in one pass per file the samples these row values stand for (RowSamples; other values are lists)."""
+    by_source: dict[int, tuple[ParquetList, list[int]]] = {}
+    for v in values:
+        if isinstance(v, RowSamples):
+            by_source.setdefault(id(v.source), (v.source, []))[1].append(v.i)
+    for source, rows in by_source.values():
+        source.read(rows)
+
+
+@dataclass
+class GateRun(Run):
+    samples: ParquetList | None = None  # rows.samples_us left empty: read from here when a row needs them
 
 
 def _peek_schema(path: Path):
@@ -37,11 +106,15 @@ def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str])
             if col not in rows:
                 raise BadInput(f"{role} {path}: rows lack column {col!r}")
         return Run(p, manifest, rows)
+    # a sweep whose rows come from rows.parquet (a baseline, a complete run): rows without samples_us, which are
+    # read from the Parquet for the rows that need them
+    lean = (manifest is not None and manifest.get("kind", "sweep") == "sweep" and (p / PARQUET).is_file()
+            and (not (p / JOURNAL).exists() or parquet_current(p, manifest)))
     try:
-        run = load_run(p)
+        run = load_run(p, lists=not lean)
     except BadInput as e:
         raise BadInput(f"{role}: {e}") from None
     if run.manifest.get("status") not in (None, "complete"):
         warnings.append(f"{role} run status is {run.manifest.get('status')!r}, not complete: "
                         "rows it did not reach count as missing")
-    return run
+    return GateRun(run.path, run.manifest, run.rows, ParquetList(p / PARQUET, "samples_us") if lean else None)

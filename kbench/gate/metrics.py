@@ -57,14 +57,20 @@ def metrics_for(kind: str, base_columns, cand_columns) -> list[Metric]:
     return out
 
 
-def measurement(row: dict, metric: Metric) -> GateValue | None:
-    """The metric of one row, its samples and its spread interval; None when the row has no value."""
+def samples_of(row: dict, metric: Metric) -> list[float]:
+    """The row's samples of the metric (its finite values; [] without any)."""
+    raw = row.get(metric.samples_column) if metric.samples_column else None
+    return [f for f in (finite(x) for x in (list(raw) if raw is not None and not isinstance(raw, (str, float))
+                                         else [])) if f is not None]
+
+
+def measurement(row: dict, metric: Metric, with_samples: bool = True) -> GateValue | None:
+    """The metric of one row, its samples and its spread interval; None when the row has no value.
+    with_samples=False: samples left empty (samples_of reads them when the noise test needs them)."""
     value = finite(row.get(metric.column))
     if value is None or value <= 0:  # SGLang writes -1 for "not available"
         return None
-    raw = row.get(metric.samples_column) if metric.samples_column else None
-    samples = [f for f in (finite(x) for x in (list(raw) if raw is not None and not isinstance(raw, (str, float))
-                                            else [])) if f is not None]
+    samples = samples_of(row, metric) if with_samples else []
     low = high = None
     spread = finite(row.get("rel_spread")) if metric.column == "median_us" else None
     if spread is not None and spread >= 0:
