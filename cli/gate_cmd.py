@@ -56,10 +56,23 @@ _STYLE = {"regression": "bold red", "wrong": "bold red", "failed": "bold red", "
           "not-compared": "dim", "pass": ""}
 
 
-def render(res, console: Console, show_all: bool) -> None:
+def _bounded(items: list, max_rows: int | None, first=None) -> list:
+    """At most max_rows of items (None or negative: all), those for which first(item) holds chosen first, in
+    their own order (so a failing row is never left out for a row that passes)."""
+    if max_rows is None or max_rows < 0 or len(items) <= max_rows:
+        return items
+    ranked = sorted(range(len(items)), key=lambda i: not first(items[i])) if first else range(len(items))
+    keep = set(list(ranked)[:max_rows])
+    return [x for i, x in enumerate(items) if i in keep]
+
+
+def render(res, console: Console, show_all: bool, max_rows: int | None = None) -> None:
+    """max_rows: rows of each listing shown (failing rows first; None or negative: all); --show-all lists
+    every row of the table."""
     from kbench.gate.markdown import fmt_change, fmt_value
 
-    rows = res.rows if show_all else [r for r in res.rows if r.outcome not in ("pass", "not-compared")]
+    notable = res.rows if show_all else [r for r in res.rows if r.outcome not in ("pass", "not-compared")]
+    rows = notable if show_all else _bounded(notable, max_rows, lambda r: r.fails)
     table = Table(title=escape(f"kbench gate: {res.baseline} -> {res.candidate}"), show_lines=False)
     for col, kw in (("kernel", {}), ("case", {}), ("metric", {}), ("baseline", {"justify": "right"}),
                     ("candidate", {"justify": "right"}), ("change", {"justify": "right"}), ("outcome", {}),
@@ -72,6 +85,9 @@ def render(res, console: Console, show_all: bool) -> None:
                       f"[{style}]{r.outcome}[/]" if style else r.outcome, escape(r.note))
     if rows:
         console.print(table)
+    if len(rows) < len(notable):
+        console.print(escape(f"... {len(notable) - len(rows)} more row(s) of the table not shown (--max-rows; "
+                             f"--json, --markdown and --junit have every row)"))
     passed = sum(r.outcome == "pass" for r in res.rows) if not show_all else 0
     if passed:
         console.print(f"[dim]{passed} row(s) passed within the threshold (--show-all lists them)[/]")
@@ -84,15 +100,21 @@ def render(res, console: Console, show_all: bool) -> None:
         top = "; ".join(f"{n} {k}" for k, n in sorted(why.items(), key=lambda kv: -kv[1])[:4])
         console.print(escape(f"{len(skipped)} row(s) not compared ({top}{'; ...' if len(why) > 4 else ''}); "
                              f"--show-all lists them"), style="dim")
-    for w in res.winner_changes:
+    changes = _bounded(res.winner_changes, max_rows, lambda w: w.fails)
+    for w in changes:
         tag = "[bold red]winner change[/]" if w.fails else "[yellow]winner change (allowed)[/]"
         console.print(f"{tag} " + escape(f"{w.case_id}: {w.base_path} ({w.base_winner}) -> {w.cand_path} "
                                          f"({w.cand_winner})"))
+    if len(changes) < len(res.winner_changes):
+        console.print(escape(f"... {len(res.winner_changes) - len(changes)} more winner change(s) (--max-rows; "
+                             f"--json and --markdown have them all)"))
     for w in res.warnings:
         console.print("[yellow]warning:[/] " + escape(w))
     if res.winner_ties:
+        ties = _bounded(res.winner_ties, max_rows)
+        more = f", ... {len(res.winner_ties) - len(ties)} more" if len(ties) < len(res.winner_ties) else ""
         console.print(escape(f"{len(res.winner_ties)} winner flip(s) within the run-to-run spread, counted as "
-                             f"ties: {', '.join(res.winner_ties)}"), style="dim")
+                             f"ties: {', '.join(ties)}{more}"), style="dim")
     console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {noise_line(res)}"))
     if res.kind == "server-bench":
         from kbench.gate.ab import ab_answer
@@ -128,16 +150,19 @@ def noise_line(res) -> str:
 @click.option("--force", is_flag=True, help="Compare across GPU models, SM versions or result schema versions.")
 @export_options
 @click.option("--show-all", is_flag=True, help="List every row in the terminal table, not only the notable ones.")
+@click.option("--max-rows", type=int, default=40, show_default=True,
+              help="Rows of each listing shown on screen: the table (failing rows first), winner changes and ties "
+                   "(negative: all; --show-all lists every row; the --json/--markdown/--junit files have them all).")
 @one_line_errors
 def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignore_winner_change, allow_missing,
-         force, show_all, **files):
+         force, show_all, max_rows, **files):
     from kbench.gate import parse_threshold, run_gate
     from kbench.gate.export import export
 
     res = run_gate(baseline, candidate, threshold=parse_threshold(threshold), alpha=alpha,
                    ignore_winner_change=ignore_winner_change, allow_missing=allow_missing, force=force,
                    run_spread_k=run_spread_k, noise_floor=parse_threshold(noise_floor, "--noise-floor"))
-    render(res, make_console(), show_all)
+    render(res, make_console(), show_all, max_rows)
     export(res, {name.removesuffix("_file"): path for name, path in files.items()})  # markdown: $GITHUB_STEP_SUMMARY too
     sys.exit(res.exit_code)
 
