@@ -109,3 +109,28 @@ def test_plots_for_the_first_groups_only_and_the_report_says_so(tmp_path):
     every = cli("report", run, "--out", tmp_path / "rep2", "--plot-groups", -1)
     assert len(list((tmp_path / "rep2").glob("speedup-heatmap-*.png"))) == 6
     assert "of the 6 groups" not in (tmp_path / "rep2" / "report.md").read_text()
+
+
+def test_gate_max_rows_shows_failing_rows_first_and_says_what_was_left_out(tmp_path):
+    """12 cases; the candidate's decode row is 20% faster in the even ones (improvements, listed first) and 20%
+    slower in the odd ones (regressions). --max-rows 4 shows 4 table rows, all regressions, and says 8 more."""
+    from kbench.cases.case import Case
+
+    cases = [Case(batch_size=4, q_len=q, kv_len=4096, num_qo_heads=32, num_kv_heads=8, head_dim=128)
+             for q in range(1, 13)]
+    base_t = {(gate_synth.DECODE, "decode", c): 10.0 for c in cases} | \
+        {(gate_synth.CONTEXT, "context", c): 30.0 for c in cases}
+    cand_t = {k: t * ((0.8 if k[2].q_len % 2 == 0 else 1.2) if k[0] == gate_synth.DECODE else 1.0)
+              for k, t in base_t.items()}
+    base = gate_synth.write_run(tmp_path / "base", gate_synth.sweep_rows(base_t, seed=1))
+    cand = gate_synth.write_run(tmp_path / "cand", gate_synth.sweep_rows(cand_t, seed=2))
+    res = gate_synth.gate_cli("--baseline", base, "--candidate", cand, "--max-rows", 4, "--json", tmp_path / "g.json")
+    assert res.exit_code == 1, res.output
+    table = [ln for ln in res.output.splitlines() if ln.startswith("│")]
+    assert len(table) == 4 and all("regression" in ln for ln in table)
+    assert "... 8 more row(s) of the table not shown" in res.output
+    assert "FAIL: 6 regression, 6 improvement, 12 pass" in res.output
+    assert len(json.loads((tmp_path / "g.json").read_text())["rows"]) == 24  # the file keeps every row
+    every = gate_synth.gate_cli("--baseline", base, "--candidate", cand, "--max-rows", -1)
+    assert len([ln for ln in every.output.splitlines() if ln.startswith("│")]) == 12
+    assert "not shown" not in every.output
