@@ -56,7 +56,7 @@ class ReportResult:
 
 
 COMMITTED_BASELINE = "results/baselines/h200-draft-extend-kv4096"
-PLOT_GROUPS = 4  # groups whose heatmap and time-vs-q_len plots are drawn by default (plots.plot_groups)
+PLOT_GROUPS = 2  # groups whose heatmap and time-vs-q_len plots are drawn by default (plots.plot_groups)
 
 
 def nothing_to_report(rows: pd.DataFrame, device: dict) -> str:
