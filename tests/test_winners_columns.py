@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kbench.cases import axes
 from kbench.runs.rows import CASE_COLUMNS
 from kbench.runs.winners import (CONTEXT, CONTEXT_ONLY, DECODE, DECODE_ONLY, TIE, WINNER_COLUMNS, _excluded,
                                  case_winners, half_width_us, half_widths_us, is_tie, measured)
@@ -74,6 +75,7 @@ def random_rows(seed: int, cases: int = 60) -> pd.DataFrame:
             med = float(rng.choice([10.0, 10.2, 10.5, 11.0, 20.0])) if rng.random() < 0.9 else None
             spread = rng.integers(0, 4)
             recs.append({
+                **axes.defaults(),  # every case column (an axis added later is at its default here)
                 "kernel": kernel, "path": path, "case_id": f"c{i}", "status": str(st),
                 "batch_size": int(i % 4 + 1), "q_len": int(i % 7 + 1), "kv_len": 1024, "num_qo_heads": 32,
                 "num_kv_heads": 8, "head_dim": 128, "page_size": 64, "kv_layout": "HND", "dtype": "bf16",
