@@ -17,6 +17,9 @@ baseline (`kbench baseline`). Then, each as a real subprocess (peak RSS from os.
 and prints wall time, CPU time, peak RSS and lines printed of each, with the targets met or not (report at
 most 30 s and 1 GB, gate at most 20 s and 1 GB on the 2-core CPU machine). Exit 1 when a target is missed.
 Generated runs are kept under --dir (default /tmp/kbench-scale) and reused when their parameters match.
+The figures before the scale fixes came from the same command with --pythonpath pointing at the commit before
+them (2 cores shared with other work, load average about 12): report 708 s of CPU (4,095 s wall), 1,610 MiB,
+919 lines; gate 222 s of CPU (947 s wall), 2,104 MiB, 726 lines.
 """
 from __future__ import annotations
 
@@ -132,9 +135,11 @@ def generate(path: Path, seed: int, scale: float, noise: float = 0.0, regress: f
     return n
 
 
-def measure(cmd: list[str], log: Path) -> dict:
+def measure(cmd: list[str], log: Path, pythonpath: str | None = None) -> dict:
     """Wall time, CPU time and peak RSS of one process (os.wait4 gives that child's own rusage)."""
     env = {**os.environ, "COLUMNS": "200", "GITHUB_STEP_SUMMARY": ""}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     t0 = time.perf_counter()
     with open(log, "wb") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -153,6 +158,9 @@ def main() -> int:
                     help="fraction of the batch sizes to generate (1.0: 100,352 rows; less for a quick try)")
     ap.add_argument("--regenerate", action="store_true", help="generate the runs again even if they exist")
     ap.add_argument("--only", choices=("report", "gate"), default=None, help="time one command only")
+    ap.add_argument("--pythonpath", default=None, metavar="DIR",
+                    help="time the kbench found in DIR instead (an older commit: git archive COMMIT, with cli/, "
+                         "kernels/ and scenarios/ copied into kbench/ as the install lays them out)")
     a = ap.parse_args()
     kbench = [sys.executable, "-m", "kbench.cli.main"]
     d = a.dir
@@ -181,7 +189,7 @@ def main() -> int:
     for name, cmd in cmds.items():
         if a.only and name != a.only:
             continue
-        r = measure(cmd, d / f"{name}.log")
+        r = measure(cmd, d / f"{name}.log", a.pythonpath)
         t_max, m_max = TARGETS[name]
         met = r["wall_s"] <= t_max and r["rss_mib"] <= m_max
         ok &= met
