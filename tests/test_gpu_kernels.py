@@ -124,7 +124,7 @@ def test_fenced_graph_timing_matches_one_call_at_a_time():
     from kbench.kernels.inputs import build_inputs
     from kbench.kernels.registry import get_kernel
     from kbench.timing.timer import GraphTimer, StopRule
-    from kbench.engine.measure import copies_for
+    from kbench.engine.placement import copies_for
     from kbench.engine.validate import cupti_us_per_call
 
     h = MODELS["llama3-8b"]

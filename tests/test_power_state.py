@@ -380,11 +380,12 @@ def test_measure_sustained_preloads_then_times_with_samples(monkeypatch):
 
 
 def test_the_heat_soak_comes_once_before_the_first_sustained_kernel_and_is_said(monkeypatch):
-    """CaseMeasurer soaks the GPU once per process (before its first sustained kernel); every sustained row
-    records temperature with the other power columns, and the first row's reason says how the soak went."""
+    """The sustained timing state soaks the GPU once per process (before its first sustained kernel); every
+    sustained row records temperature with the other power columns, and the first row's reason says how the
+    soak went."""
     import kbench.timing.power as P
-    from kbench.engine.measure import CaseMeasurer
     from kbench.cases.scenario import load_scenario
+    from kbench.timing.states import Timers
 
     calls = []
 
@@ -396,14 +397,33 @@ def test_the_heat_soak_comes_once_before_the_first_sustained_kernel_and_is_said(
     monkeypatch.setattr(P, "measure_sustained", fake_measure)
     monkeypatch.setattr(P, "NvmlSampler", lambda index: None)
     monkeypatch.setattr(P, "sustained_timer", lambda timing: "timer")
-
-    class Dev:
-        index = 0
     said = []
-    m = CaseMeasurer(load_scenario("draft-extend"), dev=Dev(), progress=said.append)
-    first = m._timed_sustained(lambda i: None, 1)
-    second = m._timed_sustained(lambda i: None, 1)
+    timers = Timers(load_scenario("draft-extend").timing, cuda=True, progress=said.append)
+    first = timers.time("sustained", lambda i: None, 1)
+    second = timers.time("sustained", lambda i: None, 1)
     assert calls == [True, False]
-    assert first[2] == "heat soak 12.5 s: 41 -> 63 C (temperature steady)" and second[2] == ""
-    assert first[3]["gpu_temp_c"] == 63.5 and first[3]["power_w"] == 690.0 and first[3]["power_settle"] == ""
-    assert any("heat soak" in s for s in said)
+    assert first.note == "heat soak 12.5 s: 41 -> 63 C (temperature steady)" and second.note == ""
+    assert first.clock_mhz == 1740.0 and first.measurement == "m"
+    assert first.columns["gpu_temp_c"] == 63.5 and first.columns["power_w"] == 690.0
+    assert first.columns["power_settle"] == ""
+    assert [s for s in said if "heat soak" in s] == [said[0]]  # said once, when the state is made
+
+
+def test_how_a_case_is_timed_is_decided_by_its_state_alone():
+    """The timing-state registry is the power axis's list of values; on a GPU the unthrottled state times with
+    [timing].duty and the sustained state back to back whatever duty says; without CUDA every state is the
+    wall clock (and one timer serves them all)."""
+    from dataclasses import replace
+
+    from kbench.cases import axes
+    from kbench.cases.scenario import load_scenario
+    from kbench.timing import states
+
+    assert axes.AXIS["power"].allowed == tuple(states.STATES) == states.POWER_STATES
+    timing = replace(load_scenario("draft-extend").timing, duty=0.25)
+    gpu = states.Timers(timing, cuda=True)
+    assert gpu.state("unthrottled").timer.duty == 0.25
+    cpu = states.Timers(timing, cuda=False)
+    assert cpu.state("sustained") is cpu.state("unthrottled") and cpu.state("sustained").name == "wall-clock"
+    t = cpu.time("sustained", lambda i: sum(range(50)), 1)
+    assert t.measurement.timer == "wall-clock" and t.clock_mhz is None and t.note == "" and t.columns == {}

@@ -187,7 +187,7 @@ def test_a_case_that_cannot_fit_is_skipped_before_allocation(monkeypatch):
 
     from kbench.cases.case import Case
     from kbench.device import DeviceInfo
-    from kbench.engine.measure import fits
+    from kbench.engine.placement import fits
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i=0: (8 << 30, 141 << 30))
     dev = DeviceInfo(cuda=True, name="fake", sm=90, l2_bytes=60 << 20, total_memory=141 << 30)

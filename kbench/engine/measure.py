@@ -1,5 +1,7 @@
-"""Measuring one case: build its inputs, run the reference, then for each kernel prepare, check and time
-it, and produce its `Row`.
+"""Measuring one case, as a sequence of its jobs (CaseMeasurer.measure): which kernels can run (the others get
+skipped rows), where the inputs go (kbench.engine.placement), building the inputs and the reference (out of
+memory: failed rows), then per kernel the check against the reference, the timing in the case's timing state
+(kbench.timing.states) and its `Row`.
 
 One home, called by the in-process sweep (kbench.engine.sweep), the isolated worker (kbench.engine.isolation) and,
 through the sweep each runs, the per-device workers (kbench.engine.devices). A worker is started from a
@@ -7,7 +9,6 @@ through the sweep each runs, the per-device workers (kbench.engine.devices). A w
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -18,24 +19,14 @@ from kbench.errors import BadInput, first_line
 from kbench.kernels.base import Kernel
 from kbench.device import DeviceInfo
 from kbench.timing.probe import probe_device
-from kbench.kernels.inputs import build_inputs, copy_bytes
+from kbench.kernels.inputs import build_inputs
 from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import select
-from kbench.timing.timer import GraphTimer, WallClockTimer
+from kbench.timing.states import Timed, Timers
+from kbench.engine.placement import Placement, placement
 from kbench.runs.rows import Row
-from kbench.cases.scenario import Scenario, Timing, scenario_from_dict
+from kbench.cases.scenario import Scenario, scenario_from_dict
 from kbench.runs.store import now_iso
-
-# input copies rotate until they cover this many times the L2 (cold-L2 is what an engine sees)
-L2_COVER = 3
-MAX_COPIES = 64
-# a measurement whose SM clock ends below this fraction of the maximum is repeated after a pause
-THROTTLE_FRAC = 0.9
-THROTTLE_RETRIES = 1
-THROTTLE_PAUSE_S = 0.3
-# device memory kept free beyond what a case needs (reference temporaries, workspaces, allocator slack)
-HEADROOM_BYTES = 6 << 30
-HOST_HEADROOM_BYTES = 1 << 30
 
 
 class CudaContextLost(RuntimeError):
@@ -68,6 +59,11 @@ class WallSplit:
 
     def as_dict(self) -> dict:
         return {k: round(v, 3) for k, v in vars(self).items()}
+
+    def add(self, delta: dict) -> None:
+        """Adds seconds spent elsewhere (an isolated worker's), by field name."""
+        for k, v in delta.items():
+            setattr(self, k, getattr(self, k) + v)
 
 
 @dataclass
@@ -103,28 +99,21 @@ def kernel_reason(kernel: Kernel, device: DeviceInfo, case: Case) -> str | None:
     return kernel.supports(device, case)
 
 
-def copies_for(case: Case, device: DeviceInfo, timing: Timing) -> int:
-    if not device.cuda or timing.l2 != "rotate" or not device.l2_bytes:
-        return 1
-    return max(1, min(MAX_COPIES, math.ceil(L2_COVER * device.l2_bytes / max(copy_bytes(case), 1))))
+@dataclass
+class CaseData:
+    """A case's inputs and reference output, built once for all its kernels, and where they were placed."""
+    inputs: object  # kbench.kernels.inputs.Inputs
+    ref: object  # the reference output (float32)
+    tolerance: float
+    where: Placement
+    cuda: bool
 
+    def release(self) -> None:
+        self.inputs = self.ref = None
+        if self.cuda:
+            import torch
 
-def fits(case: Case, copies: int, device: DeviceInfo) -> str | None:
-    """Why the case cannot fit on the device (checked before anything is allocated), or None."""
-    if not device.cuda:  # host memory: inputs plus the float32 reference's working set
-        from kbench.timing.hardware import host_available_bytes
-
-        avail, need = host_available_bytes(), 2 * copies * copy_bytes(case) + HOST_HEADROOM_BYTES
-        if avail is not None and need > avail:
-            return f"needs {need / 2**30:.1f} GiB of host memory, {avail / 2**30:.1f} GiB available"
-        return None
-    import torch
-
-    free, _ = torch.cuda.mem_get_info(device.index)
-    need = copies * copy_bytes(case) + HEADROOM_BYTES
-    if need > free:
-        return f"needs {need / 2**30:.1f} GiB of device memory, {free / 2**30:.1f} GiB free"
-    return None
+            torch.cuda.empty_cache()
 
 
 def open_device(index: int) -> DeviceInfo:
@@ -136,11 +125,6 @@ def open_device(index: int) -> DeviceInfo:
             raise BadInput(f"--device {index}: this machine has {torch.cuda.device_count()} GPU(s)")
         torch.cuda.set_device(index)
     return probe_device(index)
-
-
-def make_timer(timing: Timing, dev: DeviceInfo):
-    rule = timing.stop_rule()
-    return GraphTimer(rule, warmup_ms=timing.warmup_ms, duty=timing.duty) if dev.cuda else WallClockTimer(rule)
 
 
 def _slowed(fn, n: int):
@@ -171,8 +155,7 @@ class CaseMeasurer:
             if name not in [k.name for k in self.kernels]:
                 raise BadInput(f"--slow-kernel: {name!r} is not among this sweep's kernels")
         self.dev = dev
-        self.timer = None
-        self.sustained = None  # the sustained state's timer and NVML sampler, made on first use
+        self.timers: Timers | None = None  # how a case is timed (kbench.timing.states), made by open()
         self.kernel_started = kernel_started or (lambda kernel, case: None)
         self.progress = progress or (lambda text: None)
         self.wall = WallSplit()
@@ -186,8 +169,8 @@ class CaseMeasurer:
     def open(self) -> DeviceInfo:
         if self.dev is None:
             self.dev = open_device(self.opt.device_index)
-        if self.timer is None:
-            self.timer = make_timer(self.sc.timing, self.dev)
+        if self.timers is None:
+            self.timers = Timers(self.sc.timing, self.dev.cuda, self.dev.index, self.progress)
         return self.dev
 
     def row(self, k: Kernel, case: Case, status: str, **kw) -> Row:
@@ -204,142 +187,135 @@ class CaseMeasurer:
         if self.dev.cuda and not cuda_context_usable(self.dev.index):
             raise CudaContextLost(row.kernel, row.case_id, row.reason)
 
-    def _timed(self, fn, copies: int):
-        """Time fn; when the SM clock has dropped below THROTTLE_FRAC of its maximum (power or thermal
-        throttling, seen on the H200 as 7% slower rows between back-to-back sweeps), pause and measure again."""
-        dev = self.dev
-        m = self.timer.measure(fn, copies)
-        if not dev.cuda:
-            return m, None, ""
-        from kbench.timing.hardware import clocks
-
-        for attempt in range(THROTTLE_RETRIES + 1):
-            c = clocks(dev.index)
-            clock, top = c.get("sm_mhz"), c.get("sm_max_mhz")
-            if clock is None or not top or clock >= THROTTLE_FRAC * top:
-                return m, clock, "" if attempt == 0 else f"re-measured {attempt}x after SM clock throttling"
-            if attempt == THROTTLE_RETRIES:
-                break
-            time.sleep(THROTTLE_PAUSE_S)
-            m = self.timer.measure(fn, copies)
-        return m, clock, f"SM clock {clock:.0f} MHz < {THROTTLE_FRAC:.0%} of max {top:.0f} MHz: throttled"
-
-    def _timed_sustained(self, fn, copies: int):
-        """The sustained state (kbench.timing.power): pre-load until power and clock settle, then back to back."""
-        from kbench.timing.power import NvmlSampler, measure_sustained, sustained_timer
-
-        first = self.sustained is None
-        if first:
-            self.sustained = (sustained_timer(self.sc.timing), NvmlSampler(self.dev.index))
-            self.progress("sustained state: heat soak (the GPU under load until its temperature is steady)")
-        timer, sampler = self.sustained
-        r = measure_sustained(timer, fn, copies, sampler, soak_first=first)
-        cols = dict(**r.summary.columns(), power_settle=r.settle.note)
-        note = "; ".join(x for x in (r.soak.line if r.soak else "", r.settle.note) if x)
-        return r.measurement, r.summary.sm_clock_mean_mhz, note, cols
-
+    # -- one case: its jobs in the order they run --------------------------------------------------------
     def measure(self, case: Case, done: set, bw: float | None, emit: Emit) -> None:
-        dev = self.open()
-        kernels = [k for k in self.kernels if (k.name, case.case_id) not in done]
-        runnable = []
-        for k in kernels:
-            reason = kernel_reason(k, dev, case)
-            if reason is None and k.path == "reference" and dev.cuda and "reference" not in self.sc.kernels:
+        """Every kernel of the case not in `done` gets one row: skipped (it cannot run here, or the case does not
+        fit), failed (inputs, check or timing raised), wrong (outside the tolerance) or ok (timed)."""
+        self.open()
+        runnable = self.runnable(case, done, emit)
+        where = self.place(case, runnable, emit) if runnable else None
+        data = self.build(case, where, runnable, emit) if where else None
+        if data is None:
+            return
+        for k in runnable:
+            self.measure_kernel(k, case, data, bw, emit)
+        data.release()
+
+    def runnable(self, case: Case, done: set, emit: Emit) -> list[Kernel]:
+        """The kernels of the case to measure; the others not in `done` get a skipped row with the reason."""
+        out = []
+        for k in self.kernels:
+            if (k.name, case.case_id) in done:
+                continue
+            reason = kernel_reason(k, self.dev, case)
+            if reason is None and k.path == "reference" and self.dev.cuda and "reference" not in self.sc.kernels:
                 reason = "the oracle: not timed on a GPU unless named in --kernels"
             if reason:
                 emit(self.row(k, case, "skipped", reason=reason))
             else:
-                runnable.append(k)
-        if not runnable:
-            return
-        copies = copies_for(case, dev, self.sc.timing)
-        no_fit = fits(case, 1, dev)
-        if no_fit:
+                out.append(k)
+        return out
+
+    def place(self, case: Case, runnable: list[Kernel], emit: Emit) -> Placement | None:
+        """Where the inputs go (kbench.engine.placement); a case that cannot fit: skipped rows, None."""
+        where = placement(case, self.dev, self.sc.timing)
+        if isinstance(where, str):
             for k in runnable:
-                emit(self.row(k, case, "skipped", reason=no_fit))
-            return
-        while copies > 1 and fits(case, copies, dev):
-            copies //= 2
+                emit(self.row(k, case, "skipped", reason=where))
+            return None
+        return where
+
+    def build(self, case: Case, where: Placement, runnable: list[Kernel], emit: Emit) -> "CaseData | None":
+        """The inputs (each rotating copy) and the float32 reference, once for all the case's kernels. Out of
+        memory (host or device) on a valid shape: a failed row for each kernel, None."""
         import torch
 
+        dev = self.dev
         self.progress(f"{case.case_id}: building inputs")
         t0 = time.perf_counter()
         try:
-            inputs = build_inputs(case, dev.torch_device, copies=copies, seed=self.opt.seed)
+            inputs = build_inputs(case, dev.torch_device, copies=where.copies, seed=self.opt.seed)
             self.wall.inputs_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             ref = reference_attention(inputs)
             if dev.cuda:
                 torch.cuda.synchronize()
-        except (RuntimeError, MemoryError) as e:  # out of memory (host or device) on a valid shape
+        except (RuntimeError, MemoryError) as e:
             inputs = ref = None
             if dev.cuda:
                 torch.cuda.empty_cache()
             for k in runnable:
                 self._failed(emit, self.row(k, case, "failed", reason="inputs/reference: " + first_line(e)))
-            return
+            return None
         self.wall.reference_s += time.perf_counter() - t0
-        tol = tolerance_for(case.dtype, case.kv_dtype, case.skip_softmax, case.q_dtype)
-        if not dev.cuda:
-            l2 = "cpu"
-        elif copies > 1:
-            l2 = f"rotate-{copies}"
-        elif self.sc.timing.l2 == "warm":
-            l2 = "warm"
-        else:  # one copy already spans L2_COVER x L2: every call streams it from HBM
-            l2 = f"exceeds-{L2_COVER}xL2"
-        for k in runnable:
-            self.progress(f"{case.case_id}: {k.name}")
-            self.kernel_started(k.name, case)
-            if dev.cuda:
-                torch.cuda.reset_peak_memory_stats(dev.index)
-            t0 = time.perf_counter()
-            try:
-                fn = k.prepare(inputs)
-                out = fn(0)
-                if dev.cuda:
-                    torch.cuda.synchronize()
-                chk = compare(k.checked_output(inputs, out), ref, tol)
-            except Exception as e:
-                self.wall.check_s += time.perf_counter() - t0
-                self._failed(emit, self.row(k, case, "failed", reason=first_line(e)))
-                continue
-            self.wall.check_s += time.perf_counter() - t0
-            errs = dict(rel_err=chk.rel_err, max_abs_err=chk.max_abs_err, tolerance=chk.tolerance)
-            if not chk.ok:
-                emit(self.row(k, case, "wrong", reason=chk.describe(), **errs))
-                continue
-            if k.name in self.opt.slow_kernel:
-                fn = _slowed(fn, self.opt.slow_kernel[k.name])
-            t0 = time.perf_counter()
-            try:
-                if dev.cuda and case.power == "sustained":
-                    m, clock, note, power_cols = self._timed_sustained(fn, copies)
-                elif dev.cuda:  # unthrottled: NVML sampled as well, so both states record what they ran at
-                    from kbench.timing.power import BackgroundSampler, NvmlSampler, PowerSummary
+        return CaseData(inputs, ref, tolerance_for(case.dtype, case.kv_dtype, case.skip_softmax, case.q_dtype),
+                        where, dev.cuda)
 
-                    with BackgroundSampler(NvmlSampler(dev.index)) as bg:
-                        m, clock, note = self._timed(fn, copies)
-                    power_cols = PowerSummary.of(bg.samples).columns()
-                else:
-                    (m, clock, note), power_cols = self._timed(fn, copies), {}
-            except Exception as e:
-                self.wall.timing_s += time.perf_counter() - t0
-                self._failed(emit, self.row(k, case, "failed", reason="timing: " + first_line(e), **errs))
-                continue
-            self.wall.timing_s += time.perf_counter() - t0
-            self.measurements += 1
-            kv_bw = case.kv_bytes(self.opt.seed) / (m.median_us * 1e-6) / 1e9
-            extra = {}
-            if dev.cuda:
-                extra = dict(sm_clock_mhz=clock, peak_mem_bytes=torch.cuda.max_memory_allocated(dev.index), reason=note,
-                             **power_cols)
-            emit(self.row(
-                k, case, "ok", median_us=m.median_us, p25_us=m.p25_us, p75_us=m.p75_us, iqr_us=m.iqr_us,
-                min_us=m.min_us, rel_spread=m.rel_spread, num_samples=len(m.samples_us),
-                calls_per_sample=m.calls_per_sample, samples_us=m.samples_us, timer=m.timer, l2=l2, stop=m.stop,
-                kv_bandwidth_gbs=kv_bw, roofline_frac=(kv_bw / bw) if bw else None, **errs, **extra,
-            ))
-        del inputs, ref
+    def measure_kernel(self, k: Kernel, case: Case, data: "CaseData", bw: float | None, emit: Emit) -> None:
+        """One kernel of the case: check it, then time it, then its ok row (or the row of the step that failed)."""
+        self.progress(f"{case.case_id}: {k.name}")
+        self.kernel_started(k.name, case)
+        checked = self.check(k, case, data, emit)
+        if checked is None:
+            return
+        fn, errs = checked
+        timed = self.time(k, case, fn, data.where.copies, errs, emit)
+        if timed is not None:
+            emit(self.ok_row(k, case, timed, data.where, bw, errs))
+
+    def check(self, k: Kernel, case: Case, data: "CaseData", emit: Emit):
+        """Prepare k, run it once on copy 0 (its output poisoned first by the kernel module) and compare with the
+        reference: (the callable to time, the error columns), or None once its failed or wrong row is out."""
+        import torch
+
+        dev = self.dev
         if dev.cuda:
-            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(dev.index)
+        t0 = time.perf_counter()
+        try:
+            fn = k.prepare(data.inputs)
+            out = fn(0)
+            if dev.cuda:
+                torch.cuda.synchronize()
+            chk = compare(k.checked_output(data.inputs, out), data.ref, data.tolerance)
+        except Exception as e:
+            self.wall.check_s += time.perf_counter() - t0
+            self._failed(emit, self.row(k, case, "failed", reason=first_line(e)))
+            return None
+        self.wall.check_s += time.perf_counter() - t0
+        errs = dict(rel_err=chk.rel_err, max_abs_err=chk.max_abs_err, tolerance=chk.tolerance)
+        if not chk.ok:
+            emit(self.row(k, case, "wrong", reason=chk.describe(), **errs))
+            return None
+        if k.name in self.opt.slow_kernel:
+            fn = _slowed(fn, self.opt.slow_kernel[k.name])
+        return fn, errs
+
+    def time(self, k: Kernel, case: Case, fn, copies: int, errs: dict, emit: Emit) -> Timed | None:
+        """Time fn in the case's timing state (kbench.timing.states); None once a failed row is out."""
+        t0 = time.perf_counter()
+        try:
+            timed = self.timers.time(case.power, fn, copies)
+        except Exception as e:
+            self.wall.timing_s += time.perf_counter() - t0
+            self._failed(emit, self.row(k, case, "failed", reason="timing: " + first_line(e), **errs))
+            return None
+        self.wall.timing_s += time.perf_counter() - t0
+        self.measurements += 1
+        return timed
+
+    def ok_row(self, k: Kernel, case: Case, timed: Timed, where: Placement, bw: float | None, errs: dict) -> Row:
+        """The row of a timed kernel: its times, KV bandwidth and roofline fraction, check and environment."""
+        m = timed.measurement
+        kv_bw = case.kv_bytes(self.opt.seed) / (m.median_us * 1e-6) / 1e9
+        env = dict(sm_clock_mhz=timed.clock_mhz, reason=timed.note, **timed.columns)
+        if self.dev.cuda:
+            import torch
+
+            env["peak_mem_bytes"] = torch.cuda.max_memory_allocated(self.dev.index)
+        return self.row(
+            k, case, "ok", median_us=m.median_us, p25_us=m.p25_us, p75_us=m.p75_us, iqr_us=m.iqr_us,
+            min_us=m.min_us, rel_spread=m.rel_spread, num_samples=len(m.samples_us),
+            calls_per_sample=m.calls_per_sample, samples_us=m.samples_us, timer=m.timer, l2=where.l2, stop=m.stop,
+            kv_bandwidth_gbs=kv_bw, roofline_frac=(kv_bw / bw) if bw else None, **errs, **env,
+        )

@@ -16,9 +16,8 @@ from kbench.cases.case import Case
 from kbench.errors import BadInput, first_line
 from kbench.device import DeviceInfo
 from kbench.runs.manifest import Manifest
-from kbench.engine.measure import (
-    L2_COVER, CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit,
-)
+from kbench.engine.measure import CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit
+from kbench.engine.placement import L2_COVER
 from kbench.runs.rows import Row
 from kbench.engine.shards import parse_shard, shard_cases  # noqa: F401 - still importable from here
 from kbench.cases.scenario import Scenario, scenario_data, scenario_from_dict

@@ -134,7 +134,7 @@ def flashinfer_harness_us(fn) -> tuple[float, float]:
 def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = "cuda", on_row=None,
                    spread_target: float = 0.01, budget_s: float = 2.0) -> list[TimerCheck]:
     from kbench.timing.probe import probe_device
-    from kbench.engine.measure import copies_for
+    from kbench.engine.placement import copies_for
     from kbench.cases.scenario import Timing
 
     dev = probe_device()

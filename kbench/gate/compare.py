@@ -407,7 +407,7 @@ def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bo
 def _same_power_state(base_rows: pd.DataFrame, cand_rows: pd.DataFrame) -> None:
     """The gate compares like with like: both runs measured in the same timing state(s) (kbench.timing.power), or
     BadInput (not overridable by --force: a sustained time is not a regression of an unthrottled one)."""
-    from kbench.timing.power import states_of
+    from kbench.timing.states import states_of
 
     sb, sc = states_of(base_rows), states_of(cand_rows)
     if sb != sc:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from kbench.cases import axes
 from kbench.errors import BadInput
-from kbench.timing.power import states_of
+from kbench.timing.states import states_of
 from kbench.runs.rows import CASE_COLUMNS
 from kbench.runs.winners import case_winners, measured
 

@@ -48,15 +48,6 @@ def reason_names(mask: int) -> list[str]:
                                                               if mask & ~sum(REASONS) else [])
 
 
-def states_of(rows) -> list[str]:
-    """The timing states a rows DataFrame holds, in axis order (an older run without the column: unthrottled)."""
-    from kbench.timing.states import DEFAULT_STATE, POWER_STATES
-
-    if "power" not in rows.columns:
-        return [DEFAULT_STATE]
-    return [s for s in POWER_STATES if (rows["power"] == s).any()]
-
-
 @dataclass(frozen=True)
 class PowerSample:
     power_w: float | None

@@ -26,7 +26,7 @@ from kbench.kernels.registry import get_kernel
 from kbench.timing.timer import GraphTimer, StopRule
 from kbench.cases.models import MODELS
 from kbench.cases.scenario import Timing
-from kbench.engine.measure import copies_for
+from kbench.engine.placement import copies_for
 from kbench.engine.validate import cupti_us_per_call
 
 H = MODELS["llama3-8b"]
