@@ -6,8 +6,10 @@ Usable without click::
     from kbench.server import ServerBenchConfig, run_server_bench
     result = run_server_bench(ServerBenchConfig(url="http://127.0.0.1:30000", batch_sizes=(1, 8)))
 
-A case that fails is a row (status failed, reason) and the run goes on unless fail_fast; a Ctrl-C (or SIGTERM
-under kbench.runs.signals.terminate_as_interrupt) finalizes the run folder as "interrupted" with every row measured so far, then raises ServerBenchInterrupted.
+A case that fails is a row (status failed, reason) and the run goes on unless fail_fast. The run folder's life
+(new or resumed, lock, journal, manifest, how it ends) is a kbench.runs.session.RunSession, as a sweep's: a Ctrl-C
+(or SIGTERM under kbench.runs.signals.terminate_as_interrupt) finalizes it as "interrupted" with every row measured
+so far, then ServerBenchInterrupted is raised.
 """
 from __future__ import annotations
 
@@ -37,8 +39,9 @@ from kbench.server.metrics import BatchTrace, metrics_from_trace
 from kbench.server.prompts import PromptPattern, parse_prompt_pattern
 from kbench.server.rows import ROW_KIND, SAMPLED, ServerBenchRow, case_id
 from kbench.server.workload import write_workload
-from kbench.runs.signals import stop_reason
-from kbench.runs.store import JOURNAL, RunWriter, new_run_dir, now_iso, read_journal
+from kbench.runs.manifest import Manifest
+from kbench.runs.session import RunSession
+from kbench.runs.store import now_iso
 
 RESULT_JSONL = "result.jsonl"  # SGLang-style lines, always written inside the run folder too
 WARMUP_INPUT_LEN, WARMUP_OUTPUT_LEN = 1024, 16  # SGLang's warm-up case
@@ -374,6 +377,39 @@ def _append_lines(paths: list[Path], line: dict) -> None:
         write_text(p, old + text)
 
 
+def _run_cases(config: ServerBenchConfig, runner: _Runner, ls: Listener, run: RunSession, cases: list[ServerCase],
+               result: ServerBenchResult) -> None:
+    """Each case not yet in the run (and, before the first case of a batch size, its warm-up), a row each."""
+    line_files = [run.dir / RESULT_JSONL] + ([Path(config.result_filename)] if config.result_filename else [])
+    ls.run_started(run.dir, result.backend, result.facts, cases)
+    warmed: set[int] = set()
+    for case in cases:
+        skip = runner.backend.skip_reason(case.batch_size, case.input_len, case.output_len)
+        if skip:
+            row, trace = runner._row(case, "skipped", skip), None
+        else:
+            if not config.skip_warmup and case.batch_size not in warmed:
+                warmed.add(case.batch_size)
+                wc = runner.warmup_case(case.batch_size)
+                if wc is not None:
+                    wrow, _ = runner.run_case(wc, warmup=True)
+                    result.warmups.append(wrow)
+                    ls.case_finished(wc, wrow, True)
+                    if wrow.status != "ok":
+                        ls.warning(f"warm-up bs={case.batch_size} failed: {wrow.reason}")
+            row, trace = runner.run_case(case)
+        run.append(row.to_dict())
+        result.rows.append(row)
+        if trace is not None:
+            result.traces[case.case_id] = trace
+        if row.status == "ok":
+            _append_lines(line_files, row.result_line())
+        ls.case_finished(case, row, False)
+        if row.status == "failed" and config.fail_fast:
+            run.status = "stopped"
+            break
+
+
 def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None, *,
                      sleep: Callable[[float], None] = time.sleep,
                      session: requests.Session | None = None) -> ServerBenchResult:
@@ -395,76 +431,25 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
                    "prompt of a batch has the case's input length")
     cases = config.cases()
     if config.resume:
-        run_dir = Path(config.resume)
-        writer = RunWriter(run_dir, {}, resume=True)
-        if writer.manifest.get("kind") != ROW_KIND:
-            raise BadInput(f"{run_dir}: not a server-bench run (kind {writer.manifest.get('kind')!r})")
-        done = set(read_journal(run_dir / JOURNAL, ROW_KIND)["case_id"])
-        cases = [c for c in cases if c.case_id not in done]
+        run_session = RunSession.resume(config.resume, kind=ROW_KIND)
     else:
-        run_dir = new_run_dir(config.out_dir, f"server-bench-{config.run_name}")
-    manifest = {
-        "kind": ROW_KIND,
-        "command": config.command if config.command is not None else sys.argv,
-        "kbench_version": __version__,
-        "url": config.url,
-        "backend": backend,
-        "model": facts.model,
-        "server": facts.info,
-        "vocab_size": facts.vocab_size,
-        "vocab_source": facts.vocab_source,
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()
-                   if k not in ("command", "resume")},
-        "cases": [c.case_id for c in config.cases()],
-    }
-    if not config.resume:
-        writer = RunWriter(run_dir, manifest)
-    result = ServerBenchResult(run_dir, "running", backend, facts)
-    line_files = [run_dir / RESULT_JSONL] + ([Path(config.result_filename)] if config.result_filename else [])
-    ls.run_started(run_dir, backend, facts, cases)
-    warmed: set[int] = set()
-    status = "complete"
+        run_session = RunSession.new(config.out_dir, f"server-bench-{config.run_name}", Manifest(
+            kind=ROW_KIND, command=config.command if config.command is not None else sys.argv,
+            kbench_version=__version__, url=config.url, backend=backend, model=facts.model, server=facts.info,
+            vocab_size=facts.vocab_size, vocab_source=facts.vocab_source,
+            config={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()
+                    if k not in ("command", "resume")},
+            cases=[c.case_id for c in config.cases()]))
+    result = ServerBenchResult(run_session.dir, "running", backend, facts)
     try:
-        for case in cases:
-            skip = runner.backend.skip_reason(case.batch_size, case.input_len, case.output_len)
-            if skip:
-                row, trace = runner._row(case, "skipped", skip), None
-            else:
-                if not config.skip_warmup and case.batch_size not in warmed:
-                    warmed.add(case.batch_size)
-                    wc = runner.warmup_case(case.batch_size)
-                    if wc is not None:
-                        wrow, _ = runner.run_case(wc, warmup=True)
-                        result.warmups.append(wrow)
-                        ls.case_finished(wc, wrow, True)
-                        if wrow.status != "ok":
-                            ls.warning(f"warm-up bs={case.batch_size} failed: {wrow.reason}")
-                row, trace = runner.run_case(case)
-            writer.append(row.to_dict())
-            result.rows.append(row)
-            if trace is not None:
-                result.traces[case.case_id] = trace
-            if row.status == "ok":
-                _append_lines(line_files, row.result_line())
-            ls.case_finished(case, row, False)
-            if row.status == "failed" and config.fail_fast:
-                status = "stopped"
-                break
+        with run_session as run:
+            cases = [c for c in cases if (c.case_id,) not in run.done]
+            _run_cases(config, runner, ls, run, cases, result)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.runs.signals.terminate_as_interrupt
-        result.status = "interrupted"
-        writer.update_manifest(interrupted_at=now_iso(), stopped_by=stop_reason(e))
-        writer.finalize("interrupted")
+        result.status = "interrupted"  # the session ended the run interrupted, every row so far kept
         raise ServerBenchInterrupted(result, getattr(e, "signum", None)) from None
-    except BaseException as e:
-        try:  # a write that failed (full disk, ...): interrupted with the reason; anything else: crashed
-            writer.update_manifest(stopped_by=str(e)[:300])
-            writer.finalize("interrupted" if isinstance(e, (OSError, BadInput)) else "crashed")
-        except (OSError, KbenchError):
-            pass  # the disk that failed the row may fail the manifest too: the journal's rows are kept
-        raise
-    writer.finalize(status)
-    result.status = status
-    write_workload(run_dir, facts.info, backend, facts.model)  # RUN/workload.jsonl for kbench recommend
+    result.status = run_session.status
+    write_workload(run_session.dir, facts.info, backend, facts.model)  # RUN/workload.jsonl for kbench recommend
     if config.show_report or (config.append_to_github_summary and os.environ.get("GITHUB_STEP_SUMMARY")):
         from kbench.server.summary import append_github_step_summary, report_summary
 
