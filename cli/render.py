@@ -164,3 +164,115 @@ def skipped_reasons(rows: pd.DataFrame) -> Table | None:
     for (k, reason), g in s.groupby(["kernel", "reason"], sort=False):
         t.add_row(k, str(len(g)), reason)
     return t
+
+
+# -- kbench sweep: what it says before, and the summary and exit code after ------------------------------------
+CPU_S_PER_CASE = 0.5  # inputs, reference and check of a case on a CPU, beyond its timing
+CPU_WARN_S = 180
+
+
+def cpu_sweep_warning(n_cases: int, timing) -> str | None:
+    """On a CPU (no CUDA): a warning when the sweep will take more than a few minutes, with how to narrow it."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    est = n_cases * (max(timing.budget_s, timing.min_time_s) + CPU_S_PER_CASE)
+    if est <= CPU_WARN_S:
+        return None
+    return (f"on a CPU these {n_cases} cases take up to about {est / 60:.0f} min (the reference is timed up to "
+            f"{timing.budget_s:g} s per case; the FlashInfer kernels need a GPU); narrow the grid with "
+            f"--batch-size/--q-len/--kv-len, or lower --budget")
+
+
+def sweep_header(console: Console, sc, n_cases: int) -> None:
+    console.print(f"[bold]{sc.name}[/]: {n_cases} cases x {len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels "
+                  f"({sc.source})")
+    long_cpu = cpu_sweep_warning(n_cases, sc.timing)
+    if long_cpu:
+        console.print(f"[yellow]{long_cpu}[/]")
+
+
+def sweep_summary(console: Console, result, stop, allow_wrong: bool, max_table_cases: int) -> int:
+    """The tables, the skipped kernels, the device/rows/wall lines, the adaptive line and how the run ended;
+    returns the exit code: 2 the run cannot be written, 1 a lost CUDA context or a wrong kernel (unless
+    allow_wrong), 128 + the signal when interrupted, else 0."""
+    import click
+
+    from kbench.runs.store import read_manifest
+
+    rows = result.rows
+    for t in summary_tables(rows, result.ceiling_gbs, max_table_cases):
+        console.print(t)
+    skipped = skipped_reasons(rows)
+    if skipped is not None:
+        console.print(skipped)
+    w = result.wall
+    counts = rows["status"].value_counts().to_dict()
+    console.print(
+        f"device: {result.device.name} (SM{result.device.sm})  copy bandwidth {fmt_bw(result.copy_bandwidth_gbs)}, read "
+        f"bandwidth {fmt_bw(result.read_bandwidth_gbs)} (the roofline ceiling: {fmt_bw(result.ceiling_gbs)})\n"
+        f"rows: {len(rows)} ({', '.join(f'{k} {v}' for k, v in counts.items())}); timed {result.measurements} this call\n"
+        f"wall {w.total_s:.1f} s: compile {w.compile_s:.1f}, inputs {w.inputs_s:.1f}, reference {w.reference_s:.1f}, "
+        f"check {w.check_s:.1f}, timing {w.timing_s:.1f}\n"
+        f"run: {result.run_dir}"
+    )
+    ada_block = read_manifest(result.run_dir).get("adaptive")
+    if ada_block and ada_block.get("stop_rule"):
+        console.print(f"adaptive: {ada_block['measured_cases']} of {ada_block['grid_cases']} cases measured in "
+                      f"{ada_block['rounds']} round(s) ({', '.join(f'{k} {v}' for k, v in ada_block['points'].items())}; "
+                      f"{ada_block['pruned']} kernel(s) pruned); stopped: {ada_block['stop_rule']}", markup=False)
+    if result.error.startswith("cannot write"):
+        click.echo(f"error: {result.error}; the journal keeps {len(rows)} complete row(s); free space, then "
+                   f"kbench sweep --resume {result.run_dir}", err=True)
+        return 2
+    if result.error:
+        console.print(f"[bold red]stopped: {result.error}[/]\n[yellow]rows so far are kept; finish in a fresh process "
+                      f"with kbench sweep --resume {result.run_dir} (isolation, the default on a GPU, restarts "
+                      f"its worker instead)[/]")
+        return 1
+    if result.status == "interrupted":
+        console.print(f"[yellow]interrupted ({stop.reason}): rows so far are kept; finish with "
+                      f"kbench sweep --resume {result.run_dir}[/]")
+        return stop.exit_code
+    bad = rows[rows["status"] == "wrong"]
+    if len(bad):
+        console.print(f"[bold red]{len(bad)} kernel result(s) WRONG against the reference[/]"
+                      + ("" if allow_wrong else " (exit 1; --allow-wrong to accept)"))
+        if not allow_wrong:
+            return 1
+    return 0
+
+
+class DevicesProgress:
+    """`kbench sweep --devices`: a progress line per shard worker (rows done so far); `with ... as on_poll`."""
+
+    def __init__(self, console: Console, sc, devices: list[int]):
+        self.console, self.sc, self.devices = console, sc, devices
+        self.progress = Progress(console=console)
+        self.tasks: dict = {}
+
+    def __enter__(self):
+        self.console.print(f"[bold]{self.sc.name}[/]: {len(self.sc.cases())} cases over {len(self.devices)} worker(s) "
+                           f"on GPU(s) {self.devices}")
+        self.progress.__enter__()
+        return self.poll
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def poll(self, workers) -> None:
+        for w in workers:
+            if w.shard not in self.tasks:
+                self.tasks[w.shard] = self.progress.add_task(f"shard {w.shard} on GPU {w.device}", total=None)
+            self.progress.update(self.tasks[w.shard], completed=w.rows_done(),
+                                 description=f"shard {w.shard} on GPU {w.device}" + ("" if w.proc.poll() is None else " done"))
+
+
+def devices_summary(console: Console, run, n_devices: int, max_table_cases: int) -> None:
+    """The merged run of `kbench sweep --devices`: its tables and the workers' wall times."""
+    ceiling = run.manifest.get("read_bandwidth_gbs") or run.manifest.get("copy_bandwidth_gbs")
+    for t in summary_tables(run.rows, ceiling, max_table_cases):
+        console.print(t)
+    wall = [m.get("wall_s", {}).get("total_s") for m in run.manifest["merged_from"]]
+    console.print(f"merged {len(run.rows)} rows from {n_devices} shard(s) (worker wall s: {wall})\nrun: {run.path}")

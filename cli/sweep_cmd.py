@@ -1,37 +1,24 @@
 """`kbench sweep`: expand the grid, check every kernel against the reference, time it, write a run."""
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
 import click
-from rich.console import Console
 
 from kbench.cases.axes import GRID, axes_with
 from kbench.cli.console import make_console
-from kbench.errors import BadInput
-from kbench.engine.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
-from kbench.cases.scenario import apply_overrides, load_scenario
-from kbench.engine.devices import parse_devices, run_on_devices
-from kbench.runs.store import load_run, name_note
-from kbench.engine.sweep import Sweep, SweepOptions, parse_shard, scenario_of_run, shard_cases, sweep_payload
-from kbench.runs.store import check_resumable, read_manifest
-
+from kbench.engine.devices import run_on_devices
+from kbench.engine.plans.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
+from kbench.engine.request import SweepRequest
+from kbench.engine.sweep import Sweep, sweep_payload
 from kbench.runs.outputs import writable_dir
 from kbench.runs.signals import terminate_as_interrupt
+from kbench.runs.store import load_run, name_note
 
 from kbench.cli.options import examples
-from kbench.cli.render import RichSweepObserver, fmt_bw, skipped_reasons, summary_tables
-
-
-def _slow(values: tuple[str, ...]) -> dict[str, int]:
-    out = {}
-    for v in values:
-        name, sep, n = v.partition("=")
-        if not sep or not n.strip().isdecimal() or int(n) < 2:
-            raise BadInput(f"--slow-kernel: expected KERNEL=N with N >= 2, got {v!r}")
-        out[name.strip()] = int(n)
-    return out
+from kbench.cli.render import DevicesProgress, RichSweepObserver, devices_summary, sweep_header, sweep_summary
 
 
 def grid_axis_options(f):
@@ -79,9 +66,7 @@ def grid_axis_options(f):
 @click.option("--budget-minutes", type=click.FloatRange(0, min_open=True), help="With --adaptive: stop after this many minutes of sweep wall time (compile included; a --resume adds to the run's earlier calls).")
 @click.option("--regret-bound", type=click.FloatRange(0, 100, max_open=True), default=ADAPTIVE.regret_bound * 100, show_default=True, help="With --adaptive: percent; stop when no unmeasured point can change the policy by more than this.")
 @click.option("--coarse-step", type=click.IntRange(1), default=ADAPTIVE.coarse_step, show_default=True, help="With --adaptive: the coarse sub-grid takes every Nth value of each axis (and the last).")
-def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, duty, l2, out_dir, run_name, resume,
-          device_index, seed, allow_wrong, slow_kernel, compile_workers, jit_cache, shard, devices, isolate,
-          max_table_cases, force, adaptive, budget_measurements, budget_minutes, regret_bound, coarse_step, **grid):
+def sweep(**params):
     """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
 
     Each kernel's output is checked against a float32 torch reference before it is timed (CUDA-graph
@@ -93,185 +78,53 @@ def sweep(scenario, model, heads, kernels, spread_target, budget_s, min_time_s, 
     sweep, 2 on bad input.
     """
     console = make_console()
-    ada = _adaptive_options(adaptive, budget_measurements, budget_minutes, regret_bound, coarse_step, resume)
-    if jit_cache is not None:
-        import os
-
-        os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(writable_dir(jit_cache, "--jit-cache"))
-    axes = dict(**grid, model=model, heads=heads, kernels=kernels,
-                spread_target=spread_target, budget_s=budget_s, l2=l2, min_time_s=min_time_s, duty=duty)
-    if resume:
-        if any(v is not None for v in axes.values()):
-            raise BadInput("--resume takes the scenario from the run; drop the axis options")
-        manifest = read_manifest(resume)
-        fixed = [flag for name, flag in _FIXED_BY_RUN if _given(name)]
-        if fixed:
-            raise BadInput(f"--resume finishes the run as it was started: {', '.join(fixed)} cannot change it "
-                           f"(drop {'them' if len(fixed) > 1 else 'it'})")
-        check_resumable(resume, manifest)
-        from kbench.timing.probe import probe_device
-        from kbench.runs.resume import check_resume
-
-        nothing = check_resume(resume, manifest, probe_device(device_index, with_flashinfer=False).to_dict(), force)
-        if nothing:
-            console.print(nothing, markup=False)
-            return
-        try:
-            sc = scenario_of_run(manifest)
-        except (KeyError, TypeError, AttributeError) as e:  # a hand-edited or foreign manifest
-            raise BadInput(f"{resume}: the manifest's scenario is incomplete ({type(e).__name__}: {e})") from None
+    request = _request(params)
+    checked = request.check(note=lambda line: click.echo(line, err=True))
+    if checked.nothing_to_do:
+        console.print(checked.nothing_to_do, markup=False)
+        return
+    if checked.jit_cache is not None:
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = checked.jit_cache
+    if checked.devices is not None:
+        code = _sweep_on_devices(console, request, checked)
     else:
-        if force:
-            raise BadInput("--force goes with --resume")
-        sc = apply_overrides(load_scenario(scenario), **axes)
-        writable_dir(out_dir, "--out", create=False)  # the run folder is made when the sweep starts
-    if resume and ada is not None and "adaptive" not in manifest:
-        raise BadInput(f"{resume} is a full-grid sweep, not an adaptive one: resume it without --adaptive or budgets")
-    opts = SweepOptions(adaptive=ada, out_dir=out_dir, resume=resume, run_name=run_name, device_index=device_index, seed=seed,
-                        slow_kernel=_slow(slow_kernel), compile_workers=compile_workers, isolate=isolate, command_line=shlex.join(["kbench", *sys.argv[1:]]))
-    if ada is not None and (devices or shard):
-        raise BadInput("--adaptive plans from the whole grid's rows: drop --shard/--devices")
-    note = name_note(run_name)
-    if note:
-        click.echo(note, err=True)
-    if devices:
-        if _given("device_index"):
-            raise BadInput("--device and --devices: give one (--device: this process on one GPU; --devices: a worker "
-                           "per listed GPU)")
-        if shard or resume:
-            raise BadInput("--devices runs its own shards: drop --shard/--resume")
-        import torch
-
-        devs = parse_devices(devices, torch.cuda.device_count() if torch.cuda.is_available() else 0)
-        return _sweep_on_devices(console, sc, opts, devs, out_dir, run_name or sc.name, allow_wrong, max_table_cases)
-    opts.shard = parse_shard(shard) if shard else None  # isdecimal digits only: int() takes each
-    cases = shard_cases(sc.cases(), opts.shard)
-    runner = Sweep(sc, opts)  # refuses bad --slow-kernel names before anything is printed
-    console.print(f"[bold]{sc.name}[/]: {len(cases)} cases x {len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels "
-                  f"({sc.source})")
-    long_cpu = cpu_sweep_warning(len(cases), sc.timing)
-    if long_cpu:
-        console.print(f"[yellow]{long_cpu}[/]")
-    with terminate_as_interrupt() as stop, RichSweepObserver(console) as obs:
-        runner.obs = obs
-        result = runner.run()
-    rows = result.rows
-    for t in summary_tables(rows, result.ceiling_gbs, max_table_cases):
-        console.print(t)
-    skipped = skipped_reasons(rows)
-    if skipped is not None:
-        console.print(skipped)
-    w = result.wall
-    counts = rows["status"].value_counts().to_dict()
-    console.print(
-        f"device: {result.device.name} (SM{result.device.sm})  copy bandwidth {fmt_bw(result.copy_bandwidth_gbs)}, read "
-        f"bandwidth {fmt_bw(result.read_bandwidth_gbs)} (the roofline ceiling: {fmt_bw(result.ceiling_gbs)})\n"
-        f"rows: {len(rows)} ({', '.join(f'{k} {v}' for k, v in counts.items())}); timed {result.measurements} this call\n"
-        f"wall {w.total_s:.1f} s: compile {w.compile_s:.1f}, inputs {w.inputs_s:.1f}, reference {w.reference_s:.1f}, "
-        f"check {w.check_s:.1f}, timing {w.timing_s:.1f}\n"
-        f"run: {result.run_dir}"
-    )
-    ada_block = read_manifest(result.run_dir).get("adaptive")
-    if ada_block and ada_block.get("stop_rule"):
-        console.print(f"adaptive: {ada_block['measured_cases']} of {ada_block['grid_cases']} cases measured in "
-                      f"{ada_block['rounds']} round(s) ({', '.join(f'{k} {v}' for k, v in ada_block['points'].items())}; "
-                      f"{ada_block['pruned']} kernel(s) pruned); stopped: {ada_block['stop_rule']}", markup=False)
-    if result.error.startswith("cannot write"):
-        click.echo(f"error: {result.error}; the journal keeps {len(rows)} complete row(s); free space, then "
-                   f"kbench sweep --resume {result.run_dir}", err=True)
-        sys.exit(2)
-    if result.error:
-        console.print(f"[bold red]stopped: {result.error}[/]\n[yellow]rows so far are kept; finish in a fresh process "
-                      f"with kbench sweep --resume {result.run_dir} (isolation, the default on a GPU, restarts "
-                      f"its worker instead)[/]")
-        sys.exit(1)
-    if result.status == "interrupted":
-        console.print(f"[yellow]interrupted ({stop.reason}): rows so far are kept; finish with "
-                      f"kbench sweep --resume {result.run_dir}[/]")
-        sys.exit(stop.exit_code)
-    bad = rows[rows["status"] == "wrong"]
-    if len(bad):
-        console.print(f"[bold red]{len(bad)} kernel result(s) WRONG against the reference[/]"
-                      + ("" if allow_wrong else " (exit 1; --allow-wrong to accept)"))
-        if not allow_wrong:
-            sys.exit(1)
+        sc = checked.scenario
+        runner = Sweep(sc, checked.options)  # refuses bad --slow-kernel names before anything is printed
+        sweep_header(console, sc, len(checked.plan.cases()))
+        with terminate_as_interrupt() as stop, RichSweepObserver(console) as obs:
+            runner.obs = obs
+            result = runner.run(checked.plan)
+        code = sweep_summary(console, result, stop, request.allow_wrong, request.max_table_cases)
+    if code:
+        sys.exit(code)
 
 
-def _adaptive_options(adaptive, budget_measurements, budget_minutes, regret_bound, coarse_step, resume):
-    """AdaptiveOptions from the flags, or None. With --resume an adaptive run keeps its settings from its
-    manifest (only the budgets may be given again)."""
-    from kbench.engine.adaptive_options import AdaptiveOptions
-
-    tuning = [f for f, n in (("--regret-bound", "regret_bound"), ("--coarse-step", "coarse_step")) if _given(n)]
-    budgets = budget_measurements is not None or budget_minutes is not None
-    if not adaptive and not resume and (tuning or budgets):
-        raise BadInput(f"{(tuning or ['--budget-measurements/--budget-minutes'])[0]} goes with --adaptive")
-    if resume:
-        if tuning:
-            raise BadInput(f"--resume keeps the run's adaptive settings: drop {', '.join(tuning)}")
-        if not adaptive and not budgets:
-            return None  # the run's manifest says whether it is adaptive
-    elif not adaptive:
-        return None
-    return AdaptiveOptions(regret_bound=regret_bound / 100, coarse_step=coarse_step,
-                           budget_measurements=budget_measurements, budget_minutes=budget_minutes).check()
+# the flags that override the scenario (the request's overrides; --resume refuses them)
+_OVERRIDES = ("model", "heads", "kernels", "spread_target", "budget_s", "l2", "min_time_s", "duty")
 
 
-CPU_S_PER_CASE = 0.5  # inputs, reference and check of a case on a CPU, beyond its timing
-CPU_WARN_S = 180
-
-
-def cpu_sweep_warning(n_cases: int, timing) -> str | None:
-    """On a CPU (no CUDA): a warning when the sweep will take more than a few minutes, with how to narrow it."""
-    import torch
-
-    if torch.cuda.is_available():
-        return None
-    est = n_cases * (max(timing.budget_s, timing.min_time_s) + CPU_S_PER_CASE)
-    if est <= CPU_WARN_S:
-        return None
-    return (f"on a CPU these {n_cases} cases take up to about {est / 60:.0f} min (the reference is timed up to "
-            f"{timing.budget_s:g} s per case; the FlashInfer kernels need a GPU); narrow the grid with "
-            f"--batch-size/--q-len/--kv-len, or lower --budget")
-
-
-# options fixed by the run that --resume finishes: given with --resume they are refused, not ignored
-_FIXED_BY_RUN = (("scenario", "--scenario"), ("out_dir", "--out"), ("run_name", "--name"), ("shard", "--shard"),
-                 ("devices", "--devices"), ("seed", "--seed"))
-
-
-def _given(name: str) -> bool:
+def _request(params: dict) -> SweepRequest:
+    """The command's parameters as a SweepRequest, with the names of those given (not left at their defaults)."""
     from click.core import ParameterSource
 
-    src = click.get_current_context().get_parameter_source(name)
-    return src in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    ctx = click.get_current_context()
+    given = frozenset(n for n in params if ctx.get_parameter_source(n) in (ParameterSource.COMMANDLINE,
+                                                                           ParameterSource.ENVIRONMENT))
+    params = dict(params)
+    overrides = {n: params.pop(n) for n in [*(a.name for a in axes_with(GRID)), *_OVERRIDES]}
+    return SweepRequest(**params, overrides=overrides, given=given, command_line=shlex.join(["kbench", *sys.argv[1:]]))
 
 
-def _sweep_on_devices(console, sc, opts, devices, out_dir, name, allow_wrong, max_table_cases):
-    from rich.progress import Progress
-
-    n_cases = len(sc.cases())
-    console.print(f"[bold]{sc.name}[/]: {n_cases} cases over {len(devices)} worker(s) on GPU(s) {devices}")
-    with Progress(console=console) as prog:
-        tasks = {}
-
-        def poll(workers):
-            for w in workers:
-                if w.shard not in tasks:
-                    tasks[w.shard] = prog.add_task(f"shard {w.shard} on GPU {w.device}", total=None)
-                prog.update(tasks[w.shard], completed=w.rows_done(),
-                            description=f"shard {w.shard} on GPU {w.device}" + ("" if w.proc.poll() is None else " done"))
-
+def _sweep_on_devices(console, request: SweepRequest, checked) -> int:
+    """One worker per GPU over the shards, merged into one run; exit 1 when a kernel was wrong."""
+    sc, opts = checked.scenario, checked.options
+    with DevicesProgress(console, sc, checked.devices) as on_poll:
         Sweep(sc, opts)  # refuses bad --slow-kernel names before a worker starts
-        merged = run_on_devices(sweep_payload(sc, opts), devices, out_dir, name, on_poll=poll)
+        merged = run_on_devices(sweep_payload(sc, opts), checked.devices, opts.out_dir, opts.run_name or sc.name,
+                                on_poll=on_poll)
     run = load_run(merged)
-    ceiling = run.manifest.get("read_bandwidth_gbs") or run.manifest.get("copy_bandwidth_gbs")
-    for t in summary_tables(run.rows, ceiling, max_table_cases):
-        console.print(t)
-    wall = [m.get("wall_s", {}).get("total_s") for m in run.manifest["merged_from"]]
-    console.print(f"merged {len(run.rows)} rows from {len(devices)} shard(s) (worker wall s: {wall})\nrun: {merged}")
-    if (run.rows["status"] == "wrong").any() and not allow_wrong:
-        sys.exit(1)
+    devices_summary(console, run, len(checked.devices), request.max_table_cases)
+    return 1 if (run.rows["status"] == "wrong").any() and not request.allow_wrong else 0
 
 
 @click.command("merge", epilog=examples(

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from kbench.engine.adaptive import (COARSE, CROSSOVER, STEP, TIE, AdaptiveOptions, Planner, replay, step_pairs)
+from kbench.engine.plans.adaptive import (COARSE, CROSSOVER, STEP, TIE, AdaptiveOptions, Planner, replay, step_pairs)
 from kbench.cli.main import cli
 from kbench.errors import BadInput
 from kbench.cases.models import MODELS
@@ -300,13 +300,13 @@ def test_adaptive_sweep_compiles_the_whole_grid_once_before_the_rounds(tmp_path,
     from kbench.engine.sweep import Sweep, scenario_of_run
 
     asked = []
-    real = Sweep._compile
+    real = Sweep.compile
 
-    def spy(self, dev, cases, done, in_process=True):
+    def spy(self, cases, done, in_process=True):
         asked.append({c.case_id for c in cases})
-        return real(self, dev, cases, done, in_process)
+        return real(self, cases, done, in_process)
 
-    monkeypatch.setattr(Sweep, "_compile", spy)
+    monkeypatch.setattr(Sweep, "compile", spy)
     r = CliRunner().invoke(cli, ["sweep", "--adaptive", "--kernels", fake_kernels, "--budget", "0.05",
                                  "--min-time", "0.02", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output

@@ -201,7 +201,7 @@ def test_axis_options_are_parsed_or_refused(tmp_path, opt, value):
 @given(opt=st.sampled_from(["--kernels", "--shard", "--slow-kernel", "--devices"]), value=AXIS_TEXT)
 def test_run_options_on_a_tiny_grid(tmp_path, opt, value):
     tmp_path = fresh(tmp_path)
-    from kbench.engine.devices import parse_devices
+    from kbench.engine.shards import parse_devices
 
     if opt == "--devices":
         try:

@@ -21,28 +21,6 @@ from kbench.engine.measure import Payload
 from kbench.runs.merge import merge_runs
 
 
-def parse_devices(text: str, available: int | None = None) -> list[int]:
-    """GPU indices, each once; with ``available`` (the GPUs torch sees) each must exist."""
-    try:
-        devs = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}") from None
-    if not devs or min(devs) < 0:
-        raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}")
-    dup = sorted({d for d in devs if devs.count(d) > 1})
-    if dup:
-        raise BadInput(f"--devices {text}: GPU {dup[0]} is listed twice (one worker per GPU)")
-    if available is not None:
-        if available == 0:
-            raise BadInput(f"--devices {text}: this machine has no GPU that torch can use; drop --devices to "
-                           f"sweep on the CPU")
-        bad = [d for d in devs if d >= available]
-        if bad:
-            raise BadInput(f"--devices {text}: GPU {bad[0]} does not exist (this machine has {available}: "
-                           f"0..{available - 1})")
-    return devs
-
-
 @dataclass
 class Worker:
     shard: int

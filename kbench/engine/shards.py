@@ -1,5 +1,6 @@
 """Slices of a sweep's grid: `--shard i/N`, or `--shard auto` where a scheduler runs the slices (a Slurm array,
-a Kubernetes Indexed Job); `kbench merge` joins them (kbench.runs.merge)."""
+a Kubernetes Indexed Job), and the per-GPU slices of `--devices` (kbench.engine.devices); `kbench merge` joins
+them (kbench.runs.merge)."""
 from __future__ import annotations
 
 import os
@@ -67,3 +68,25 @@ def shard_cases(cases: list[Case], shard: tuple[int, int] | None) -> list[Case]:
         return cases
     i, n = shard
     return [c for j, c in enumerate(cases) if j % n == i]
+
+
+def parse_devices(text: str, available: int | None = None) -> list[int]:
+    """GPU indices, each once; with ``available`` (the GPUs torch sees) each must exist."""
+    try:
+        devs = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}") from None
+    if not devs or min(devs) < 0:
+        raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}")
+    dup = sorted({d for d in devs if devs.count(d) > 1})
+    if dup:
+        raise BadInput(f"--devices {text}: GPU {dup[0]} is listed twice (one worker per GPU)")
+    if available is not None:
+        if available == 0:
+            raise BadInput(f"--devices {text}: this machine has no GPU that torch can use; drop --devices to "
+                           f"sweep on the CPU")
+        bad = [d for d in devs if d >= available]
+        if bad:
+            raise BadInput(f"--devices {text}: GPU {bad[0]} does not exist (this machine has {available}: "
+                           f"0..{available - 1})")
+    return devs

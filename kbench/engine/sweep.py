@@ -6,23 +6,24 @@ from __future__ import annotations
 
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from kbench import RESULT_SCHEMA_VERSION, __version__
 from kbench.cases.case import Case
-from kbench.errors import BadInput, first_line
 from kbench.device import DeviceInfo
 from kbench.runs.manifest import Manifest
-from kbench.engine.measure import CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit
+from kbench.engine.measure import CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit, kernel_reason
 from kbench.engine.placement import L2_COVER
+from kbench.engine.plans import PlannedCase, Round, SweepPlan
+from kbench.engine.request import SweepOptions, scenario_of_run
+from kbench.engine.shards import parse_shard, shard_cases  # noqa: F401 - importable here as before
 from kbench.runs.rows import Row
-from kbench.engine.shards import parse_shard, shard_cases  # noqa: F401 - still importable from here
-from kbench.cases.scenario import Scenario, scenario_data, scenario_from_dict
-from kbench.runs.signals import stop_reason
-from kbench.runs.store import RunWriter, new_run_dir, read_journal
+from kbench.cases.scenario import Scenario
+from kbench.runs.session import RunSession
+from kbench.runs.store import JOURNAL, read_journal
 
 
 class SweepObserver:
@@ -49,28 +50,10 @@ class SweepResult:
     ceiling_gbs: float | None = None  # roofline_frac's ceiling: the read figure, else (not measured) the copy figure
 
 
-@dataclass
-class SweepOptions:
-    out_dir: str | Path = "results"
-    resume: str | Path | None = None
-    run_name: str | None = None
-    device_index: int = 0
-    seed: int = 0
-    # test-only: {kernel: n} runs that kernel n times per timed call, to prove the gate catches slow-downs
-    slow_kernel: dict[str, int] = field(default_factory=dict)
-    command_line: str = ""
-    compile_workers: int | None = None  # None: kbench.engine.jit.default_workers()
-    shard: tuple[int, int] | None = None  # (i, n): only cases whose index in the grid is i mod n
-    # run kernels in a worker process restarted after a crash (kbench.engine.isolation); None: when CUDA is
-    # there (the CLI's default; the Python API passes False, because spawned workers re-import __main__)
-    isolate: bool | None = False
-    # kbench.engine.adaptive.AdaptiveOptions: measure a coarse sub-grid, then refine where the decision is uncertain
-    adaptive: object | None = None
-
-
 class Sweep:
-    """The run: the run folder, resume, compile, then each case measured (kbench.engine.measure) in this process
-    or in an isolated worker, rows appended to the journal as they come, the manifest finalised."""
+    """One sweep: a run session (kbench.runs.session: new folder or resume, lock, journal, manifest, finish rules)
+    in which a sweep plan's rounds (kbench.engine.plans) are compiled and measured (kbench.engine.measure) in this
+    process or in an isolated worker, each row appended to the journal as it comes."""
 
     def __init__(self, scenario: Scenario, options: SweepOptions | None = None,
                  observer: SweepObserver | None = None):
@@ -82,21 +65,44 @@ class Sweep:
                                      progress=lambda text: self.obs.advance(text))
         self.kernels = self.measurer.kernels
         self.wall = self.measurer.wall
-        if self.opt.adaptive is not None and self.opt.shard:
-            raise BadInput("--adaptive plans from the whole grid's rows: drop --shard/--devices")
         self._isolated = None
-        self.chosen_by: dict[str, str] = {}  # case_id -> how an adaptive sweep chose it (the rows' chosen_by)
+        self._isolated_measurements = 0  # timed in the isolated worker
         self._compiled: set[tuple] = set()  # (kernel, jit_key) compiled by this call
+        # while a run is open
+        self._run: RunSession | None = None
+        self._bw: float | None = None  # the roofline ceiling
+        self._isolate = False
+        self._t0 = time.perf_counter()
 
     def measure_options(self) -> MeasureOptions:
         return MeasureOptions(self.opt.device_index, self.opt.seed, dict(self.opt.slow_kernel))
 
+    # -- what a plan may ask while it runs (kbench.engine.plans.SweepState) ------------------------------------
     @property
     def measurements(self) -> int:
-        return self.measurer.measurements
+        """(kernel, case) pairs timed by this call."""
+        return self.measurer.measurements + self._isolated_measurements
+
+    def rows(self) -> pd.DataFrame:
+        return self._run.rows()
+
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def to_time(self, case: Case, skip=()) -> int:
+        dev = self.measurer.open()
+        return sum(1 for k in self.kernels if k.name not in skip and k.path != "reference"
+                   and (k.name, case.case_id) not in self._run.done and kernel_reason(k, dev, case) is None)
+
+    def kernel_paths(self) -> dict[str, str]:
+        return {k.name: k.path for k in self.kernels}
+
+    def missing(self, case: Case) -> int:
+        """How many of the case's kernels have no row yet."""
+        return sum(1 for k in self.kernels if (k.name, case.case_id) not in self._run.done)
 
     # -- set-up -----------------------------------------------------------------------------------
-    def _manifest(self, dev: DeviceInfo, bw: float | None) -> Manifest:
+    def _manifest(self, dev: DeviceInfo, bw: float | None, plan: SweepPlan) -> Manifest:
         from kbench.timing.hardware import clocks
 
         t = self.sc.timing
@@ -110,95 +116,86 @@ class Sweep:
                    "min_time_s": t.min_time_s, "duty": t.duty, "l2": t.l2, "l2_cover": L2_COVER, "warmup_ms": t.warmup_ms,
                    "fence": "one-element fill between calls (no PDL overlap between calls); its time subtracted",
                    "spread": "relative half-width of the 95% order-statistic CI of the median"},
-            slow_kernel=self.opt.slow_kernel, seed=self.opt.seed,
-            shard={"index": self.opt.shard[0], "count": self.opt.shard[1]} if self.opt.shard else None,
-            **({"adaptive": {"options": self.opt.adaptive.to_dict()}} if self.opt.adaptive else {}),
+            slow_kernel=self.opt.slow_kernel, seed=self.opt.seed, **plan.manifest_fields(),
         )
 
-    # -- the run -----------------------------------------------------------------------------------
-    def run(self) -> SweepResult:
-        t_start = time.perf_counter()
-        dev = self.measurer.open()
-        done: set[tuple[str, str]] = set()
+    def _session(self, dev: DeviceInfo, plan: SweepPlan) -> tuple[RunSession, float | None, float | None]:
+        """The run session; for a new run also the copy and read bandwidth, measured before its folder is made."""
         if self.opt.resume:
-            writer = RunWriter(self.opt.resume, {}, resume=True)
-            prev = read_journal(writer.dir / "rows.jsonl")
-            done = set(zip(prev["kernel"], prev["case_id"]))
-            copy_bw, read_bw = writer.manifest.get("copy_bandwidth_gbs"), writer.manifest.get("read_bandwidth_gbs")
-            bw = read_bw or copy_bw
-        else:
-            bw = copy_bw = read_bw = None
-            if dev.cuda:
-                self.obs.phase("measuring copy and read bandwidth")
-                from kbench.timing.hardware import copy_bandwidth_gbs, read_bandwidth_gbs
+            return RunSession.resume(self.opt.resume, kind="sweep"), None, None
+        copy_bw = read_bw = None
+        if dev.cuda:
+            self.obs.phase("measuring copy and read bandwidth")
+            from kbench.timing.hardware import copy_bandwidth_gbs, read_bandwidth_gbs
 
-                copy_bw = copy_bandwidth_gbs(dev.torch_device)
-                read_bw = read_bandwidth_gbs(dev.torch_device)
-                bw = read_bw or copy_bw  # the roofline ceiling
-            run_dir = new_run_dir(self.opt.out_dir, self.opt.run_name or self.sc.name)
-            ceiling = "read_bandwidth_gbs" if read_bw or not copy_bw else "copy_bandwidth_gbs"
-            manifest = self._manifest(dev, copy_bw)
-            manifest.update(read_bandwidth_gbs=read_bw, roofline_ceiling=ceiling)
-            writer = RunWriter(run_dir, manifest)
-        status, error = "complete", ""
+            copy_bw = copy_bandwidth_gbs(dev.torch_device)
+            read_bw = read_bandwidth_gbs(dev.torch_device)
+        manifest = self._manifest(dev, copy_bw, plan)
+        ceiling = "read_bandwidth_gbs" if read_bw or not copy_bw else "copy_bandwidth_gbs"
+        manifest.update(read_bandwidth_gbs=read_bw, roofline_ceiling=ceiling)
+        return RunSession.new(self.opt.out_dir, self.opt.run_name or self.sc.name, manifest), copy_bw, read_bw
+
+    # -- the run -----------------------------------------------------------------------------------
+    def run(self, plan: SweepPlan | None = None) -> SweepResult:
+        """Run `plan` (None: the plan the options ask for, SweepOptions.plan) into a new run folder, or into the
+        run being resumed. A Ctrl-C (or SIGTERM under kbench.runs.signals.terminate_as_interrupt), a lost CUDA
+        context or a journal that cannot grow end the run interrupted and return; anything else goes up."""
+        self._t0 = time.perf_counter()
+        dev = self.measurer.open()
+        plan = plan if plan is not None else self.opt.plan(self.sc)
+        session, copy_bw, read_bw = self._session(dev, plan)
+        error = ""
         try:
-            cases = shard_cases(self.sc.cases(), self.opt.shard or writer.manifest_shard())
-            isolate = dev.cuda if self.opt.isolate is None else self.opt.isolate
-            writer.manifest["isolated"] = bool(isolate)
-            if self.opt.adaptive is not None or "adaptive" in writer.manifest:
-                from kbench.engine.adaptive_sweep import run_adaptive
+            with session as run:
+                if run.resumed:
+                    copy_bw, read_bw = run.manifest.get("copy_bandwidth_gbs"), run.manifest.get("read_bandwidth_gbs")
+                self._run, self._bw = run, read_bw or copy_bw
+                try:
+                    self._isolate = dev.cuda if self.opt.isolate is None else self.opt.isolate
+                    run.manifest["isolated"] = bool(self._isolate)
+                    plan.open(run, self.kernel_paths())
+                    self.compile(plan.cases(), run.done, in_process=not self._isolate)
+                    if plan.intro:
+                        self.obs.phase(plan.intro)
+                    for rnd in plan.rounds(self):
+                        self.measure_round(rnd)
+                    plan.close(run)
+                except CudaContextLost as e:  # not isolated: this process can run nothing more on the GPU
+                    error = str(e)
+                    run.stop(error)
+                except OSError as e:  # the journal cannot grow (a full disk): complete rows kept
+                    error = f"cannot write the run: {e.strerror or e}"
+                    run.stop(error)
+                finally:
+                    self._close(run, dev, error)
+        except KeyboardInterrupt:  # the session ended the run interrupted, its stopped_by saying by what
+            pass
+        rows = read_journal(session.dir / JOURNAL)
+        return SweepResult(session.dir, rows, self.wall, session.status, dev, copy_bw, self.measurements, error,
+                           read_bandwidth_gbs=read_bw, ceiling_gbs=read_bw or copy_bw)
 
-                run_adaptive(self, writer, dev, cases, done, bw, isolate, t_start)
-            else:
-                todo = [c for c in cases if any((k.name, c.case_id) not in done for k in self.kernels)]
-                self._compile(dev, todo, done, in_process=not isolate)
-                self.obs.phase("measuring", total=sum(
-                    1 for c in todo for k in self.kernels if (k.name, c.case_id) not in done))
-                self.measure_cases(todo, dev, writer, done, bw, isolate)
-        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.runs.signals.terminate_as_interrupt
-            status = "interrupted"
-            writer.manifest["stopped_by"] = stop_reason(e)
-        except CudaContextLost as e:  # not isolated: this process can run nothing more on the GPU
-            status, error = "interrupted", str(e)
-            writer.manifest["stopped_by"] = error
-        except OSError as e:  # the journal cannot grow (a full disk): complete rows kept, the run interrupted
-            status, error = "interrupted", f"cannot write the run: {e.strerror or e}"
-            writer.manifest["stopped_by"] = error
-        except BaseException as e:  # anything else: the run is not complete, say why, then let it go up
-            status = "interrupted"
-            writer.manifest["stopped_by"] = first_line(e)
-            raise
-        finally:
-            if self._isolated is not None:
-                writer.manifest["worker_restarts"] = self._isolated.restarts
-                writer.manifest["cuda_context_losses"] = self._isolated.context_losses
-                self._isolated.close()
-            self.wall.total_s = time.perf_counter() - t_start
-            prev_wall = writer.manifest.get("wall_s")
-            writer.manifest["wall_s"] = self.wall.as_dict()
-            if prev_wall:
-                writer.manifest.setdefault("wall_s_earlier", []).append(prev_wall)
-            # cumulative over --resume calls (SweepResult.measurements counts this call)
-            writer.manifest["measurements"] = int(writer.manifest.get("measurements") or 0) + self.measurements
-            if dev.cuda and not error:
-                from kbench.timing.hardware import clocks
+    def _close(self, run: RunSession, dev: DeviceInfo, error: str) -> None:
+        """What this call adds to the manifest however it ended: worker restarts, wall time, measurements, clocks."""
+        if self._isolated is not None:
+            run.manifest["worker_restarts"] = self._isolated.restarts
+            run.manifest["cuda_context_losses"] = self._isolated.context_losses
+            self._isolated.close()
+        self.wall.total_s = time.perf_counter() - self._t0
+        prev_wall = run.manifest.get("wall_s")
+        run.manifest["wall_s"] = self.wall.as_dict()
+        if prev_wall:
+            run.manifest.setdefault("wall_s_earlier", []).append(prev_wall)
+        # cumulative over --resume calls (SweepResult.measurements counts this call)
+        run.manifest["measurements"] = int(run.manifest.get("measurements") or 0) + self.measurements
+        if dev.cuda and not error:
+            from kbench.timing.hardware import clocks
 
-                writer.manifest["clocks_end"] = clocks(dev.index)
-            run_dir = writer.finalize(status)
-        rows = read_journal(run_dir / "rows.jsonl")
-        return SweepResult(run_dir, rows, self.wall, status, dev, copy_bw, self.measurements, error,
-                           read_bandwidth_gbs=read_bw, ceiling_gbs=bw)
+            run.manifest["clocks_end"] = clocks(dev.index)
 
-    def measure_cases(self, cases: list[Case], dev: DeviceInfo, writer: RunWriter, done, bw, isolate) -> None:
-        if isolate:
-            self._run_isolated(cases, dev, writer, done, bw)
-        else:
-            for case in cases:
-                self.measurer.measure(case, done, bw, self._emitter(writer, done))
-
-    def _compile(self, dev: DeviceInfo, cases: list[Case], done, in_process: bool = True) -> None:
+    def compile(self, cases: list[Case], done, in_process: bool = True) -> None:
         """Compile every JIT module the sweep needs before the first measurement: each distinct
         (kernel, jit_key) once, on a small case with the same key, in parallel processes."""
+        dev = self.measurer.open()
         if not dev.cuda:
             return
         from kbench.engine.jit import compile_all, compile_targets
@@ -219,55 +216,58 @@ class Sweep:
             self.obs.message(f"compile of {label} failed: {err}")
         self.wall.compile_s += time.perf_counter() - t0
 
-    def _emitter(self, writer: RunWriter, done):
+    def measure_round(self, rnd: Round) -> None:
+        """The round's cases that still lack a row, in order, as long as the plan admits them."""
+        if rnd.message:
+            self.obs.message(rnd.message)
+        todo = [pc for pc in rnd.cases if self.missing(pc.case)]
+        self.obs.phase(rnd.label, total=sum(self.missing(pc.case) for pc in todo))  # one advance per row
+        for pc in rnd.admitted(todo):
+            self.measure(pc)
+
+    def measure(self, pc: PlannedCase) -> None:
+        """One planned case: a skipped row for each kernel the plan pruned there, then every other kernel without
+        a row measured, here or in the isolated worker; each row says how the plan chose the case (chosen_by)."""
+        emit = self._emitter(pc.tag)
+        by_name = {k.name: k for k in self.kernels}
+        for name, reason in pc.pruned.items():
+            if (name, pc.case.case_id) not in self._run.done:
+                emit(self.measurer.row(by_name[name], pc.case, "skipped", reason=reason))
+        if self._isolate:
+            self._measure_isolated(pc, by_name, emit)
+        else:
+            self.measurer.measure(pc.case, self._run.done, self._bw, emit)
+
+    def _emitter(self, tag: str):
         def emit(row: Row) -> None:
-            row.chosen_by = self.chosen_by.get(row.case_id, row.chosen_by)
-            writer.append(row)
-            done.add(row.key())
+            row.chosen_by = tag
+            self._run.append(row)
             self.obs.row(row)
             self.obs.advance()
 
         return emit
 
-    def _run_isolated(self, cases: list[Case], dev: DeviceInfo, writer: RunWriter, done, bw) -> None:
+    def _measure_isolated(self, pc: PlannedCase, by_name: dict, emit) -> None:
         from kbench.engine.isolation import IsolatedRunner
 
-        if self._isolated is None:  # one worker for the run (an adaptive sweep comes back here per case)
+        if self._isolated is None:  # one worker for the run (every case of every round comes back here)
             self._isolated = IsolatedRunner(Payload.of(self.sc, self.measure_options()))
-        runner = self._isolated
-        by_name = {k.name: k for k in self.kernels}
-        emit = self._emitter(writer, done)
+        case = pc.case
 
         def on_row(rec):
-            rec["chosen_by"] = self.chosen_by.get(rec.get("case_id"), rec.get("chosen_by", ""))
-            writer.append(rec)
+            rec["chosen_by"] = pc.tag
+            self._run.append(rec)
             self.obs.row(Row(**rec))
             self.obs.advance()
 
-        for case in cases:
-            def on_failed(kernel, reason, case=case):
-                emit(self.measurer.row(by_name[kernel], case, "failed", reason=reason))
-                self.obs.message(f"{kernel} {case.case_id}: {reason}")
+        def on_failed(kernel, reason):
+            emit(self.measurer.row(by_name[kernel], case, "failed", reason=reason))
+            self.obs.message(f"{kernel} {case.case_id}: {reason}")
 
-            self.obs.advance(f"{case.case_id} (isolated worker)")
-            wall, n = runner.run_case(case, done, bw, on_row, on_failed)
-            for key, v in wall.items():
-                setattr(self.wall, key, getattr(self.wall, key) + v)
-            self.measurer.measurements += n
-
-
-def scenario_of_run(manifest: dict) -> Scenario:
-    try:
-        return _scenario_of_run(manifest)
-    except (KeyError, TypeError, AttributeError) as e:  # a hand-edited or foreign manifest
-        raise BadInput(f"the run's manifest holds an incomplete scenario ({type(e).__name__}: {e})") from None
-
-
-def _scenario_of_run(manifest: dict) -> Scenario:
-    d = manifest.get("scenario")
-    if not isinstance(d, dict):
-        raise BadInput("the run's manifest holds no scenario to resume")
-    return scenario_from_dict(scenario_data(d), f"{d.get('source', 'manifest')} (resumed)")
+        self.obs.advance(f"{case.case_id} (isolated worker)")
+        wall, n = self._isolated.run_case(case, self._run.done, self._bw, on_row, on_failed)
+        self.wall.add(wall)
+        self._isolated_measurements += n
 
 
 def sweep_payload(sc: Scenario, opt: SweepOptions) -> Payload:
@@ -288,4 +288,3 @@ def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, **o
 
     manifest = read_manifest(Path(run_dir))
     return Sweep(scenario_of_run(manifest), SweepOptions(resume=run_dir, **options), observer).run()
-

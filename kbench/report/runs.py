@@ -37,7 +37,7 @@ class RunSet:
         counts = self.rows.groupby("run")["case_id"].nunique().to_dict() if len(self.rows) else {}
         return [{"run": r.name, "path": str(r.path), "start_time": r.manifest.get("start_time"),
                  "cases": int(counts.get(r.name, 0)),
-                 # an adaptive sweep (kbench.engine.adaptive): the policy says it was built from a refined sub-grid
+                 # an adaptive sweep (kbench.engine.plans.adaptive): the policy says it was built from a refined sub-grid
                  **({"adaptive": r.manifest["adaptive"]} if isinstance(r.manifest.get("adaptive"), dict) else {})}
                 for r in self.runs]
 

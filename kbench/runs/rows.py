@@ -71,7 +71,7 @@ _TAIL = [
     ("throttle_reasons", str, field(default="")),
     ("power_settle", str, field(default="")),
     ("measured_at", str, field(default="")),
-    # how an adaptive sweep chose this case (kbench.engine.adaptive.TAGS: coarse | refine-crossover | refine-tie |
+    # how an adaptive sweep chose this case (kbench.engine.plans.adaptive.TAGS: coarse | refine-crossover | refine-tie |
     # refine-step); "" in a full-grid sweep
     ("chosen_by", str, field(default="")),
 ]

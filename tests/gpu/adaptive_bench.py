@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench.engine.adaptive import TAGS, AdaptiveOptions, Planner, replay
+from kbench.engine.plans.adaptive import TAGS, AdaptiveOptions, Planner, replay
 from kbench.report.policy import build_policy
 from kbench.report.regret import regret
 from kbench.runs.store import load_run

@@ -1,4 +1,4 @@
-"""The adaptive sweep's settings (`kbench sweep --adaptive`; the planner is kbench.engine.adaptive). Their own light
+"""The adaptive sweep's settings (`kbench sweep --adaptive`; the planner is kbench.engine.plans.adaptive). Their own light
 module, so that the command line's defaults are these without importing the planner (pandas)."""
 from __future__ import annotations
 

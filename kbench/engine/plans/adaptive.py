@@ -1,7 +1,8 @@
 """The adaptive sweep's planner: from the rows measured so far, the next grid points worth measuring.
 
 Pure: it reads rows (a run's journal, or synthetic rows in the tests) and returns points; it never times.
-The driver (kbench.engine.adaptive_sweep) measures what it returns and asks again until it returns nothing.
+Its sweep plan (kbench.engine.plans.adaptive_plan) has the sweep measure what it returns and asks again until
+it returns nothing.
 
 How it plans, per group (cases that differ only in batch_size, q_len and kv_len: the policy's groups):
   * coarse: the corners and every `coarse_step`-th value of each of the three axes, all kernels measured.
@@ -22,7 +23,7 @@ How it plans, per group (cases that differ only in batch_size, q_len and kv_len:
   * stop: when no interval is uncertain, no unmeasured point can change the policy by more than the
     bound (as far as the measured neighbours tell: linear between them, apart from the known steps).
   * pruning: at a refined point, a kernel that is `prune_factor` x slower than the best at every measured
-    neighbour (or was pruned there) is not measured; the driver writes it a skipped row saying so.
+    neighbour (or was pruned there) is not measured; the sweep writes it a skipped row saying so.
 
 A case with rows for only some kernels (a sweep killed mid-case) is returned first, with its tag, so
 `--resume` finishes it.
@@ -36,7 +37,7 @@ import pandas as pd
 
 from kbench.cases import axes
 from kbench.cases.case import Case
-from kbench.engine.adaptive_options import AdaptiveOptions  # noqa: F401 - its home is light (the CLI reads its defaults)
+from kbench.engine.plans.adaptive_options import AdaptiveOptions  # noqa: F401 - its home is light (the CLI reads its defaults)
 from kbench.errors import BadInput
 from kbench.values import number
 
