@@ -1,0 +1,73 @@
+"""Every rule between `kbench sweep`'s options lives in kbench.engine.request.SweepRequest.check, usable without
+click: the first rule broken is named (one BadInput line, exit 2 from the CLI) before anything is written."""
+from __future__ import annotations
+
+import pytest
+
+from kbench.engine.plans.adaptive_plan import AdaptivePlan
+from kbench.engine.plans.grid import FullGridPlan
+from kbench.engine.request import SweepRequest
+from kbench.engine.sweep import run_sweep
+from kbench.errors import BadInput
+
+
+@pytest.fixture
+def cpu_run(tmp_path_factory):
+    """A finished full-grid run, marked interrupted so that --resume has work to do."""
+    import json
+
+    from kbench.cases.models import MODELS
+    from kbench.cases.scenario import Scenario, Timing
+
+    sc = Scenario(name="r", heads=MODELS["gqa8-d64"], batch_size=[1], q_len=[1], kv_len=[64], page_size=[16],
+                  kernels=["reference"], timing=Timing(spread_target=0.5, budget_s=0.02, min_samples=3,
+                                                       max_samples=5)).validate()
+    res = run_sweep(sc, out_dir=tmp_path_factory.mktemp("runs"))
+    m = json.loads((res.run_dir / "manifest.json").read_text())
+    m["status"] = "interrupted"
+    (res.run_dir / "manifest.json").write_text(json.dumps(m))
+    return str(res.run_dir)
+
+
+@pytest.mark.parametrize("request_kw, message", [
+    (dict(budget_measurements=5), "--budget-measurements/--budget-minutes goes with --adaptive"),
+    (dict(regret_bound=3.0, given=frozenset({"regret_bound"})), "--regret-bound goes with --adaptive"),
+    (dict(force=True), "--force goes with --resume"),
+    (dict(adaptive=True, shard="0/2"), "--adaptive plans from the whole grid's rows: drop --shard/--devices"),
+    (dict(adaptive=True, devices="0"), "--adaptive plans from the whole grid's rows: drop --shard/--devices"),
+    (dict(devices="0", given=frozenset({"device_index"})), "--device and --devices: give one"),
+    (dict(devices="0", shard="0/2"), "--devices runs its own shards: drop --shard/--resume"),
+    (dict(shard="2/2"), "--shard: expected i/N with 0 <= i < N, got '2/2'"),
+    (dict(slow_kernel=("reference",)), "--slow-kernel: expected KERNEL=N with N >= 2, got 'reference'"),
+])
+def test_each_rule_names_itself(tmp_path, request_kw, message):
+    with pytest.raises(BadInput) as e:
+        SweepRequest(out_dir=str(tmp_path / "out"), **request_kw).check()
+    assert message in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_rules_of_a_resume(cpu_run):
+    with pytest.raises(BadInput, match="--resume takes the scenario from the run; drop the axis options"):
+        SweepRequest(resume=cpu_run, overrides={"batch_size": "2"}, given=frozenset({"seed"})).check()  # first
+    with pytest.raises(BadInput, match=r"--out, --seed cannot change it \(drop them\)"):
+        SweepRequest(resume=cpu_run, given=frozenset({"seed", "out_dir"})).check()
+    with pytest.raises(BadInput, match="--resume keeps the run's adaptive settings: drop --coarse-step"):
+        SweepRequest(resume=cpu_run, given=frozenset({"coarse_step"})).check()
+    with pytest.raises(BadInput, match="is a full-grid sweep, not an adaptive one"):
+        SweepRequest(resume=cpu_run, budget_minutes=1.0).check()
+    checked = SweepRequest(resume=cpu_run).check()
+    assert isinstance(checked.plan, FullGridPlan) and checked.options.resume == cpu_run
+    assert checked.scenario.name == "r" and checked.devices is None and checked.nothing_to_do is None
+
+
+def test_a_checked_request_says_what_to_run(tmp_path):
+    said = []
+    checked = SweepRequest(out_dir=str(tmp_path), run_name="a b", adaptive=True, regret_bound=5.0,
+                           budget_measurements=7, overrides={"batch_size": "1,4"}).check(note=said.append)
+    assert isinstance(checked.plan, AdaptivePlan) and checked.options.adaptive.regret_bound == 0.05
+    assert checked.options.adaptive.budget_measurements == 7 and checked.scenario.batch_size == [1, 4]
+    assert said and "'a-b'" in said[0]  # the --name note, said on the way
+    grid = SweepRequest(out_dir=str(tmp_path), shard="1/3").check()
+    assert isinstance(grid.plan, FullGridPlan) and grid.options.shard == (1, 3)
+    assert [c.case_id for c in grid.plan.cases()] == [c.case_id for c in grid.scenario.cases()[1::3]]
