@@ -8,7 +8,8 @@ folders (pyproject's package-dir, kept by the design card), so it reports them m
 Every import counts, a function-level (lazy) one too: a lazy import is still a dependency, and hiding a
 cycle in a function is what this check is for. Layers, low to high (a module may import its own layer or a
 lower one; layers on one rank are peers and may not import each other):
-  core     kbench, kbench.errors, kbench.values, kbench.device   what every layer shares
+  core     kbench, kbench.errors, kbench.values, kbench.device,   what every layer shares (files: the one
+           kbench.files                                          reader of files kbench did not just write)
   timing   kbench.timing.*      timers, timing states, clocks and bandwidth probes, the correctness check
   cases    kbench.cases.*       axes, the case, per-request lengths, models, scenarios
   kernels  kbench.kernels.*     inputs, reference, one module per kernel          } peers
@@ -30,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # package -> folder, as pyproject.toml's package-dir
 FOLDERS = {"kbench": ROOT / "kbench", "kbench.cli": ROOT / "cli", "kbench.kernels": ROOT / "kernels"}
-CORE = {"kbench", "kbench.errors", "kbench.values", "kbench.device"}
+CORE = {"kbench", "kbench.errors", "kbench.values", "kbench.device", "kbench.files"}
 # layer -> rank, low to high; equal ranks are peers (neither may import the other)
 RANKS = {"core": 0, "timing": 1, "cases": 2, "kernels": 3, "runs": 3, "engine": 4, "report": 5, "server": 5,
          "gate": 6, "recommend": 6,

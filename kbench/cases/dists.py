@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from kbench.errors import BadInput
+from kbench import files
 
 KV_KINDS = ("fixed", "uniform", "lognormal", "zipf", "file")
 Q_KINDS = ("fixed", "accept", "file")
@@ -161,11 +162,7 @@ def parse_max_seq_len(text) -> str:
 
 def read_lengths_file(path: str, field: str, where: str = "scenario") -> list[int]:
     """A CSV (any commas/newlines) or JSON list of positive integers."""
-    p = Path(path).expanduser()
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"{where}: {field}: cannot read {path}: {e.strerror or e}") from None
+    text = files.read_text(Path(path).expanduser(), f"{where}: {field}: {path}", files.LENGTHS_MAX)
     if text.lstrip()[:1] in ("[", "{"):
         try:
             values = json.loads(text)

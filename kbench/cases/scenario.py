@@ -36,6 +36,7 @@ from kbench.cases import axes
 from kbench.cases import axes as axes_mod  # apply_overrides takes **axes
 from kbench.cases.case import Case
 from kbench.errors import BadInput
+from kbench import files
 from kbench.cases.models import MODELS, HeadConfig, parse_heads
 from kbench.cases.trees import check_grid as check_trees
 from kbench.cases.trees import fits as tree_fits
@@ -315,11 +316,8 @@ def load_scenario(name_or_path: str) -> Scenario:
         if not p.is_file():
             raise BadInput(f"-s {name_or_path}: not a regular file (a device or a pipe); give a .toml file")
         where = str(p)
-        try:
-            # utf-8-sig: a byte-order mark (Windows editors write one) is not TOML, so it is dropped
-            text = p.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as e:
-            raise BadInput(f"{where}: cannot read: {e}") from None
+        # bom: a byte-order mark (Windows editors write one) is not TOML, so it is dropped
+        text = files.read_text(p, where, files.SCENARIO_MAX, bom=True)
         if not text.strip():
             raise BadInput(f"{where}: empty; a scenario needs at least a [grid] table (see scenarios/quick.toml)")
     else:

@@ -1,11 +1,10 @@
 """Load the two runs, refusing a result schema version other than this kbench's unless forced."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbench import RESULT_SCHEMA_VERSION
+from kbench import RESULT_SCHEMA_VERSION, files
 from kbench.errors import BadInput
 from kbench.server import rows as _server_rows  # noqa: F401  registers the server-bench row kind
 from kbench.runs.store import JOURNAL, MANIFEST, PARQUET, ROW_KINDS, Run, load_rows, load_run, parquet_current
@@ -81,8 +80,8 @@ class GateRun(Run):
 
 def _peek_schema(path: Path):
     try:
-        m = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        m = files.read_json(path / MANIFEST, max_bytes=files.MANIFEST_MAX)
+    except BadInput:
         return None, None  # load_run says what is wrong with it
     return (m, m.get("schema_version")) if isinstance(m, dict) else (None, None)
 

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import __version__
+from kbench import __version__, files
 
 from kbench.runs import atomic
 
@@ -240,12 +240,9 @@ def validate_policy(policy, where: str = "policy") -> dict:
 
 def load_policy(path: str | Path) -> dict:
     p = Path(path)
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise BadInput(f"{path}: no such policy file")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path}: not valid JSON ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
+    data = files.read_json(p, str(path), files.POLICY_MAX)
     return validate_policy(data, str(path))
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kbench import RESULT_SCHEMA_VERSION
+from kbench import RESULT_SCHEMA_VERSION, files
 
 from kbench.runs import atomic
 
@@ -269,7 +269,7 @@ def _float_list(v, column: str) -> list[float]:
 def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
     records = []
     if path.exists():
-        lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+        lines = files.read_text(path, str(path), files.ROWS_MAX).split("\n")
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
@@ -326,12 +326,9 @@ def check_resumable(run_dir: str | Path, manifest: dict) -> None:
 
 def read_manifest(run_dir: Path) -> dict:
     p = Path(run_dir) / MANIFEST
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise BadInput(f"{run_dir}: not a kbench run (no {MANIFEST})")
-    try:
-        m = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"{p}: not valid JSON ({e})") from None
+    m = files.read_json(p, str(p), files.MANIFEST_MAX)
     if not isinstance(m, dict):
         raise BadInput(f"{p}: expected a JSON object")
     ver = m.get("schema_version")
@@ -374,7 +371,7 @@ def parquet_current(run_dir: Path, manifest: dict) -> bool:
         if pqf.ParquetFile(pq).metadata.num_rows != n:
             return False
         lines = 0
-        with open(j, "rb") as f:
+        with files.open_regular(j, str(j), files.ROWS_MAX) as f:  # a FIFO there: refused, not waited on
             while chunk := f.read(1 << 20):
                 lines += chunk.count(b"\n")
         return lines == n
@@ -390,19 +387,22 @@ def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: 
     if (run_dir / JOURNAL).exists() and (lists or manifest is None or not parquet_current(run_dir, manifest)):
         return read_journal(run_dir / JOURNAL, kind)
     if (run_dir / PARQUET).exists():
-        try:
-            columns = None
-            if not lists:
-                import pyarrow.parquet as pqf
+        with files.open_regular(run_dir / PARQUET, str(run_dir / PARQUET), files.ROWS_MAX) as f:
+            try:
+                columns = None
+                if not lists:
+                    import pyarrow.parquet as pqf
 
-                skip = ROW_KINDS[kind][1]
-                columns = [c for c in pqf.read_schema(run_dir / PARQUET).names if c not in skip]
-            return normalize(pd.read_parquet(run_dir / PARQUET, columns=columns), kind)
-        except Exception as e:
-            raise BadInput(f"{run_dir / PARQUET}: unreadable Parquet ({type(e).__name__})") from None
+                    skip = ROW_KINDS[kind][1]
+                    columns = [c for c in pqf.read_schema(f).names if c not in skip]
+                    f.seek(0)
+                table = pd.read_parquet(f, columns=columns)
+            except Exception as e:
+                raise BadInput(f"{run_dir / PARQUET}: unreadable Parquet ({type(e).__name__})") from None
+        return normalize(table, kind)
     if (run_dir / CSV).exists():
+        data = files.read_bytes(run_dir / CSV, str(run_dir / CSV), files.ROWS_MAX)
         try:
-            data = (run_dir / CSV).read_bytes()
             if data and not data.endswith(b"\n"):  # cut short (a kill, a full disk): drop the half row
                 data = data[: data.rfind(b"\n") + 1]
             df = pd.read_csv(io.BytesIO(data))

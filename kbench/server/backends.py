@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbench import files
+from kbench.errors import BadInput
 from kbench.server.client import ServerClient, ServerError, StreamError
 
 # Ids drawn when the vocabulary size cannot be found: valid in any real tokenizer's vocabulary.
@@ -49,9 +51,11 @@ def _vocab_from_local_config(path: str | None) -> int | None:
     """The vocab size from the model folder's config.json, when the server's model path is readable here."""
     if not path:
         return None
-    try:
-        cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # the path comes from the server: read as any untrusted file (a FIFO or a device there must not hang)
+        cfg = files.read_json(Path(path) / "config.json", max_bytes=files.MANIFEST_MAX)
+    except (BadInput, OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
         return None
     v = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
     return int(v) if isinstance(v, int) and v > 0 else None

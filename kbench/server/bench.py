@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from kbench import __version__
+from kbench import __version__, files
 from kbench.runs.atomic import write_text
 from kbench.errors import BadInput, KbenchError
 from kbench.runs.outputs import writable_dir
@@ -371,7 +371,7 @@ def _append_lines(paths: list[Path], line: dict) -> None:
     full disk or a kill leaves the old file, never a truncated line."""
     text = json.dumps(line) + "\n"
     for p in paths:
-        old = p.read_text(encoding="utf-8") if p.is_file() else ""
+        old = files.read_text(p, str(p), files.ROWS_MAX) if p.exists() else ""
         if old and not old.endswith("\n"):
             old += "\n"
         write_text(p, old + text)
@@ -476,6 +476,8 @@ def check_outputs(config: ServerBenchConfig) -> None:
     if config.result_filename is not None:
         p = Path(config.result_filename)  # a folder or a missing parent: refused by config.validate()
         writable_dir(p.parent, "--result-filename's folder")
+        if p.exists() and not p.is_file():
+            raise BadInput(f"--result-filename {p}: {files.kind_of(p.stat().st_mode)}, not a regular file")
         if p.exists() and not os.access(p, os.R_OK | os.W_OK):
             raise BadInput(f"--result-filename {p}: cannot write there (permission denied)")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from kbench import files
 from kbench.runs.atomic import write_text
 
 HOURLY_COST_PER_GPU = 2.0
@@ -56,5 +57,5 @@ def append_github_step_summary(text: str) -> Path | None:
     if not target:
         return None
     p = Path(target)
-    old = p.read_text(encoding="utf-8") if p.is_file() else ""
+    old = files.read_text(p, f"$GITHUB_STEP_SUMMARY {p}", files.ROWS_MAX) if p.exists() else ""
     return write_text(p, old + text)

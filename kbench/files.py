@@ -1,0 +1,172 @@
+"""The one reader of files kbench did not write in this call: lengths files (`--kv-dist file:`), scenarios, a
+run's rows and manifest, baselines, policies, API-key and header files, a server's model config.
+
+Whatever the path names, reading it is one line or the file's content, never a hang and never a traceback:
+- only a regular file is read (symbolic links to one are followed); a folder, a named pipe (FIFO, whose open
+  would wait for a writer forever), a device (/dev/zero never ends), a socket: BadInput naming what it is;
+- at most ``max_bytes`` (each caller says how much its kind of file may hold): a larger file is one line;
+- text is strict UTF-8: other bytes are one line naming the file and the offset, not a decode traceback
+  (nor characters silently replaced).
+
+A folder whose files must agree records them with `record()` (size and sha256, written last by the writer) and
+its readers check them with `check_records()`.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from kbench.errors import BadInput
+
+# how much each kind of file may hold (bytes): far beyond any real one, far below what would exhaust memory
+LENGTHS_MAX = 16 << 20  # a list of per-request lengths (at most 1,000,000 values)
+SCENARIO_MAX = 16 << 20
+MANIFEST_MAX = 64 << 20
+POLICY_MAX = 512 << 20
+ROWS_MAX = 4 << 30  # rows.jsonl / rows.parquet / rows.csv (100,000 rows with their samples: a few hundred MB)
+SECRET_MAX = 64 << 10  # an API key or header file
+CHUNK = 1 << 20
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "not a regular file"
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n} bytes"
+
+
+@contextlib.contextmanager
+def open_regular(path: str | os.PathLike, label: str | None = None, max_bytes: int = MANIFEST_MAX) -> Iterator[BinaryIO]:
+    """A regular file opened for binary reading, or BadInput (`LABEL: ...`, LABEL defaults to the path).
+    The open itself cannot block: O_NONBLOCK (a FIFO opens at once, then is refused by its type)."""
+    label = label or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise BadInput(f"{label}: no such file") from None
+        if e.errno == errno.ENXIO:  # a socket (or a FIFO on some systems) cannot be opened for reading
+            try:
+                what = kind_of(os.stat(path).st_mode)
+            except OSError:
+                what = "not a regular file"
+            raise BadInput(f"{label}: {what}, not a regular file") from None
+        raise BadInput(f"{label}: cannot read ({e.strerror or e})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"{label}: {kind_of(st.st_mode)}, not a regular file")
+        if st.st_size > max_bytes:
+            raise BadInput(f"{label}: {_size(st.st_size)}, more than the {_size(max_bytes)} kbench reads from "
+                           f"such a file")
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f
+
+
+def read_bytes(path: str | os.PathLike, label: str | None = None, max_bytes: int = MANIFEST_MAX) -> bytes:
+    """The whole file, at most max_bytes (a file that grows past it while read is refused too)."""
+    label = label or str(path)
+    with open_regular(path, label, max_bytes) as f:
+        parts, total = [], 0
+        try:
+            while True:
+                chunk = f.read(CHUNK)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > max_bytes:
+                    raise BadInput(f"{label}: more than the {_size(max_bytes)} kbench reads from such a file")
+                parts.append(chunk)
+        except OSError as e:
+            raise BadInput(f"{label}: cannot read ({e.strerror or e})") from None
+    return b"".join(parts)
+
+
+def decode(data: bytes, label: str, bom: bool = False) -> str:
+    """Strict UTF-8 (a leading byte-order mark dropped when bom=True), or BadInput naming the offset."""
+    try:
+        return data.decode("utf-8-sig" if bom else "utf-8")
+    except UnicodeDecodeError as e:
+        bad = data[e.start:e.start + 1].hex()
+        raise BadInput(f"{label}: not UTF-8 text (byte 0x{bad} at offset {e.start})") from None
+
+
+def read_text(path: str | os.PathLike, label: str | None = None, max_bytes: int = MANIFEST_MAX,
+              bom: bool = False) -> str:
+    label = label or str(path)
+    return decode(read_bytes(path, label, max_bytes), label, bom)
+
+
+def read_json(path: str | os.PathLike, label: str | None = None, max_bytes: int = MANIFEST_MAX):
+    """Parsed JSON of a UTF-8 file, or BadInput (`LABEL: not valid JSON (...)`)."""
+    label = label or str(path)
+    text = read_text(path, label, max_bytes)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadInput(f"{label}: not valid JSON ({e.msg}, line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise BadInput(f"{label}: not valid JSON (nested too deeply)") from None
+
+
+# ---- a folder's files as its writer left them ----------------------------------------------------------------
+def record(path: str | os.PathLike) -> dict:
+    """{"bytes", "sha256"} of a file kbench just wrote (what a reader checks it against)."""
+    h, n = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+            n += len(chunk)
+    return {"bytes": n, "sha256": h.hexdigest()}
+
+
+def check_records(folder: str | os.PathLike, records, label: str, fix: str) -> None:
+    """BadInput unless every file named in ``records`` ({name: {"bytes", "sha256"}}, what the writer recorded
+    last) is in ``folder`` as written: a folder that mixes files of two writes (a replace stopped half way, a
+    hand copy) is refused. Records in another form (older kbench) are not checked."""
+    if not isinstance(records, dict):
+        return
+    for name, want in records.items():
+        if not isinstance(want, dict) or not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
+            continue
+        p = Path(folder) / name
+        why = None
+        try:
+            st = os.stat(p)
+        except OSError:
+            why = "it is missing"
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                why = f"it is {kind_of(st.st_mode)}"
+            elif want.get("bytes") is not None and st.st_size != want.get("bytes"):
+                why = f"{st.st_size} bytes, {want.get('bytes')} were written"
+            elif want.get("sha256") and record(p)["sha256"] != want.get("sha256"):
+                why = "its sha256 differs from the one written"
+        if why:
+            raise BadInput(f"{label}: {name} does not match what was written with it ({why}): the folder mixes "
+                           f"files of two writes (a replace stopped half way, or an edit); {fix}")
