@@ -7,11 +7,14 @@ read-only, permission) becomes BadInput: one `error:` line, exit 2.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
+from kbench import files
 from kbench.errors import BadInput
 
 
@@ -39,6 +42,46 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         tmp_p.unlink(missing_ok=True)
         raise
+
+
+def open_no_follow(path: str | os.PathLike, flags: int, mode: int = 0o644, truncate: bool = False) -> int:
+    """os.open for writing a file inside a run or baseline folder, never through a link: a symbolic link
+    (O_NOFOLLOW), a hard link shared with another name, or anything but a regular file is BadInput, and the
+    file it points to is not touched. Returns the descriptor (truncated to 0 bytes when truncate=True, only
+    after those checks)."""
+    p = Path(path)
+    try:
+        fd = os.open(p, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BadInput(f"{p}: a symbolic link; kbench does not write through links in a run folder (remove "
+                           f"it, or put a copy of the file it points to in its place)") from None
+        raise BadInput(f"{p}: cannot open for writing ({e.strerror or e})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"{p}: {files.kind_of(st.st_mode)}, not a regular file; kbench writes only regular "
+                           f"files in a run folder (remove it)")
+        if st.st_nlink > 1:
+            raise BadInput(f"{p}: a hard link shared with {st.st_nlink - 1} other name(s); writing it would change "
+                           f"them too (replace it with a copy: cp --remove-destination)")
+        os.set_blocking(fd, True)
+        if truncate:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def refuse_links(folder: str | os.PathLike, names) -> None:
+    """BadInput when one of ``names`` in ``folder`` is a symbolic link (checked before anything is written;
+    the writes themselves go through open_no_follow or a rename, which replaces a link, never its target)."""
+    for n in names:
+        p = Path(folder) / n
+        if p.is_symlink():
+            raise BadInput(f"{p}: a symbolic link; kbench does not write through links in a run folder (remove "
+                           f"it, or put a copy of the file it points to in its place)")
 
 
 def _umask() -> int:
@@ -73,8 +116,9 @@ class SpaceReserve:
 
     def __init__(self, folder: str | os.PathLike, nbytes: int = 16 << 10, name: str = ".kbench.reserve"):
         self.path = Path(folder) / name
+        fd = open_no_follow(self.path, os.O_WRONLY | os.O_CREAT, truncate=True)  # a link there: BadInput
         try:
-            with open(self.path, "wb") as f:
+            with open(fd, "wb") as f:
                 try:
                     os.posix_fallocate(f.fileno(), 0, nbytes)
                 except (AttributeError, OSError):

@@ -2,7 +2,7 @@
 
 The lock is an flock(2) on the file, so it goes away with its process however that ends (kill -9 too);
 the file itself stays (it only names the last holder). A second writer is refused with one line that
-names the holder's pid.
+names the holder's pid. A lock file that is a link (symbolic or hard) is refused, never written through.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from kbench.errors import BadInput
+from kbench.runs.atomic import open_no_follow
 
 LOCK_FILE = ".kbench.lock"
 
@@ -21,10 +22,10 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise BadInput(f"{self.path.parent}: cannot lock the run folder ({e.strerror or e})") from None
+        try:  # never through a link: the pid written below would land in the file it points to
+            fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)
+        except BadInput as e:
+            raise BadInput(f"{self.path.parent}: cannot lock the run folder: {e}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -58,7 +59,7 @@ def holder(run_dir: str | os.PathLike) -> int | None:
     Creates nothing: a folder without a lock file has no writer."""
     path = Path(run_dir) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:

@@ -26,13 +26,16 @@ from kbench.runs import atomic
 from kbench.cases import axes
 from kbench.values import json_safe
 from kbench.errors import BadInput
-from kbench.runs.lock import RunLock
+from kbench.runs.lock import LOCK_FILE, RunLock
 from kbench.runs.manifest import Manifest
 from kbench.runs.rows import COLUMNS, Row
 MANIFEST = "manifest.json"
 JOURNAL = "rows.jsonl"
 PARQUET = "rows.parquet"
 CSV = "rows.csv"
+RESERVE = ".kbench.reserve"  # kbench.runs.atomic.SpaceReserve's file
+# files a writer changes in place (appends, truncates): never through a link (the others are replaced by a rename)
+WRITTEN_IN_PLACE = (JOURNAL, RESERVE)
 # Row kinds: kind -> (columns, list columns). A sweep run holds kernel rows (kbench.runs.rows); other kinds
 # register themselves (kbench.server.rows registers "server-bench" when kbench.server is imported).
 ROW_KINDS: dict[str, tuple[list[str], tuple[str, ...]]] = {
@@ -112,7 +115,8 @@ class RunWriter:
         if resume:
             if not (self.dir / MANIFEST).is_file():
                 raise BadInput(f"{self.dir}: not a kbench run (no {MANIFEST})")
-            self.lock = RunLock(self.dir).acquire()  # one writer per run folder
+            self.lock = RunLock(self.dir).acquire()  # one writer per run folder (a lock that is a link: refused)
+            atomic.refuse_links(self.dir, WRITTEN_IN_PLACE)  # before anything is written
             # written back as read (an old or hand-edited manifest too), plus what this call adds
             self.manifest = Manifest.from_dict(read_manifest(self.dir))
             self.manifest.setdefault("resumed_at", []).append(now_iso())
@@ -144,8 +148,9 @@ class RunWriter:
             _drop_partial_last_line(self.dir / JOURNAL)
         self.manifest["status"] = "running"
         _write_json_atomic(self.dir / MANIFEST, self.manifest.to_dict())
-        self._journal = open(self.dir / JOURNAL, "a", encoding="utf-8")
-        self._reserve = atomic.SpaceReserve(self.dir)  # room for the last manifest when the disk fills
+        self._journal = open(atomic.open_no_follow(self.dir / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
+                             encoding="utf-8")
+        self._reserve = atomic.SpaceReserve(self.dir, name=RESERVE)  # room for the last manifest when the disk fills
 
     def append(self, row: Row | dict) -> None:
         """One line, flushed and fsynced. A write that fails (a full disk) is cut back off the journal,
@@ -162,7 +167,7 @@ class RunWriter:
                 self._journal.close()
             except OSError:
                 pass
-            os.truncate(self.dir / JOURNAL, start)
+            _truncate(self.dir / JOURNAL, start)
             self._reserve.free()
             raise
 
@@ -214,12 +219,18 @@ def _drop_partial_last_line(path: Path) -> None:
     """A kill during a write leaves half a row at the end: cut it before appending more rows after it."""
     if not path.exists():
         return
-    data = path.read_bytes()
+    data = files.read_bytes(path, str(path), files.ROWS_MAX)
     if not data or data.endswith(b"\n"):
         return
-    cut = data.rfind(b"\n") + 1
-    with open(path, "r+b") as f:
-        f.truncate(cut)
+    _truncate(path, data.rfind(b"\n") + 1)
+
+
+def _truncate(path: Path, size: int) -> None:
+    fd = atomic.open_no_follow(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None:
@@ -318,6 +329,7 @@ def check_resumable(run_dir: str | Path, manifest: dict) -> None:
     d = Path(run_dir)
     kind = _kind_of(manifest)
     manifest_shard(manifest, d)
+    atomic.refuse_links(d, (LOCK_FILE, *WRITTEN_IN_PLACE))
     if (d / JOURNAL).exists():
         check_rows(read_journal(d / JOURNAL, kind), kind, d)
     elif (d / PARQUET).exists() or (d / CSV).exists():
