@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import signal
 import sys
 
 import click
@@ -41,6 +42,11 @@ def one_line_errors(fn):
         except KbenchError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.runs.signals (a replace not yet done)
+            signum = getattr(e, "signum", signal.SIGINT)
+            click.echo(f"error: stopped by {signal.Signals(signum).name}; outputs not yet replaced are as they "
+                       f"were", err=True)
+            sys.exit(128 + signum)
         except BrokenPipeError:
             closed_pipe()
         except OSError as e:

@@ -5,7 +5,9 @@
     results/baselines/NAME/rows.csv        the same, diffable in a pull request
 
 No journal: load_run reads the Parquet. An existing baseline is replaced only with force=True (`--force`:
-that is how a baseline is refreshed after an improvement). A source run must hold at least one ok row, no
+that is how a baseline is refreshed after an improvement), and then as a whole: the new folder is written
+beside it and swapped into place, so a baseline stopped half way is the old one, whole; the manifest, written
+last, records each table's size and sha256 (`files`), and load_run refuses a folder whose tables disagree. A source run must hold at least one ok row, no
 row twice, and be complete (unless allow_partial): see check_source.
 
 One run: the baseline is a copy of its rows, nothing added.
@@ -29,13 +31,13 @@ non-ok status (not compared by the gate) and a warning says so. Rows measured by
 """
 from __future__ import annotations
 
-import shutil
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from kbench import files
 from kbench.runs import atomic
 
 from kbench.cases import axes
@@ -194,19 +196,19 @@ def _prepare_dest(name: str, root, sources: list[Path], force: bool = False) -> 
     return dest
 
 
+# what a baseline folder holds of kbench's; anything else a user keeps there (a README, a report/ folder) is
+# carried over when the baseline is replaced. A journal is never carried: it would shadow the new Parquet.
+OWN_FILES = (MANIFEST, PARQUET, CSV, JOURNAL)
+
+
 def _write(dest: Path, rows: pd.DataFrame, kind: str, manifest: Manifest) -> None:
-    created = not dest.exists()
-    dest.mkdir(parents=True, exist_ok=True)
-    try:
-        write_tables(dest, rows, kind)
-    except BaseException:
-        if created:  # a refused baseline leaves no empty folder behind
-            shutil.rmtree(dest, ignore_errors=True)
-        raise
-    stale = dest / JOURNAL  # a journal would shadow the new Parquet for readers
-    if stale.exists():
-        stale.unlink()
-    atomic.write_text(dest / MANIFEST, manifest.to_json())
+    """The whole folder written beside dest and swapped into place (kbench.runs.atomic.replaced_folder): an
+    existing baseline is replaced whole or, stopped before the swap, left whole. The manifest, written last,
+    records each table's size and sha256 (load_run refuses a folder whose files disagree)."""
+    with atomic.replaced_folder(dest, "--name", carry=lambda n: n not in OWN_FILES and not n.startswith(".")) as tmp:
+        write_tables(tmp, rows, kind)
+        manifest["files"] = {n: files.record(tmp / n) for n in (PARQUET, CSV)}
+        atomic.write_text(tmp / MANIFEST, manifest.to_json())
 
 
 def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT, force: bool = False,
@@ -224,7 +226,6 @@ def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT, force: 
         "created_at": now_iso(),
         "num_rows": int(len(run.rows)),
         "num_runs": 1,
-        "files": [MANIFEST, PARQUET, CSV],
     }
     _write(dest, run.rows, run.kind, manifest)
     return dest
@@ -258,7 +259,6 @@ def write_multi_baseline(runs: list[Run], name: str, root: str | Path = DEFAULT_
                                                  "clocks_end", "status")} for r in runs],
         "created_at": now_iso(),
         "num_rows": int(len(rows)),
-        "files": [MANIFEST, PARQUET, CSV],
     }
     _write(dest, rows, runs[0].kind, manifest)
     return dest, rows, warnings

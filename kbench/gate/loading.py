@@ -7,7 +7,8 @@ from pathlib import Path
 from kbench import RESULT_SCHEMA_VERSION, files
 from kbench.errors import BadInput
 from kbench.server import rows as _server_rows  # noqa: F401  registers the server-bench row kind
-from kbench.runs.store import JOURNAL, MANIFEST, PARQUET, ROW_KINDS, Run, load_rows, load_run, parquet_current
+from kbench.runs.store import (JOURNAL, MANIFEST, PARQUET, ROW_KINDS, Run, check_files, load_rows, load_run,
+                               parquet_current)
 
 
 class ParquetList:
@@ -100,6 +101,7 @@ def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str])
             raise BadInput(f"{role} {path}: unknown run kind {kind!r}")
         warnings.append(f"{role} has result schema version {version!r} (this kbench: "
                         f"{RESULT_SCHEMA_VERSION}); compared anyway (--force)")
+        check_files(p, manifest)
         rows = load_rows(p, kind)
         for col in ("case_id", "status") if kind == "sweep" else ("case_id",):
             if col not in rows:

@@ -1,19 +1,24 @@
 """One entry point: runs in, report folder out.
 
     OUT/report.md  OUT/report.html  OUT/policy.json  [OUT/policy-holdout.json]  OUT/cases.csv
-    OUT/crossovers.csv  OUT/regret.csv  OUT/*.png
+    OUT/crossovers.csv  OUT/regret.csv  [OUT/power.csv]  OUT/*.png  OUT/report.json (last: each file's size, sha256)
 
-OUT defaults to RUN/report for the first RUN given. policy.json is built from every case; with ``holdout``
+OUT defaults to RUN/report for the first RUN given. The folder is written beside OUT and swapped into place
+(kbench.runs.atomic.replaced_folder): an earlier report there is replaced whole, or, when the report is stopped
+before the swap, left whole; an OUT holding anything a report does not write is refused, not replaced. policy.json is built from every case; with ``holdout``
 a second policy (policy-holdout.json) is built without a seeded random fraction of the cases and its regret
 is measured on exactly those cases.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from kbench import __version__
+from kbench import files as kbench_files
 from kbench.runs import atomic
 
 from kbench.cases import axes
@@ -24,10 +29,10 @@ from kbench.report import html as html_out
 from kbench.report import markdown as md_out
 from kbench.report import plots, power_states
 from kbench.report.document import build_document
-from kbench.report.policy import build_policy, save_policy
+from kbench.report.policy import REPORT_JSON, build_policy, save_policy
 from kbench.report.regret import Regret, holdout_split, regret
 from kbench.report.runs import RunSet, combine
-from kbench.runs.store import Run
+from kbench.runs.store import Run, now_iso
 from kbench.runs.winners import case_winners, measured
 
 
@@ -57,6 +62,10 @@ class ReportResult:
 
 COMMITTED_BASELINE = "results/baselines/h200-draft-extend-kv4096"
 PLOT_GROUPS = 2  # groups whose heatmap and time-vs-q_len plots are drawn by default (plots.plot_groups)
+# REPORT_JSON, written last: what the report wrote, {name: {bytes, sha256}} (kbench.files.record)
+# every name a report writes, plus its *.png plots: an --out folder holding anything else is not replaced
+REPORT_FILES = frozenset({"report.md", "report.html", REPORT_JSON, "policy.json", "policy-holdout.json", "cases.csv",
+                          "crossovers.csv", "regret.csv", "power.csv"})
 
 
 def nothing_to_report(rows: pd.DataFrame, device: dict) -> str:
@@ -83,6 +92,8 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
     rs = combine(runs)
     first = runs[0].path if isinstance(runs[0], Run) else Path(runs[0])
     out = Path(out_dir) if out_dir is not None else first / "report"
+    check_report_folder(out)
+    writable_dir(out, "--out", create=False)
     pairs = power_states.side_by_side(rs.rows)
     if power is not None:
         rs.rows = power_states.of_state(rs.rows, power)
@@ -104,26 +115,37 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
     result = ReportResult(out, rs, cases, xo.crossovers(cases), policy, regrets, holdout_policy,
                           power_pairs=pairs, power=power)
 
-    writable_dir(out, "--out")
-    pts = plot_points or None
+    with atomic.replaced_folder(out, "--out") as tmp:  # the old report replaced whole, or left whole
+        files = _write(result, tmp, ok, plot_points, holdout_policy, pairs, plot_groups)
+    # what was written in the sibling folder now lies in `out`
+    result.files = [out / p.relative_to(tmp) for p in files]
+    result.plots = [(out / p.relative_to(tmp), caption) for p, caption in result.plots]
+    return result
+
+
+def _write(result: ReportResult, out: Path, ok: pd.DataFrame, plot_points, holdout_policy, pairs,
+           plot_groups) -> list[Path]:
+    """Every file of the report into ``out`` (a fresh folder); report.json, written last, records them."""
+    cases, rs = result.cases, result.runset
     only, n_groups = plots.plot_groups(cases, plot_groups)
     if only is not None:
         result.plot_groups = (len(only), n_groups)
     result.plots += [(p, f"Decode/context speedup over batch x kv_len per q_len: {p.stem}")
                      for p in plots.speedup_heatmaps(cases, out, only)]
-    result.plots += [(p, f"Time against q_len per kernel: {p.stem}") for p in plots.time_vs_q(ok, pts, out, only)]
+    result.plots += [(p, f"Time against q_len per kernel: {p.stem}")
+                     for p in plots.time_vs_q(ok, plot_points or None, out, only)]
     kind, ceiling = rs.ceiling
     roof = plots.roofline(ok, ceiling, out, kind)
     if roof:
         result.plots.append((roof, f"Fraction of the {kind}-bandwidth roofline per kernel"))
     files = [p for p, _ in result.plots]
-    files.append(save_policy(policy, out / "policy.json"))
+    files.append(save_policy(result.policy, out / "policy.json"))
     if holdout_policy is not None:
         files.append(save_policy(holdout_policy, out / "policy-holdout.json"))
     atomic.write_with(out / "cases.csv", lambda tmp: cases.to_csv(tmp, index=False))
     headers, rows = xo.table(result.crossovers)
     atomic.write_with(out / "crossovers.csv", lambda tmp: pd.DataFrame(rows, columns=headers).to_csv(tmp, index=False))
-    regret_rows = pd.concat([r.per_case.assign(judged_on=r.label) for r in regrets])
+    regret_rows = pd.concat([r.per_case.assign(judged_on=r.label) for r in result.regrets])
     atomic.write_with(out / "regret.csv", lambda tmp: regret_rows.to_csv(tmp, index=False))
     files += [out / "cases.csv", out / "crossovers.csv", out / "regret.csv"]
     if not pairs.empty:
@@ -133,5 +155,23 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
     atomic.write_text(out / "report.md", md_out.render(doc, out))
     atomic.write_text(out / "report.html", html_out.render(doc))
     files += [out / "report.md", out / "report.html"]
-    result.files = files
-    return result
+    record = {"kind": "kbench-report", "kbench_version": __version__, "created_at": now_iso(),
+              "built_from": rs.sources(), "files": {p.name: kbench_files.record(p) for p in files}}
+    atomic.write_text(out / REPORT_JSON, json.dumps(record, indent=2, default=str) + "\n")
+    return files + [out / REPORT_JSON]
+
+
+def check_report_folder(out: Path) -> None:
+    """An existing --out folder is replaced whole, so it may hold a report and nothing else (a folder of runs,
+    a run folder itself, a folder of other artifacts is refused, not deleted)."""
+    if not out.is_dir() or out.is_symlink():
+        return  # missing, a file or a link: replaced_folder / writable_dir say what is wrong
+    other = sorted(p.name for p in out.iterdir() if not is_report_file(p.name))
+    if other:
+        raise BadInput(f"--out {out}: holds {other[0]!r}{f' and {len(other) - 1} more' if len(other) > 1 else ''}, "
+                       f"which a report does not write; a report replaces its folder whole, so give a new or "
+                       f"empty folder (or one that holds only an earlier report)")
+
+
+def is_report_file(name: str) -> bool:
+    return name in REPORT_FILES or (name.endswith(".png") and not name.startswith("."))

@@ -176,6 +176,9 @@ def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], hold
 
 
 # ---- save / load -----------------------------------------------------------------------------------------
+REPORT_JSON = "report.json"  # what a report folder's files are (kbench.report.build writes it last)
+
+
 def save_policy(policy: dict, path: str | Path) -> Path:
     p = Path(path)
     atomic.write_text(p, json.dumps(policy, indent=2) + "\n")
@@ -243,7 +246,22 @@ def load_policy(path: str | Path) -> dict:
     if not p.exists() and not p.is_symlink():
         raise BadInput(f"{path}: no such policy file")
     data = files.read_json(p, str(path), files.POLICY_MAX)
+    _check_written_with(p)
     return validate_policy(data, str(path))
+
+
+def _check_written_with(p: Path) -> None:
+    """A policy beside the report.json of the report that wrote it must be the file that report recorded (a
+    folder mixing two reports is refused). A policy copied elsewhere, or from before report.json, is not checked."""
+    try:
+        rec = files.read_json(p.parent / REPORT_JSON, max_bytes=files.MANIFEST_MAX)
+    except BadInput:
+        return
+    recorded = rec.get("files") if isinstance(rec, dict) else None
+    if isinstance(recorded, dict) and p.name in recorded:
+        files.check_records(p.parent, {p.name: recorded[p.name]}, str(p.parent),
+                            f"rebuild it with kbench report (or, to use a policy edited by hand, copy it out of "
+                            f"that folder)")
 
 
 # ---- lookup ----------------------------------------------------------------------------------------------

@@ -3,6 +3,10 @@
 A reader (or a crash, a full disk, a kill) sees the old file or the new one, never half of one; a failed
 write removes its temporary file and leaves the old file as it was. OSError from the file system (no space,
 read-only, permission) becomes BadInput: one `error:` line, exit 2.
+
+A folder of files that belong together (a baseline, a report) is replaced the same way, as a whole:
+`replaced_folder` yields a sibling folder to write into and swaps it into place in one step.
+Files a run changes in place (the journal, the lock) are opened with `open_no_follow`: never through a link.
 """
 from __future__ import annotations
 
@@ -12,10 +16,12 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+import shutil
 from typing import Callable, Iterator
 
 from kbench import files
 from kbench.errors import BadInput
+from kbench.runs.signals import deferred_signals, terminate_as_interrupt
 
 
 @contextlib.contextmanager
@@ -82,6 +88,106 @@ def refuse_links(folder: str | os.PathLike, names) -> None:
         if p.is_symlink():
             raise BadInput(f"{p}: a symbolic link; kbench does not write through links in a run folder (remove "
                            f"it, or put a copy of the file it points to in its place)")
+
+
+@contextlib.contextmanager
+def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], bool] | None = None) -> Iterator[Path]:
+    """A multi-file output replaced as a whole. Yields a new empty folder beside ``dest`` to write every file
+    into; on a clean exit it takes dest's place in one step (renameat2 RENAME_EXCHANGE; on a file system
+    without it, two renames a moment apart), then the folder it replaced is removed. On an error, Ctrl-C or
+    SIGTERM before the swap (SIGTERM is handled like Ctrl-C within the block) the new folder is removed and
+    dest is as it was; the two signals are held while the swap and the removal run. ``carry(name)``: entries
+    of the old folder to copy into the new one before the swap (what a user keeps beside kbench's files).
+    A reader sees the old folder or the new one, never a mix; only kill -9 can leave a hidden
+    `.NAME.kbench-*` folder behind (never a half-written dest)."""
+    dest = Path(dest)
+    if dest.is_symlink():
+        raise BadInput(f"{label} {dest}: a symbolic link; kbench replaces this folder as a whole and does not "
+                       f"follow links (give the folder it points to)")
+    if dest.exists() and not dest.is_dir():
+        raise BadInput(f"{label} {dest}: exists and is not a folder")
+    parent = dest.parent
+    with terminate_as_interrupt():
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.kbench-new-", dir=parent))
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would outlive the swap
+        except OSError as e:
+            raise BadInput(f"{label} {dest}: cannot write there ({e.strerror or e})") from None
+        try:
+            yield tmp
+            if carry is not None and dest.is_dir():
+                for entry in sorted(dest.iterdir()):
+                    if carry(entry.name) and not (tmp / entry.name).exists():
+                        if entry.is_dir() and not entry.is_symlink():
+                            shutil.copytree(entry, tmp / entry.name, symlinks=True)
+                        else:
+                            shutil.copy2(entry, tmp / entry.name, follow_symlinks=False)
+            _fsync_dir(tmp)
+            with deferred_signals():
+                old = _swap(tmp, dest)
+                _fsync_dir(parent)
+                if old is not None:
+                    shutil.rmtree(old, ignore_errors=True)
+        except OSError as e:
+            with deferred_signals():
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise BadInput(f"{label} {dest}: cannot write there ({e.strerror or e}); it is as it was") from None
+        except BaseException:
+            with deferred_signals():
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """renameat2(a, b, RENAME_EXCHANGE): the two paths swap their contents in one step. False where the C
+    library or the file system lacks it (the caller falls back to two renames)."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _swap(new: Path, dest: Path) -> Path | None:
+    """Puts ``new`` at ``dest``; returns the path that now holds dest's old content (None: there was none)."""
+    if not dest.exists():
+        os.rename(new, dest)
+        return None
+    if not any(dest.iterdir()):
+        os.rename(new, dest)  # onto an empty folder: replaced by the rename itself
+        return None
+    if _exchange(new, dest):
+        return new
+    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.kbench-old-", dir=dest.parent))
+    os.rename(dest, old / "x")
+    os.rename(new, dest)
+    return old
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

@@ -96,6 +96,9 @@ FIELDS: tuple[tuple[str, Any, bool], ...] = (
     ("end_time", str, False),
     ("num_rows", int, False),
     ("baseline", dict, False),  # kbench.gate.baselines: source runs, when
+    # the files written with this manifest, {name: {bytes, sha256}} (kbench.files.record): a baseline's tables.
+    # The manifest is written last; a reader refuses a folder whose files disagree with it (a half replace)
+    ("files", dict, False),
 )
 FILE_KEYS = tuple(k for k, _, _ in FIELDS)
 _TYPES = {k: (t, nullable) for k, t, nullable in FIELDS}

@@ -61,3 +61,21 @@ def terminate_as_interrupt(signums=(signal.SIGTERM,)) -> Iterator[Stop]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def deferred_signals(signums=(signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM are held (recorded, not acted on) and delivered when it ends: for
+    the few steps that must not be cut in two (swapping a folder into place, removing the one it replaced)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        for s in dict.fromkeys(held):
+            signal.raise_signal(s)  # now handled as it would have been (KeyboardInterrupt, Terminated, exit)

@@ -433,6 +433,14 @@ def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: 
     raise BadInput(f"{run_dir}: no rows ({JOURNAL}, {PARQUET} or {CSV})")
 
 
+def check_files(folder: Path, manifest: dict) -> None:
+    """The files the manifest records (a baseline's tables) are there as written, or BadInput."""
+    b = manifest.get("baseline")
+    fix = ("rebuild it from its runs (kbench baseline RUN ... --name NAME --force)" if isinstance(b, dict)
+           else "write it again")
+    files.check_records(folder, manifest.get("files"), str(folder), fix)
+
+
 def load_run(path: str | Path, lists: bool = True) -> Run:
     """lists=False: without the list columns (samples_us read as empty lists; see load_rows)."""
     p = Path(path)
@@ -440,6 +448,7 @@ def load_run(path: str | Path, lists: bool = True) -> Run:
         raise BadInput(f"{path}: no such run folder")
     manifest = read_manifest(p)
     kind = _kind_of(manifest)
+    check_files(p, manifest)
     rows = check_rows(load_rows(p, kind, lists, manifest), kind, p)
     required = {"kernel", "case_id", "status"} if kind == "sweep" else set(REQUIRED)
     missing = required - set(rows.columns)
