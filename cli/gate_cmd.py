@@ -32,7 +32,8 @@ worse = (cand - base) / base for times and (base - cand) / base for throughputs,
   improvement  faster by more than the band and beyond noise: passes, listed
   within-noise beyond the threshold but within the band or within noise: passes
 \b
-Also fails: a baseline-ok row now wrong or failed; now skipped or absent from the candidate (unless
+Also fails: an ok row whose time is absent, NaN, infinite, zero or negative (invalid); a
+baseline-ok row now wrong or failed; now skipped or absent from the candidate (unless
 --allow-missing); a case whose decode-vs-context winner changed (unless --ignore-winner-change). A
 side whose best decode and best context times are within their spreads, or within
 max(K * run_noise, run_spread) of either best row of each other, has no winner: a flip there is
@@ -51,7 +52,7 @@ def export_options(f):
     return f
 
 
-_STYLE = {"regression": "bold red", "wrong": "bold red", "failed": "bold red", "skipped": "red",
+_STYLE = {"regression": "bold red", "invalid": "bold red", "wrong": "bold red", "failed": "bold red", "skipped": "red",
           "missing": "red", "improvement": "green", "within-noise": "yellow", "new": "cyan",
           "not-compared": "dim", "pass": ""}
 

@@ -23,6 +23,9 @@ Decision rule (the same text is in ``kbench gate --help``):
   chance, or far apart once); rows of one kernel and batch size share clock and power behaviour, so
   their median spread, times k, is the row's allowance; the row's own run_spread (k = 1) is a floor:
   a change no larger than what the baseline runs themselves showed for that row never fails.
+- A matched ok/ok row whose time (sweep median_us; server latency, TTFT) is absent, NaN, infinite, zero or
+  negative on either side, or whose other metric is NaN, infinite, zero or negative, fails as **invalid**: a
+  broken measurement never passes as not compared.
 - Status: baseline ok -> candidate wrong or failed fails (**wrong** / **failed**); ok -> skipped fails as
   **skipped** unless ``allow_missing`` (the kernel no longer ran). A baseline row that was not ok is not
   compared (**not-compared**, passes; "fixed" when the candidate is ok now).
@@ -44,15 +47,15 @@ from statistics import median
 import numpy as np
 import pandas as pd
 
-from kbench.values import finite, status
+from kbench.values import finite, number, status
 from kbench.errors import BadInput
 from kbench.runs.manifest import GATE, comparable, hardware_of, num_runs
 from kbench.gate.loading import RowSamples, load_for_gate, read_samples
-from kbench.gate.metrics import Metric, key_columns, measurement, metrics_for, samples_of
+from kbench.gate.metrics import Metric, broken, key_columns, measurement, metrics_for, samples_of
 from kbench.gate.stats import is_worse
 from kbench.runs.winners import case_winners
 
-FAILING = ("regression", "wrong", "failed", "skipped", "missing")
+FAILING = ("regression", "invalid", "wrong", "failed", "skipped", "missing")
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
 DEFAULT_RUN_SPREAD_K = 3.0
@@ -65,7 +68,7 @@ class RowResult:
     kernel: str
     case_id: str
     metric: str | None
-    outcome: str  # pass | within-noise | improvement | regression | wrong | failed | skipped | missing | new | not-compared
+    outcome: str  # pass | within-noise | improvement | regression | invalid | wrong | failed | skipped | missing | new | not-compared
     fails: bool
     base_status: str | None = None
     cand_status: str | None = None
@@ -146,7 +149,7 @@ class GateResult:
 
     def summary_line(self) -> str:
         c = self.counts()
-        order = ["regression", "wrong", "failed", "skipped", "missing", "winner-change", "improvement",
+        order = ["regression", "invalid", "wrong", "failed", "skipped", "missing", "winner-change", "improvement",
                  "within-noise", "pass", "new", "not-compared"]
         parts = [f"{c[k]} {k}" for k in order if c.get(k)]
         if not self.compared:
@@ -331,6 +334,13 @@ def compare_rows(base_recs: dict, cand_recs: dict, key_cols, metrics: list[Metri
                                      + (" (allowed)" if allow_missing else "")))
             continue
         for m in metrics:
+            why = [f"{side} {w}" for side, w in (("candidate", broken(rc, m)), ("baseline", broken(rb, m))) if w]
+            if why:  # an ok row without a real measurement is broken: a failure, never "not compared"
+                results.append(RowResult(key, kernel, case_id, m.name, "invalid", True, sb, sc,
+                                         number(rb.get(m.column)), number(rc.get(m.column)),
+                                         note="; ".join(why) + ": an ok row must carry a finite, positive "
+                                         f"{m.column}"))
+                continue
             results.append(_compare_metric(key, rb, rc, m, threshold, alpha, noise.get(k_), k, tests))
     for k_, rc in cand_recs.items():
         if k_ not in base_recs:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kbench.values import finite
+import math
+
+from kbench.values import finite, number
 from kbench.cases import axes
 from kbench.gate.stats import GateValue
 
@@ -25,15 +27,19 @@ class Metric:
     higher_is_better: bool = False
     samples_column: str | None = None
     unit: str = ""
+    # an ok row must carry it: absent, NaN, infinite, zero or negative is a broken measurement (the gate fails
+    # it, never passes it as not compared). Other metrics may be absent (vLLM's output throughput of a case whose
+    # tokens all came in the first chunk), but present they must be finite and positive too.
+    required: bool = False
 
 
 SWEEP_KEY = axes.gate_key()  # kernel, case_id and the GATE axes
 SERVER_KEY = ("case_id",)
-SWEEP_METRICS = (Metric("median_us", "median_us", False, "samples_us", "us"),)
+SWEEP_METRICS = (Metric("median_us", "median_us", False, "samples_us", "us", required=True),)
 SERVER_METRICS = (
-    Metric("latency", "latency", False, "latency_samples", "s"),
-    Metric("ttft", "last_ttft", False, "last_ttft_samples", "s"),
-    Metric("ttft", "ttft", False, "ttft_samples", "s"),
+    Metric("latency", "latency", False, "latency_samples", "s", required=True),
+    Metric("ttft", "last_ttft", False, "last_ttft_samples", "s", required=True),
+    Metric("ttft", "ttft", False, "ttft_samples", "s", required=True),
     Metric("input_throughput", "input_throughput", True, "input_throughput_samples", "tok/s"),
     Metric("output_throughput", "output_throughput", True, "output_throughput_samples", "tok/s"),
     Metric("overall_throughput", "overall_throughput", True, "overall_throughput_samples", "tok/s"),
@@ -55,6 +61,19 @@ def metrics_for(kind: str, base_columns, cand_columns) -> list[Metric]:
             seen.add(m.name)
             out.append(m)
     return out
+
+
+def broken(row: dict, metric: Metric) -> str | None:
+    """Why an ok row's value of ``metric`` is not a measurement (None: it is one, or an optional metric is absent)."""
+    v = row.get(metric.column)
+    x = number(v)
+    if x is None:
+        if not metric.required:
+            return None
+        return f"{metric.column} is missing" if v is None or v != v else f"{metric.column} is {v!r}, not a number"
+    if not math.isfinite(x) or x <= 0:
+        return f"{metric.column} is {x:g}"
+    return None
 
 
 def samples_of(row: dict, metric: Metric) -> list[float]:
