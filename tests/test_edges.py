@@ -210,6 +210,7 @@ def test_resume_adds_to_measurements(tmp_path, cpu_run):
     (run / "rows.jsonl").write_text("\n".join(kept) + "\n")
     m = json.loads((run / "manifest.json").read_text())
     m["status"] = "interrupted"
+    m["num_rows"] = len(kept)  # as a run stopped before those rows recorded it (fewer: rows lost, restored instead)
     (run / "manifest.json").write_text(json.dumps(m))
     r = run_cli(["sweep", "--resume", run])
     assert r.exit_code == 0, r.output

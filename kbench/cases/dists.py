@@ -162,7 +162,7 @@ def parse_max_seq_len(text) -> str:
 
 def read_lengths_file(path: str, field: str, where: str = "scenario") -> list[int]:
     """A CSV (any commas/newlines) or JSON list of positive integers."""
-    text = files.read_text(Path(path).expanduser(), f"{where}: {field}: {path}", files.LENGTHS_MAX)
+    text = files.read_text(Path(path).expanduser(), f"{where}: {field}: cannot read {path}", files.LENGTHS_MAX)
     if text.lstrip()[:1] in ("[", "{"):
         try:
             values = json.loads(text)

@@ -1,8 +1,9 @@
 """What `sweep --resume RUN` may do with a run folder, decided before anything in it is touched.
 
-Refused without --force: a baseline folder (committed data, not a run to finish) and a run measured on
-another device (its rows would mix two GPUs). A complete run has nothing to do: the caller says so and
-exits 0 without writing. The lock (kbench.runs.lock) refuses a second writer.
+Refused without --force: a baseline folder (committed data, not a run to finish), a run measured on
+another device (its rows would mix two GPUs) and a run whose journal holds rows of another device. A complete run has nothing to do: the caller says so and
+exits 0 without writing, unless its journal lost rows since (the resume restores them). The lock
+(kbench.runs.lock) refuses a second writer.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from kbench.errors import BadInput
 from kbench.runs.lock import holder
 from kbench.runs.manifest import device_key
+from kbench.runs.store import JOURNAL, check_device, read_journal, rows_lost
 
 
 def check_resume(run_dir: str | Path, manifest: dict, device: dict | None, force: bool = False) -> str | None:
@@ -26,8 +28,14 @@ def check_resume(run_dir: str | Path, manifest: dict, device: dict | None, force
     if device is not None and was != now and not force:
         raise BadInput(f"{run_dir} was measured on {was[0]} (SM{was[1]}), this is {now[0]} (SM{now[1]}): its "
                        f"rows would mix two devices (--force to resume anyway)")
+    journal = Path(run_dir) / JOURNAL
+    rows = read_journal(journal, manifest.get("kind", "sweep")) if journal.exists() else None
+    if rows is not None and not force:  # rows another device wrote, added to the journal by hand or a script
+        check_device(rows, manifest, journal, manifest.get("kind", "sweep"))
     ada = manifest.get("adaptive")
     budget_hit = isinstance(ada, dict) and str(ada.get("stopped_by", "")).startswith("budget")
     if manifest.get("status") == "complete" and not budget_hit:  # an adaptive run stopped by its budget goes on
+        if rows is not None and rows_lost(manifest, rows, journal):
+            return None  # complete once, but its journal lost rows since: the resume restores them
         return f"{run_dir} is complete: nothing to resume (no file touched)"
     return None

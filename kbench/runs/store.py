@@ -28,7 +28,7 @@ from kbench.values import json_safe
 from kbench.errors import BadInput
 from kbench.runs.lock import LOCK_FILE, RunLock
 from kbench.runs.manifest import Manifest
-from kbench.runs.rows import COLUMNS, Row
+from kbench.runs.rows import COLUMNS, NUMBER_COLUMNS, STATUSES, Row
 MANIFEST = "manifest.json"
 JOURNAL = "rows.jsonl"
 PARQUET = "rows.parquet"
@@ -136,16 +136,26 @@ class RunWriter:
             self.manifest.setdefault("start_time", now_iso())
         self.kind = _kind_of(self.manifest)
         if resume:
-            # refuse unreadable rows before anything in the folder is touched
-            if (self.dir / JOURNAL).exists():
-                check_rows(read_journal(self.dir / JOURNAL, self.kind), self.kind, self.dir)
-            elif (self.dir / PARQUET).exists() or (self.dir / CSV).exists():
-                # no journal (deleted, or a folder of tables): carry its rows over so none is lost or re-measured
-                kept = check_rows(load_rows(self.dir, self.kind), self.kind, self.dir)
-                atomic.write_text(self.dir / JOURNAL, "".join(
+            # refuse unreadable rows, or rows of another device, before anything in the folder is touched
+            journal = self.dir / JOURNAL
+            has_tables = (self.dir / PARQUET).exists() or (self.dir / CSV).exists()
+            rows = read_journal(journal, self.kind) if journal.exists() else None
+            tables = read_tables(self.dir, self.kind) if has_tables and (
+                rows is None or rows_lost(self.manifest, rows, journal)) else None
+            if tables is not None:
+                # no journal (deleted, or a folder of tables), or a journal that lost rows the tables hold: carry
+                # them over so none is lost or re-measured (the journal's own rows first, as they were)
+                key = ["kernel", "case_id"] if self.kind == "sweep" else list(REQUIRED)
+                if rows is not None:
+                    have = set(map(tuple, rows[key].astype(str).to_numpy().tolist()))
+                    tables = tables[[tuple(k) not in have for k in tables[key].astype(str).to_numpy().tolist()]]
+                old = files.read_text(journal, str(journal), files.ROWS_MAX) if rows is not None else ""
+                if old and not old.endswith("\n"):
+                    old = old[: old.rfind("\n") + 1]  # a half row at the end: dropped, as below
+                atomic.write_text(journal, old + "".join(
                     json.dumps({k: json_safe(_plain(v)) for k, v in rec.items()}) + "\n"
-                    for rec in kept.to_dict("records")))
-            _drop_partial_last_line(self.dir / JOURNAL)
+                    for rec in tables.to_dict("records")))
+            _drop_partial_last_line(journal)
         self.manifest["status"] = "running"
         _write_json_atomic(self.dir / MANIFEST, self.manifest.to_dict())
         self._journal = open(atomic.open_no_follow(self.dir / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a",
@@ -251,8 +261,11 @@ def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None
     atomic.write_with(run_dir / CSV, lambda tmp: csv_rows.to_csv(tmp, index=False))
 
 
-def normalize(df: pd.DataFrame, kind: str = "sweep") -> pd.DataFrame:
-    """Columns in schema order; missing ones added empty (rows from older writers of the same schema)."""
+def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int] | None = None) -> pd.DataFrame:
+    """Columns in schema order; missing ones added empty (rows from older writers of the same schema). For a sweep,
+    an axis an older kbench did not write reads as its default, in a missing column and in a missing cell alike
+    (a run started by an older kbench and finished by this one mixes both), integer axes as integers. Then every
+    row is checked once (check_rows): ``where`` names the file in the error, ``lines`` the journal line of each row."""
     columns, list_columns = ROW_KINDS[kind]
     df = df.copy()
     fill = axes.defaults() if kind == "sweep" else {}
@@ -261,9 +274,26 @@ def normalize(df: pd.DataFrame, kind: str = "sweep") -> pd.DataFrame:
             df[c] = [[] for _ in range(len(df))] if c in list_columns else fill.get(c)
     extra = [c for c in df.columns if c not in columns]
     df = df[columns + extra].reset_index(drop=True)
+    if kind == "sweep" and len(df):
+        _fill_axes(df)
     for c in list_columns:
         df[c] = df[c].map(lambda v: _float_list(v, c))
-    return df
+    return check_rows(df, kind, where or "rows", lines)
+
+
+def _fill_axes(df: pd.DataFrame) -> None:
+    for a in axes.AXES:
+        if a.required:
+            continue
+        missing = df[a.name].isna()
+        if missing.any():
+            if df[a.name].dtype != object:
+                df[a.name] = df[a.name].astype(object)
+            df.loc[missing, a.name] = df.loc[missing, a.follows] if a.follows else a.default
+
+
+def _where(where, lines, i: int) -> str:
+    return f"{where}: line {lines[i]}" if lines is not None and i < len(lines) else f"{where}: row {i + 1}"
 
 
 def _float_list(v, column: str) -> list[float]:
@@ -278,7 +308,7 @@ def _float_list(v, column: str) -> list[float]:
 
 
 def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
-    records = []
+    records, line_nos = [], []
     if path.exists():
         lines = files.read_text(path, str(path), files.ROWS_MAX).split("\n")
         for i, line in enumerate(lines):
@@ -293,8 +323,9 @@ def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
             if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
                 raise BadInput(f"{path}: line {i + 1} is not a kbench row")
             records.append(rec)
+            line_nos.append(i + 1)
     columns = ROW_KINDS[kind][0]
-    return normalize(pd.DataFrame.from_records(records, columns=None if records else columns), kind)
+    return normalize(pd.DataFrame.from_records(records, columns=None if records else columns), kind, path, line_nos)
 
 
 def manifest_shard(manifest: dict, where="run") -> tuple[int, int] | None:
@@ -313,14 +344,44 @@ _MANIFEST_TYPES = {"kind": str, "status": str, "device": dict, "scenario": dict,
                    "start_time": str}
 
 
-def check_rows(rows: pd.DataFrame, kind: str, where) -> pd.DataFrame:
-    """The key columns hold strings (a hand-edited or foreign file may hold lists, numbers or nulls)."""
+def check_rows(rows: pd.DataFrame, kind: str, where, lines: list[int] | None = None) -> pd.DataFrame:
+    """Every row checked once, as it is loaded: the key columns hold strings (a hand-edited or foreign file may
+    hold lists, numbers or nulls); in a sweep run, the status is one kbench writes, every axis holds a value of
+    its type (integer axes become integers, so keys compare equal whatever file the row came from) and every
+    number column a number or nothing. BadInput names the file, the row (or journal line), the field and value."""
+    def bad(mask: pd.Series, c: str, want: str):
+        i = int(mask.to_numpy().nonzero()[0][0])
+        raise BadInput(f"{_where(where, lines, i)}: {c} is {rows[c].iloc[i]!r}, {want}")
+
     for c in ("kernel", "case_id", "status") if kind == "sweep" else REQUIRED:
         if c in rows:
-            bad = rows[c].map(lambda v: not isinstance(v, str))
-            if bad.any():
-                i = int(bad.to_numpy().nonzero()[0][0])
-                raise BadInput(f"{where}: row {i + 1}: {c} is {rows[c].iloc[i]!r}, not a string")
+            m = rows[c].map(lambda v: not isinstance(v, str))
+            if m.any():
+                bad(m, c, "not a string")
+    if kind != "sweep" or not len(rows):
+        return rows
+    m = ~rows["status"].isin(STATUSES)
+    if m.any():
+        bad(m, "status", f"not one of {', '.join(STATUSES)}")
+    for a in axes.AXES:
+        col = rows[a.name]
+        if a.type is int:
+            num = pd.to_numeric(col, errors="coerce")
+            m = col.notna() & (num.isna() | (num != num.round()) | col.map(lambda v: isinstance(v, bool)))
+            if m.any():
+                bad(m, a.name, "expected an integer")
+            # a shape axis (no default) may be absent from a foreign row: kept missing, the rest as integers
+            rows[a.name] = num.astype("int64") if not num.isna().any() else num
+        else:
+            m = col.map(lambda v: not isinstance(v, str))
+            if m.any():
+                bad(m, a.name, "expected a string")
+    for c in NUMBER_COLUMNS:
+        col = rows[c]
+        if col.dtype == object:
+            m = col.notna() & (pd.to_numeric(col, errors="coerce").isna() | col.map(lambda v: isinstance(v, bool)))
+            if m.any():
+                bad(m, c, "expected a number or nothing")
     return rows
 
 
@@ -331,9 +392,54 @@ def check_resumable(run_dir: str | Path, manifest: dict) -> None:
     manifest_shard(manifest, d)
     atomic.refuse_links(d, (LOCK_FILE, *WRITTEN_IN_PLACE))
     if (d / JOURNAL).exists():
-        check_rows(read_journal(d / JOURNAL, kind), kind, d)
+        read_journal(d / JOURNAL, kind)
     elif (d / PARQUET).exists() or (d / CSV).exists():
-        check_rows(load_rows(d, kind), kind, d)
+        read_tables(d, kind)
+
+
+def rows_lost(manifest: dict, journal_rows: pd.DataFrame, journal: Path) -> int:
+    """Rows the journal lost: a run records num_rows when it ends (finalize), and a journal only grows after
+    that (a resume appends), so a journal with fewer rows lost some (a truncated copy, a bad edit)."""
+    n = manifest.get("num_rows")
+    if not isinstance(n, int) or isinstance(n, bool) or not journal.exists():
+        return 0
+    return max(0, n - len(journal_rows))
+
+
+def check_journal(run_dir: Path, manifest: dict, rows: pd.DataFrame, kind: str) -> None:
+    """A reader's check: the journal holds every row the run recorded (else BadInput saying how to restore them)."""
+    lost = rows_lost(manifest, rows, run_dir / JOURNAL)
+    if lost:
+        where = "rows.parquet" if (run_dir / PARQUET).exists() else "rows.csv" if (run_dir / CSV).exists() else None
+        raise BadInput(f"{run_dir / JOURNAL}: {len(rows)} row(s), but the run recorded {manifest.get('num_rows')} "
+                       f"({MANIFEST} num_rows): {lost} row(s) lost from the journal; kbench {kind} --resume {run_dir} "
+                       f"restores them ({f'from {where} where it holds them, else ' if where else ''}by measuring "
+                       f"them again)")
+
+
+def check_device(rows: pd.DataFrame, manifest: dict, where, kind: str = "sweep") -> None:
+    """Every row of a sweep run was measured on the run's device (rows appended from another GPU would mix two
+    devices in one answer): BadInput naming the first row that was not (kbench.runs.resume: --force resumes
+    anyway, as it does on another device)."""
+    dev = manifest.get("device")
+    if kind != "sweep" or not isinstance(dev, dict) or not len(rows):
+        return
+    name, sm = dev.get("name"), dev.get("sm")
+    if isinstance(name, str) and name and "device" in rows:
+        m = rows["device"].map(lambda v: isinstance(v, str) and v != "" and v != name)
+        if m.any():
+            i = int(m.to_numpy().nonzero()[0][0])
+            raise BadInput(f"{where}: row {i + 1} was measured on {rows['device'].iloc[i]!r}, this run on {name!r}: "
+                           f"rows of another device were added to it; resuming would mix two devices in one run "
+                           f"(--force to resume anyway)")
+    if isinstance(sm, int) and sm and "sm" in rows:
+        num = pd.to_numeric(rows["sm"], errors="coerce")
+        m = num.notna() & (num != 0) & (num != sm)
+        if m.any():
+            i = int(m.to_numpy().nonzero()[0][0])
+            raise BadInput(f"{where}: row {i + 1} was measured on SM{int(num.iloc[i])}, this run on SM{sm}: rows of "
+                           f"another device were added to it; resuming would mix two devices in one run (--force to "
+                           f"resume anyway)")
 
 
 def read_manifest(run_dir: Path) -> dict:
@@ -392,12 +498,19 @@ def parquet_current(run_dir: Path, manifest: dict) -> bool:
 
 
 def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: dict | None = None) -> pd.DataFrame:
-    """lists=False: the list columns (samples_us) read as empty lists, for readers that never use them; the
-    rows then come from rows.parquet without those columns when it holds what the journal holds (parquet_current,
-    with ``manifest``), which reads a 100,000-row run in a fraction of the time and memory."""
+    """The run's rows, checked (check_rows): from the journal when there is one (the truth after a kill), else
+    from the Parquet, else from the CSV. lists=False: the list columns (samples_us) read as empty lists, for
+    readers that never use them; the rows then come from rows.parquet without those columns when it holds what
+    the journal holds (parquet_current, with ``manifest``), which reads a 100,000-row run in a fraction of the
+    time and memory."""
     run_dir = Path(run_dir)
     if (run_dir / JOURNAL).exists() and (lists or manifest is None or not parquet_current(run_dir, manifest)):
         return read_journal(run_dir / JOURNAL, kind)
+    return read_tables(run_dir, kind, lists)
+
+
+def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True) -> pd.DataFrame:
+    """The rows of rows.parquet, else of rows.csv (the journal aside)."""
     if (run_dir / PARQUET).exists():
         with files.open_regular(run_dir / PARQUET, str(run_dir / PARQUET), files.ROWS_MAX) as f:
             try:
@@ -411,7 +524,7 @@ def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: 
                 table = pd.read_parquet(f, columns=columns)
             except Exception as e:
                 raise BadInput(f"{run_dir / PARQUET}: unreadable Parquet ({type(e).__name__})") from None
-        return normalize(table, kind)
+        return normalize(table, kind, run_dir / PARQUET)
     if (run_dir / CSV).exists():
         data = files.read_bytes(run_dir / CSV, str(run_dir / CSV), files.ROWS_MAX)
         try:
@@ -429,7 +542,7 @@ def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: 
                     df[c] = df[c].map(lambda s: json.loads(s) if isinstance(s, str) else [])
                 except json.JSONDecodeError:
                     raise BadInput(f"{run_dir / CSV}: column {c} is not JSON lists") from None
-        return normalize(df.astype(object).where(pd.notna(df), None), kind)
+        return normalize(df.astype(object).where(pd.notna(df), None), kind, run_dir / CSV)
     raise BadInput(f"{run_dir}: no rows ({JOURNAL}, {PARQUET} or {CSV})")
 
 
@@ -449,7 +562,8 @@ def load_run(path: str | Path, lists: bool = True) -> Run:
     manifest = read_manifest(p)
     kind = _kind_of(manifest)
     check_files(p, manifest)
-    rows = check_rows(load_rows(p, kind, lists, manifest), kind, p)
+    rows = load_rows(p, kind, lists, manifest)
+    check_journal(p, manifest, rows, kind)
     required = {"kernel", "case_id", "status"} if kind == "sweep" else set(REQUIRED)
     missing = required - set(rows.columns)
     if missing:
