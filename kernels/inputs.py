@@ -173,6 +173,16 @@ def copy_bytes(case: Case, seed: int = 0) -> int:
     return pool * case.kv_elem_bytes() + q_rows * case.num_qo_heads * case.head_dim * q_elem_bytes(case)
 
 
+def table_bytes(case: Case, seed: int = 0) -> int:
+    """Bytes of the page tables build_inputs makes (int32, batch x the pages of max_seq_len; a second one for the
+    padded view of a ragged batch): built on the host, then copied to the device. With max_seq_len=context:N
+    they can outweigh the KV itself (context:2147483647 at batch 64, page 16: 32 GiB)."""
+    b = case.lengths(seed)
+    width = _pages(case.max_seq_len_value(max(b.kv)), case.page_size)
+    tables = 1 if b.uniform_q else 2
+    return tables * case.batch_size * width * 4
+
+
 def q_torch_dtype(case: Case) -> torch.dtype:
     """The query's dtype: the case's, or e4m3 when q_dtype is fp8 (the output stays in the case's dtype)."""
     return torch_dtype("fp8" if case.q_dtype == "fp8" else case.dtype)

@@ -94,6 +94,10 @@ def test_killed_mid_row_journal_is_tolerated_and_resumed(tmp_path):
     lines = j.read_text().splitlines()
     j.write_text("\n".join(lines[:5]) + "\n" + lines[5][: len(lines[5]) // 2])
     (res.run_dir / "rows.parquet").unlink()
+    m = json.loads((res.run_dir / "manifest.json").read_text())
+    m["status"] = "running"  # as a run killed mid-row left it: never finalized, so no num_rows recorded
+    del m["num_rows"]
+    (res.run_dir / "manifest.json").write_text(json.dumps(m))
     assert len(load_run(res.run_dir).rows) == 5
     resume_sweep(res.run_dir)
     rows = load_run(res.run_dir).rows

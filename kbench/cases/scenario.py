@@ -54,6 +54,7 @@ L2_MODES = ("rotate", "warm")
 MAX_CASES = 200_000
 INT32_MAX = 2**31 - 1  # the index tensors (seq_lens, indptrs, page tables) are int32, as in the engines
 MAX_CASE_BYTES = 1 << 40  # one case's Q, K, V and output: far beyond any device's memory
+MAX_BATCH = 1 << 20  # requests in one batch: per-request lengths, page-table rows and reference passes are built
 
 
 @dataclass
@@ -144,6 +145,15 @@ class _ScenarioMethods:
         if n > MAX_CASES:
             raise BadInput(f"{where}: grid: {n} cases is more than {MAX_CASES}; narrow an axis")
         bs, kv = max(self.batch_size), max(self.kv_len)
+        if bs > MAX_BATCH:
+            raise BadInput(f"{where}: grid.batch_size: {bs} requests is more than the {MAX_BATCH:,} kbench builds one "
+                           f"batch of (each request has its own lengths, page-table row and reference pass); "
+                           f"engines batch a few thousand")
+        contexts = [int(m.partition(":")[2]) for m in self.max_seq_len if m.startswith("context:")]
+        if contexts and min(contexts) < kv:
+            raise BadInput(f"{where}: grid.max_seq_len: context:{min(contexts)} is below kv_len {kv} (the context "
+                           f"length bounds every request's KV, as in an engine); give context:N with N >= {kv}, "
+                           f"or tight")
         if kv > INT32_MAX or bs * max(self.q_len) > INT32_MAX or bs * kv > INT32_MAX:
             raise BadInput(f"{where}: grid: batch_size {bs} x kv_len {kv} overflows the int32 indices kernels take")
         big = Case(batch_size=bs, q_len=max(self.q_len), kv_len=kv, num_qo_heads=h.num_qo_heads,
@@ -165,8 +175,13 @@ class _ScenarioMethods:
             return
         from kbench.cases.dists import batch_lengths
 
+        contexts = [int(m.partition(":")[2]) for m in self.max_seq_len if m.startswith("context:")]
         for kd, qd, bs, kv, q in itertools.product(self.kv_dist, self.q_dist, self.batch_size, self.kv_len, self.q_len):
-            batch_lengths(kd, qd, bs, kv, q, 0, where=f"{where}: grid")
+            longest = max(batch_lengths(kd, qd, bs, kv, q, 0, where=f"{where}: grid").kv)
+            if contexts and longest > min(contexts):
+                raise BadInput(f"{where}: grid.max_seq_len: context:{min(contexts)} is below a request's KV length "
+                               f"{longest} (kv_dist {kd} at batch {bs}, kv_len {kv}); the context length bounds every "
+                               f"request's KV: give a larger N, or tight")
 
     def to_dict(self) -> dict:
         return {

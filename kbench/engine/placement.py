@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from kbench.cases.case import Case
 from kbench.cases.scenario import Timing
 from kbench.device import DeviceInfo
-from kbench.kernels.inputs import copy_bytes
+from kbench.kernels.inputs import copy_bytes, table_bytes
 
 # input copies rotate until they cover this many times the L2 (cold-L2 is what an engine sees)
 L2_COVER = 3
@@ -27,19 +27,22 @@ def copies_for(case: Case, device: DeviceInfo, timing: Timing) -> int:
 
 def fits(case: Case, copies: int, device: DeviceInfo) -> str | None:
     """Why the case cannot fit on the device (checked before anything is allocated), or None."""
-    if not device.cuda:  # host memory: inputs plus the float32 reference's working set
-        from kbench.timing.hardware import host_available_bytes
+    from kbench.timing.hardware import host_available_bytes
 
-        avail, need = host_available_bytes(), 2 * copies * copy_bytes(case) + HOST_HEADROOM_BYTES
-        if avail is not None and need > avail:
-            return f"needs {need / 2**30:.1f} GiB of host memory, {avail / 2**30:.1f} GiB available"
+    tables = table_bytes(case)  # built on the host first, then copied to the device
+    of_which = f" (page tables {tables / 2**30:.1f} GiB)" if tables >= 1 << 30 else ""
+    avail = host_available_bytes()
+    host_need = (2 * copies * copy_bytes(case) if not device.cuda else 0) + tables + HOST_HEADROOM_BYTES
+    if avail is not None and host_need > avail:  # host memory: inputs plus the float32 reference's working set
+        return f"needs {host_need / 2**30:.1f} GiB of host memory{of_which}, {avail / 2**30:.1f} GiB available"
+    if not device.cuda:
         return None
     import torch
 
     free, _ = torch.cuda.mem_get_info(device.index)
-    need = copies * copy_bytes(case) + HEADROOM_BYTES
+    need = copies * copy_bytes(case) + tables + HEADROOM_BYTES
     if need > free:
-        return f"needs {need / 2**30:.1f} GiB of device memory, {free / 2**30:.1f} GiB free"
+        return f"needs {need / 2**30:.1f} GiB of device memory{of_which}, {free / 2**30:.1f} GiB free"
     return None
 
 
