@@ -154,18 +154,27 @@ cases, within noise elsewhere).
 EPILOG = """\b
 Examples:
   kbench server-bench --base-url http://127.0.0.1:30000 --batch-size 1 16 64 --input-len 1024 --output-len 8
-  kbench server-bench --url http://127.0.0.1:8000 --batch-size 1..8*2 --output-len 64 --prompt-pattern repeat:5 --repeat 5
+  kbench server-bench --url http://127.0.0.1:8000 --api-key-file key.txt --batch-size 1..8*2 --prompt-pattern repeat:5 --repeat 5
   kbench server-bench --resume results/server-bench-default-20250101-120000 --url http://127.0.0.1:8000
 """
 
 # options a resumed run takes from its own manifest: giving them again would be silently ignored, so refuse
-_RESUME_OK = {"url", "resume"}
+# (credentials are never kept: they are given again)
+_RESUME_OK = {"url", "resume", "api_key", "api_key_file", "header", "header_file"}
 
 
 @click.command("server-bench", cls=SpaceListCommand, help=HELP, epilog=EPILOG)
 @click.option("--url", "--base-url", "url", default=None, metavar="URL",
               help="Base URL of the running server, e.g. http://127.0.0.1:30000 (required unless --resume; "
                    "--base-url is SGLang's spelling).")
+@click.option("--api-key", default=None, metavar="KEY",
+              help="Sent as 'Authorization: Bearer KEY' (SGLang's and vLLM's --api-key servers). Visible to other "
+                   "users in the process list: prefer --api-key-file or $KBENCH_API_KEY. Never stored or printed.")
+@click.option("--api-key-file", default=None, metavar="FILE", help="Read the API key from FILE (one line).")
+@click.option("--header", "header", multiple=True, metavar="'NAME: VALUE'",
+              help="An extra request header (repeatable), e.g. for a gateway's auth; also --header-file FILE or "
+                   "$KBENCH_HEADERS, one header a line. Values are never stored or printed.")
+@click.option("--header-file", default=None, metavar="FILE", help="Extra headers from FILE, one 'Name: value' a line.")
 @click.option("--backend", default="auto", show_default=True, metavar="sglang|vllm|auto",
               help="Server protocol; auto probes /v1/models and /server_info.")
 @click.option("--batch-size", "batch_size", multiple=True, default=("1",), show_default=True, metavar="N [N..]",
@@ -221,14 +230,17 @@ _RESUME_OK = {"url", "resume"}
               help="Finish an interrupted run with its own settings (only --url may change); cases with a row "
                    "are not re-run.")
 @click.pass_context
-def server_bench(ctx, url, backend, batch_size, input_len, output_len, run_name, old_name, temperature, seed,
-                 skip_warmup, cache_hit_rate, return_logprob, client_stream_interval, input_len_step_percentage,
-                 prompt_pattern, repeat, show_report, append_summary, flush_retries, flush_retry_wait,
+def server_bench(ctx, url, api_key, api_key_file, header, header_file, backend, batch_size, input_len, output_len,
+                 run_name, old_name, temperature, seed, skip_warmup, cache_hit_rate, return_logprob,
+                 client_stream_interval, input_len_step_percentage, prompt_pattern, repeat, show_report, append_summary, flush_retries, flush_retry_wait,
                  flush_timeout, request_timeout, profile, model, vocab_size, out_dir, result_filename, fail_fast,
                  resume):
     from click.core import ParameterSource
+    from kbench.server.auth import load_credentials, redact_argv
 
     given = [p for p in ctx.params if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE]
+    creds = load_credentials(api_key, api_key_file, header, header_file)
+    command = ["kbench", *redact_argv(sys.argv[1:])]  # no secret in the recorded command line
     if resume:
         from kbench.server.bench import config_of_run
 
@@ -240,8 +252,8 @@ def server_bench(ctx, url, backend, batch_size, input_len, output_len, run_name,
             raise BadInput(f"--resume {resume}: {flags} cannot be changed on resume (the run keeps the settings "
                            f"it was started with; only --url may change); drop {'it' if len(refused) == 1 else 'them'}"
                            f" or start a new run")
-        cfg = config_of_run(resume, url)
-        cfg.command = ["kbench", *sys.argv[1:]]
+        cfg = config_of_run(resume, url, creds)
+        cfg.command = command
         return _run(cfg, cfg.result_filename)
     if not url:
         raise BadInput("--url: required (the server's base URL, e.g. http://127.0.0.1:30000)")
@@ -265,7 +277,7 @@ def server_bench(ctx, url, backend, batch_size, input_len, output_len, run_name,
         input_len_step_percentage=_num("--input-len-step-percentage", input_len_step_percentage),
         prompt_pattern=str(parse_prompt_pattern(prompt_pattern)), repeat=_num("--repeat", repeat, int),
         show_report=show_report, append_to_github_summary=append_summary,
-        command=["kbench", *sys.argv[1:]])
+        command=command, credentials=creds)
     return _run(cfg, result_filename)
 
 

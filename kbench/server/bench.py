@@ -33,6 +33,7 @@ from kbench.runs.atomic import write_text
 from kbench.errors import BadInput, KbenchError
 from kbench.runs.outputs import writable_dir
 from kbench.server import counters as ctr
+from kbench.server.auth import API_KEY_ENV, HIDDEN, Credentials, redact_argv, redact_url, split_url
 from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
 from kbench.server.client import ServerClient, ServerError, StreamError
 from kbench.server.metrics import BatchTrace, metrics_from_trace
@@ -91,15 +92,45 @@ class ServerBenchConfig:
     repeat: int = 1  # timed batches per case (flush before each); the row holds their medians and samples
     show_report: bool = False  # print SGLang's markdown report at the end
     append_to_github_summary: bool = True  # ... and append it to $GITHUB_STEP_SUMMARY when that is set
+    # API key, headers, the URL's password (kbench.server.auth): sent, never recorded or printed
+    credentials: Credentials = field(default_factory=Credentials, repr=False, compare=False)
+
+    def __post_init__(self):
+        """The one place a URL enters kbench: its password moves into the credentials, and what is kept (the
+        manifest's url and config, the rows' url column, messages) is the URL with *** in its place."""
+        if isinstance(self.url, str):
+            public, basic = split_url(self.url)
+            if basic:
+                c = self.credentials or Credentials()
+                if c.api_key or any(n.lower() == "authorization" for n, _ in c.headers):
+                    raise BadInput("a password in --url and an API key or Authorization header: give one (both are "
+                                   "the Authorization header)")
+                self.credentials = Credentials(c.api_key, c.headers, basic)
+                self.url = public
+
+    def recorded(self) -> dict:
+        """What a run's manifest keeps of this configuration: no credential value (auth names what was sent)."""
+        cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()
+               if k not in ("command", "resume", "credentials")}
+        cfg["auth"] = self.credentials.describe()
+        return {"command": redact_argv(list(self.command if self.command is not None else sys.argv)),
+                "url": self.url, "config": cfg}
 
     def cases(self) -> list[ServerCase]:
         return [ServerCase(b, i, o) for b, i, o in itertools.product(self.batch_sizes, self.input_lens,
                                                                        self.output_lens)]
 
     def validate(self) -> None:
-        u = urlparse(self.url)
-        if u.scheme not in ("http", "https") or not u.netloc:
-            raise BadInput(f"--url {self.url!r}: expected http://HOST:PORT or https://HOST:PORT")
+        try:
+            u = urlparse(self.url)
+            u.port  # noqa: B018  (a port that is no number raises here)
+        except ValueError:
+            raise BadInput(f"--url {redact_url(str(self.url))!r}: expected http://HOST:PORT or https://HOST:PORT") from None
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise BadInput(f"--url {redact_url(str(self.url))!r}: expected http://HOST:PORT or https://HOST:PORT")
+        if u.query or u.fragment:
+            raise BadInput(f"--url {redact_url(str(self.url))!r}: a base URL has no query or fragment (kbench adds "
+                           f"the endpoint paths to it)")
         if self.backend not in ("auto", *BACKENDS):
             raise BadInput(f"--backend {self.backend!r}: expected sglang, vllm or auto")
         for name, vals in (("--batch-size", self.batch_sizes), ("--input-len", self.input_lens),
@@ -198,7 +229,8 @@ class _Runner:
         self.cfg = cfg
         self.ls = listener
         self.sleep = sleep
-        self.client = ServerClient(cfg.url, timeout=min(30.0, cfg.request_timeout), session=session)
+        self.client = ServerClient(cfg.url, timeout=min(30.0, cfg.request_timeout), session=session,
+                                   credentials=cfg.credentials)
         self.backend: Backend | None = None
         self.vocab = FALLBACK_VOCAB
 
@@ -433,12 +465,12 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
     if config.resume:
         run_session = RunSession.resume(config.resume, kind=ROW_KIND)
     else:
+        kept = config.recorded()  # no credential in it (kbench.server.auth)
         run_session = RunSession.new(config.out_dir, f"server-bench-{config.run_name}", Manifest(
-            kind=ROW_KIND, command=config.command if config.command is not None else sys.argv,
-            kbench_version=__version__, url=config.url, backend=backend, model=facts.model, server=facts.info,
+            kind=ROW_KIND, command=kept["command"],
+            kbench_version=__version__, url=kept["url"], backend=backend, model=facts.model, server=facts.info,
             vocab_size=facts.vocab_size, vocab_source=facts.vocab_source,
-            config={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()
-                    if k not in ("command", "resume")},
+            config=kept["config"],
             cases=[c.case_id for c in config.cases()]))
     result = ServerBenchResult(run_session.dir, "running", backend, facts)
     try:
@@ -482,8 +514,10 @@ def check_outputs(config: ServerBenchConfig) -> None:
             raise BadInput(f"--result-filename {p}: cannot write there (permission denied)")
 
 
-def config_of_run(run_dir: str | Path, url: str | None = None) -> ServerBenchConfig:
-    """The configuration a server-bench run was started with, set to resume it (optionally on a new URL)."""
+def config_of_run(run_dir: str | Path, url: str | None = None,
+                  credentials: Credentials | None = None) -> ServerBenchConfig:
+    """The configuration a server-bench run was started with, set to resume it (optionally on a new URL). The
+    run kept no credential: those it sent (config.auth) must be given again, or the resume is refused."""
     from kbench.runs.store import read_manifest
 
     m = read_manifest(Path(run_dir))
@@ -500,6 +534,20 @@ def config_of_run(run_dir: str | Path, url: str | None = None) -> ServerBenchCon
     except TypeError as e:
         raise BadInput(f"{run_dir}: the manifest's config is incomplete ({e})") from None
     out.resume = str(run_dir)
+    creds = credentials or Credentials()
     if url:
-        out.url = url
+        out.url, basic = split_url(url)
+        if basic:
+            creds = Credentials(creds.api_key, creds.headers, basic)
+    sent = m["config"].get("auth") if isinstance(m["config"].get("auth"), list) else []
+    missing = [a for a in sent if isinstance(a, str) and (
+        ("API key" in a and not creds.api_key) or ("HTTP Basic" in a and not creds.basic)
+        or (a.endswith(": ***") and a.split(":")[0].lower() not in {n.lower() for n, _ in creds.headers}))]
+    if not missing and f":{HIDDEN}@" in out.url and not creds.basic:
+        missing = ["the password of its --url"]
+    if missing:
+        raise BadInput(f"--resume {run_dir}: the run sent {'; '.join(missing)}, which kbench does not keep: give "
+                       f"{'it' if len(missing) == 1 else 'them'} again (--api-key-file or ${API_KEY_ENV}, "
+                       f"--header, --url with the password)")
+    out.credentials = creds
     return out

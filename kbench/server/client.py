@@ -2,6 +2,12 @@
 
 Everything here is bounded: every call has a timeout, a stream has a total deadline, a maximum line length
 and a maximum size, so a misbehaving server turns into a ServerError with one clear line, never a hang.
+
+Credentials (kbench.server.auth) travel as headers, never in a URL kbench prints; every reply body and error
+this client hands back has their values replaced by *** (a 401 page that echoes the key). Redirects: one to
+another origin (scheme, host, port) is refused with one line (the batch and the credentials would go to another
+server, and the rows would hold its figures); up to MAX_REDIRECTS within the same origin are followed with the
+method and body kept (a proxy's /path -> /path/), as a 307/308 asks.
 """
 from __future__ import annotations
 
@@ -9,15 +15,19 @@ import json
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
+from urllib.parse import urljoin
 
 import requests
 import urllib3.exceptions
+
+from kbench.server.auth import NO_CREDENTIALS, Credentials, origin, redact_url, without_userinfo
 
 # Bounds on what the server may send back
 MAX_JSON_BYTES = 16 << 20  # a /server_info or /metrics reply
 MAX_LINE_BYTES = 4 << 20  # one SSE line
 MAX_STREAM_BYTES = 1 << 30  # a whole streamed batch
 READ_CHUNK = 64 << 10
+MAX_REDIRECTS = 5  # within the server's own origin
 
 
 class ServerError(Exception):
@@ -71,31 +81,58 @@ class FlushResult:
 class ServerClient:
     """A session bound to one base URL. ``timeout`` bounds small calls (connect and each read)."""
 
-    def __init__(self, base_url: str, timeout: float = 30.0, session: requests.Session | None = None):
-        self.base_url = base_url.rstrip("/")
+    def __init__(self, base_url: str, timeout: float = 30.0, session: requests.Session | None = None,
+                 credentials: Credentials | None = None):
+        self.base_url = without_userinfo(base_url).rstrip("/")  # a password travels as a header, not here
+        self.origin = origin(self.base_url)
         self.timeout = timeout
         self.session = session or requests.Session()
+        self.credentials = credentials or NO_CREDENTIALS
+        self.headers = self.credentials.http_headers()
+        self.auth = self.credentials.basic
 
     def url(self, path: str) -> str:
         return self.base_url + path
+
+    def _send(self, method: str, path: str, *, timeout, json_body=None, params=None) -> requests.Response:
+        """The streamed response, after same-origin redirects; ServerError for one to another origin."""
+        url = self.url(path)
+        for _ in range(MAX_REDIRECTS + 1):
+            r = self.session.request(method, url, json=json_body, params=params, stream=True, timeout=timeout,
+                                     headers=self.headers, auth=self.auth, allow_redirects=False)
+            if not r.is_redirect:
+                return r
+            target = urljoin(r.url, r.headers.get("location", ""))
+            r.close()
+            if origin(target) != self.origin:
+                raise ServerError(f"{method} {self.url(path)}: redirected ({r.status_code}) to another origin, "
+                                  f"{redact_url(target)}; kbench does not follow it (the batch and any credentials "
+                                  f"would go to another server): give that server's URL as --url")
+            url, params = target, None  # the Location holds its own query
+        raise ServerError(f"{method} {self.url(path)}: more than {MAX_REDIRECTS} redirects")
 
     # ---- small calls ------------------------------------------------------------------------------------
     def request(self, method: str, path: str, *, json_body=None, params=None, timeout: float | None = None):
         """(status, text). Raises ServerError on a transport failure; reads at most MAX_JSON_BYTES."""
         t = self.timeout if timeout is None else timeout
+        scrub = self.credentials.scrub
         try:
-            with self.session.request(method, self.url(path), json=json_body, params=params, stream=True,
-                                      timeout=(min(t, 10.0), t)) as r:
+            with self._send(method, path, json_body=json_body, params=params, timeout=(min(t, 10.0), t)) as r:
                 body = _read_bounded(r, MAX_JSON_BYTES, time.monotonic() + t + 5.0)
-                return r.status_code, body.decode("utf-8", errors="replace")
+                return r.status_code, scrub(body.decode("utf-8", errors="replace"))
         except TRANSPORT_ERRORS as e:
-            raise ServerError(f"{method} {self.url(path)}: {describe_exception(e)}") from None
+            raise ServerError(scrub(f"{method} {self.url(path)}: {describe_exception(e)}")) from None
         except ServerError as e:
-            raise ServerError(f"{method} {self.url(path)}: {e}") from None
+            msg = str(e) if str(e).startswith(f"{method} {self.url(path)}") else f"{method} {self.url(path)}: {e}"
+            raise ServerError(scrub(msg)) from None
 
     def get_json(self, path: str, timeout: float | None = None):
         """Parsed JSON of a 200 reply, else None (the endpoint is absent or broken). Transport errors raise."""
         status, text = self.request("GET", path, timeout=timeout)
+        if status in (401, 403):  # not an absent endpoint: the server wants (other) credentials
+            raise ServerError(f"GET {self.url(path)} -> {status} {snippet(text)!r}: the server refused the request "
+                              f"{'with' if self.credentials else 'without'} credentials (an API key: --api-key-file, "
+                              f"$KBENCH_API_KEY or --api-key; other auth: --header)")
         if status != 200:
             return None
         try:
@@ -153,9 +190,16 @@ class ServerClient:
         StreamError for a non-200 reply, a malformed line, an ``error`` chunk, a stream that ends before
         [DONE], or one that outlives the deadline or max_bytes.
         """
+        try:
+            yield from self._stream_events(path, body, timeout=timeout, max_bytes=max_bytes)
+        except ServerError as e:  # the message may quote the server: no secret in it
+            raise StreamError(self.credentials.scrub(str(e))) from None
+
+    def _stream_events(self, path: str, body: dict, *, timeout: float,
+                       max_bytes: int) -> Iterator[tuple[float, dict | None]]:
         deadline = time.monotonic() + timeout
         try:
-            resp = self.session.post(self.url(path), json=body, stream=True, timeout=(min(timeout, 10.0), timeout))
+            resp = self._send("POST", path, json_body=body, timeout=(min(timeout, 10.0), timeout))
         except TRANSPORT_ERRORS as e:
             raise StreamError(f"POST {self.url(path)}: {describe_exception(e)}") from None
         with resp:

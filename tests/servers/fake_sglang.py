@@ -37,6 +37,13 @@ class Faults:
     vocab_size: int | None = 512
     info_paths: tuple = ("/server_info", "/get_server_info")
     profile_status: int = 200
+    # auth, as SGLang's --api-key: every path but /health needs `Authorization: Bearer api_key`; a 401 body that
+    # echoes what was sent (some gateways do) tests that kbench never keeps it
+    api_key: str | None = None
+    required_headers: dict = field(default_factory=dict)  # name -> value, else 401
+    # redirects: every path but /health answered with `redirect_status` to redirect_to + path
+    redirect_to: str | None = None
+    redirect_status: int = 307
 
 
 @dataclass
@@ -46,6 +53,7 @@ class Seen:
     query: dict
     body: dict | None
     t: float  # time.monotonic() at arrival
+    headers: dict = field(default_factory=dict)
 
 
 class FakeSGLang:
@@ -148,8 +156,29 @@ class _Handler(BaseHTTPRequestHandler):
     def _record(self, body):
         u = urlparse(self.path)
         with self.server_obj._lock:
-            self.server_obj.requests.append(Seen(self.command, u.path, parse_qs(u.query), body, time.monotonic()))
+            self.server_obj.requests.append(Seen(self.command, u.path, parse_qs(u.query), body, time.monotonic(),
+                                                 dict(self.headers.items())))
         return u.path
+
+    def _refused(self, path: str) -> bool:
+        """Answers a redirect or a 401 when the faults ask for one (True: answered)."""
+        f = self.server_obj.faults
+        if path == "/health":
+            return False
+        if f.redirect_to:
+            self.send_response(f.redirect_status)
+            self.send_header("Location", f.redirect_to.rstrip("/") + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        want = dict(f.required_headers)
+        if f.api_key:
+            want["Authorization"] = f"Bearer {f.api_key}"
+        for name, value in want.items():
+            if self.headers.get(name) != value:
+                self._send(401, {"error": f"unauthorized: {name} {self.headers.get(name)!r} was not accepted"})
+                return True
+        return False
 
     def _send(self, status: int, body, ctype="application/json"):
         data = (json.dumps(body) if not isinstance(body, str) else body).encode()
@@ -161,6 +190,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = self._record(None)
+        if self._refused(path):
+            return
         f = self.server_obj.faults
         if path in f.info_paths:
             state = {"memory_usage": {"token_capacity": f.token_capacity},
@@ -187,6 +218,8 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             body = None
         path = self._record(body)
+        if self._refused(path):
+            return
         f = self.server_obj.faults
         if path == "/flush_cache":
             st = self.server_obj.next_flush()
