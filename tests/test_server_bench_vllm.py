@@ -16,6 +16,7 @@ import requests
 from vllm_fixture import vllm_server, vllm_spec_server  # noqa: E402,F401  (the fixtures)
 
 from kbench.server import ServerBenchConfig, run_server_bench  # noqa: E402
+from kbench.server.auth import Credentials  # noqa: E402
 from kbench.server.bench import random_ids  # noqa: E402
 from kbench.server.client import ServerClient  # noqa: E402
 from kbench.runs.store import load_run  # noqa: E402
@@ -207,7 +208,8 @@ def test_spec_acceptance_length_matches_vllm_counters(vllm_spec_server, tmp_path
     before = [counter(srv.url, n) for n in SPEC]
     res = run_server_bench(ServerBenchConfig(
         url=srv.url, backend="vllm", batch_sizes=(2,), input_lens=(400,), output_lens=(64,), skip_warmup=True,
-        prompt_pattern="repeat:5", out_dir=tmp_path / "r", result_filename=tmp_path / "res.jsonl"))
+        prompt_pattern="repeat:5", out_dir=tmp_path / "r", result_filename=tmp_path / "res.jsonl",
+        credentials=Credentials(api_key=srv.api_key)))
     drafts, draft_tokens, accepted = (counter(srv.url, n) - b for n, b in zip(SPEC, before))
     (row,) = res.rows
     assert row.status == "ok", row.reason
@@ -231,7 +233,8 @@ def test_ab_spec_off_vs_on_two_real_runs(vllm_server, vllm_spec_server, tmp_path
     for name, srv in (("a", vllm_server), ("b", vllm_spec_server)):
         res = run_server_bench(ServerBenchConfig(
             url=srv.url, backend="vllm", batch_sizes=(1,), input_lens=(64, 1536), output_lens=(2, 128),
-            prompt_pattern="repeat:5", repeat=5, run_name=name, out_dir=tmp_path / "r"))
+            prompt_pattern="repeat:5", repeat=5, run_name=name, out_dir=tmp_path / "r",
+            credentials=Credentials(api_key=srv.api_key)))
         assert [r.status for r in res.rows] == ["ok"] * 4
         runs.append(res)
     md = tmp_path / "ab.md"
@@ -271,7 +274,8 @@ def test_recommend_check_on_two_real_runs_of_one_setting(vllm_spec_server, tmp_p
     for name in ("a", "b"):
         res = run_server_bench(ServerBenchConfig(
             url=vllm_spec_server.url, backend="vllm", batch_sizes=(1,), input_lens=(600, 1200), output_lens=(64,),
-            prompt_pattern="repeat:5", repeat=5, run_name=name, out_dir=tmp_path / "r", skip_warmup=True))
+            prompt_pattern="repeat:5", repeat=5, run_name=name, out_dir=tmp_path / "r", skip_warmup=True,
+            credentials=Credentials(api_key=vllm_spec_server.api_key)))
         assert [r.status for r in res.rows] == ["ok"] * 2
         runs.append(res)
     from kbench.recommend.workload import read_workload
@@ -295,3 +299,54 @@ def test_recommend_check_on_two_real_runs_of_one_setting(vllm_spec_server, tmp_p
     assert all(c["predicted_saving_ms"] == 0 and c["attention_a_us"] > 0 for c in chk["cases"])
     assert chk["gate_answer"].startswith("B is ")
     print("\n[recommend check] " + chk["gate_answer"] + "\n" + json.dumps(chk["cases"], indent=1), file=sys.stderr)
+
+
+# ---- issue #25: a real --api-key server (vLLM's own auth) ----------------------------------------------------
+def _tree_holds(root, secret: str) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def _kbench(*args, env=None, cwd=None):
+    return subprocess.run([sys.executable, "-m", "kbench.cli.main", *map(str, args)], capture_output=True, text=True,
+                          timeout=600, cwd=cwd, env={**_env(), "COLUMNS": "200", **(env or {})})
+
+
+def test_api_key_server_needs_the_key_and_kbench_never_keeps_or_prints_it(vllm_spec_server, tmp_path):
+    """vLLM started with --api-key: without the key, one line naming the 401 and how to give a key; with it from
+    $KBENCH_API_KEY or --api-key-file, ok rows; the key is in no file kbench wrote (run folder, result lines, a
+    baseline from the run) and in none of its output; a wrong key given on the command line is not printed or
+    recorded either (the recorded command line holds *** in its place)."""
+    srv, key = vllm_spec_server, vllm_spec_server.api_key
+    case = ["server-bench", "--url", srv.url, "--backend", "auto", "--skip-warmup", "--batch-size", "1",
+            "--input-len", "200", "--output-len", "4"]
+    p = _kbench(*case, "--out", tmp_path / "none")
+    lines = [x for x in (p.stdout + p.stderr).splitlines() if x.strip()]
+    assert p.returncode == 1 and len(lines) == 1, p.stdout + p.stderr
+    assert "401" in lines[0] and "without credentials" in lines[0] and "--api-key-file" in lines[0], lines[0]
+
+    p = _kbench(*case, "--out", tmp_path / "env", "--result-filename", tmp_path / "lines.jsonl",
+                env={"KBENCH_API_KEY": key})
+    assert p.returncode == 0, p.stdout + p.stderr
+    (run,) = (tmp_path / "env").iterdir()
+    assert load_run(run).rows["status"].tolist() == ["ok"]
+    (tmp_path / "key.txt").write_text(key + "\n")
+    p2 = _kbench(*case, "--out", tmp_path / "file", "--api-key-file", tmp_path / "key.txt")
+    assert p2.returncode == 0, p2.stdout + p2.stderr
+    b = _kbench("baseline", run, "--name", "with-key", "--out", tmp_path / "bl")
+    assert b.returncode == 0, b.stdout + b.stderr
+    wrong = "sk-wrong-" + key[::-1]
+    p3 = _kbench(*case, "--out", tmp_path / "wrong", "--api-key", wrong)
+    assert p3.returncode == 1 and "401" in p3.stdout + p3.stderr and "with credentials" in p3.stdout + p3.stderr
+    for out in (p, p2, b, p3):
+        assert key not in out.stdout + out.stderr and wrong not in out.stdout + out.stderr
+    assert _tree_holds(tmp_path, wrong) == []
+    held = [f for f in _tree_holds(tmp_path, key) if not f.endswith("key.txt")]
+    assert held == [], held
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["config"]["auth"] == ["Authorization: Bearer *** (API key)"]
+
+    # a resume is refused until the key is given again (the run kept none), then goes on with it
+    r = _kbench("server-bench", "--resume", run)
+    assert r.returncode == 2 and "API key" in r.stderr and "does not keep" in r.stderr, r.stdout + r.stderr
+    r = _kbench("server-bench", "--resume", run, env={"KBENCH_API_KEY": key})
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -59,18 +59,13 @@ def open_no_follow(path: str | os.PathLike, flags: int, mode: int = 0o644, trunc
     try:
         fd = os.open(p, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise BadInput(f"{p}: a symbolic link; kbench does not write through links in a run folder (remove "
-                           f"it, or put a copy of the file it points to in its place)") from None
+        if e.errno in (errno.ELOOP, errno.ENXIO):  # a symbolic link; a FIFO without a reader, a socket
+            raise BadInput(_not_writable_in_place(p, os.lstat(p)) or f"{p}: cannot open for writing") from None
         raise BadInput(f"{p}: cannot open for writing ({e.strerror or e})") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise BadInput(f"{p}: {files.kind_of(st.st_mode)}, not a regular file; kbench writes only regular "
-                           f"files in a run folder (remove it)")
-        if st.st_nlink > 1:
-            raise BadInput(f"{p}: a hard link shared with {st.st_nlink - 1} other name(s); writing it would change "
-                           f"them too (replace it with a copy: cp --remove-destination)")
+        why = _not_writable_in_place(p, os.fstat(fd))
+        if why:
+            raise BadInput(why)
         os.set_blocking(fd, True)
         if truncate:
             os.ftruncate(fd, 0)
@@ -81,13 +76,30 @@ def open_no_follow(path: str | os.PathLike, flags: int, mode: int = 0o644, trunc
 
 
 def refuse_links(folder: str | os.PathLike, names) -> None:
-    """BadInput when one of ``names`` in ``folder`` is a symbolic link (checked before anything is written;
-    the writes themselves go through open_no_follow or a rename, which replaces a link, never its target)."""
+    """BadInput when one of ``names`` in ``folder`` is a link (symbolic, or a hard link shared with another name)
+    or not a regular file: open_no_follow's refusals, checked before anything is written."""
     for n in names:
         p = Path(folder) / n
-        if p.is_symlink():
-            raise BadInput(f"{p}: a symbolic link; kbench does not write through links in a run folder (remove "
-                           f"it, or put a copy of the file it points to in its place)")
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        why = _not_writable_in_place(p, st)
+        if why:
+            raise BadInput(why)
+
+
+def _not_writable_in_place(p: Path, st: os.stat_result) -> str | None:
+    if stat.S_ISLNK(st.st_mode):
+        return (f"{p}: a symbolic link; kbench does not write through links in a run folder (remove it, or put a "
+                f"copy of the file it points to in its place)")
+    if not stat.S_ISREG(st.st_mode):
+        return f"{p}: {files.kind_of(st.st_mode)}, not a regular file; kbench writes only regular files in a run " \
+               f"folder (remove it)"
+    if st.st_nlink > 1:
+        return (f"{p}: a hard link shared with {st.st_nlink - 1} other name(s); writing it would change them too "
+                f"(replace it with a copy: cp --remove-destination)")
+    return None
 
 
 @contextlib.contextmanager

@@ -41,7 +41,8 @@ class Faults:
     # echoes what was sent (some gateways do) tests that kbench never keeps it
     api_key: str | None = None
     required_headers: dict = field(default_factory=dict)  # name -> value, else 401
-    # redirects: every path but /health answered with `redirect_status` to redirect_to + path
+    # redirects: every path but /health (and /r/...) answered with `redirect_status` to redirect_to + "/r" + path;
+    # a path under /r/ is served as the path without it (so a redirect to this server's own URL lands)
     redirect_to: str | None = None
     redirect_status: int = 307
 
@@ -158,16 +159,16 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server_obj._lock:
             self.server_obj.requests.append(Seen(self.command, u.path, parse_qs(u.query), body, time.monotonic(),
                                                  dict(self.headers.items())))
-        return u.path
+        return u.path[2:] if u.path.startswith("/r/") else u.path
 
     def _refused(self, path: str) -> bool:
         """Answers a redirect or a 401 when the faults ask for one (True: answered)."""
         f = self.server_obj.faults
         if path == "/health":
             return False
-        if f.redirect_to:
+        if f.redirect_to and not self.path.startswith("/r/"):
             self.send_response(f.redirect_status)
-            self.send_header("Location", f.redirect_to.rstrip("/") + self.path)
+            self.send_header("Location", f.redirect_to.rstrip("/") + "/r" + self.path)
             self.send_header("Content-Length", "0")
             self.end_headers()
             return True

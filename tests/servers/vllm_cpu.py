@@ -151,10 +151,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _http(method: str, url: str, body: dict | None = None, timeout: float = 30) -> tuple[int, bytes]:
+def _http(method: str, url: str, body: dict | None = None, timeout: float = 30,
+          api_key: str | None = None) -> tuple[int, bytes]:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data else {})
+    headers = {"Content-Type": "application/json"} if data else {}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read()
@@ -171,6 +174,7 @@ class VllmServer:
     log_path: Path
     workdir: Path
     startup_s: float
+    api_key: str | None = None  # started with --api-key: /v1/* needs `Authorization: Bearer api_key`
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -205,8 +209,10 @@ def server_env(workdir: Path) -> dict:
 
 
 def start_server(venv: Path | None = None, model: Path | None = None, port: int | None = None,
-                 ready_timeout: float = 420, extra_args: list[str] | None = None) -> VllmServer:
-    """Start the OpenAI API server and return once one real completion has come back (not just /health)."""
+                 ready_timeout: float = 420, extra_args: list[str] | None = None,
+                 api_key: str | None = None) -> VllmServer:
+    """Start the OpenAI API server and return once one real completion has come back (not just /health).
+    api_key: vLLM's own --api-key (its /v1/* endpoints then answer 401 without `Authorization: Bearer KEY`)."""
     venv = venv or venv_dir()
     model = model or model_dir(venv)
     port = port or free_port()
@@ -215,12 +221,13 @@ def start_server(venv: Path | None = None, model: Path | None = None, port: int 
     cmd = [str(venv_python(venv)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "2048",
            "--max-num-seqs", "8", "--max-num-batched-tokens", "2048", "--enable-prefix-caching",
-           "--enable-prompt-tokens-details", "--seed", "0", *(extra_args or [])]
+           "--enable-prompt-tokens-details", "--seed", "0", *(["--api-key", api_key] if api_key else []),
+           *(extra_args or [])]
     t0 = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env(workdir),
                                 cwd=workdir, start_new_session=True)
-    srv = VllmServer(f"http://127.0.0.1:{port}", str(model), proc.pid, proc, log_path, workdir, 0.0)
+    srv = VllmServer(f"http://127.0.0.1:{port}", str(model), proc.pid, proc, log_path, workdir, 0.0, api_key)
     body = {"model": str(model), "prompt": [1, 2, 3, 4], "max_tokens": 2, "temperature": 0}
     last = ""
     try:
@@ -230,7 +237,7 @@ def start_server(venv: Path | None = None, model: Path | None = None, port: int 
             if time.monotonic() - t0 > ready_timeout:
                 raise SetupError(f"vLLM server not ready after {ready_timeout:.0f} s ({last}):\n{srv.log_tail()}")
             try:
-                status, data = _http("POST", srv.url + "/v1/completions", body, timeout=60)
+                status, data = _http("POST", srv.url + "/v1/completions", body, timeout=60, api_key=api_key)
                 if status == 200 and json.loads(data).get("choices"):
                     break
                 last = f"completion -> {status}"

@@ -59,12 +59,18 @@ def vllm_server(tmp_path_factory):
 NGRAM_SPEC = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":2}'
 
 
+# the spec server also requires an API key (vLLM's --api-key): every test against it sends the key, and the auth tests
+# (tests/test_server_bench_vllm.py) check that kbench sends it, never stores or prints it, and says what is wrong
+# without it
+SPEC_API_KEY = "sk-kbench-test-6c1f0e"
+
+
 @pytest.fixture(scope="session")
 def vllm_spec_server(vllm_server):
-    """A second CPU vLLM server, with n-gram speculative decoding (the one extra server start of the suite;
-    it reuses the venv and model the plain server's fixture built)."""
+    """A second CPU vLLM server, with n-gram speculative decoding and --api-key (the one extra server start of
+    the suite; it reuses the venv and model the plain server's fixture built)."""
     try:
-        srv = vllm_cpu.start_server(extra_args=["--speculative-config", NGRAM_SPEC])
+        srv = vllm_cpu.start_server(extra_args=["--speculative-config", NGRAM_SPEC], api_key=SPEC_API_KEY)
     except vllm_cpu.SetupError as e:
         pytest.fail(str(e), pytrace=False)
     TIMINGS["spec_startup_s"] = srv.startup_s

@@ -1,0 +1,684 @@
+"""Issue #25's hostile situations and what kbench does in each, as one table: the situation, the command, the exit
+code and the one line kbench prints. tests/test_trust.py runs every row as a test (in-process where that is safe,
+as a real process where a regression could hang or a signal is sent); this script runs them all as real
+processes and prints the table:
+
+    python tests/hostile_table.py [--markdown FILE] [--only ID,ID]
+
+Families (the issue's): 1 secrets, 2 outputs half replaced by a signal, 3 links in a run folder, 4 measurements
+lost or invented, 5 the gate and broken candidates, 6 inputs that hang or blow up. The situations the earlier
+issues settled are in tests/edges_table.py (#17), tests/test_hostile_inputs.py and tests/test_server_bench_hostile.py.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for p in (HERE, HERE / "servers"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from fake_sglang import FakeSGLang, Faults  # noqa: E402
+from gate_synth import CASE_A, DECODE, sweep_rows, write_run  # noqa: E402
+
+SECRET_PW = "pw-Zq81-secret"
+SECRET_KEY = "sk-trust-4f2a9c"
+SECRET_HDR = "hdr-tok-77e1"
+TINY = "--scenario quick -b 1 -q 1 -k 64 --kernels reference"
+SERVER = "--backend sglang --skip-warmup --batch-size 1 --input-len 4 --output-len 2 --flush-retry-wait 0"
+
+
+# ---- the workspace a situation runs in ------------------------------------------------------------------------
+class Workspace:
+    """A fresh folder per situation, the shared inputs copied into it, and the fake SGLang servers."""
+
+    def __init__(self, root: Path, shared: "Shared"):
+        self.root = root
+        self.shared = shared
+        self.vars: dict[str, str] = {}
+        self.env: dict[str, str] = {}
+
+    def path(self, name: str) -> Path:
+        return self.root / name
+
+    def copy(self, src: Path, name: str) -> Path:
+        shutil.copytree(src, self.root / name, symlinks=True)
+        return self.root / name
+
+
+class Shared:
+    """Made once: a complete CPU sweep run, synthetic kernel runs, the fake servers."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.cpu_run = _cpu_run(root / "cpu")
+        self.kernel_run = write_run(root / "kernel-run", sweep_rows(seed=1))
+        self.kernel_run2 = write_run(root / "kernel-run2", sweep_rows(seed=2))
+        self.server = FakeSGLang(Faults()).start()  # per situation: faults reset by the setup
+        self.other = FakeSGLang(Faults()).start()  # another origin (a redirect target)
+
+    def reset_servers(self) -> None:
+        for s in (self.server, self.other):
+            s.faults = Faults()
+            with s._lock:
+                s.requests.clear()
+                s._flush_calls = s._generate_calls = 0
+
+    def close(self) -> None:
+        self.server.stop()
+        self.other.stop()
+
+
+def _cpu_run(out: Path) -> Path:
+    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", *shlex.split(TINY), "-q", "1,2",
+                        "--out", str(out), "--name", "cpu"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return next(out.glob("cpu-*"))
+
+
+def digest(path: Path) -> str:
+    h = hashlib.sha256()
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(path)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary files or folders kbench may have left: .NAME.kbench-*, .*.tmp*, zero-byte files."""
+    out = []
+    for p in folder.rglob("*"):
+        n = p.name
+        if ".kbench-new-" in n or ".kbench-old-" in n or (n.startswith(".") and ".tmp" in n):
+            out.append(str(p.relative_to(folder)))
+        elif p.is_file() and not p.is_symlink() and p.stat().st_size == 0 and not n.startswith(".kbench"):
+            out.append(str(p.relative_to(folder)) + " (0 bytes)")
+    return out
+
+
+def holds(folder: Path, secret: str) -> list[str]:
+    return [str(p) for p in folder.rglob("*") if p.is_file() and not p.is_symlink()
+            and secret.encode() in p.read_bytes()]
+
+
+def set_manifest(run: Path, **kw) -> None:
+    m = json.loads((run / "manifest.json").read_text())
+    for k, v in kw.items():
+        if v is None:
+            m.pop(k, None)
+        else:
+            m[k] = v
+    (run / "manifest.json").write_text(json.dumps(m))
+
+
+def journal(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "rows.jsonl").read_text().splitlines() if x.strip()]
+
+
+def write_journal(run: Path, rows: list[dict], raw_tail: str = "") -> None:
+    (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + raw_tail)
+
+
+# ---- situations ------------------------------------------------------------------------------------------------
+@dataclass
+class Situation:
+    id: str
+    family: int
+    what: str  # the hostile situation, in words
+    command: str  # `kbench ...` with {name} fields from the workspace's vars
+    code: int  # the exit code kbench must give
+    line: str  # a regex the one line kbench prints must match (search)
+    setup: Callable[[Workspace], None] | None = None
+    check: Callable[[Workspace, str], None] | None = None  # more that must hold afterwards (files, secrets)
+    process: bool = False  # run as a real process (a regression could hang; or a signal is sent)
+    signal_at: tuple[str, str, int] | None = None  # (MODULE:FUNCTION, before|after, signal): tests/pause_at.py
+    env: dict = field(default_factory=dict)
+
+
+def _interrupted_cpu_run(w: Workspace) -> Path:
+    run = w.copy(w.shared.cpu_run, "run")
+    set_manifest(run, status="interrupted")
+    w.vars["run"] = str(run)
+    return run
+
+
+def _outside(w: Workspace, content: str = "precious\n") -> Path:
+    f = w.path("outside.txt")
+    f.write_text(content)
+    w.vars["outside"] = str(f)
+    return f
+
+
+def _untouched(name: str = "outside.txt", content: str = "precious\n"):
+    def check(w: Workspace, out: str) -> None:
+        assert w.path(name).read_text() == content, f"{name} was changed: {w.path(name).read_text()[:80]!r}"
+    return check
+
+
+# family 6: inputs that hang or blow up
+def _fifo(w):
+    os.mkfifo(w.path("lens.csv"))
+
+
+def _dev_zero(w):
+    os.symlink("/dev/zero", w.path("lens.csv"))
+
+
+def _non_utf8(w):
+    w.path("lens.csv").write_bytes(b"\xff\xfe1,2\n")
+
+
+def _folder(w):
+    w.path("lens.csv").mkdir()
+
+
+def _huge(w):
+    with open(w.path("lens.csv"), "wb") as f:
+        f.truncate(17 << 20)
+
+
+def _fifo_journal(w):
+    run = _interrupted_cpu_run(w)
+    (run / "rows.jsonl").unlink()
+    os.mkfifo(run / "rows.jsonl")
+
+
+def _fifo_result_file(w):
+    os.mkfifo(w.path("result.jsonl"))
+    w.vars["url"] = w.shared.server.url
+
+
+# family 3: links in a run folder
+def _lock_symlink(w):
+    run, out = _interrupted_cpu_run(w), _outside(w)
+    (run / ".kbench.lock").unlink(missing_ok=True)
+    os.symlink(out, run / ".kbench.lock")
+
+
+def _lock_hardlink(w):
+    run, out = _interrupted_cpu_run(w), _outside(w)
+    (run / ".kbench.lock").unlink(missing_ok=True)
+    os.link(out, run / ".kbench.lock")
+
+
+def _journal_symlink(w):
+    run = _interrupted_cpu_run(w)
+    rows = journal(run)
+    out = _outside(w, "".join(json.dumps(r) + "\n" for r in rows[:1]))
+    (run / "rows.jsonl").unlink()
+    os.symlink(out, run / "rows.jsonl")
+    w.vars["outside_text"] = out.read_text()
+
+
+def _reserve_symlink(w):
+    run, out = _interrupted_cpu_run(w), _outside(w)
+    os.symlink(out, run / ".kbench.reserve")
+
+
+# family 2: outputs half replaced
+def _baseline_pair(w):
+    """An existing baseline (from kernel-run) to be replaced by one from kernel-run2."""
+    bl = w.path("bl")
+    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "baseline", str(w.shared.kernel_run), "--name", "b",
+                        "--out", str(bl)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    w.vars.update(new=str(w.shared.kernel_run2), bl=str(bl), base=str(bl / "b"))
+    w.vars["old_digest"] = digest(bl / "b")
+
+
+def _baseline_old_whole(w, out):
+    assert digest(w.path("bl") / "b") == w.vars["old_digest"], "the old baseline was changed"
+    assert leftovers(w.path("bl")) == [], leftovers(w.path("bl"))
+
+
+def _baseline_new_whole(w, out):
+    b = w.path("bl") / "b"
+    assert digest(b) != w.vars["old_digest"], "the baseline was not replaced"
+    m = json.loads((b / "manifest.json").read_text())
+    assert m["baseline"]["source_run"] == w.vars["new"]
+    assert leftovers(w.path("bl")) == [], leftovers(w.path("bl"))
+
+
+def _report_pair(w):
+    rep = w.path("rep")
+    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "report", str(w.shared.kernel_run), "--out", str(rep)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    w.vars.update(new=str(w.shared.kernel_run2), rep=str(rep), old_digest=digest(rep))
+
+
+def _report_old_whole(w, out):
+    assert digest(w.path("rep")) == w.vars["old_digest"], "the old report was changed"
+    assert leftovers(w.root) == [], leftovers(w.root)
+
+
+def _mixed_baseline(w):
+    _baseline_pair(w)
+    other = w.path("other")
+    subprocess.run([sys.executable, "-m", "kbench.cli.main", "baseline", str(w.shared.kernel_run2), "--name", "o",
+                    "--out", str(other)], capture_output=True, timeout=300, check=True)
+    shutil.copy(other / "o" / "rows.parquet", w.path("bl") / "b" / "rows.parquet")  # half of a replace
+
+
+def _mixed_report(w):
+    _report_pair(w)
+    pol = json.loads(w.path("rep/policy.json").read_text())
+    pol["created_at"] = "2026-01-01T00:00:00+00:00"  # a policy from another report, beside this one's files
+    w.path("rep/policy.json").write_text(json.dumps(pol, indent=2))
+
+
+def _runs_folder(w):
+    w.copy(w.shared.kernel_run, "runs/kernel-run")
+    w.vars.update(run=str(w.path("runs/kernel-run")), runs=str(w.path("runs")), old_digest=digest(w.path("runs")))
+
+
+def _runs_untouched(w, out):
+    assert digest(w.path("runs")) == w.vars["old_digest"]
+
+
+# family 4: measurements lost or invented
+def _lost_last_line(w):
+    run = w.copy(w.shared.cpu_run, "run")
+    rows = journal(run)
+    write_journal(run, rows[:-1])
+    w.vars["run"] = str(run)
+    w.vars["n"] = str(len(rows))
+
+
+def _restored(w, out):
+    run = Path(w.vars["run"])
+    assert len(journal(run)) == int(w.vars["n"]), "the lost row was not restored"
+
+
+def _old_journal(w):
+    """A run an older kbench measured (its rows without the realistic-batch and timing-state fields), kept as a
+    baseline; the same run finished by this kbench (its journal mixes those rows with rows of this kbench)."""
+    run = w.copy(w.shared.kernel_run, "run")
+    rows = journal(run)
+    newer = ("kv_dist", "q_dist", "window_left", "sinks", "max_seq_len", "q_dtype", "skip_softmax", "power",
+             "kv_mean", "kv_max", "kv_min", "kv_hash", "q_mean", "q_max", "q_min", "q_hash", "chosen_by",
+             "sm_clock_mean_mhz", "power_w", "gpu_temp_c", "throttle_reasons", "power_settle", "calls_per_sample")
+    old = [{k: v for k, v in r.items() if k not in newer} for r in rows[: len(rows) // 2]]
+    older = w.copy(w.shared.kernel_run, "older-run")
+    write_journal(older, old)
+    for f in ("rows.parquet", "rows.csv"):
+        (older / f).unlink()
+    set_manifest(older, num_rows=len(old))
+    subprocess.run([sys.executable, "-m", "kbench.cli.main", "baseline", str(older), "--name", "older", "--out",
+                    str(w.path("bl"))], capture_output=True, timeout=300, check=True)
+    write_journal(run, old + rows[len(rows) // 2:])
+    w.vars.update(run=str(run), base=str(w.path("bl/older")))
+
+
+def _bad_axis_value(w):
+    run = w.copy(w.shared.kernel_run, "run")
+    rows = journal(run)
+    rows[1]["window_left"] = "wide"
+    write_journal(run, rows)
+    w.vars["run"] = str(run)
+
+
+def _other_device_rows(w):
+    run = _interrupted_cpu_run(w)
+    rows = journal(run)
+    rows[-1] = {**rows[-1], "device": "NVIDIA H100 80GB HBM3", "sm": 90}
+    write_journal(run, rows)
+
+
+# family 5: the gate and broken candidates
+def _broken_candidate(value: str):
+    def setup(w):
+        cand = w.copy(w.shared.kernel_run2, "cand")
+        rows = journal(cand)
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        i = next(i for i, r in enumerate(rows) if r["kernel"] == DECODE and r["case_id"] == CASE_A.case_id)
+        line = json.dumps(rows[i])
+        text = text.replace(line, re.sub(r'"median_us": [^,]+', f'"median_us": {value}', line))
+        (cand / "rows.jsonl").write_text(text)  # NaN and Infinity are JSON tokens Python reads
+        w.vars.update(base=str(w.shared.kernel_run), cand=str(cand))
+    return setup
+
+
+def _broken_server_candidate(w):
+    runs = []
+    for name in ("a", "b"):
+        p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.shared.server.url,
+                            *shlex.split(SERVER), "--out", str(w.path(name))], capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        runs.append(next(w.path(name).iterdir()))
+    rows = journal(runs[1])
+    rows[0]["latency"] = None
+    write_journal(runs[1], rows)
+    w.vars.update(base=str(runs[0]), cand=str(runs[1]))
+
+
+# family 1: secrets
+def _server(w, **faults):
+    w.shared.server.faults = Faults(**faults)
+    w.vars["url"] = w.shared.server.url
+    w.vars["pw_url"] = w.shared.server.url.replace("http://", f"http://bob:{SECRET_PW}@")
+
+
+def _no_secret(*secrets):
+    def check(w, out):
+        for s in secrets:
+            assert s not in out, f"{s} printed"
+            assert holds(w.root, s) == [], f"{s} stored in {holds(w.root, s)}"
+    return check
+
+
+def _pw_run(w):
+    _server(w)
+    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.vars["pw_url"],
+                        *shlex.split(SERVER), "--out", str(w.path("r"))], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = next(w.path("r").iterdir())
+    set_manifest(run, status="interrupted")
+    w.vars["run"] = str(run)
+
+
+def _key_file_fifo(w):
+    _server(w, api_key=SECRET_KEY)
+    os.mkfifo(w.path("key.txt"))
+
+
+def _redirect(same_origin: bool):
+    def setup(w):
+        _server(w)
+        w.shared.server.faults.redirect_to = (w.shared.server.url if same_origin else
+                                              w.shared.other.url.replace("127.0.0.1", "localhost"))
+    return setup
+
+
+def _no_request_to_other(w, out):
+    assert not w.shared.other.requests, "kbench followed the redirect to another origin"
+
+
+SITUATIONS: list[Situation] = [
+    # 1 secrets ------------------------------------------------------------------------------------------------
+    Situation("password-url", 1, "--url holds user:password", f"kbench server-bench --url {{pw_url}} {SERVER} --out r",
+              0, r"^rows: ", lambda w: _server(w), _no_secret(SECRET_PW)),
+    Situation("password-url-down", 1, "--url holds a password, the server is down",
+              f"kbench server-bench --url http://bob:{SECRET_PW}@127.0.0.1:9 {SERVER} --out r", 1,
+              r"^error: cannot use the server: .*127\.0\.0\.1:9.*connection refused", None, _no_secret(SECRET_PW)),
+    Situation("password-url-resume", 1, "resume a run whose --url had a password, without it",
+              "kbench server-bench --resume {run}", 2, r"^error: --resume .*the run sent HTTP Basic auth \(user .bob., password \*\*\*\), which kbench does not keep",
+              _pw_run, _no_secret(SECRET_PW)),
+    Situation("api-key", 1, "--api-key to a server that requires it (SGLang/vLLM --api-key)",
+              f"kbench server-bench --url {{url}} --api-key {SECRET_KEY} {SERVER} --out r", 0, r"^rows: ",
+              lambda w: _server(w, api_key=SECRET_KEY), _no_secret(SECRET_KEY)),
+    Situation("api-key-env", 1, "the API key in $KBENCH_API_KEY", f"kbench server-bench --url {{url}} {SERVER} --out r",
+              0, r"^rows: ", lambda w: _server(w, api_key=SECRET_KEY), _no_secret(SECRET_KEY),
+              env={"KBENCH_API_KEY": SECRET_KEY}),
+    Situation("api-key-missing", 1, "no key for a server that requires one",
+              f"kbench server-bench --url {{url}} {SERVER} --out r", 1,
+              r"^error: cannot use the server: GET .* -> 401 .*without credentials.*--api-key-file",
+              lambda w: _server(w, api_key=SECRET_KEY)),
+    Situation("api-key-echoed", 1, "a wrong key, and a 401 page that echoes it",
+              f"kbench server-bench --url {{url}} --api-key {SECRET_KEY}-wrong {SERVER} --out r", 1,
+              r"^error: cannot use the server: .*401 .*Bearer \*\*\*.*with credentials",
+              lambda w: _server(w, api_key="another-key"), _no_secret(SECRET_KEY)),
+    Situation("api-key-file-fifo", 1, "--api-key-file is a FIFO",
+              f"kbench server-bench --url {{url}} --api-key-file key.txt {SERVER} --out r", 2,
+              r"^error: --api-key-file key\.txt: a named pipe \(FIFO\), not a regular file", _key_file_fifo,
+              process=True),
+    Situation("api-key-twice", 1, "--api-key and --api-key-file both",
+              f"kbench server-bench --url {{url}} --api-key k1 --api-key-file key.txt {SERVER} --out r", 2,
+              r"^error: --api-key and --api-key-file: give one", lambda w: _server(w)),
+    Situation("header", 1, "--header for a gateway's auth",
+              f"kbench server-bench --url {{url}} --header 'X-Gw: {SECRET_HDR}' {SERVER} --out r", 0, r"^rows: ",
+              lambda w: _server(w, required_headers={"X-Gw": SECRET_HDR}), _no_secret(SECRET_HDR)),
+    Situation("header-malformed", 1, "--header without a colon",
+              f"kbench server-bench --url {{url}} --header 'X-Gw {SECRET_HDR}' {SERVER} --out r", 2,
+              r"^error: --header: expected 'Name: value'", lambda w: _server(w), _no_secret(SECRET_HDR)),
+    Situation("header-framing", 1, "--header sets Host", f"kbench server-bench --url {{url}} --header 'Host: evil' "
+              f"{SERVER} --out r", 2, r"^error: --header: header Host: set by the HTTP client", lambda w: _server(w)),
+    Situation("redirect-other-origin", 1, "the server redirects to another host",
+              f"kbench server-bench --url {{url}} {SERVER} --out r", 1,
+              r"^error: cannot use the server: GET .* redirected \(307\) to another origin, http://localhost:\d+/r/",
+              _redirect(False), _no_request_to_other),
+    Situation("redirect-same-origin", 1, "the server redirects within itself (a proxy's prefix)",
+              f"kbench server-bench --url {{url}} {SERVER} --out r", 0, r"^rows: ", _redirect(True)),
+    # 2 outputs half replaced ------------------------------------------------------------------------------------
+    Situation("baseline-sigterm-mid-write", 2, "baseline --force stopped by SIGTERM after the new rows.parquet",
+              "kbench baseline {new} --name b --out {bl} --force", 143, r"^error: stopped by SIGTERM",
+              _baseline_pair, _baseline_old_whole, signal_at=("kbench.gate.baselines:write_tables", "after",
+                                                              signal.SIGTERM)),
+    Situation("baseline-ctrl-c-mid-write", 2, "baseline --force stopped by Ctrl-C after the new rows.parquet",
+              "kbench baseline {new} --name b --out {bl} --force", 130, r"^error: stopped by SIGINT",
+              _baseline_pair, _baseline_old_whole, signal_at=("kbench.gate.baselines:write_tables", "after",
+                                                              signal.SIGINT)),
+    Situation("baseline-sigterm-in-swap", 2, "baseline --force: SIGTERM arrives during the swap",
+              "kbench baseline {new} --name b --out {bl} --force", 143, r"^error: stopped by SIGTERM",
+              _baseline_pair, _baseline_new_whole, signal_at=("kbench.runs.atomic:_exchange", "before",
+                                                              signal.SIGTERM)),
+    Situation("report-sigterm-mid-write", 2, "report --out over a report, SIGTERM after the new plots",
+              "kbench report {new} --out {rep}", 143, r"^error: stopped by SIGTERM", _report_pair, _report_old_whole,
+              signal_at=("kbench.report.build:save_policy", "before", signal.SIGTERM)),
+    Situation("report-ctrl-c-mid-write", 2, "report --out over a report, Ctrl-C after the new plots",
+              "kbench report {new} --out {rep}", 130, r"^error: stopped by SIGINT", _report_pair, _report_old_whole,
+              signal_at=("kbench.report.build:save_policy", "before", signal.SIGINT)),
+    Situation("gate-mixed-baseline", 2, "gate on a baseline whose rows.parquet is another baseline's",
+              "kbench gate --baseline {base} --candidate {new}", 2,
+              r"^error: baseline: .*rows\.parquet does not match what was written with it", _mixed_baseline),
+    Situation("select-mixed-report", 2, "select on a policy.json that is not the one its report wrote",
+              "kbench select --policy {rep}/policy.json --batch-size 4 --q-len 4 --kv-len 4096", 2,
+              r"^error: .*policy\.json does not match what was written with it", _mixed_report),
+    Situation("report-out-runs-folder", 2, "report --out a folder of runs (it would be replaced whole)",
+              "kbench report {run} --out {runs}", 2, r"^error: --out .*holds 'kernel-run'.*a report does not write",
+              _runs_folder, _runs_untouched),
+    # 3 links in a run folder -----------------------------------------------------------------------------------
+    Situation("lock-symlink", 3, ".kbench.lock is a symbolic link to a file outside the run",
+              "kbench sweep --resume {run}", 2, r"^error: .*\.kbench\.lock: a symbolic link", _lock_symlink,
+              _untouched()),
+    Situation("lock-hardlink", 3, ".kbench.lock is a hard link to a file outside the run",
+              "kbench sweep --resume {run}", 2, r"^error: .*\.kbench\.lock: a hard link", _lock_hardlink, _untouched()),
+    Situation("journal-symlink", 3, "rows.jsonl is a symbolic link to a file outside the run",
+              "kbench sweep --resume {run}", 2, r"^error: .*rows\.jsonl: a symbolic link", _journal_symlink,
+              lambda w, out: _untouched(content=w.vars["outside_text"])(w, out)),
+    Situation("reserve-symlink", 3, ".kbench.reserve is a symbolic link to a file outside the run",
+              "kbench sweep --resume {run}", 2, r"^error: .*\.kbench\.reserve: a symbolic link", _reserve_symlink,
+              _untouched()),
+    # 4 measurements lost or invented ----------------------------------------------------------------------------
+    Situation("lost-line-report", 4, "rows.jsonl lost its last line (rows.parquet still has it): report",
+              "kbench report {run} --out rep", 2, r"^error: .*rows\.jsonl: \d+ row\(s\), but the run recorded \d+ "
+              r".*kbench sweep --resume", _lost_last_line),
+    Situation("lost-line-merge", 4, "rows.jsonl lost its last line: merge", "kbench merge {run} {run} --out m", 2,
+              r"^error: .*1 row\(s\) lost from the journal", _lost_last_line),
+    Situation("lost-line-resume", 4, "rows.jsonl lost its last line: resume", "kbench sweep --resume {run}", 0,
+              r"^rows: \d+ .*timed 0 this call", _lost_last_line, _restored),
+    Situation("old-journal-report", 4, "a journal an older kbench started (no newer fields), this one finished",
+              "kbench report {run} --out rep", 0, r"^wrote \d+ files", _old_journal),
+    Situation("old-journal-gate", 4, "that run gated against a baseline of its older rows",
+              "kbench gate --baseline {base} --candidate {run}", 0, r"^PASS: \d+ pass, \d+ new", _old_journal),
+    Situation("bad-axis-value", 4, "a journal row with window_left 'wide'", "kbench report {run} --out rep", 2,
+              r"^error: .*rows\.jsonl: line 2: window_left is 'wide', expected an integer", _bad_axis_value),
+    Situation("other-device-rows", 4, "rows of another GPU appended to the journal", "kbench sweep --resume {run}",
+              2, r"^error: .*row \d+ was measured on 'NVIDIA H100 80GB HBM3'.*--force", _other_device_rows),
+    # 5 the gate and broken candidates ---------------------------------------------------------------------------
+    *[Situation(f"gate-median-{name}", 5, f"a candidate ok row with median_us {value}",
+                "kbench gate --baseline {base} --candidate {cand}", 1, r"^FAIL: 1 invalid", _broken_candidate(value))
+      for name, value in (("null", "null"), ("nan", "NaN"), ("inf", "Infinity"), ("negative", "-5.0"),
+                          ("zero", "0.0"))],
+    Situation("gate-server-latency-null", 5, "a server-bench candidate ok row without latency",
+              "kbench gate --baseline {base} --candidate {cand}", 1, r"^FAIL: .*invalid", _broken_server_candidate),
+    # 6 inputs that hang or blow up ------------------------------------------------------------------------------
+    Situation("lengths-fifo", 6, "--kv-dist file: a FIFO", f"kbench sweep {TINY} --kv-dist file:lens.csv --out o", 2,
+              r"^error: .*kv_dist: cannot read lens\.csv: a named pipe \(FIFO\), not a regular file", _fifo,
+              process=True),
+    Situation("lengths-dev-zero", 6, "--q-dist file: /dev/zero (a link to it)",
+              f"kbench sweep {TINY} --q-dist file:lens.csv --out o", 2,
+              r"^error: .*q_dist: cannot read lens\.csv: a character device, not a regular file", _dev_zero,
+              process=True),
+    Situation("lengths-non-utf8", 6, "--kv-dist file: with non-UTF-8 bytes",
+              f"kbench sweep {TINY} --kv-dist file:lens.csv --out o", 2,
+              r"^error: .*lens\.csv: not UTF-8 text \(byte 0xff at offset 0\)", _non_utf8),
+    Situation("lengths-folder", 6, "--kv-dist file: a folder", f"kbench sweep {TINY} --kv-dist file:lens.csv --out o",
+              2, r"^error: .*lens\.csv: a folder, not a regular file", _folder),
+    Situation("lengths-huge", 6, "--kv-dist file: of 17 MiB", f"kbench sweep {TINY} --kv-dist file:lens.csv --out o",
+              2, r"^error: .*lens\.csv: 17 MiB, more than the 16 MiB", _huge),
+    Situation("journal-fifo", 6, "a run's rows.jsonl is a FIFO", "kbench report {run} --out rep", 2,
+              r"^error: .*rows\.jsonl: a named pipe \(FIFO\), not a regular file", _fifo_journal, process=True),
+    Situation("result-filename-fifo", 6, "server-bench --result-filename is a FIFO",
+              f"kbench server-bench --url {{url}} {SERVER} --out r --result-filename result.jsonl", 2,
+              r"^error: --result-filename result\.jsonl: a named pipe \(FIFO\), not a regular file",
+              _fifo_result_file, process=True),
+    Situation("huge-batch", 6, "--batch-size 100000000 with tiny heads",
+              "kbench sweep --scenario quick -b 100000000 -q 1 -k 16 --heads 1/1/64 --kernels reference --out o", 2,
+              r"^error: .*grid\.batch_size: 100000000 requests is more than the 1,048,576"),
+    Situation("max-seq-len-below-kv", 6, "--max-seq-len context:1024 with kv_len 4096",
+              "kbench sweep --scenario quick -b 1 -q 1 -k 4096 --max-seq-len context:1024 --kernels reference --out o",
+              2, r"^error: .*grid\.max_seq_len: context:1024 is below kv_len 4096"),
+    Situation("max-seq-len-below-drawn", 6, "--max-seq-len context:1100 below a lognormal request's KV",
+              "kbench sweep --scenario quick -b 8 -q 1 -k 1024 --kv-dist lognormal:1.0 --max-seq-len context:1100 "
+              "--kernels reference --out o", 2, r"^error: .*context:1100 is below a request's KV length \d+"),
+    Situation("max-seq-len-int32", 6, "--max-seq-len context:2147483647 at batch 64 (on a host with < 33 GiB free)",
+              "kbench sweep --scenario quick -b 64 -q 1 -k 64 --max-seq-len context:2147483647 --kernels reference "
+              "--out o", 0, r"needs [\d.]+ GiB of host memory \(page tables 32\.0 GiB\)", process=True),
+]
+BY_ID = {s.id: s for s in SITUATIONS}
+
+
+# ---- running one -----------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    code: int
+    output: str
+    line: str  # the line that matched, or the first line
+
+
+def render(s: Situation, w: Workspace) -> str:
+    return s.command.format(**w.vars)
+
+
+def run_situation(s: Situation, w: Workspace, in_process: bool) -> Outcome:
+    w.shared.reset_servers()
+    if s.setup:
+        s.setup(w)
+    cmd = render(s, w)
+    args = shlex.split(cmd)[1:]
+    env = {"COLUMNS": "250", "GITHUB_STEP_SUMMARY": "", **s.env, **w.env}
+    if s.signal_at:
+        code, out = _run_signalled(s, w, args, env)
+    elif in_process and not s.process:
+        code, out = _run_in_process(args, env, w.root)
+    else:
+        p = subprocess.run([sys.executable, "-m", "kbench.cli.main", *args], cwd=w.root, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, **env})
+        code, out = p.returncode, p.stdout + p.stderr
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+    hit = next((ln for ln in lines if re.search(s.line, ln)), None)
+    return Outcome(code, out, hit if hit is not None else (lines[-1] if lines else ""))
+
+
+def _run_in_process(args, env, cwd) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from kbench.cli.main import cli
+
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        r = CliRunner().invoke(cli, args, env=env, catch_exceptions=True)
+    finally:
+        os.chdir(old)
+    out = r.output
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        import traceback
+
+        out += "\nTraceback (in-process):\n" + "".join(traceback.format_exception(r.exception))
+    return r.exit_code, out
+
+
+def _run_signalled(s: Situation, w: Workspace, args, env) -> tuple[int, str]:
+    target, when, signum = s.signal_at
+    marker = str(w.path(".pause-marker"))
+    p = subprocess.Popen([sys.executable, str(HERE / "pause_at.py"), target, when, marker, "--", *args], cwd=w.root,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
+    t0 = time.monotonic()
+    while not os.path.exists(marker):
+        if p.poll() is not None or time.monotonic() - t0 > 120:
+            out = p.communicate()[0] if p.poll() is not None else ""
+            p.kill()
+            raise AssertionError(f"never reached {target} ({when}): {out[-2000:]}")
+        time.sleep(0.05)
+    p.send_signal(signum)
+    time.sleep(0.5)
+    Path(marker + ".go").write_text("go\n")  # a signal kbench holds (the swap) goes on now
+    out = p.communicate(timeout=120)[0]
+    os.unlink(marker)
+    os.unlink(marker + ".go")
+    return p.returncode, out
+
+
+def verdict(s: Situation, o: Outcome, w: Workspace) -> str | None:
+    """None when kbench did what the table says, else what went wrong."""
+    if "Traceback" in o.output:
+        return "traceback"
+    if o.code != s.code:
+        return f"exit {o.code}, wanted {s.code}"
+    if not re.search(s.line, o.line):
+        return f"no line matching {s.line!r}"
+    if s.code == 2:
+        lines = [ln for ln in o.output.splitlines() if ln.strip()]
+        if len(lines) != 1 or not lines[0].startswith("error: "):
+            return f"{len(lines)} lines, wanted one error line"
+    if s.check:
+        try:
+            s.check(w, o.output)
+        except AssertionError as e:
+            return f"check: {e}"
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", help="also write the table here")
+    ap.add_argument("--only", help="comma-separated situation ids")
+    a = ap.parse_args()
+    todo = [BY_ID[i] for i in a.only.split(",")] if a.only else SITUATIONS
+    root = Path(tempfile.mkdtemp(prefix="kbench-trust-"))
+    shared = Shared(root / "shared")
+    rows, bad = [], 0
+    try:
+        for i, s in enumerate(todo):
+            w = Workspace(root / f"{i:02d}-{s.id}", shared)
+            w.root.mkdir()
+            o = run_situation(s, w, in_process=False)
+            v = verdict(s, o, w)
+            bad += v is not None
+            line = re.sub(r"/tmp/kbench-trust-[^/ ]+/\d\d-[^/ ]+/", "", o.line)[:170].replace("|", "\\|")
+            rows.append(f"| {s.family} | {s.what} | `{render(s, w).replace(str(w.root) + '/', '')[:110]}` | "
+                        f"{o.code} | {line} | {'ok' if v is None else 'UNEXPECTED: ' + v} |")
+            print(rows[-1], flush=True)
+    finally:
+        shared.close()
+        shutil.rmtree(root, ignore_errors=True)
+    text = "\n".join(["| family | situation | command | exit | the line kbench printed | verdict |",
+                      "|---|---|---|---|---|---|", *rows])
+    if a.markdown:
+        Path(a.markdown).write_text(text + "\n")
+    print(f"\n{len(todo) - bad} of {len(todo)} as the table says")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Run the kbench CLI with one function made to stop at a chosen moment, so a test can signal it exactly there.
+
+    python tests/pause_at.py MODULE:FUNCTION before|after MARKER -- kbench-args...
+
+Before (or after) the first call of MODULE.FUNCTION the process writes MARKER and waits (until MARKER.go exists,
+at most 120 s), so the test waits for MARKER and sends SIGTERM or SIGINT at that moment: the dangerous ones of a
+multi-file replace (the new folder half written; the swap itself, where kbench holds the signal until the swap is
+done: the test then writes MARKER.go to let it go on). Test-only; kbench has no such hook.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    target, when, marker = sys.argv[1:4]
+    assert sys.argv[4] == "--"
+    args = sys.argv[5:]
+    mod_name, func_name = target.split(":")
+    mod = importlib.import_module(mod_name)
+    orig = getattr(mod, func_name)
+    state = {"done": False}
+
+    def pause():
+        if not state["done"]:
+            state["done"] = True
+            Path(marker).write_text("here\n")
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 120 and not Path(marker + ".go").exists():  # the signal arrives here
+                time.sleep(0.05)
+
+    @functools.wraps(orig)
+    def wrapped(*a, **kw):
+        if when == "before":
+            pause()
+        out = orig(*a, **kw)
+        if when == "after":
+            pause()
+        return out
+
+    setattr(mod, func_name, wrapped)
+    from kbench.cli.main import cli
+
+    cli.main(args, prog_name="kbench")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""Issue #25: every hostile situation of tests/hostile_table.py, run as a test (exit code, the one line, and what
+must hold afterwards: a target untouched, no secret stored or printed, an old output whole, no temporary file
+left). Plus the primitives underneath: kbench.files, the folder swap, the link-refusing open, redaction."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hostile_table as ht
+
+from kbench.errors import BadInput
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    s = ht.Shared(tmp_path_factory.mktemp("trust-shared"))
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("sit", ht.SITUATIONS, ids=[s.id for s in ht.SITUATIONS])
+def test_hostile_situation(sit, shared, tmp_path):
+    if sit.id == "max-seq-len-int32":
+        from kbench.timing.hardware import host_available_bytes
+
+        avail = host_available_bytes()
+        if avail is None or avail >= 34 << 30:
+            pytest.skip("this host could hold the 32 GiB page table: the case would run, not be skipped")
+    w = ht.Workspace(tmp_path, shared)
+    o = ht.run_situation(sit, w, in_process=True)
+    why = ht.verdict(sit, o, w)
+    assert why is None, f"{sit.id}: {why}\n{o.output[-3000:]}"
+
+
+def test_the_table_covers_every_family():
+    assert {s.family for s in ht.SITUATIONS} == {1, 2, 3, 4, 5, 6}
+    assert len({s.id for s in ht.SITUATIONS}) == len(ht.SITUATIONS)
+
+
+# ---- kbench.files: the one reader ---------------------------------------------------------------------------------
+def test_reader_refuses_what_is_not_a_regular_file_without_blocking(tmp_path):
+    from kbench import files
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    try:
+        for name, what in (("fifo", "a named pipe (FIFO)"), ("dir", "a folder"), ("sock", "a socket")):
+            with pytest.raises(BadInput, match=rf"^L: {re.escape(what)}, not a regular file$"):
+                files.read_text(tmp_path / name, "L")
+        with pytest.raises(BadInput, match=r"^/dev/zero: a character device, not a regular file$"):
+            files.read_bytes("/dev/zero")
+        with pytest.raises(BadInput, match="no such file"):
+            files.read_text(tmp_path / "missing")
+    finally:
+        sock.close()
+
+
+def test_reader_caps_size_and_growth_and_is_strict_utf8(tmp_path):
+    from kbench import files
+
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 2048)
+    with pytest.raises(BadInput, match=r"2 KiB, more than the 1 KiB"):
+        files.read_text(f, max_bytes=1024)
+    f.write_bytes(b"ok \xe2\x82")  # a cut multi-byte character
+    with pytest.raises(BadInput, match=r"not UTF-8 text \(byte 0xe2 at offset 3\)"):
+        files.read_text(f)
+    f.write_bytes(b"\xef\xbb\xbfname = 1")
+    assert files.read_text(f, bom=True) == "name = 1"
+    f.write_text('{"a": [1, 2]}')
+    assert files.read_json(f) == {"a": [1, 2]}
+    f.write_text('{"a": ')
+    with pytest.raises(BadInput, match=r"not valid JSON \(Expecting value, line 1 column 7\)"):
+        files.read_json(f)
+
+
+def test_records_catch_a_folder_of_two_writes(tmp_path):
+    from kbench import files
+
+    (tmp_path / "a").write_text("one")
+    rec = {"a": files.record(tmp_path / "a")}
+    files.check_records(tmp_path, rec, "F", "fix it")
+    (tmp_path / "a").write_text("two")  # the same size: only the hash tells
+    with pytest.raises(BadInput, match=r"^F: a does not match what was written with it \(its sha256 differs"):
+        files.check_records(tmp_path, rec, "F", "fix it")
+    (tmp_path / "a").unlink()
+    with pytest.raises(BadInput, match="it is missing"):
+        files.check_records(tmp_path, rec, "F", "fix it")
+    files.check_records(tmp_path, ["a"], "F", "fix it")  # an older manifest's list: not checked
+
+
+# ---- the folder swap --------------------------------------------------------------------------------------------
+def test_replaced_folder_swaps_whole_keeps_carried_files_and_cleans_up(tmp_path):
+    from kbench.runs.atomic import replaced_folder
+
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "old").write_text("old")
+    (dest / "README.md").write_text("mine")
+    with replaced_folder(dest, "--out", carry=lambda n: n == "README.md") as new:
+        (new / "fresh").write_text("new")
+        assert sorted(p.name for p in dest.iterdir()) == ["README.md", "old"]  # untouched until the swap
+    assert sorted(p.name for p in dest.iterdir()) == ["README.md", "fresh"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no sibling left
+    with pytest.raises(RuntimeError):
+        with replaced_folder(dest, "--out") as new:
+            (new / "half").write_text("x")
+            raise RuntimeError("stopped half way")
+    assert sorted(p.name for p in dest.iterdir()) == ["README.md", "fresh"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o777 & ~_umask()
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def test_baseline_force_carries_a_users_files(shared, tmp_path):
+    from click.testing import CliRunner
+
+    from kbench.cli.main import cli
+
+    r = CliRunner().invoke(cli, ["baseline", str(shared.kernel_run), "--name", "b", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "b" / "README.md").write_text("why this baseline")
+    r = CliRunner().invoke(cli, ["baseline", str(shared.kernel_run2), "--name", "b", "--out", str(tmp_path), "--force"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "b" / "README.md").read_text() == "why this baseline"
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["README.md", "manifest.json", "rows.csv",
+                                                                  "rows.parquet"]
+
+
+# ---- links --------------------------------------------------------------------------------------------------------
+def test_open_no_follow_refuses_links_and_devices(tmp_path):
+    from kbench.runs.atomic import open_no_follow
+
+    (tmp_path / "t").write_text("keep")
+    os.symlink(tmp_path / "t", tmp_path / "sym")
+    os.link(tmp_path / "t", tmp_path / "hard")
+    os.mkfifo(tmp_path / "fifo")
+    for name, what in (("sym", "a symbolic link"), ("hard", "a hard link"), ("fifo", "a named pipe")):
+        with pytest.raises(BadInput, match=what):
+            open_no_follow(tmp_path / name, os.O_WRONLY | os.O_CREAT, truncate=True)
+    assert (tmp_path / "t").read_text() == "keep"
+
+
+# ---- redaction -----------------------------------------------------------------------------------------------------
+def test_redact_argv_and_scrub():
+    from kbench.server.auth import Credentials, redact_argv, split_url
+
+    argv = ["--url", "http://u:p4ss@h:1", "--api-key", "K123", "--header", "X-A: v123", "--header=X-B: w123",
+            "--api-key=K456", "--base-url=https://x:y@z", "--out", "r"]
+    assert redact_argv(argv) == ["--url", "http://u:***@h:1", "--api-key", "***", "--header", "X-A: ***",
+                                 "--header=X-B: ***", "--api-key=***", "--base-url=https://x:***@z", "--out", "r"]
+    assert split_url("http://u:p4ss@[::1]:8/v") == ("http://u:***@[::1]:8/v", ("u", "p4ss"))
+    c = Credentials("K123", (("X-A", "v123"),), ("u", "p4ss"))
+    assert "K123" not in repr(c) and c.scrub("got K123 and v123 at http://a:b@c p4ss") == \
+        "got *** and *** at http://a:***@c ***"
+
+
+def test_signal_after_the_swap_is_held_until_it_is_done(tmp_path):
+    """deferred_signals: a SIGTERM inside the block is delivered after it, as the handler outside would."""
+    code = ("import os, signal, sys\n"
+            "from kbench.runs.signals import deferred_signals\n"
+            "done = []\n"
+            "with deferred_signals():\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    done.append(1)\n"
+            "    open(sys.argv[1], 'w').write('swapped')\n"
+            "print('not reached')\n")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == -signal.SIGTERM and (tmp_path / "m").read_text() == "swapped" and "not reached" not in p.stdout
