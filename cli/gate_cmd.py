@@ -177,7 +177,8 @@ def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignor
 @click.option("--out", "--root", "root", cls=AliasOption, hidden_aliases=("--root",), default="results/baselines",
               show_default=True, type=click.Path(file_okay=False),
               help="Folder that holds the baselines (--root, its old spelling, still works).")
-@click.option("--force", is_flag=True, help="Replace an existing baseline of the same name (refused without it).")
+@click.option("--force", is_flag=True, help="Replace an existing baseline of the same name, as a whole (refused without it; a README or "
+                   "report/ kept in its folder is carried over).")
 @click.option("--allow-partial", is_flag=True, help="Accept runs that are not complete (interrupted, still running).")
 @one_line_errors
 def baseline(runs, name, root, force, allow_partial):

@@ -35,7 +35,8 @@ def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str
     "kbench report RUN --plot-batch 16 --plot-kv 4096   # also plot time vs q_len at bs 16, kv 4096"))
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Output folder [default: FIRST_RUN/report].")
+              help="Output folder, replaced whole; one holding anything a report does not write is refused "
+                   "[default: FIRST_RUN/report].")
 @click.option("--holdout", type=float, default=None, metavar="FRACTION",
               help="Also build a policy without this random fraction of the cases and report its regret on them.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the holdout draw.")
