@@ -26,6 +26,7 @@ from kbench.errors import BadInput
 
 # how much each kind of file may hold (bytes): far beyond any real one, far below what would exhaust memory
 LENGTHS_MAX = 16 << 20  # a list of per-request lengths (at most 1,000,000 values)
+WORKLOAD_MAX = 64 << 20  # a file of draft trees (kbench.cases.trees), and workload files to come
 SCENARIO_MAX = 16 << 20
 MANIFEST_MAX = 64 << 20
 POLICY_MAX = 512 << 20

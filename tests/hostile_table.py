@@ -535,6 +535,10 @@ SITUATIONS: list[Situation] = [
               2, r"^error: .*lens\.csv: a folder, not a regular file", _folder),
     Situation("lengths-huge", 6, "--kv-dist file: of 17 MiB", f"kbench sweep {TINY} --kv-dist file:lens.csv --out o",
               2, r"^error: .*lens\.csv: 17 MiB, more than the 16 MiB", _huge),
+    Situation("tree-file-fifo", 6, "--tree file: a FIFO", "kbench sweep --scenario quick -b 1 -q 4 -k 64 --kernels "
+              "reference --tree file:lens.csv --out o", 2,
+              r"^error: .*grid\.tree: cannot read lens\.csv: a named pipe \(FIFO\), not a regular file", _fifo,
+              process=True),
     Situation("journal-fifo", 6, "a run's rows.jsonl is a FIFO", "kbench report {run} --out rep", 2,
               r"^error: .*rows\.jsonl: a named pipe \(FIFO\), not a regular file", _fifo_journal, process=True),
     Situation("result-filename-fifo", 6, "server-bench --result-filename is a FIFO",

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kbench import files
 from kbench.errors import BadInput
 
 KINDS = ("chain", "topk", "file")
@@ -192,10 +193,10 @@ def _read(path: str) -> tuple[tuple[tuple[int, ...], int], ...] | str:
 
 @lru_cache(maxsize=64)
 def _parse_file(path: str, mtime_ns: int, size: int) -> tuple[tuple[tuple[int, ...], int], ...] | str:
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        return f"cannot read {path}: {getattr(e, 'strerror', None) or e}"
+    try:  # as every file kbench did not write: a regular file, size-capped, strict UTF-8 (kbench.files)
+        text = files.read_text(Path(path).expanduser(), f"cannot read {path}", files.WORKLOAD_MAX, bom=True)
+    except BadInput as e:
+        return str(e)
     trees = []
     for lineno, line in enumerate(text.splitlines(), 1):
         body = line.split("#", 1)[0].strip()
