@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from kbench import RESULT_SCHEMA_VERSION, files
@@ -355,7 +356,7 @@ def check_rows(rows: pd.DataFrame, kind: str, where, lines: list[int] | None = N
 
     for c in ("kernel", "case_id", "status") if kind == "sweep" else REQUIRED:
         if c in rows:
-            m = rows[c].map(lambda v: not isinstance(v, str))
+            m = _not_str(rows[c])
             if m.any():
                 bad(m, c, "not a string")
     if kind != "sweep" or not len(rows):
@@ -366,23 +367,37 @@ def check_rows(rows: pd.DataFrame, kind: str, where, lines: list[int] | None = N
     for a in axes.AXES:
         col = rows[a.name]
         if a.type is int:
-            num = pd.to_numeric(col, errors="coerce")
-            m = col.notna() & (num.isna() | (num != num.round()) | col.map(lambda v: isinstance(v, bool)))
+            num = pd.to_numeric(col, errors="coerce") if col.dtype == object else col
+            m = col.notna() & (num.isna() | (num != num.round()))
+            if col.dtype == object:
+                m |= col.notna() & ~col.map(type).isin(_NUMBER_TYPES)  # "16", True: not an integer
             if m.any():
                 bad(m, a.name, "expected an integer")
             # a shape axis (no default) may be absent from a foreign row: kept missing, the rest as integers
             rows[a.name] = num.astype("int64") if not num.isna().any() else num
         else:
-            m = col.map(lambda v: not isinstance(v, str))
+            m = _not_str(col)
             if m.any():
                 bad(m, a.name, "expected a string")
     for c in NUMBER_COLUMNS:
         col = rows[c]
         if col.dtype == object:
-            m = col.notna() & (pd.to_numeric(col, errors="coerce").isna() | col.map(lambda v: isinstance(v, bool)))
+            m = col.notna() & ~col.map(type).isin(_NUMBER_TYPES)
             if m.any():
                 bad(m, c, "expected a number or nothing")
     return rows
+
+
+# what a number cell of a loaded row may hold (a bool, a string or a list may not)
+_NUMBER_TYPES = (int, float, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                 np.float16, np.float32, np.float64)
+
+
+def _not_str(col: pd.Series) -> pd.Series:
+    """Where a column holds anything but a string (a string column's only other value is missing)."""
+    if pd.api.types.is_string_dtype(col) and col.dtype != object:
+        return col.isna()
+    return col.map(lambda v: not isinstance(v, str))
 
 
 def check_resumable(run_dir: str | Path, manifest: dict) -> None:
