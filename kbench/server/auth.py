@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from kbench import files
 from kbench.errors import BadInput
@@ -92,7 +92,8 @@ def split_url(url: str) -> tuple[str, tuple[str, str] | None]:
         return url, None
     netloc = f"{user or ''}:{HIDDEN}@" + (f"[{host}]" if host and ":" in host else host or "") + (
         f":{port}" if port is not None else "")
-    return urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment)), (user or "", password)
+    # sent decoded, as requests reads a URL's userinfo (p%40ss is the password p@ss)
+    return urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment)), (unquote(user or ""), unquote(password))
 
 
 def redact_url(url: str) -> str:

@@ -98,6 +98,8 @@ class ServerBenchConfig:
     def __post_init__(self):
         """The one place a URL enters kbench: its password moves into the credentials, and what is kept (the
         manifest's url and config, the rows' url column, messages) is the URL with *** in its place."""
+        if self.credentials is None:
+            self.credentials = Credentials()
         if isinstance(self.url, str):
             public, basic = split_url(self.url)
             if basic:
