@@ -1,5 +1,6 @@
-"""The one reader of files kbench did not write in this call: lengths files (`--kv-dist file:`), scenarios, a
-run's rows and manifest, baselines, policies, API-key and header files, a server's model config.
+"""The one reader of files kbench did not write in this call: lengths files (`--kv-dist file:`), draft-tree files,
+workload files (`kbench recommend --workload`), scenarios, a run's rows and manifest, baselines, policies, API-key
+and header files, a server's model config.
 
 Whatever the path names, reading it is one line or the file's content, never a hang and never a traceback:
 - only a regular file is read (symbolic links to one are followed); a folder, a named pipe (FIFO, whose open
@@ -26,7 +27,7 @@ from kbench.errors import BadInput
 
 # how much each kind of file may hold (bytes): far beyond any real one, far below what would exhaust memory
 LENGTHS_MAX = 16 << 20  # a list of per-request lengths (at most 1,000,000 values)
-WORKLOAD_MAX = 64 << 20  # a file of draft trees (kbench.cases.trees), and workload files to come
+WORKLOAD_MAX = 256 << 20  # a workload (kbench.recommend.workload: millions of JSONL batches), a file of draft trees
 SCENARIO_MAX = 16 << 20
 MANIFEST_MAX = 64 << 20
 POLICY_MAX = 512 << 20

@@ -24,10 +24,10 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+from kbench import files
 from kbench.cases import axes
 from kbench.cases.models import parse_heads
 from kbench.errors import BadInput
-from kbench.recommend.reading import read_text
 from kbench.recommend.settings import STEPS
 from kbench.report.policy import FILTER_AXES
 
@@ -263,7 +263,7 @@ def parse_line(obj, where: str) -> Batch:
 
 def read_workload(path: str | Path) -> Workload:
     label = str(path)
-    text = read_text(path, label)
+    text = files.read_text(path, label, files.WORKLOAD_MAX)  # a FIFO, a device, a huge file: one line
     batches, header = [], {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
