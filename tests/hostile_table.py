@@ -539,6 +539,10 @@ SITUATIONS: list[Situation] = [
               "reference --tree file:lens.csv --out o", 2,
               r"^error: .*grid\.tree: cannot read lens\.csv: a named pipe \(FIFO\), not a regular file", _fifo,
               process=True),
+    Situation("workload-fifo", 6, "kbench recommend --workload a FIFO",
+              "kbench recommend {run} --engine vllm --workload lens.csv", 2,
+              r"^error: lens\.csv: a named pipe \(FIFO\), not a regular file", lambda w: (_fifo(w), w.vars.update(
+                  run=str(ROOT / "results/baselines/h200-draft-extend-kv4096"))), process=True),
     Situation("journal-fifo", 6, "a run's rows.jsonl is a FIFO", "kbench report {run} --out rep", 2,
               r"^error: .*rows\.jsonl: a named pipe \(FIFO\), not a regular file", _fifo_journal, process=True),
     Situation("result-filename-fifo", 6, "server-bench --result-filename is a FIFO",
