@@ -58,7 +58,8 @@ def _size(n: int) -> str:
 
 
 @contextlib.contextmanager
-def open_regular(path: str | os.PathLike, label: str | None = None, max_bytes: int = MANIFEST_MAX) -> Iterator[BinaryIO]:
+def open_regular(path: str | os.PathLike, label: str | None = None,
+                 max_bytes: int = MANIFEST_MAX) -> Iterator[BinaryIO]:
     """A regular file opened for binary reading, or BadInput (`LABEL: ...`, LABEL defaults to the path).
     The open itself cannot block: O_NONBLOCK (a FIFO opens at once, then is refused by its type)."""
     label = label or str(path)

@@ -7,8 +7,9 @@
 No journal: load_run reads the Parquet. An existing baseline is replaced only with force=True (`--force`:
 that is how a baseline is refreshed after an improvement), and then as a whole: the new folder is written
 beside it and swapped into place, so a baseline stopped half way is the old one, whole; the manifest, written
-last, records each table's size and sha256 (`files`), and load_run refuses a folder whose tables disagree. A source run must hold at least one ok row, no
-row twice, and be complete (unless allow_partial): see check_source.
+last, records each table's size and sha256 (`files`), and load_run refuses a folder whose tables disagree.
+A source run must hold at least one ok row, no row twice, and be complete (unless allow_partial): see
+check_source.
 
 One run: the baseline is a copy of its rows, nothing added.
 

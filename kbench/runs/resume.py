@@ -1,9 +1,9 @@
 """What `sweep --resume RUN` may do with a run folder, decided before anything in it is touched.
 
 Refused without --force: a baseline folder (committed data, not a run to finish), a run measured on
-another device (its rows would mix two GPUs) and a run whose journal holds rows of another device. A complete run has nothing to do: the caller says so and
-exits 0 without writing, unless its journal lost rows since (the resume restores them). The lock
-(kbench.runs.lock) refuses a second writer.
+another device (its rows would mix two GPUs) and a run whose journal holds rows of another device. A
+complete run has nothing to do: the caller says so and exits 0 without writing, unless its journal lost
+rows since (the resume restores them). The lock (kbench.runs.lock) refuses a second writer.
 """
 from __future__ import annotations
 

@@ -192,7 +192,8 @@ def load_credentials(api_key: str | None = None, api_key_file: str | None = None
             raise BadInput(f"{where}: an API key is one word (it holds a space or a line break)")
     lines = [(h, "--header") for h in headers]
     if header_file is not None:
-        lines += [(ln, f"--header-file {header_file}") for ln in _secret_file(header_file, "--header-file").splitlines()]
+        text = _secret_file(header_file, "--header-file")
+        lines += [(ln, f"--header-file {header_file}") for ln in text.splitlines()]
     if not headers and header_file is None:
         lines += [(ln, f"${HEADERS_ENV}") for ln in (env.get(HEADERS_ENV) or "").splitlines()]
     parsed: list[tuple[str, str]] = []

@@ -123,16 +123,17 @@ class ServerBenchConfig:
                                                                        self.output_lens)]
 
     def validate(self) -> None:
+        shown = redact_url(str(self.url))  # never a password in a message
         try:
             u = urlparse(self.url)
-            u.port  # noqa: B018  (a port that is no number raises here)
+            port_ok = u.port is None or u.port > 0  # a port that is no number raises ValueError here
         except ValueError:
-            raise BadInput(f"--url {redact_url(str(self.url))!r}: expected http://HOST:PORT or https://HOST:PORT") from None
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise BadInput(f"--url {redact_url(str(self.url))!r}: expected http://HOST:PORT or https://HOST:PORT")
+            port_ok = False
+        if not port_ok or u.scheme not in ("http", "https") or not u.hostname:
+            raise BadInput(f"--url {shown!r}: expected http://HOST:PORT or https://HOST:PORT")
         if u.query or u.fragment:
-            raise BadInput(f"--url {redact_url(str(self.url))!r}: a base URL has no query or fragment (kbench adds "
-                           f"the endpoint paths to it)")
+            raise BadInput(f"--url {shown!r}: a base URL has no query or fragment (kbench adds the endpoint paths "
+                           f"to it)")
         if self.backend not in ("auto", *BACKENDS):
             raise BadInput(f"--backend {self.backend!r}: expected sglang, vllm or auto")
         for name, vals in (("--batch-size", self.batch_sizes), ("--input-len", self.input_lens),
