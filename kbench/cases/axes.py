@@ -130,6 +130,7 @@ HEADS = "heads"  # comes from `model` or the [heads] table (one value per scenar
 GROUP = "group"  # report/policy/rich-table group key: cases of one group differ only in the other axes
 GATE = "gate"  # a gate/baseline row key column beside kernel and case_id
 REALISTIC = "realistic"  # an axis of realistic batches (issue #13): at its default the batch is the idealised one
+MLA = "mla"  # a shape field of latent attention (issue #27): 0 in a GQA case, given by an MLA model
 REQUIRED = object()  # default of an axis every case must give
 
 DTYPES = ("bf16", "fp16")
@@ -217,6 +218,8 @@ def _q_len_check(vals: list) -> str | None:
 
 
 def _heads_part(c) -> str:
+    if c.attention == "mla":  # one latent KV head: q heads, kv_lora_rank, rope and nope widths
+        return f"h{c.num_qo_heads}.mla{c.kv_lora_rank}.{c.qk_rope_head_dim}.{c.qk_nope_head_dim}"
     return f"h{c.num_qo_heads}.{c.num_kv_heads}.{c.head_dim}"
 
 
@@ -277,10 +280,13 @@ SINKS = ("off", "on")
 # after a pre-load to the steady state under continuous load, timed back to back (kbench.timing.power)
 POWER_STATES = timing_states.POWER_STATES
 Q_DTYPES = ("dtype", "fp8")  # dtype: the query in the case's dtype; fp8: e4m3 (needs an fp8 KV cache)
+# gqa: GQA/MHA (Hkv heads of K and V); mla: absorbed latent attention, one shared KV head (kbench.cases.mla)
+ATTENTIONS = ("gqa", "mla")
 _SHAPE = frozenset({GRID})
 _GROUP_GRID = frozenset({GRID, GROUP})
 _GROUP_HEADS = frozenset({HEADS, GROUP})
 _REALISTIC = frozenset({GRID, GROUP, GATE, REALISTIC})
+_MLA_FIELD = frozenset({HEADS, GROUP, MLA})
 
 AXES: tuple[Axis, ...] = (
     Axis("batch_size", int, REQUIRED, "Override: list or range, e.g. 1,16,64 or 1..256*2.", _SHAPE,
@@ -296,7 +302,7 @@ AXES: tuple[Axis, ...] = (
     Axis("page_size", int, 64, "Override: 16, 32, 64 or 128 (a list is a grid axis).", _GROUP_GRID,
          allowed=PAGE_SIZES, id_part=lambda c: f"p{c.page_size}"),
     Axis("kv_layout", str, "HND", "Override: HND, NHD or both.", _GROUP_GRID | {GATE}, allowed=LAYOUTS,
-         id_part=lambda c: c.kv_layout),
+         id_part=lambda c: None if c.attention == "mla" else c.kv_layout),
     Axis("dtype", str, "bf16", "Override: bf16, fp16.", _GROUP_GRID | {GATE}, allowed=DTYPES, id_part=_dtype_part),
     Axis("kv_dtype", str, "bf16", "Override: bf16, fp16, fp8 (defaults to --dtype).", _GROUP_GRID,
          allowed=KV_DTYPES, id_part=lambda c: None, follows="dtype"),
@@ -330,6 +336,16 @@ AXES: tuple[Axis, ...] = (
          "(after a pre-load to steady state at the power cap, back to back) or both.",
          frozenset({GRID, GROUP, GATE}), allowed=POWER_STATES, aliases={"both": POWER_STATES},
          id_part=lambda c: None if c.power == "unthrottled" else "sustained"),
+    # latent attention (issue #27): the kind and MLA's shape fields come from the model (or [heads]) like the
+    # head counts; an MLA case's heads part of the id holds them all (h128.mla512.64.128), a GQA case's is unchanged
+    Axis("attention", str, "gqa", "attention kind: gqa (GQA/MHA) or mla (absorbed latent attention)",
+         frozenset({HEADS, GROUP}), allowed=ATTENTIONS, id_part=lambda c: None),
+    Axis("kv_lora_rank", int, 0, "MLA: latent KV rank, the cache's and V's width (0: not MLA)", _MLA_FIELD,
+         minimum=0, id_part=lambda c: None),
+    Axis("qk_rope_head_dim", int, 0, "MLA: RoPE part of the query/key head, cached beside the latent (0: not MLA)",
+         _MLA_FIELD, minimum=0, id_part=lambda c: None),
+    Axis("qk_nope_head_dim", int, 0, "MLA: non-RoPE query/key head width before absorption; the softmax scale is "
+         "1/sqrt(nope + rope) (0: not MLA)", _MLA_FIELD, minimum=0, id_part=lambda c: None),
 )
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
 
@@ -367,8 +383,9 @@ def defaults() -> dict[str, Any]:
 
 
 # the labels of a group, e.g. '32/8/128 bf16 p64 HND'; an axis added later shows as ' name=value' when
-# it is not at its default
-_LABELLED = {"num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout"}
+# it is not at its default (the attention kind and MLA's fields are part of the heads label instead)
+_LABELLED = {"num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout",
+             "attention", *names(MLA)}
 
 
 LATER_GROUP_AXES = [n for n in GROUP_COLUMNS if n not in _LABELLED]
@@ -379,11 +396,21 @@ def extra_label(g: Mapping) -> str:
     return "".join(f" {n}={g[n]}" for n in LATER_GROUP_AXES if n in g and g[n] != AXIS[n].default)
 
 
+def heads_label(g: Mapping) -> str:
+    """'32/8/128' for GQA; 'mla h128 512+64 (nope 128)' for latent attention (a mapping without the attention
+    key, e.g. an older run's row, is GQA)."""
+    if g.get("attention", "gqa") == "mla":
+        return (f"mla h{int(g['num_qo_heads'])} {int(g['kv_lora_rank'])}+{int(g['qk_rope_head_dim'])} "
+                f"(nope {int(g['qk_nope_head_dim'])})")
+    return f"{int(g['num_qo_heads'])}/{int(g['num_kv_heads'])}/{int(g['head_dim'])}"
+
+
 def group_label(g: Mapping) -> str:
-    """'32/8/128 bf16 p64 HND' (kv dtype added when it differs from the query dtype)."""
+    """'32/8/128 bf16 p64 HND' (kv dtype added when it differs from the query dtype); an MLA group has no KV
+    layout: 'mla h128 512+64 (nope 128) bf16 p64'."""
     kv = "" if g["kv_dtype"] == g["dtype"] else f"-kv{g['kv_dtype']}"
-    return (f"{int(g['num_qo_heads'])}/{int(g['num_kv_heads'])}/{int(g['head_dim'])} {g['dtype']}{kv} "
-            f"p{int(g['page_size'])} {g['kv_layout']}" + extra_label(g))
+    layout = "" if g.get("attention", "gqa") == "mla" else f" {g['kv_layout']}"
+    return f"{heads_label(g)} {g['dtype']}{kv} p{int(g['page_size'])}{layout}" + extra_label(g)
 
 
 def parse_spec_axis(value, field: str, where: str, spec: Callable[[str], str]) -> list[str]:

@@ -5,11 +5,14 @@ reads batch_size, q_len, kv_len, heads); the dataclass is made from the table, t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, field, fields, make_dataclass
 
 from functools import lru_cache
 
-from kbench.cases import axes
+from kbench.cases import axes, mla
+
+
 @lru_cache(maxsize=256)
 def _lengths(kv_dist, q_dist, bs, kv_len, q_len, seed):
     from kbench.cases.dists import batch_lengths
@@ -36,6 +39,25 @@ class _CaseMethods:
 
     def kv_elem_bytes(self) -> int:
         return 1 if self.kv_dtype == "fp8" else 2
+
+    @property
+    def is_mla(self) -> bool:
+        return self.attention == "mla"
+
+    @property
+    def kv_values_per_token(self) -> int:
+        """Cache values per token: K and V of every KV head; MLA: one latent row serving as both (576)."""
+        return mla.kv_values_per_token(self) if self.is_mla else self.num_kv_heads * self.head_dim * 2
+
+    @property
+    def v_head_dim(self) -> int:
+        """Width of a query head's output: head_dim; MLA: kv_lora_rank (512), the query being 576 wide."""
+        return self.kv_lora_rank if self.is_mla else self.head_dim
+
+    @property
+    def softmax_scale(self) -> float:
+        """1/sqrt(head_dim); MLA: 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), the model's own scale."""
+        return mla.softmax_scale(self) if self.is_mla else 1.0 / math.sqrt(self.head_dim)
 
     def lengths(self, seed: int = 0):
         """This case's per-request lengths (kbench.cases.dists.BatchLengths), drawn once per seed."""
@@ -64,13 +86,13 @@ class _CaseMethods:
 
     def kv_bytes(self, seed: int = 0) -> int:
         """Bytes of K and V a kernel must read: the floor of its memory traffic (the real total)."""
-        return self.kv_tokens_read(seed) * self.num_kv_heads * self.head_dim * 2 * self.kv_elem_bytes()
+        return self.kv_tokens_read(seed) * self.kv_values_per_token * self.kv_elem_bytes()
 
     def qo_bytes(self, seed: int = 0) -> int:
         """The query read (1 byte an element in fp8) and the output written (the case's dtype)."""
         tokens = self.batch_size * self.q_len if self.q_dist == "fixed" else self.lengths(seed).total_q
         return (1 if self.q_dtype == "fp8" else 2) * tokens * self.num_qo_heads * self.head_dim + \
-            2 * tokens * self.num_qo_heads * self.head_dim
+            2 * tokens * self.num_qo_heads * self.v_head_dim
 
     def min_bytes(self, seed: int = 0) -> int:
         return self.kv_bytes(seed) + self.qo_bytes(seed)

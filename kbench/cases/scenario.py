@@ -4,7 +4,9 @@ A scenario file (see scenarios/*.toml)::
 
     name = "draft-extend"
     description = "..."
-    model = "llama3-8b"            # or a [heads] table: num_qo_heads, num_kv_heads, head_dim
+    model = "llama3-8b"            # or a [heads] table: num_qo_heads, num_kv_heads, head_dim; MLA models
+                                   # (deepseek-v3, kimi-k2, ...) or attention = "mla" with num_qo_heads,
+                                   # kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim (kbench.cases.mla)
     kernels = ["all"]              # or names from `kbench kernels`
 
     [grid]                         # every axis takes a value, a list or a range (see kbench.cases.axes)
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field, make_dataclass, replace
 from importlib import resources
 from pathlib import Path
 
-from kbench.cases import axes
+from kbench.cases import axes, mla
 from kbench.cases import axes as axes_mod  # apply_overrides takes **axes
 from kbench.cases.case import Case
 from kbench.errors import BadInput
@@ -49,6 +51,7 @@ else:  # pragma: no cover
 TOP_KEYS = {"name", "description", "model", "heads", "kernels", "grid", "timing"}
 GRID_KEYS = set(axes.GRID_AXES)
 HEAD_KEYS = set(axes.HEAD_AXES)
+GQA_HEAD_AXES = ("num_qo_heads", "num_kv_heads", "head_dim")  # a GQA [heads] table; MLA's: kbench.cases.mla
 TIMING_KEYS = {"spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms", "min_time_s", "duty"}
 L2_MODES = ("rotate", "warm")
 MAX_CASES = 200_000
@@ -83,8 +86,7 @@ class _ScenarioMethods:
     def cases(self) -> list[Case]:
         grid = self.grid()
         lists = [grid[n] if grid[n] is not None else [None] for n in axes.GRID_AXES]
-        heads = {"num_qo_heads": self.heads.num_qo_heads, "num_kv_heads": self.heads.num_kv_heads,
-                 "head_dim": self.heads.head_dim}
+        heads = self.heads.case_fields()
         out = []
         for combo in itertools.product(*lists):
             values = dict(zip(axes.GRID_AXES, combo))
@@ -99,14 +101,21 @@ class _ScenarioMethods:
     def validate(self) -> "Scenario":
         where = self.source
         h = self.heads
-        for name in axes.HEAD_AXES:
-            v = getattr(h, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise BadInput(f"{where}: heads.{name}: expected a positive integer, got {v!r}")
-        if h.num_qo_heads % h.num_kv_heads:
-            raise BadInput(f"{where}: heads: num_qo_heads ({h.num_qo_heads}) must be a multiple of num_kv_heads ({h.num_kv_heads})")
-        for name in axes.HEAD_AXES:
-            axes.AXIS[name].validate([getattr(h, name)], f"heads.{name}", where)
+        if h.attention not in axes.ATTENTIONS:
+            raise BadInput(f"{where}: heads.attention: {h.attention!r} is not one of {', '.join(axes.ATTENTIONS)}")
+        if h.attention == "mla":  # its own fields and the grid axes that mean nothing for it (kbench.cases.mla)
+            mla.validate_heads(h, where)
+            mla.check_grid(self.grid(), where)
+        else:
+            for name in GQA_HEAD_AXES:
+                v = getattr(h, name)
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise BadInput(f"{where}: heads.{name}: expected a positive integer, got {v!r}")
+            if h.num_qo_heads % h.num_kv_heads:
+                raise BadInput(f"{where}: heads: num_qo_heads ({h.num_qo_heads}) must be a multiple of num_kv_heads ({h.num_kv_heads})")
+            for name in GQA_HEAD_AXES:
+                axes.AXIS[name].validate([getattr(h, name)], f"heads.{name}", where)
+            mla.validate_gqa_heads(h, where)
         for name, vals in self.grid().items():  # spec axes in their canonical spelling (Python callers too)
             spec = axes.AXIS[name].spec
             if spec is not None and vals:
@@ -156,8 +165,7 @@ class _ScenarioMethods:
                            f"or tight")
         if kv > INT32_MAX or bs * max(self.q_len) > INT32_MAX or bs * kv > INT32_MAX:
             raise BadInput(f"{where}: grid: batch_size {bs} x kv_len {kv} overflows the int32 indices kernels take")
-        big = Case(batch_size=bs, q_len=max(self.q_len), kv_len=kv, num_qo_heads=h.num_qo_heads,
-                   num_kv_heads=h.num_kv_heads, head_dim=h.head_dim, page_size=min(self.page_size))
+        big = Case(batch_size=bs, q_len=max(self.q_len), kv_len=kv, **h.case_fields(), page_size=min(self.page_size))
         if big.min_bytes() > MAX_CASE_BYTES:
             raise BadInput(f"{where}: grid: the largest case needs {big.min_bytes() / 2**40:.0f} TiB of inputs; "
                            "narrow an axis or the heads")
@@ -186,9 +194,7 @@ class _ScenarioMethods:
     def to_dict(self) -> dict:
         return {
             "name": self.name, "description": self.description, "model": self.model,
-            "heads": vars(self.heads) if not hasattr(self.heads, "__dataclass_fields__") else {
-                "num_qo_heads": self.heads.num_qo_heads, "num_kv_heads": self.heads.num_kv_heads,
-                "head_dim": self.heads.head_dim},
+            "heads": vars(self.heads) if not hasattr(self.heads, "__dataclass_fields__") else self.heads.table(),
             "grid": self.grid(),
             "kernels": self.kernels, "timing": vars(self.timing), "source": self.source,
         }
@@ -240,15 +246,22 @@ def _resolve_heads(model, heads, where: str) -> tuple[HeadConfig, str | None]:
     if heads is None:
         raise BadInput(f"{where}: needs model = NAME or a [heads] table")
     if not isinstance(heads, dict):
-        raise BadInput(f"{where}: heads: expected a table with {', '.join(sorted(HEAD_KEYS))}")
+        raise BadInput(f"{where}: heads: expected a table with {', '.join(GQA_HEAD_AXES)} (or attention = \"mla\" "
+                       f"with {', '.join(mla.HEAD_KEYS[1:])})")
+    kind = heads.get("attention", "gqa")
+    if kind == "mla":
+        return HeadConfig(**mla.heads_from_table(heads, where)), None
+    if kind != "gqa":
+        raise BadInput(f"{where}: heads.attention: {kind!r} is not one of {', '.join(axes.ATTENTIONS)}")
+    mla.check_gqa_table(heads, where)
     unknown = set(heads) - HEAD_KEYS
     if unknown:
         raise BadInput(f"{where}: heads: unknown key {sorted(unknown)[0]!r}")
-    missing = HEAD_KEYS - set(heads)
+    missing = set(GQA_HEAD_AXES) - set(heads)
     if missing:
         raise BadInput(f"{where}: heads: missing {sorted(missing)[0]!r}")
     vals = {}
-    for k in HEAD_KEYS:
+    for k in GQA_HEAD_AXES:
         v = heads[k]
         if isinstance(v, bool) or not isinstance(v, int):
             raise BadInput(f"{where}: heads.{k}: expected an integer, got {v!r}")
@@ -366,7 +379,7 @@ def apply_overrides(sc: Scenario, **axes) -> Scenario:
         if axes.get("model") is not None:
             h = MODELS.get(axes["model"])
             raise BadInput(f"--model {axes['model']} and --heads {axes['heads']} both set the heads (--model "
-                           f"{axes['model']} is {h.num_qo_heads}/{h.num_kv_heads}/{h.head_dim}): give one")
+                           f"{axes['model']} is {h.text()}): give one")
         changes["heads"], changes["model"] = parse_heads(axes["heads"]), None
     timing = replace(sc.timing)
     for k in ("spread_target", "budget_s", "l2", "min_time_s", "duty"):
