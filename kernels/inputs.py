@@ -14,7 +14,6 @@ sees the prefix, itself and its ancestors; `Inputs.tree` holds its parents and m
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -37,7 +36,8 @@ class InputCopy:
     """One independent set of query and KV pool; several copies rotate so L2 does not hold them."""
 
     q: torch.Tensor  # [total_q, Hq, d]: packed by qo_indptr (= [bs*q_len] in the idealised batch)
-    kv_cache: torch.Tensor  # HND [pages, 2, Hkv, page, d] | NHD [pages, 2, page, Hkv, d]
+    # HND [pages, 2, Hkv, page, d] | NHD [pages, 2, page, Hkv, d] | MLA [pages, page, rank + rope] (mla_inputs)
+    kv_cache: torch.Tensor
     q_padded: torch.Tensor | None = None  # [bs*max_q, Hq, d] when q is ragged; None: q itself
 
 
@@ -168,7 +168,7 @@ def copy_bytes(case: Case, seed: int = 0) -> int:
     """Device bytes of one input copy (pool rounded up to whole pages, plus the query)."""
     b = case.lengths(seed)
     pages = sum(_pages(k, case.page_size) for k in b.padded_kv())
-    pool = pages * case.page_size * case.num_kv_heads * case.head_dim * 2
+    pool = pages * case.page_size * case.kv_values_per_token
     q_rows = case.batch_size * b.max_q + (0 if b.uniform_q else b.total_q)
     return pool * case.kv_elem_bytes() + q_rows * case.num_qo_heads * case.head_dim * q_elem_bytes(case)
 
@@ -260,12 +260,17 @@ def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> In
     dev_gen = torch.Generator(device=dev).manual_seed(seed + 1)
     out_copies = []
     for _ in range(copies):
-        q_pad = torch.randn((bs * max_q, case.num_qo_heads, case.head_dim), generator=dev_gen, device=dev, dtype=dt)
-        kv = torch.randn(kv_pool_shape(case, num_pages), generator=dev_gen, device=dev, dtype=dt)
-        if q_dt != dt:  # an fp8 query is the case's query rounded to e4m3, as an engine casts it
-            q_pad = q_pad.to(q_dt)
-        if kv_dt != dt:
-            kv = kv.to(kv_dt)
+        if case.is_mla:  # a latent cache and the absorbed query: kbench.kernels.mla_inputs
+            from kbench.kernels import mla_inputs
+
+            q_pad, kv = mla_inputs.random_copy(case, bs * max_q, num_pages, dev_gen, dev, dt, q_dt, kv_dt)
+        else:
+            q_pad = torch.randn((bs * max_q, case.num_qo_heads, case.head_dim), generator=dev_gen, device=dev, dtype=dt)
+            kv = torch.randn(kv_pool_shape(case, num_pages), generator=dev_gen, device=dev, dtype=dt)
+            if q_dt != dt:  # an fp8 query is the case's query rounded to e4m3, as an engine casts it
+                q_pad = q_pad.to(q_dt)
+            if kv_dt != dt:
+                kv = kv.to(kv_dt)
         if valid_rows is None:
             out_copies.append(InputCopy(q=q_pad, kv_cache=kv))
         else:
@@ -291,7 +296,7 @@ def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> In
         cum_seq_lens_kv=cum_kv.to(dev),
         draft_mask=padded.draft_mask if b.uniform_q else (
             xqa_ragged_mask(b.q, max_q, dev) if tree is None else tree.xqa_ragged),
-        sm_scale=1.0 / math.sqrt(case.head_dim),
+        sm_scale=case.softmax_scale,
         lengths=b,
         padded=padded,
         sinks=sink_logits(case.num_qo_heads, seed).to(dev) if case.sinks == "on" else None,

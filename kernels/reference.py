@@ -46,8 +46,12 @@ def reference_attention(inputs: Inputs, copy: int = 0) -> torch.Tensor:
     them with a window); query head h uses KV head h // group; a sink logit s_h adds exp(s_h) to the
     softmax denominator. With a draft tree (inputs.tree) a query token sees, of the draft block, only itself
     and its ancestors; a window still applies by KV slot. Requests with equal lengths are computed together,
-    in chunks."""
+    in chunks. An MLA case (latent attention) has its own oracle: kbench.kernels.mla_reference."""
     c = inputs.case
+    if c.is_mla:
+        from kbench.kernels.mla_reference import mla_reference
+
+        return mla_reference(inputs, copy)
     b = inputs.lengths
     q_all = inputs.copies[copy].q.float()
     out = torch.empty_like(q_all)
@@ -87,6 +91,7 @@ class ReferenceKernel(Kernel):
     path = "reference"
     description = "plain torch, float32 math: the correctness oracle (CPU and GPU)"
     kv_dtypes = ("bf16", "fp16", "fp8")
+    attentions = ("gqa", "mla")
 
     def supports(self, device, case):
         return None
