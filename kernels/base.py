@@ -25,6 +25,8 @@ class Kernel:
     path: str = ""  # "decode" | "context" | "reference"
     description: str = ""
     kv_dtypes: tuple[str, ...] = ("bf16", "fp16")
+    # the attention kinds (kbench.cases.axes.ATTENTIONS) it computes; any other case is a skipped row
+    attentions: tuple[str, ...] = ("gqa",)
     test_only: bool = False  # never selected by "all" (fault injection); runs only when named
 
     def supports(self, device: "DeviceInfo", case: "Case") -> str | None:
@@ -166,6 +168,16 @@ def realistic_reason(case: "Case", **cannot: str) -> str | None:
         if asks[axis]:
             return why
     return None
+
+
+def attention_reason(kernel: Kernel, case: "Case") -> str | None:
+    """Why a kernel does not take a case of this attention kind (a GQA kernel on MLA and the reverse), or None."""
+    if case.attention in kernel.attentions:
+        return None
+    if case.attention == "mla":
+        return (f"an MLA case: {kernel.name} takes GQA/MHA heads only (MLA kernels: flashmla, flashinfer-mla-fa3, "
+                "flashinfer-mla-fa2, trtllm-gen-mla)")
+    return f"a GQA case: {kernel.name} takes MLA (latent attention) only; use an MLA model, e.g. --model deepseek-v3"
 
 
 def needs_cuda(device: "DeviceInfo", min_sm: int | None = None, only_sm: tuple[int, ...] | None = None,

@@ -18,13 +18,18 @@ def _load() -> None:
     from kbench.kernels.decode_wrapper import DecodeWrapper
     from kbench.kernels.fa_prefill import FaPrefill
     from kbench.kernels.fault import OutOfBoundsWrite
+    from kbench.kernels.flashinfer_mla import FlashInferMla
+    from kbench.kernels.flashmla import FlashMla
     from kbench.kernels.reference import ReferenceKernel
     from kbench.kernels.trtllm_context import TrtllmContext
     from kbench.kernels.trtllm_decode import TrtllmDecode
     from kbench.kernels.trtllm_fmha_v2 import TrtllmFmhaV2
+    from kbench.kernels.trtllm_gen_mla import TrtllmGenMla
 
+    # GQA kernels, then the MLA ones (issue #27; each kind skips the other's cases), then the oracle
     for k in (TrtllmDecode(), TrtllmDecode(ragged=True), DecodeWrapper(), TrtllmContext(), TrtllmFmhaV2(), FaPrefill("fa2"),
-              FaPrefill("fa3"), ReferenceKernel(), OutOfBoundsWrite()):
+              FaPrefill("fa3"), FlashMla(), TrtllmGenMla(), FlashInferMla("fa3"), FlashInferMla("fa2"),
+              ReferenceKernel(), OutOfBoundsWrite()):
         register(k)
 
 

@@ -71,7 +71,7 @@ BAD_FILES = {
     "not toml": ('model = "llama3-8b\n', "not valid TOML"),
     "gqa": ('[heads]\nnum_qo_heads = 6\nnum_kv_heads = 4\nhead_dim = 128\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n', "num_qo_heads"),
     "missing axis": ('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 2\n', "grid.kv_len"),
-    "unknown kernel": ('model = "llama3-8b"\nkernels = ["flashmla"]\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n', "kernels"),
+    "unknown kernel": ('model = "llama3-8b"\nkernels = ["flashmla-v9"]\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n', "kernels"),
     "zero": ('model = "llama3-8b"\n[grid]\nbatch_size = 0\nq_len = 2\nkv_len = 64\n', "grid.batch_size"),
     "empty range": ('model = "llama3-8b"\n[grid]\nbatch_size = "8..2"\nq_len = 2\nkv_len = 64\n', "grid.batch_size"),
     "duty zero": ('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 2\nkv_len = 64\n[timing]\nduty = 0\n', "timing.duty"),

@@ -16,7 +16,7 @@ from typing import Callable
 from kbench.cases.case import Case
 from kbench.timing.check import compare, tolerance_for
 from kbench.errors import BadInput, first_line
-from kbench.kernels.base import Kernel
+from kbench.kernels.base import Kernel, attention_reason
 from kbench.device import DeviceInfo
 from kbench.timing.probe import probe_device
 from kbench.kernels.inputs import build_inputs
@@ -94,6 +94,9 @@ class Payload:
 
 
 def kernel_reason(kernel: Kernel, device: DeviceInfo, case: Case) -> str | None:
+    kind = attention_reason(kernel, case)  # first: a GQA kernel's other reasons mean nothing for MLA
+    if kind:
+        return kind
     if case.kv_dtype not in kernel.kv_dtypes:
         return f"KV dtype {case.kv_dtype} not supported by {kernel.name} in kbench"
     return kernel.supports(device, case)
@@ -137,6 +140,20 @@ def _slowed(fn, n: int):
     return run
 
 
+def _check_attention(kernels: list[Kernel], sc: Scenario) -> None:
+    """Kernels named on a model none of them computes (MLA kernels on a GQA model, or the reverse): every row
+    would be skipped, so say it up front (exit 2). With 'all' the kernels of the other kind are skipped rows."""
+    if "all" in sc.kernels:
+        return
+    kind = sc.heads.attention
+    named = [k for k in kernels if k.path != "reference"]
+    if named and not any(kind in k.attentions for k in named):
+        theirs = "/".join(sorted({a for k in named for a in k.attentions}))
+        raise BadInput(f"{sc.source}: kernels {','.join(k.name for k in named)}: {theirs.upper()} kernel(s), and the "
+                       f"heads ({sc.heads.text()}) are {kind.upper()}: nothing would run (name kernels of that kind, "
+                       "or all)")
+
+
 # emit(row): called once per kernel of the case
 Emit = Callable[[Row], None]
 
@@ -151,6 +168,7 @@ class CaseMeasurer:
         self.sc = scenario
         self.opt = options or MeasureOptions()
         self.kernels = select(scenario.kernels, scenario.source)
+        _check_attention(self.kernels, scenario)
         for name in self.opt.slow_kernel:
             if name not in [k.name for k in self.kernels]:
                 raise BadInput(f"--slow-kernel: {name!r} is not among this sweep's kernels")
