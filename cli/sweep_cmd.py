@@ -33,10 +33,10 @@ def grid_axis_options(f):
     "kbench sweep -s draft-extend --batch-size 16,64 --kv-len 4096 --out results",
     "kbench sweep --resume results/draft-extend-20261203-101500   # finish an interrupted run"))
 @click.option("--scenario", "-s", default="quick", show_default=True,
-              help="Built-in scenario name (quick, draft-extend, llama3-70b-tp8, gqa8-d64, qwen3-gqa8) or a TOML file.")
+              help="Built-in scenario name (quick, draft-extend, llama3-70b-tp8, gqa8-d64, qwen3-gqa8, gpt-oss; MLA: deepseek-mtp, deepseek-mtp-tp8) or a TOML file.")
 @grid_axis_options
 @click.option("--model", help="Override the head config by model name (see `kbench kernels --models`).")
-@click.option("--heads", help="Override the head config: QO/KV/DIM, e.g. 32/8/128 (instead of --model, not with it).")
+@click.option("--heads", help="Override the head config: QO/KV/DIM, e.g. 32/8/128, or mla:QO/KV_LORA_RANK/ROPE/NOPE, e.g. mla:16/512/64/128 (instead of --model, not with it).")
 @click.option("--kernels", help="Comma-separated kernel names (see `kbench kernels`), or all.")
 @click.option("--spread-target", type=float, help="Stop timing when the 95% CI half-width of the median is below this fraction.")
 @click.option("--budget", "budget_s", type=float, help="Seconds of timing per (kernel, case) at most.")
