@@ -25,9 +25,10 @@ def kernels_cmd(models, as_json):
     """List every kernel with its availability on this machine and the reason when it is not."""
     dev = probe_device()
     probe = Case(8, 4, 4096, 32, 8, 128, 64, "HND", "bf16", "bf16")
+    mla_probe = Case(8, 4, 4096, **MODELS["deepseek-v3"].case_fields())  # MLA kernels: DeepSeek-V3's heads
     data = []
     for k in all_kernels():
-        reason = kernel_reason(k, dev, probe)
+        reason = kernel_reason(k, dev, probe if "gqa" in k.attentions else mla_probe)
         data.append({"kernel": k.name, "path": k.path, "backend": k.backend(dev),
                      "available": reason is None, "reason": reason or "", "kv_dtypes": list(k.kv_dtypes),
                      "call": k.description})
@@ -35,7 +36,8 @@ def kernels_cmd(models, as_json):
         click.echo(json.dumps({"device": dev.to_dict(), "kernels": data}, indent=2))
         return
     c = make_console()
-    t = Table(title=f"kernels on {dev.name} (SM{dev.sm}), checked at a Llama-3-8B bf16 HND shape", header_style="bold")
+    t = Table(title=f"kernels on {dev.name} (SM{dev.sm}), checked at a Llama-3-8B bf16 HND shape (MLA kernels: "
+                    "DeepSeek-V3, 128 heads, bf16)", header_style="bold")
     for col in ("kernel", "path", "backend", "available", "why not / call"):
         t.add_column(col)
     for d in data:
@@ -44,10 +46,13 @@ def kernels_cmd(models, as_json):
     c.print(t)
     if models:
         m = Table(title="models (head config per rank)", header_style="bold")
-        for col in ("name", "q heads", "kv heads", "head_dim", "group"):
+        for col in ("name", "attention", "q heads", "kv heads", "head_dim", "group"):
             m.add_column(col)
         for name, h in MODELS.items():
-            m.add_row(name, str(h.num_qo_heads), str(h.num_kv_heads), str(h.head_dim), str(h.group))
+            # MLA: one latent KV head; head_dim is the query/cache row, kv_lora_rank + rope (nope sets the scale)
+            dim = (f"{h.head_dim} ({h.kv_lora_rank}+{h.qk_rope_head_dim}, nope {h.qk_nope_head_dim})" if h.is_mla
+                   else str(h.head_dim))
+            m.add_row(name, h.attention, str(h.num_qo_heads), str(h.num_kv_heads), dim, str(h.group))
         c.print(m)
 
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from kbench.cases.axes import GROUP_COLUMNS, extra_label
+from kbench.cases.axes import GROUP_COLUMNS, extra_label, heads_label
 from kbench.runs.rows import Row
 from kbench.engine.sweep import SweepObserver
 from kbench.runs.winners import case_winners
@@ -106,8 +106,12 @@ def summary_tables(rows: pd.DataFrame, ceiling_bw: float | None, max_cases: int 
     for gkey, g in rows.groupby(GROUP_COLUMNS, sort=False):
         k = dict(zip(GROUP_COLUMNS, gkey))
         kv_note = "" if k["kv_dtype"] == k["dtype"] else f" kv {k['kv_dtype']}"
-        t = Table(title=f"heads {k['num_qo_heads']}/{k['num_kv_heads']}x{k['head_dim']}  {k['dtype']}{kv_note}  "
-                        f"{k['kv_layout']}  page {k['page_size']}{extra_label(k)}   "
+        if k.get("attention") == "mla":  # its heads label holds the latent widths; its cache has one layout
+            heads, layout = heads_label(k), ""
+        else:
+            heads, layout = f"{k['num_qo_heads']}/{k['num_kv_heads']}x{k['head_dim']}", f"{k['kv_layout']}  "
+        t = Table(title=f"heads {heads}  {k['dtype']}{kv_note}  "
+                        f"{layout}page {k['page_size']}{extra_label(k)}   "
                         f"(us per call; KV GB/s, % of the read ceiling {fmt_bw(ceiling_bw)})",
                   show_lines=False, header_style="bold")
         for c in ("bs", "q", "kv"):

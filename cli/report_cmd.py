@@ -133,7 +133,9 @@ def _realistic_filters(f):
 @click.option("--q-len", type=click.IntRange(min=1), required=True,
               help="Query tokens per request (draft tokens + 1); at most --kv-len.")
 @click.option("--kv-len", type=click.IntRange(min=1), required=True, help="KV tokens per request (the context so far).")
-@click.option("--heads", default=None, help="QO/KV/DIM heads, e.g. 32/8/128 (needed when the policy has several).")
+@click.option("--heads", default=None, help="QO/KV/DIM heads, e.g. 32/8/128, or mla:QO/KV_LORA_RANK/ROPE/NOPE for "
+              "latent attention, e.g. mla:128/512/64/128 (needed when the policy has several; a GQA group never "
+              "answers MLA heads).")
 @click.option("--dtype", default=None, help="Query/output dtype: bf16, fp16 (needed when the policy has several).")
 @click.option("--kv-dtype", default=None, help="KV-cache dtype: bf16, fp16, fp8 (needed when the policy has several).")
 @click.option("--page-size", type=int, default=None, help="KV page size in tokens (needed when the policy has several).")

@@ -40,7 +40,7 @@ class HeadConfig:
 
     def text(self) -> str:
         """The --heads spelling: '32/8/128', or 'mla:128/512/64/128' for MLA."""
-        return mla.heads_text(asdict(self)) if self.is_mla else f"{self.num_qo_heads}/{self.num_kv_heads}/{self.head_dim}"
+        return heads_text(asdict(self))
 
     def case_fields(self) -> dict:
         """Every head axis of a Case (kbench.cases.axes, role HEADS) with this config's value."""
@@ -51,6 +51,13 @@ class HeadConfig:
         if self.is_mla:
             return {k: getattr(self, k) for k in mla.HEAD_KEYS}
         return {"num_qo_heads": self.num_qo_heads, "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
+
+
+def heads_text(g) -> str:
+    """The --heads spelling of a group or row (a mapping of the head axes; one without attention is GQA)."""
+    if g.get("attention", "gqa") == "mla":
+        return mla.heads_text(g)
+    return f"{int(g['num_qo_heads'])}/{int(g['num_kv_heads'])}/{int(g['head_dim'])}"
 
 
 def parse_heads(text: str) -> HeadConfig:

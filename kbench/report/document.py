@@ -9,6 +9,7 @@ import math
 
 from kbench.cases.axes import LATER_GROUP_AXES
 from kbench.report import crossovers as xo
+from kbench.report.mla import mla_blocks
 from kbench.report.power_states import power_blocks
 from kbench.report.realistic import realistic_blocks
 from kbench.report.trees import tree_blocks
@@ -124,6 +125,7 @@ def build_document(result) -> list[tuple]:
         doc.append(("img", p, caption))
     doc += realistic_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
     doc += tree_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
+    doc += mla_blocks(cases, rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
     doc += power_blocks(result.power_pairs, result.power)
     doc += [("h", 2, "Per case"), ("table", *case_table(cases))]
     return doc

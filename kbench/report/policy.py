@@ -15,6 +15,7 @@ other version::
       "tie_rule": "...", "lookup": "...",             # the rules below, in words
       "groups": [{                                    # one per head config / dtype / page size / layout
         "heads": "32/8/128", "num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128,
+        "attention": "gqa", "kv_lora_rank": 0, "qk_rope_head_dim": 0, "qk_nope_head_dim": 0,  # MLA: "mla", 512, ...
         "dtype": "bf16", "kv_dtype": "bf16", "page_size": 64, "kv_layout": "HND",
         "kv_dist": "fixed", "q_dist": "accept:0.7", "tree": "chain", "window_left": -1, "sinks": "off",
         "max_seq_len": "tight", "power": "unthrottled",
@@ -64,7 +65,7 @@ from kbench.runs import atomic
 
 from kbench.cases import axes
 from kbench.errors import BadInput
-from kbench.cases.models import parse_heads
+from kbench.cases.models import heads_text, parse_heads
 from kbench.report.nearest import LOG_AXES, LOOKUP_AXES, answer, index_cells, locate, nearest, upper_edge  # noqa: F401 (re-exported)
 from kbench.report.runs import GROUP_COLUMNS, group_label
 from kbench.runs.store import now_iso
@@ -77,8 +78,9 @@ REALISTIC_AXES = axes.names(axes.REALISTIC)
 # the group filters of select beside heads/dtype/page/layout: the realistic-batch axes and the timing state
 FILTER_AXES = REALISTIC_AXES + ["power"]
 # group keys a policy written before them lacks, read as their default (power: every older run was unthrottled;
-# tree: every older run verified chains)
-LATER_KEYS = {"power": axes.AXIS["power"].default, "tree": axes.AXIS["tree"].default}
+# tree: every older run verified chains; the attention kind and MLA's fields: every older policy is GQA)
+LATER_KEYS = {"power": axes.AXIS["power"].default, "tree": axes.AXIS["tree"].default,
+              **{a.name: a.default for a in axes.axes_with(axes.HEADS) if not a.required}}
 TIE_RULE = ("two kernels tie when |m1 - m2| <= h1 + h2, h = median_us * rel_spread (95% CI half-width of the "
             "median), else iqr_us / 2")
 LOOKUP_RULE = ("nearest measured neighbour per axis: log2 distance in batch_size and kv_len, linear in q_len, "
@@ -167,7 +169,7 @@ def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], hold
                       **({"kernels_us": per_case[r.case_id]} if r.case_id in per_case else {})}
                      for r in g.sort_values(["batch_size", "kv_len", "q_len"]).itertuples()]
             grid = {ax: sorted({c[ax] for c in cells}) for ax in LOOKUP_AXES}
-            groups.append({"heads": f"{meta['num_qo_heads']}/{meta['num_kv_heads']}/{meta['head_dim']}", **meta,
+            groups.append({"heads": heads_text(meta), **meta,
                            "label": group_label(meta), "grid": grid, "rules": _rules(cells, grid),
                            "cells": cells})
     return {"schema": POLICY_SCHEMA, "kbench_version": __version__, "created_at": now_iso(),
@@ -270,9 +272,8 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
     """The one group matching the filters; realistic: kv_dist, q_dist, window_left, sinks, max_seq_len and
     power, the timing state (any accepted spelling, e.g. lognormal:1 for lognormal:1.0)."""
     want = {}
-    if heads:
-        h = parse_heads(heads)
-        want.update(num_qo_heads=h.num_qo_heads, num_kv_heads=h.num_kv_heads, head_dim=h.head_dim)
+    if heads:  # every head axis, the attention kind too: a GQA group never answers an MLA shape, nor the reverse
+        want.update(parse_heads(heads).case_fields())
     for k, v in (("dtype", dtype), ("kv_dtype", kv_dtype), ("page_size", page_size), ("kv_layout", kv_layout)):
         if v is not None:
             want[k] = v

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kbench.cases.models import heads_text
 from kbench.errors import BadInput
 from kbench.report.policy import FILTER_AXES, Lookup
 
@@ -58,7 +59,7 @@ def regret(policy: dict, ok_rows: pd.DataFrame, cases: pd.DataFrame, label: str)
         filters = {a: str(getattr(r, a)) for a in FILTER_AXES if a in cases.columns}
         try:
             ans = lookup(r.batch_size, r.q_len, r.kv_len, extrapolate=True,
-                         heads=f"{r.num_qo_heads}/{r.num_kv_heads}/{r.head_dim}", dtype=r.dtype,
+                         heads=heads_text(r._asdict()), dtype=r.dtype,
                          kv_dtype=r.kv_dtype, page_size=int(r.page_size), kv_layout=r.kv_layout, **filters)
         except BadInput:  # no group in the policy for this case's heads, dtypes, axes or state
             recs.append(rec)
