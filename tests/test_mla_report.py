@@ -155,3 +155,71 @@ def test_the_gate_matches_mla_rows_on_their_geometry(tmp_path):
     tp8 = write_gate_run(tmp_path / "tp8", _gate_rows("deepseek-v3-tp8", seed=4))
     res, data = gate_json(tmp_path, base, tp8)
     assert res.exit_code == 1 and sorted(set(outcomes(data).values())) == ["missing", "new"]
+
+
+# ---- the GPU script's tables and checks, on synthetic runs ---------------------------------------------------
+def _script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent / "gpu" / "mla_check.py"
+    spec = importlib.util.spec_from_file_location("mla_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _gpu_rows(flashmla_status="ok", fa2_status="ok"):
+    rows = []
+    for model in ("deepseek-v3", "deepseek-v3-tp8"):
+        for kv_dtype in ("bf16", "fp8"):
+            for q in (1, 2, 4):
+                c = mla(16, q, 4096, model, kv_dtype=kv_dtype)
+                heads = MODELS[model].num_qo_heads
+                if heads == 128:
+                    r = row(FLASHMLA, c, 8.0 if q == 1 else 12.0, path="decode", status=flashmla_status,
+                            reason="" if flashmla_status == "ok" else "FlashMLA (sgl-flash-mla) is not installed: pip")
+                else:
+                    r = row(FLASHMLA, c, None, path="decode", status="skipped", reason="FlashMLA takes 64 or 128 q heads")
+                rows += [r, row(FA3, c, 10.0, path="context"),
+                         row("flashinfer-mla-fa2", c, 11.0, path="context", status=fa2_status,
+                             reason="" if fa2_status == "ok" else "rel err 0.5 > tolerance 0.02"),
+                         row("trtllm-gen-mla", c, None, path="decode", status="skipped",
+                             reason="needs SM100/SM103/SM107 ... XQA MLA requires SM120a")]
+    for r in rows:
+        if r.status == "ok":
+            r.rel_err = 0.004
+    return rows
+
+
+def test_the_gpu_script_prints_the_comparison_and_passes_a_clean_run(tmp_path, capsys):
+    mod = _script()
+    run = write_run(tmp_path / "run", _gpu_rows())
+    assert mod.main(["--runs", str(run), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "CHECK PASSED" in out and "XQA MLA requires SM120a" in out
+    headers, rows = mod.comparison_table(load_rows(run))
+    assert headers[5:8] == ["flashmla us (ceil)", "fa3 us (ceil)", "fa2 us (ceil)"]
+    h128 = [r for r in rows if r[0] == "128"]
+    assert len(h128) == 6 and h128[0][8] == "flashmla" and h128[0][9] == "25.0% over fa3"
+    assert all(r[5] == "skipped" for r in rows if r[0] == "16")  # FlashMLA's head counts: not a failure
+    assert (tmp_path / "out" / "report" / "report.md").exists()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["failures"] == [] and len(summary["trend"]) == 4
+    assert sum("one path only (flashinfer-mla-fa3)" in x for x in summary["trend"]) == 2  # 16 heads: no FlashMLA
+
+
+@pytest.mark.parametrize("kw,why", [(dict(flashmla_status="skipped"), "flashmla skipped on 6 case(s) at 128 heads: "
+                                     "FlashMLA (sgl-flash-mla) is not installed"),
+                                    (dict(fa2_status="wrong"), "flashinfer-mla-fa2 wrong on")])
+def test_the_gpu_script_fails_a_missing_flashmla_or_a_wrong_kernel(tmp_path, capsys, kw, why):
+    mod = _script()
+    run = write_run(tmp_path / "run", _gpu_rows(**kw))
+    assert mod.main(["--runs", str(run), "--out", str(tmp_path / "out")]) == 1
+    assert why in capsys.readouterr().out
+
+
+def load_rows(run):
+    from kbench.runs.store import load_run
+
+    return load_run(run).rows

@@ -91,12 +91,18 @@ def decode_vs_context(cases: pd.DataFrame, ok: pd.DataFrame) -> tuple[list[str],
 
 
 def trend(cases: pd.DataFrame) -> list[str]:
-    """One sentence per group: the decode-style kernel's geomean speedup at each q_len, and where it turns."""
+    """One sentence per group: the decode-style kernel's geomean speedup at each q_len, and where it turns (or
+    that only one path ran)."""
     cases = _mla(cases)
-    both = cases[cases["decode_us"].notna() & cases["context_us"].notna()] if len(cases) else cases
     out = []
-    for key, g in both.groupby(GROUP, sort=True):
+    for key, g in cases.groupby(GROUP, sort=True):
         meta = dict(zip(GROUP, key))
+        g = g[g["decode_us"].notna() & g["context_us"].notna()]
+        if g.empty:  # e.g. 16 heads on SM90: FlashMLA takes 64/128 heads, trtllm-gen MLA needs SM100
+            ran = sorted(set(cases.loc[_same(cases, meta), "winner"].dropna()))
+            out.append(f"{axes.group_label(meta)}: one path only ({', '.join(ran) or '-'}): nothing to compare "
+                       "along q_len.")
+            continue
         by_q = {int(q): _geomean(gq["decode_speedup"]) for q, gq in g.groupby("q_len", sort=True)}
         steps = ", ".join(f"q={q} {_x(s)}" for q, s in by_q.items())
         dec, ctx = _most(g["best_decode"]), _most(g["best_context"])
@@ -112,6 +118,14 @@ def trend(cases: pd.DataFrame) -> list[str]:
         out.append(f"{axes.group_label(meta)}: decode-style ({dec}) over prefill-style ({ctx}), geomean over "
                    f"batch and kv_len: {steps}; {verdict}.")
     return out
+
+
+def _same(cases: pd.DataFrame, meta: dict) -> pd.Series:
+    """Rows of `cases` in the group `meta`."""
+    mask = pd.Series(True, index=cases.index)
+    for k, v in meta.items():
+        mask &= cases[k] == v
+    return mask
 
 
 def mla_blocks(cases: pd.DataFrame, ok: pd.DataFrame) -> list[tuple]:

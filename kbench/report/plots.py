@@ -171,8 +171,9 @@ def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_d
                 if i % 2:
                     bars.lines[0].set_markerfacecolor("none")
             qmin, qmax = sel["q_len"].min(), sel["q_len"].max()
-            steps = [(qg / group, f"q·G={qg}\n{what}") for qg, what in ((16, "fa2 step"), (32, "decode step"))
-                     if qmin < qg / group <= qmax]
+            is_mla = "attention" in g and (g["attention"] == "mla").all()  # the steps are GQA kernels' (kernels.md)
+            steps = [] if is_mla else [(qg / group, f"q·G={qg}\n{what}") for qg, what in
+                                       ((16, "fa2 step"), (32, "decode step")) if qmin < qg / group <= qmax]
             for x, _ in steps:
                 ax.axvline(x, color="0.5", ls=":", lw=1)
             if steps:  # labelled above the plot area, where no line runs
@@ -184,7 +185,8 @@ def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_d
             ax.yaxis.set_major_formatter(plain)
             ax.yaxis.set_minor_formatter(plain)
             ax.tick_params(axis="y", which="both", labelsize=7)  # decade and in-between ticks alike
-            ax.set_xlabel(f"q_len (tokens per request; GQA group G = {group})")
+            ax.set_xlabel(f"q_len (tokens per request; MLA: {group} q heads over one latent KV head)" if is_mla
+                          else f"q_len (tokens per request; GQA group G = {group})")
             ax.set_ylabel("median time per call (µs, log)")
             ax.set_xticks(sorted(sel["q_len"].unique()))
             ax.grid(True, which="both", alpha=0.3)

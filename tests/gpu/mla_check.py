@@ -1,0 +1,188 @@
+"""MLA on the GPU (issue #27): every MLA kernel checked against the float32 absorbed reference, and FlashMLA
+(decode-style) against FlashInfer's MLA wrapper (fa3, fa2: prefill-style) at DeepSeek-V3's 128 heads per GPU
+and at TP8's 16, bf16 and fp8 KV.
+
+On the H200 (FlashMLA from the sgl-flash-mla wheel: pip install --no-deps --target /tmp/site, PYTHONPATH=/tmp/site):
+    PYTHONPATH=/tmp/site python3 tests/gpu/mla_check.py --out /tmp/out/mla
+Runs four `kbench sweep`s (each kernel checked against the reference by the sweep before it is timed):
+  1. -s deepseek-mtp     (128 heads) at bs 16/64/256, q 1/2/4, kv 4096/32768, bf16 and fp8 KV, --budget 0.5;
+  2. -s deepseek-mtp-tp8 (16 heads), the same grid;
+  3./4. the correctness extras at both head counts, hardly timed: bs 3, q_len 4, kv 1000 (a partial last page),
+     ragged q (accept:0.6) and per-request KV (lognormal:1.0), bf16 and fp8 KV.
+Then `kbench report` over all four (its MLA section: OUT/report/report.md).
+Prints: each kernel's relative error against the reference (max over its cases); a table per head count and
+KV dtype: FlashMLA vs fa3 vs fa2 (us, fraction of the read ceiling), the winner and its margin; the report's
+decode-vs-prefill trend along q_len. Writes the table and a JSON summary to OUT; the run folders are in OUT/runs.
+Exit 1 when a check fails: a kernel wrong or failed anywhere, or a kernel that must run on this GPU skipped
+(FlashMLA at 128 heads and fa3/fa2 everywhere on SM90: a missing FlashMLA install fails the check, with its reason).
+`--runs RUN...` prints the tables and checks from finished runs instead (no GPU).
+About 3-5 minutes on an H200 with an empty JIT cache (the four FlashInfer MLA modules compile in parallel).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+MLA_KERNELS = ("flashmla", "flashinfer-mla-fa3", "flashinfer-mla-fa2", "trtllm-gen-mla")
+COMPARED = ("flashmla", "flashinfer-mla-fa3", "flashinfer-mla-fa2")
+SHORT = {"flashmla": "flashmla", "flashinfer-mla-fa3": "fa3", "flashinfer-mla-fa2": "fa2"}
+GRID = ["--batch-size", "16,64,256", "--q-len", "1,2,4", "--kv-len", "4096,32768", "--kv-dtype", "bf16,fp8",
+        "--budget", "0.5"]
+EXTRAS = ["--batch-size", "3", "--q-len", "4", "--kv-len", "1000", "--q-dist", "fixed,accept:0.6",
+          "--kv-dist", "fixed,lognormal:1.0", "--kv-dtype", "bf16,fp8", "--budget", "0.05", "--min-time", "0",
+          "--kernels", ",".join(MLA_KERNELS)]
+SWEEPS = [("mla-h128", ["-s", "deepseek-mtp", *GRID]), ("mla-h16", ["-s", "deepseek-mtp-tp8", *GRID]),
+          ("mla-h128-extras", ["--model", "deepseek-v3", *EXTRAS]),
+          ("mla-h16-extras", ["--model", "deepseek-v3-tp8", *EXTRAS])]
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly
+
+
+def must_run(kernel: str, heads: int, sm: int) -> bool:
+    """Kernels whose skipped row fails the check on this GPU: on SM90 FlashMLA at 64/128 heads, fa3 and fa2."""
+    if sm != 90:
+        return kernel == "flashinfer-mla-fa2"
+    return kernel in ("flashinfer-mla-fa3", "flashinfer-mla-fa2") or (kernel == "flashmla" and heads in (64, 128))
+
+
+def fmt_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def error_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Per MLA kernel, heads and KV dtype: cases checked ok / wrong / failed / skipped and the max relative error."""
+    headers = ["kernel", "heads", "kv", "ok", "wrong", "failed", "skipped", "max rel err", "median rel err", "note"]
+    out = []
+    k = rows[rows["kernel"].isin(MLA_KERNELS)]
+    for (kernel, heads, kv), g in k.groupby(["kernel", "num_qo_heads", "kv_dtype"], sort=True):
+        st = g["status"].value_counts().to_dict()
+        err = pd.to_numeric(g["rel_err"], errors="coerce").dropna()
+        note = "" if st.get("skipped", 0) == 0 else str(g.loc[g["status"] == "skipped", "reason"].iloc[0])[:110]
+        bad = g[g["status"].isin(["wrong", "failed"])]
+        if len(bad):
+            note = f"{bad['status'].iloc[0]}: {str(bad['reason'].iloc[0])[:100]}"
+        out.append([kernel, str(int(heads)), kv, str(st.get("ok", 0)), str(st.get("wrong", 0)), str(st.get("failed", 0)),
+                    str(st.get("skipped", 0)), f"{err.max():.4f}" if len(err) else "-",
+                    f"{err.median():.4f}" if len(err) else "-", note])
+    return headers, out
+
+
+def comparison_table(rows: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Per (heads, kv dtype, bs, q, kv) of the uniform grid: each compared kernel's time and fraction of the read
+    ceiling, the winner and its margin over the runner-up."""
+    headers = ["heads", "kv", "bs", "q", "kv_len", *(f"{SHORT[k]} us (ceil)" for k in COMPARED), "winner", "margin"]
+    out = []
+    uni = rows[(rows["q_dist"] == "fixed") & (rows["kv_dist"] == "fixed") & rows["kernel"].isin(COMPARED)]
+    keys = ["num_qo_heads", "kv_dtype", "batch_size", "q_len", "kv_len"]
+    for key, g in uni.groupby(keys, sort=True):
+        ok = g[(g["status"] == "ok") & g["median_us"].notna()].sort_values("median_us")
+        by = {r.kernel: r for r in g.itertuples()}
+        cells = []
+        for k in COMPARED:
+            r = by.get(k)
+            if r is None or r.status != "ok":
+                cells.append("-" if r is None else r.status)
+            else:
+                frac = "" if pd.isna(r.roofline_frac) else f" ({r.roofline_frac:.2f})"
+                cells.append(f"{r.median_us:.1f}{frac}")
+        winner = margin = "-"
+        if len(ok):
+            winner = SHORT[ok["kernel"].iloc[0]]
+            if len(ok) > 1:
+                margin = f"{(ok['median_us'].iloc[1] / ok['median_us'].iloc[0] - 1) * 100:.1f}% over {SHORT[ok['kernel'].iloc[1]]}"
+        out.append([str(int(key[0])), key[1], *(str(int(v)) for v in key[2:]), *cells, winner, margin])
+    return headers, out
+
+
+def failures(rows: pd.DataFrame, sm: int) -> list[str]:
+    """Why the check fails: wrong or failed MLA rows, and kernels that must run here but were skipped."""
+    out = []
+    k = rows[rows["kernel"].isin(MLA_KERNELS)]
+    for r in k[k["status"].isin(["wrong", "failed"])].itertuples():
+        out.append(f"{r.kernel} {r.status} on {r.case_id}: {r.reason}")
+    skipped = k[k["status"] == "skipped"]
+    for (kernel, heads), g in skipped.groupby(["kernel", "num_qo_heads"], sort=True):
+        if must_run(kernel, int(heads), sm):
+            out.append(f"{kernel} skipped on {len(g)} case(s) at {int(heads)} heads: {g['reason'].iloc[0]}")
+    if not len(k[k["status"] == "ok"]):
+        out.append("no MLA kernel row is ok")
+    return out
+
+
+def sweep(args: list[str], runs_dir: Path, name: str) -> Path | None:
+    exe = shutil.which("kbench")
+    cmd = [exe] if exe else [sys.executable, "-m", "kbench.cli.main"]
+    full = ["sweep", *args, "--out", str(runs_dir), "--name", name]
+    print("$ kbench " + " ".join(full), flush=True)
+    out = subprocess.run([*cmd, *full], capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"})
+    (runs_dir / f"{name}.log").write_text(out.stdout + "\n" + out.stderr)
+    tail = [ln for ln in out.stdout.splitlines() if ln.startswith(("wall ", "rows: ", "run: ", "device: "))]
+    print("\n".join(tail) or out.stderr[-1500:], flush=True)
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("run: ")]
+    return Path(line[-1][5:].strip()) if line else None
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("/tmp/out/mla"))
+    ap.add_argument("--runs", nargs="*", type=Path, help="finished run folders: tables and checks only")
+    a = ap.parse_args(argv)
+    from kbench.runs.store import load_run
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    runs = list(a.runs or [])
+    missing = []
+    if not runs:
+        runs_dir = a.out / "runs"
+        runs_dir.mkdir(exist_ok=True)
+        for name, args in SWEEPS:
+            r = sweep(args, runs_dir, name)
+            (runs if r else missing).append(r or name)
+    loaded = [load_run(r) for r in runs]
+    rows = pd.concat([r.rows for r in loaded], ignore_index=True) if loaded else pd.DataFrame()
+    sm = int((loaded[-1].manifest.get("device") or {}).get("sm") or 0) if loaded else 0
+    parts = [f"device: {(loaded[-1].manifest.get('device') or {}).get('name') if loaded else '-'} (SM{sm})"]
+    if len(rows):
+        parts.append("== every MLA kernel against the float32 absorbed reference\n" + fmt_table(*error_table(rows)))
+        parts.append("== FlashMLA vs FlashInfer MLA fa3 vs fa2: us per call (fraction of the read ceiling), "
+                     "winner and margin\n" + fmt_table(*comparison_table(rows)))
+        trtllm = rows[rows["kernel"] == "trtllm-gen-mla"]
+        if len(trtllm):
+            parts.append(f"trtllm-gen-mla: {trtllm['status'].value_counts().to_dict()}; "
+                         f"{str(trtllm['reason'].iloc[0])[:220]}")
+    trend_lines = []
+    if runs:
+        try:
+            from kbench.report import build_report
+            from kbench.report.mla import trend
+
+            rep = build_report(runs, a.out / "report")
+            trend_lines = trend(rep.cases)
+            parts.append("== the report's MLA answer (OUT/report/report.md)\n" + "\n".join(trend_lines))
+        except Exception as e:  # noqa: BLE001 - the tables above stand; say why the report did not build
+            parts.append(f"report not built: {type(e).__name__}: {e}")
+    bad = [f"sweep {m} did not finish (its log is in OUT/runs)" for m in missing]
+    bad += failures(rows, sm) if len(rows) else ["no rows"]
+    parts.append("CHECK " + ("PASSED" if not bad else "FAILED:\n  " + "\n  ".join(bad)))
+    text = "\n\n".join(parts)
+    (a.out / "mla_check.txt").write_text(text + "\n")
+    (a.out / "summary.json").write_text(json.dumps({
+        "runs": [str(r) for r in runs], "sm": sm, "failures": bad, "trend": trend_lines,
+        "errors": dict(zip(["headers", "rows"], error_table(rows))) if len(rows) else {},
+        "comparison": dict(zip(["headers", "rows"], comparison_table(rows))) if len(rows) else {}}, indent=1))
+    print(text)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
