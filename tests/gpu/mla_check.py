@@ -7,8 +7,8 @@ On the H200 (FlashMLA from the sgl-flash-mla wheel: pip install --no-deps --targ
 Runs four `kbench sweep`s (each kernel checked against the reference by the sweep before it is timed):
   1. -s deepseek-mtp     (128 heads) at bs 16/64/256, q 1/2/4, kv 4096/32768, bf16 and fp8 KV, --budget 0.5;
   2. -s deepseek-mtp-tp8 (16 heads), the same grid;
-  3./4. the correctness extras at both head counts, hardly timed: bs 3, q_len 4, kv 1000 (a partial last page),
-     ragged q (accept:0.6) and per-request KV (lognormal:1.0), bf16 and fp8 KV.
+  3./4. the correctness extras at both head counts (the same scenarios), hardly timed: bs 3, q_len 4, kv 1000
+     (a partial last page), ragged q (accept:0.6) and per-request KV (lognormal:1.0), bf16 and fp8 KV.
 Then `kbench report` over all four (its MLA section: OUT/report/report.md).
 Prints: each kernel's relative error against the reference (max over its cases); a table per head count and
 KV dtype: FlashMLA vs fa3 vs fa2 (us, fraction of the read ceiling), the winner and its margin; the report's
@@ -40,8 +40,7 @@ EXTRAS = ["--batch-size", "3", "--q-len", "4", "--kv-len", "1000", "--q-dist", "
           "--kv-dist", "fixed,lognormal:1.0", "--kv-dtype", "bf16,fp8", "--budget", "0.05", "--min-time", "0",
           "--kernels", ",".join(MLA_KERNELS)]
 SWEEPS = [("mla-h128", ["-s", "deepseek-mtp", *GRID]), ("mla-h16", ["-s", "deepseek-mtp-tp8", *GRID]),
-          ("mla-h128-extras", ["--model", "deepseek-v3", *EXTRAS]),
-          ("mla-h16-extras", ["--model", "deepseek-v3-tp8", *EXTRAS])]
+          ("mla-h128-extras", ["-s", "deepseek-mtp", *EXTRAS]), ("mla-h16-extras", ["-s", "deepseek-mtp-tp8", *EXTRAS])]
 
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly
 
