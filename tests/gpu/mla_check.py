@@ -42,8 +42,6 @@ EXTRAS = ["--batch-size", "3", "--q-len", "4", "--kv-len", "1000", "--q-dist", "
 SWEEPS = [("mla-h128", ["-s", "deepseek-mtp", *GRID]), ("mla-h16", ["-s", "deepseek-mtp-tp8", *GRID]),
           ("mla-h128-extras", ["-s", "deepseek-mtp", *EXTRAS]), ("mla-h16-extras", ["-s", "deepseek-mtp-tp8", *EXTRAS])]
 
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly
-
 
 def must_run(kernel: str, heads: int, sm: int) -> bool:
     """Kernels whose skipped row fails the check on this GPU: on SM90 FlashMLA at 64/128 heads, fa3 and fa2."""
@@ -184,4 +182,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly (set here: tests import this module)
     sys.exit(main(sys.argv[1:]))
