@@ -14,7 +14,7 @@ import pandas as pd
 
 from kbench.cases import axes
 
-GROUP = [c for c in axes.GROUP_COLUMNS]
+GROUP = list(axes.GROUP_COLUMNS)  # an MLA group: geometry, dtypes, page and the realistic axes
 
 
 def _mla(df: pd.DataFrame) -> pd.DataFrame:
