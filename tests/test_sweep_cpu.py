@@ -12,6 +12,9 @@ from kbench.cases.scenario import Scenario, Timing, load_scenario
 from kbench.runs.store import RunWriter, load_run
 from kbench.engine.sweep import SweepObserver, resume_sweep, run_sweep
 from kbench.cases.models import MODELS
+from kbench.kernels.registry import select
+
+ALL = len(select(["all"]))  # every kernel of 'all' (GQA, MLA and the reference) gets a row per case
 
 FAST = Timing(spread_target=0.2, budget_s=0.05, min_samples=3, max_samples=10)
 
@@ -30,14 +33,16 @@ def test_cpu_sweep_writes_a_complete_run(tmp_path):
     assert run.manifest["status"] == "complete"
     assert run.manifest["device"]["cuda"] is False
     assert set(run.manifest["wall_s"]) >= {"compile_s", "inputs_s", "reference_s", "check_s", "timing_s", "total_s"}
-    assert len(rows) == 4 * 8  # 4 cases x 8 kernels (trtllm-decode-ragged: #13): nothing silently absent
+    assert len(rows) == 4 * ALL == 4 * 12  # 4 cases x 12 kernels (the MLA ones skip GQA cases): nothing silently absent
     ref = rows[rows.kernel == "reference"]
     assert (ref.status == "ok").all() and (ref.timer == "wall-clock").all()
     assert (ref.median_us > 0).all() and (ref.num_samples >= 3).all()
     assert (ref.p25_us <= ref.median_us).all() and (ref.median_us <= ref.p75_us).all()
     others = rows[rows.kernel != "reference"]
     assert (others.status == "skipped").all()
-    assert others.reason.str.contains("CUDA").all()
+    gqa = others.reason.str.startswith("a GQA case: ")  # the MLA kernels on these GQA cases
+    assert set(others[gqa].kernel) == {"flashmla", "trtllm-gen-mla", "flashinfer-mla-fa3", "flashinfer-mla-fa2"}
+    assert others[~gqa].reason.str.contains("CUDA").all()
     for f in ("manifest.json", "rows.jsonl", "rows.parquet", "rows.csv"):
         assert (res.run_dir / f).is_file()
     pq = pd.read_parquet(res.run_dir / "rows.parquet")
@@ -101,7 +106,7 @@ def test_killed_mid_row_journal_is_tolerated_and_resumed(tmp_path):
     assert len(load_run(res.run_dir).rows) == 5
     resume_sweep(res.run_dir)
     rows = load_run(res.run_dir).rows
-    assert len(rows) == 32 and len(set(zip(rows.kernel, rows.case_id))) == 32  # 4 cases x 8 kernels
+    assert len(rows) == 4 * ALL and len(set(zip(rows.kernel, rows.case_id))) == 4 * ALL  # 4 cases x every kernel
 
 
 def test_cli_default_sweep_runs_on_cpu(tmp_path):
@@ -121,7 +126,7 @@ def test_cli_resume_refuses_axis_options_and_finishes(tmp_path):
     assert r.exit_code == 2
     r = CliRunner().invoke(cli, ["sweep", "--resume", str(part.run_dir)])
     assert r.exit_code == 0, r.output
-    assert len(load_run(part.run_dir).rows) == 32  # 4 cases x 8 kernels
+    assert len(load_run(part.run_dir).rows) == 4 * ALL  # 4 cases x every kernel
 
 
 def test_run_writer_refuses_to_overwrite_a_run(tmp_path):
