@@ -109,12 +109,13 @@ def test_every_axis_that_means_something_for_mla_applies(kw):
     assert inp.max_seq_len >= (4096 if "max_seq_len" in kw else 200)
 
 
-REFUSED = [("kv_layout", "NHD"), ("window_left", "128"), ("sinks", "on"), ("skip_softmax", "1000")]
+REFUSED = [("kv_layout", "NHD"), ("window_left", "128"), ("sinks", "on"), ("skip_softmax", "1000"),
+           ("tree", "topk:2")]
 
 
 @pytest.mark.parametrize("axis,value", REFUSED)
 def test_axes_that_mean_nothing_for_mla_are_refused_in_one_line(tmp_path, axis, value):
-    res = CliRunner().invoke(cli, ["sweep", "--model", "deepseek-v3", "--batch-size", "1", "--q-len", "1",
+    res = CliRunner().invoke(cli, ["sweep", "--model", "deepseek-v3", "--batch-size", "1", "--q-len", "4",
                                    "--kv-len", "64", f"--{axis.replace('_', '-')}", value, "--out", str(tmp_path)])
     assert res.exit_code == 2, res.output
     lines = [x for x in res.output.splitlines() if x.strip()]

@@ -28,6 +28,8 @@ SHAPE_FIELDS = tuple(axes.names(axes.MLA))  # kv_lora_rank, qk_rope_head_dim, qk
 REFUSED: dict[str, tuple[object, str]] = {
     "kv_layout": ("HND", "MLA's latent cache has one layout, [pages, page, kv_lora_rank + qk_rope_head_dim] "
                          "(no head axis to order): drop kv_layout"),
+    "tree": ("chain", "no MLA kernel here takes a draft-tree mask (FlashMLA and FlashInfer's MLA wrapper mask "
+                      "causally only, trtllm_batch_decode_with_kv_cache_mla has no mask): drop tree"),
     "window_left": (-1, "no MLA kernel here takes a sliding window (DeepSeek-V3 and Kimi K2 attend to the "
                         "whole context): drop window_left"),
     "sinks": ("off", "no MLA model here has attention sinks, and FlashInfer's fa2/fa3 MLA refuse them "
