@@ -197,7 +197,9 @@ def test_the_gpu_script_prints_the_comparison_and_passes_a_clean_run(tmp_path, c
     run = write_run(tmp_path / "run", _gpu_rows())
     assert mod.main(["--runs", str(run), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
-    assert "CHECK PASSED" in out and "XQA MLA requires SM120a" in out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("mla check PASSED: 30 kernel/case pairs checked (max rel err bf16 0.0040, fp8 0.0040)")
+    assert "winners: 128 heads fa3 4 flashmla 2; 16 heads fa3 6" in last and "XQA MLA requires SM120a" in out
     headers, rows = mod.comparison_table(load_rows(run))
     assert headers[5:8] == ["flashmla us (ceil)", "fa3 us (ceil)", "fa2 us (ceil)"]
     h128 = [r for r in rows if r[0] == "128"]
@@ -217,6 +219,22 @@ def test_the_gpu_script_fails_a_missing_flashmla_or_a_wrong_kernel(tmp_path, cap
     run = write_run(tmp_path / "run", _gpu_rows(**kw))
     assert mod.main(["--runs", str(run), "--out", str(tmp_path / "out")]) == 1
     assert why in capsys.readouterr().out
+
+
+def test_the_gpu_script_reuses_a_complete_sweep_and_resumes_an_interrupted_one(tmp_path, monkeypatch):
+    mod = _script()
+    runs = tmp_path / "runs"
+    done = write_run(runs / "mla-h128-20261204-120000", _gpu_rows())
+    calls = []
+    monkeypatch.setattr(mod.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or
+                        type("P", (), {"stdout": "run: /x\n", "stderr": "", "returncode": 0})())
+    assert mod.sweep(["-s", "deepseek-mtp"], runs, "mla-h128") == done and calls == []  # complete: reused
+    m = json.loads((done / "manifest.json").read_text())
+    (done / "manifest.json").write_text(json.dumps({**m, "status": "interrupted"}))
+    mod.sweep(["-s", "deepseek-mtp"], runs, "mla-h128")
+    assert calls[-1][-3:] == ["sweep", "--resume", str(done)]
+    mod.sweep(["-s", "deepseek-mtp-tp8"], runs, "mla-h16")  # none yet: started
+    assert calls[-1][-6:] == ["sweep", "-s", "deepseek-mtp-tp8", "--out", str(runs), "--name", "mla-h16"][-6:]
 
 
 def load_rows(run):

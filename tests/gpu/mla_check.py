@@ -15,7 +15,9 @@ KV dtype: FlashMLA vs fa3 vs fa2 (us, fraction of the read ceiling), the winner 
 decode-vs-prefill trend along q_len. Writes the table and a JSON summary to OUT; the run folders are in OUT/runs.
 Exit 1 when a check fails: a kernel wrong or failed anywhere, or a kernel that must run on this GPU skipped
 (FlashMLA at 128 heads and fa3/fa2 everywhere on SM90: a missing FlashMLA install fails the check, with its reason).
-`--runs RUN...` prints the tables and checks from finished runs instead (no GPU).
+`--runs RUN...` prints the tables and checks from finished runs instead (no GPU). Run again after a call cut
+short, it reuses the complete sweeps in OUT/runs and resumes an interrupted one. The last line is the verdict
+with its figures (pairs checked, worst error per KV dtype, winners per head count).
 About 3-5 minutes on an H200 with an empty JIT cache (the four FlashInfer MLA modules compile in parallel).
 """
 from __future__ import annotations
@@ -116,17 +118,51 @@ def failures(rows: pd.DataFrame, sm: int) -> list[str]:
     return out
 
 
+def existing_run(runs_dir: Path, name: str) -> tuple[Path | None, str | None]:
+    """The newest run folder NAME-* under runs_dir and its status (a call cut short left it there)."""
+    for d in sorted(runs_dir.glob(f"{name}-*"), reverse=True):
+        m = d / "manifest.json"
+        if d.is_dir() and m.is_file():
+            try:
+                return d, json.loads(m.read_text()).get("status")
+            except (OSError, ValueError):
+                continue
+    return None, None
+
+
 def sweep(args: list[str], runs_dir: Path, name: str) -> Path | None:
+    """Run one sweep: a complete run of it in runs_dir is reused, an interrupted one resumed."""
+    done, status = existing_run(runs_dir, name)
+    if done is not None and status == "complete":
+        print(f"reusing {done} (complete)", flush=True)
+        return done
     exe = shutil.which("kbench")
     cmd = [exe] if exe else [sys.executable, "-m", "kbench.cli.main"]
-    full = ["sweep", *args, "--out", str(runs_dir), "--name", name]
+    full = ["sweep", "--resume", str(done)] if done is not None else \
+        ["sweep", *args, "--out", str(runs_dir), "--name", name]
     print("$ kbench " + " ".join(full), flush=True)
     out = subprocess.run([*cmd, *full], capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"})
-    (runs_dir / f"{name}.log").write_text(out.stdout + "\n" + out.stderr)
+    with open(runs_dir / f"{name}.log", "a") as log:
+        log.write(out.stdout + "\n" + out.stderr)
     tail = [ln for ln in out.stdout.splitlines() if ln.startswith(("wall ", "rows: ", "run: ", "device: "))]
     print("\n".join(tail) or out.stderr[-1500:], flush=True)
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("run: ")]
-    return Path(line[-1][5:].strip()) if line else None
+    return Path(line[-1][5:].strip()) if line else done
+
+
+def summary_line(rows: pd.DataFrame, bad: list[str]) -> str:
+    """The one line a campaign shows: the check, the pairs checked and their worst error, the winners."""
+    k = rows[rows["kernel"].isin(MLA_KERNELS)] if len(rows) else rows
+    err = {kv: pd.to_numeric(g["rel_err"], errors="coerce").max() for kv, g in k.groupby("kv_dtype")} if len(k) else {}
+    checked = int(pd.to_numeric(k["rel_err"], errors="coerce").notna().sum()) if len(k) else 0
+    wins = []
+    if len(rows):
+        for heads, g in pd.DataFrame(comparison_table(rows)[1], columns=comparison_table(rows)[0]).groupby("heads"):
+            counts = g["winner"].value_counts().to_dict()
+            wins.append(f"{heads} heads " + " ".join(f"{w} {n}" for w, n in sorted(counts.items())))
+    errs = ", ".join(f"{kv} {e:.4f}" for kv, e in sorted(err.items()) if pd.notna(e))
+    return (f"mla check {'PASSED' if not bad else 'FAILED'}: {checked} kernel/case pairs checked (max rel err "
+            f"{errs or '-'}); winners: {'; '.join(wins) or '-'}")
 
 
 def main(argv: list[str]) -> int:
@@ -148,15 +184,16 @@ def main(argv: list[str]) -> int:
     loaded = [load_run(r) for r in runs]
     rows = pd.concat([r.rows for r in loaded], ignore_index=True) if loaded else pd.DataFrame()
     sm = int((loaded[-1].manifest.get("device") or {}).get("sm") or 0) if loaded else 0
+    # the long table first; the errors, the answer and the verdict last (a campaign shows the last lines)
     parts = [f"device: {(loaded[-1].manifest.get('device') or {}).get('name') if loaded else '-'} (SM{sm})"]
     if len(rows):
-        parts.append("== every MLA kernel against the float32 absorbed reference\n" + fmt_table(*error_table(rows)))
         parts.append("== FlashMLA vs FlashInfer MLA fa3 vs fa2: us per call (fraction of the read ceiling), "
                      "winner and margin\n" + fmt_table(*comparison_table(rows)))
         trtllm = rows[rows["kernel"] == "trtllm-gen-mla"]
         if len(trtllm):
             parts.append(f"trtllm-gen-mla: {trtllm['status'].value_counts().to_dict()}; "
                          f"{str(trtllm['reason'].iloc[0])[:220]}")
+        parts.append("== every MLA kernel against the float32 absorbed reference\n" + fmt_table(*error_table(rows)))
     trend_lines = []
     if runs:
         try:
@@ -170,7 +207,9 @@ def main(argv: list[str]) -> int:
             parts.append(f"report not built: {type(e).__name__}: {e}")
     bad = [f"sweep {m} did not finish (its log is in OUT/runs)" for m in missing]
     bad += failures(rows, sm) if len(rows) else ["no rows"]
-    parts.append("CHECK " + ("PASSED" if not bad else "FAILED:\n  " + "\n  ".join(bad)))
+    if bad:
+        parts.append("CHECK FAILED:\n  " + "\n  ".join(bad))
+    parts.append(summary_line(rows, bad))
     text = "\n\n".join(parts)
     (a.out / "mla_check.txt").write_text(text + "\n")
     (a.out / "summary.json").write_text(json.dumps({
