@@ -241,3 +241,32 @@ def load_rows(run):
     from kbench.runs.store import load_run
 
     return load_run(run).rows
+
+
+def test_the_exported_selector_keys_on_the_attention_kind_and_the_policy_validates(mixed, tmp_path):
+    import importlib.util
+
+    import jsonschema
+
+    from kbench.recommend.export import export_policy
+    from kbench.report.policy_schema import policy_schema
+
+    jsonschema.validate(mixed.policy, policy_schema())  # mla:... heads and the MLA group keys are in the schema
+    path = export_policy(mixed.policy, "mixed", tmp_path / "sel.py")
+    spec = importlib.util.spec_from_file_location("sel", path)
+    sel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sel)
+    for heads in ("mla:128/512/64/128", "mla:16/512/64/128", "32/8/128"):
+        for bs, q, kv in ((16, 1, 4096), (64, 4, 32768), (30, 3, 9000)):
+            assert sel.select(bs, q, kv, heads=heads) == lookup(mixed.policy, bs, q, kv, heads=heads)["kernel"]
+    with pytest.raises(ValueError, match="no measured group matches"):
+        sel.select(16, 1, 4096, heads="128/1/576")  # MLA's shape spelled as GQA heads: no group
+    with pytest.raises(ValueError, match="mla:QO/KV_LORA_RANK/ROPE/NOPE"):
+        sel.select(16, 1, 4096, heads="mla:128/512")
+
+
+def test_a_workload_keeps_mla_heads():
+    from kbench.recommend.workload import canonical
+
+    assert canonical("heads", "mla:16/512/64/128", "w.jsonl") == ["mla:16/512/64/128"]
+    assert canonical("heads", "32/8/128", "w.jsonl") == ["32/8/128"]

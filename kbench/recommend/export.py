@@ -4,7 +4,7 @@ The file holds the policy's groups (their keys, measured grid and per-cell kerne
 `kbench select` runs: kbench.report.nearest is copied into it verbatim (it imports nothing but math), so
 ``select(batch_size, q_len, kv_len, ...)`` answers what `kbench select` answers and ``lookup(...)`` returns what
 `kbench select --json` prints. Group filters are matched as the policy spells them (case-insensitive for names):
-heads="32/8/128", dtype, kv_dtype, page_size, kv_layout and the realistic-batch axes and timing state
+heads="32/8/128" (or "mla:128/512/64/128"), dtype, kv_dtype, page_size, kv_layout and the realistic-batch axes and timing state
 (kv_dist="lognormal:1.0", not kbench's shorter spellings); with one group in the policy none is needed. Errors are
 ValueError with kbench's message.
 """
@@ -53,11 +53,14 @@ GROUPS = [
 
 
 def _norm(name, value):
-    if name == "heads":
-        parts = str(value).split("/")
-        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
-            raise ValueError(f"heads {{value!r}}: expected QO/KV/DIM, e.g. 32/8/128")
-        return tuple(int(p) for p in parts)
+    if name == "heads":  # the attention kind is part of it: a GQA group never answers MLA heads, nor the reverse
+        kind, sep, body = str(value).partition(":")
+        parts = (body if sep else kind).split("/")
+        if sep and kind.strip().lower() == "mla" and len(parts) == 4 and all(p.strip().isdigit() for p in parts):
+            return ("mla", *(int(p) for p in parts))
+        if not sep and len(parts) == 3 and all(p.strip().isdigit() for p in parts):
+            return ("gqa", *(int(p) for p in parts))
+        raise ValueError(f"heads {{value!r}}: expected QO/KV/DIM, e.g. 32/8/128, or mla:QO/KV_LORA_RANK/ROPE/NOPE")
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int):
@@ -68,7 +71,10 @@ def _norm(name, value):
 
 def _group_value(group, name):
     if name == "heads":
-        return (group["num_qo_heads"], group["num_kv_heads"], group["head_dim"])
+        if group.get("attention", "gqa") == "mla":
+            return ("mla", group["num_qo_heads"], group["kv_lora_rank"], group["qk_rope_head_dim"],
+                    group["qk_nope_head_dim"])
+        return ("gqa", group["num_qo_heads"], group["num_kv_heads"], group["head_dim"])
     return _norm(name, group.get(name))
 
 

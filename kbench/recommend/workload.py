@@ -145,7 +145,7 @@ def canonical(name: str, value, where: str, many: bool = False, field: str | Non
             h = parse_heads(str(value))
         except BadInput as e:
             raise BadInput(f"{where}: {e}") from None
-        vals = [f"{h.num_qo_heads}/{h.num_kv_heads}/{h.head_dim}"]
+        vals = [h.text()]  # 32/8/128, or mla:128/512/64/128 (the attention kind and MLA's widths)
     elif name in axes.AXIS:
         a = axes.AXIS[name]
         vals = a.parse(value if not isinstance(value, bool) else str(value), field or a.flag, where)
@@ -302,7 +302,8 @@ def workload_schema() -> dict:
     filters = {}
     for k in GROUP_FILTERS:
         if k == "heads":
-            filters[k] = {"type": "string", "pattern": r"^\d+/\d+/\d+$", "description": "QO/KV/DIM heads"}
+            filters[k] = {"type": "string", "pattern": r"^(\d+/\d+/\d+|mla:\d+/\d+/\d+/\d+)$",
+                          "description": "QO/KV/DIM heads, or mla:QO/KV_LORA_RANK/ROPE/NOPE (latent attention)"}
         else:
             filters[k] = {**axis_schema(axes.AXIS[k]), "description": "group filter (as kbench select takes it): "
                           + axes.AXIS[k].help}

@@ -36,6 +36,10 @@ def _number_or_null() -> dict:
 
 def policy_schema() -> dict:
     group_axes = {n: axis_schema(axes.AXIS[n]) for n in axes.GROUP_COLUMNS}
+    # an MLA group's head_dim is kv_lora_rank + qk_rope_head_dim (576 for DeepSeek-V3), outside GQA's sizes
+    group_axes["head_dim"].pop("enum", None)
+    group_axes["head_dim"]["description"] = ("head dimension: " + "/".join(map(str, axes.HEAD_DIMS)) + " for GQA; "
+                                             "kv_lora_rank + qk_rope_head_dim for MLA (kbench.cases.mla)")
     rng = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2,
            "description": "inclusive [lo, hi]"}
     cell = {
@@ -71,7 +75,8 @@ def policy_schema() -> dict:
                        "added after a policy was written read as their default",
         "required": [*CLASSIC, "grid", "rules", "cells"],
         "properties": {
-            "heads": {"type": "string", "pattern": r"^\d+/\d+/\d+$", "description": "QO/KV/DIM"},
+            "heads": {"type": "string", "pattern": r"^(\d+/\d+/\d+|mla:\d+/\d+/\d+/\d+)$",
+                      "description": "QO/KV/DIM, or mla:QO/KV_LORA_RANK/ROPE/NOPE for latent attention (issue #27)"},
             **group_axes,
             "label": {"type": "string"},
             "grid": {"type": "object", "required": list(LOOKUP_AXES),
