@@ -75,6 +75,16 @@ class FlashInferMla(MlaKernel):
         # gen_batch_mla_module(backend, q, kv, o dtypes, index dtype, head_dim_ckv, head_dim_kpe): one per key
         return (self.fa, case.dtype, case.kv_dtype, case.kv_lora_rank, case.qk_rope_head_dim)
 
+    def jit_specs(self, device, case):
+        """The one module plan() builds: _fa_common.get_batch_mla_module(backend, q, kv, o, int32, ckv, kpe,
+        use_profiler=False) (FlashInfer 0.7.4, mla/_batch_mla/_backends/_fa_common.py:42)."""
+        import torch
+        from flashinfer.jit import gen_batch_mla_module
+
+        dt, kv = torch_dtype(case.dtype), torch_dtype(case.kv_dtype)
+        return [gen_batch_mla_module(self.fa, dt, kv, dt, torch.int32, case.kv_lora_rank, case.qk_rope_head_dim,
+                                     False)]
+
     def prepare(self, inputs: Inputs) -> KernelFn:
         from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
 

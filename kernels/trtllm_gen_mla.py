@@ -14,7 +14,7 @@ On SM90 it cannot run: the trtllm-gen MLA kernels need SM100/103/107 (mla/_batch
 """
 from __future__ import annotations
 
-from kbench.kernels.base import KernelFn, needs_cuda
+from kbench.kernels.base import KernelFn, needs_cuda, trtllm_gen_specs
 from kbench.kernels.inputs import Inputs
 from kbench.kernels.mla_base import MlaKernel, geometry_reason, refused_axis
 from kbench.kernels.trtllm_context import cubin_problem
@@ -52,6 +52,9 @@ class TrtllmGenMla(MlaKernel):
         # cubins, not JIT: one load per (dtypes, page, heads, ragged) before timing, so the first use's
         # download or load is not inside a measurement
         return (case.kv_dtype, case.q_dtype, case.page_size, case.num_qo_heads, case.q_dist != "fixed")
+
+    def jit_specs(self, device, case):
+        return trtllm_gen_specs()  # FlashInfer's trtllm-gen attention module serves MLA decode too (cubins)
 
     def prepare(self, inputs: Inputs) -> KernelFn:
         import torch

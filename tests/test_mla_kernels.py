@@ -342,3 +342,45 @@ def test_an_mla_sweep_without_flashmla_skips_each_kernel_with_a_reason_and_runs_
     mla_rows = rows[rows.kernel.isin(MLA_KERNELS)]
     assert len(mla_rows) == 2 * len(MLA_KERNELS) and set(mla_rows.status) == {"skipped"}
     assert set(rows.attention) == {"mla"} and set(rows.num_qo_heads) == {16} and set(rows.kv_lora_rank) == {512}
+
+
+def test_equal_jit_keys_mean_equal_modules_for_the_mla_kernels(tmp_path):
+    """The sweep's compile plan asks each (kernel, jit_key) once: over MLA cases (heads, dtypes, q, page, ragged
+    q) equal keys must name the same FlashInfer modules, and the wrapper's module is gen_batch_mla_module's."""
+    import json
+    import os
+    import subprocess
+
+    code = r"""
+import json, sys
+from kbench.cases.scenario import apply_overrides, load_scenario
+from kbench.device import DeviceInfo
+from kbench.engine.measure import kernel_reason
+from kbench.kernels.registry import get_kernel
+dev = DeviceInfo(cuda=True, name="t", sm=int(sys.argv[1]))
+cases = [c for model in ("deepseek-v3", "deepseek-v3-tp8", "kimi-k2")
+         for c in apply_overrides(load_scenario("deepseek-mtp"), model=model, batch_size="2,64", q_len="1,4",
+                                  kv_len="256", kv_dtype="bf16,fp8", q_dist="fixed,accept:0.7", page_size="32,64").cases()]
+out = {}
+for name in ("flashinfer-mla-fa3", "flashinfer-mla-fa2", "flashmla", "trtllm-gen-mla"):
+    k, seen, bad, n = get_kernel(name), {}, [], 0
+    for c in cases:
+        if kernel_reason(k, dev, c) or k.jit_key(c) is None:
+            continue
+        names = sorted(s.name for s in k.jit_specs(dev, c))
+        n += 1
+        if seen.setdefault(k.jit_key(c), names) != names:
+            bad.append(c.case_id)
+    out[name] = {"n": n, "bad": bad, "modules": sorted({m for v in seen.values() for m in v})}
+print(json.dumps(out))
+"""
+    r = subprocess.run([sys.executable, "-c", code, "90"], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "FLASHINFER_WORKSPACE_BASE": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for name in ("flashinfer-mla-fa3", "flashinfer-mla-fa2"):
+        assert out[name]["n"] > 10 and out[name]["bad"] == [], out[name]
+        mods = out[name]["modules"]  # one per KV dtype, whatever the heads, q, page or ragged q
+        assert len(mods) == 2 and all(m.startswith("batch_mla_attention_dtype_q_bf16") for m in mods), mods
+        assert any("dtype_kv_e4m3" in m for m in mods) and all("head_dim_ckv_512_head_dim_kpe_64" in m for m in mods)
+    assert out["flashmla"]["n"] == 0  # prebuilt in the wheel: no key, nothing to compile

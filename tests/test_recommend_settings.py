@@ -72,8 +72,10 @@ def test_unreached_kernels_are_listed_with_why():
     assert {"trtllm-context", "trtllm-fmha-v2", "fa3-prefill", "decode-wrapper", "trtllm-decode-ragged"} <= set(sg)
     assert "plain extend and prefill only" in sg["trtllm-context"]
     vl = {k: why for k, why, _ in TABLE.engine("vllm").unreached_kernels(known_kernels() + ["mla-new-kernel"])}
-    assert set(vl) == {"trtllm-context", "trtllm-fmha-v2", "mla-new-kernel"}
+    mla = {"flashmla", "trtllm-gen-mla", "flashinfer-mla-fa3", "flashinfer-mla-fa2"}  # issue #27: no MLA route yet
+    assert set(vl) == {"trtllm-context", "trtllm-fmha-v2", "mla-new-kernel"} | mla
     assert vl["mla-new-kernel"].startswith("no setting in the table reaches it")
+    assert all(vl[k].startswith("no setting in the table reaches it") for k in mla)
 
 
 def test_engine_versions_and_unknown_names():
