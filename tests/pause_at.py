@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import functools
 import importlib
+import signal
 import sys
 import time
 from pathlib import Path
 
 
 def main() -> None:
+    # a shell's background job (`cmd &` without job control) starts with SIGINT ignored, and Python then installs
+    # no KeyboardInterrupt handler: Ctrl-C as a terminal sends it must reach kbench wherever the tests run
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     target, when, marker = sys.argv[1:4]
     assert sys.argv[4] == "--"
     args = sys.argv[5:]

@@ -393,6 +393,12 @@ def test_interrupt_keeps_rows(fake, tmp_path):
     assert (run.path / "rows.parquet").is_file()
 
 
+def ctrl_c_default() -> None:
+    """In the child, before exec: SIGINT to its default, so Python installs its Ctrl-C handler (a shell's background
+    job, `cmd &` without job control, starts with SIGINT ignored, and the test would then wait in vain)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_in_a_real_process_keeps_rows(fake, tmp_path):
     fake.faults.stream_plan = ["ok", "slow"]  # the second case hangs until Ctrl-C
     out = tmp_path / "r"
@@ -400,7 +406,7 @@ def test_sigint_in_a_real_process_keeps_rows(fake, tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", fake.url,
                           "--backend", "sglang", "--skip-warmup", "--batch-size", "1,2", "--input-len", "8",
                           "--output-len", "2", "--out", str(out)], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, env=env, text=True)
+                         stderr=subprocess.STDOUT, env=env, text=True, preexec_fn=ctrl_c_default)
     try:
         deadline = time.monotonic() + 60
         while len(fake.seen("/generate")) < 2:
