@@ -180,7 +180,8 @@ def test_options_are_checked():
 @pytest.fixture
 def fake_kernels():
     """Two kernels that return the reference's output after sleeping: 'fake-decode' 2 ms below q 4 and
-    5 ms from q 4 on, 'fake-context' 3.5 ms everywhere, so the winner changes between q 2 and q 4."""
+    8 ms from q 4 on, 'fake-context' 5 ms everywhere, so the winner changes between q 2 and q 4 (3 ms apart either
+    side: a sleep overshoots by a millisecond or more on a loaded 2-core machine, and a tie would end the refining)."""
     from kbench.kernels import registry
     from kbench.kernels.reference import ReferenceKernel, reference_attention
 
@@ -201,8 +202,8 @@ def fake_kernels():
             return fn
 
     registry._load()
-    registry.register(Fake("fake-decode", "decode", lambda q: 2 if q < 4 else 5))
-    registry.register(Fake("fake-context", "context", lambda q: 3.5))
+    registry.register(Fake("fake-decode", "decode", lambda q: 2 if q < 4 else 8))
+    registry.register(Fake("fake-context", "context", lambda q: 5))
     yield "fake-decode,fake-context"
     for n in ("fake-decode", "fake-context"):
         registry._REGISTRY.pop(n, None)

@@ -286,7 +286,8 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
             if len(vals) != 1:
                 raise BadInput(f"select: {axes.AXIS[k].flag}: give one value, got {v!r}")
             want[k] = vals[0]
-    groups = [g for g in policy["groups"] if all(g.get(k) == v for k, v in want.items())]
+    # a key a group lacks reads as its default (LATER_KEYS), as validate_policy reads a file written before it
+    groups = [g for g in policy["groups"] if all(g.get(k, LATER_KEYS.get(k)) == v for k, v in want.items())]
     have = "; ".join(g.get("label") or group_label(g) for g in policy["groups"]) or "none"
     if not groups:
         # the query as the options that made it (select's own spelling), not a Python dict
