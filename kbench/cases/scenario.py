@@ -52,7 +52,8 @@ TOP_KEYS = {"name", "description", "model", "heads", "kernels", "grid", "timing"
 GRID_KEYS = set(axes.GRID_AXES)
 HEAD_KEYS = set(axes.HEAD_AXES)
 GQA_HEAD_AXES = ("num_qo_heads", "num_kv_heads", "head_dim")  # a GQA [heads] table; MLA's: kbench.cases.mla
-TIMING_KEYS = {"spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms", "min_time_s", "duty"}
+TIMING_KEYS = {"spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms", "min_time_s", "duty",
+               "settle_ms"}
 L2_MODES = ("rotate", "warm")
 MAX_CASES = 200_000
 INT32_MAX = 2**31 - 1  # the index tensors (seq_lens, indptrs, page tables) are int32, as in the engines
@@ -64,12 +65,14 @@ MAX_BATCH = 1 << 20  # requests in one batch: per-request lengths, page-table ro
 class Timing:
     spread_target: float = 0.01
     budget_s: float = 2.0
-    min_samples: int = 10
+    min_samples: int = 6  # the fewest whose 95% order-statistic CI of the median is finite (min to max: 96.9%)
     max_samples: int = 400
     l2: str = "rotate"
-    warmup_ms: float = 25.0
-    min_time_s: float = 0.1  # sample at least this long before the spread may stop a measurement
+    warmup_ms: float = 5.0  # eager warm-up of at least this much device time (and one call; kbench.timing.timer)
+    min_time_s: float = 0.05  # sample at least this long before the spread may stop a measurement (>= 4 bursts)
     duty: float = 0.4  # fraction of the sampling time the GPU is busy (1.0: back to back; see kbench.timing.timer)
+    # idle ms between warm-up and sampling; None: the duty's share of the warm-up's busy time (kbench.timing.timer)
+    settle_ms: float | None = None
 
     def stop_rule(self):
         from kbench.timing.timer import StopRule
@@ -146,6 +149,8 @@ class _ScenarioMethods:
             raise BadInput(f"{where}: timing.warmup_ms: must be a finite number >= 0, got {self.timing.warmup_ms}")
         if not (math.isfinite(self.timing.min_time_s) and self.timing.min_time_s >= 0):  # budget_s still caps it
             raise BadInput(f"{where}: timing.min_time_s: must be a finite number >= 0, got {self.timing.min_time_s}")
+        if self.timing.settle_ms is not None and not (math.isfinite(self.timing.settle_ms) and self.timing.settle_ms >= 0):
+            raise BadInput(f"{where}: timing.settle_ms: must be a finite number >= 0, got {self.timing.settle_ms}")
         if not (math.isfinite(self.timing.duty) and 0.05 <= self.timing.duty <= 1):
             raise BadInput(f"{where}: timing.duty: must be a fraction in [0.05, 1], got {self.timing.duty}")
         if self.timing.min_samples < 3 or self.timing.max_samples < self.timing.min_samples:
@@ -207,7 +212,8 @@ class _ScenarioMethods:
 def scenario_data(d: dict) -> dict:
     """A `Scenario.to_dict()` (e.g. a manifest's) as `scenario_from_dict` reads it back."""
     data = {"name": d["name"], "description": d.get("description", ""), "kernels": d["kernels"],
-            "grid": {k: v for k, v in d["grid"].items() if v is not None}, "timing": d.get("timing", {})}
+            "grid": {k: v for k, v in d["grid"].items() if v is not None},
+            "timing": {k: v for k, v in d.get("timing", {}).items() if v is not None}}  # None: the default rule
     if d.get("model"):
         data["model"] = d["model"]
     else:

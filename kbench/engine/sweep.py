@@ -114,6 +114,7 @@ class Sweep:
             timer={"kind": "cuda-graph" if dev.cuda else "wall-clock", "spread_target": t.spread_target,
                    "budget_s": t.budget_s, "min_samples": t.min_samples, "max_samples": t.max_samples,
                    "min_time_s": t.min_time_s, "duty": t.duty, "l2": t.l2, "l2_cover": L2_COVER, "warmup_ms": t.warmup_ms,
+                   "settle_ms": t.settle_ms,
                    "fence": "one-element fill between calls (no PDL overlap between calls); its time subtracted",
                    "spread": "relative half-width of the 95% order-statistic CI of the median"},
             slow_kernel=self.opt.slow_kernel, seed=self.opt.seed, **plan.manifest_fields(),

@@ -66,7 +66,8 @@ class Unthrottled(TimingState):
         from kbench.timing.timer import GraphTimer
 
         self.index = device_index
-        self.timer = GraphTimer(timing.stop_rule(), warmup_ms=timing.warmup_ms, duty=timing.duty)
+        self.timer = GraphTimer(timing.stop_rule(), warmup_ms=timing.warmup_ms, duty=timing.duty,
+                                settle_ms=timing.settle_ms)
 
     def time(self, fn, copies: int) -> Timed:
         from kbench.timing.power import BackgroundSampler, NvmlSampler, PowerSummary

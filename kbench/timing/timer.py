@@ -17,6 +17,12 @@ reaches its power cap within ~0.1 s (NVML clock-event reason SW power cap) and i
 1965 to 1680-1750 MHz, which made memory-bound kernels 8-12% slower, by an amount that changed from one
 measurement to the next; duty-cycled they repeated within 1-3%. kbench therefore reports the
 unthrottled latency of a kernel, the same state for every kernel it compares.
+
+Cost (issue #29): the warm-up is sized by the kernel's time (`warmup_ms` of eager calls, at least one: the
+case's check has already made the first call), the pause before sampling is the duty cycle's share of the
+warm-up's and the probe replay's GPU time (the same idle a sampling burst of that length gets; `settle_ms`
+fixes it instead), and `Measurement.phases` says where the wall time went (warmup, capture, fence, probe,
+settle, sampling: they add up to `wall_s`).
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ class Measurement:
     stop: str  # spread | budget | max-samples
     wall_s: float
     fence_us: float = 0.0  # per call, already subtracted from samples_us
+    phases: dict = field(default_factory=dict)  # seconds of wall per phase (PHASES); they add up to wall_s
     median_us: float = field(init=False)
     p25_us: float = field(init=False)
     p75_us: float = field(init=False)
@@ -71,6 +78,54 @@ def median_ci_halfwidth(sorted_vals: list[float]) -> float:
     return (sorted_vals[hi] - sorted_vals[lo]) / 2
 
 
+# where a measurement's wall time goes, in the order the phases run (GraphTimer.measure)
+PHASES = ("warmup", "capture", "fence", "probe", "settle", "sampling")
+WARMUP_MIN_CALLS = 1
+
+
+class PhaseClock:
+    """Splits wall time into named phases: mark(name) books the time since the previous mark to `name`, so the
+    phases add up to the total by construction."""
+
+    def __init__(self, now: Callable[[], float] | None = None):
+        self.now = now or (lambda: time.perf_counter())  # looked up at each mark (tests replace the clock)
+        self.start = self.last = self.now()
+        self.phases: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        t = self.now()
+        self.phases[name] = self.phases.get(name, 0.0) + (t - self.last)
+        self.last = t
+
+    @property
+    def total(self) -> float:
+        return self.last - self.start
+
+
+def warmup_next(calls: int, elapsed_ms: float, warmup_ms: float, min_calls: int = WARMUP_MIN_CALLS) -> int:
+    """How many more eager warm-up calls to launch before the next look at the clock (0: the warm-up is done).
+    Done after `warmup_ms` of device time and at least `min_calls`; otherwise as many calls as the time per
+    call so far says remain (at most doubling, so one slow first call does not overshoot)."""
+    if calls >= min_calls and elapsed_ms >= warmup_ms:
+        return 0
+    if calls == 0:
+        return max(1, min_calls)
+    per_call = max(elapsed_ms / calls, 1e-6)
+    remaining = math.ceil((warmup_ms - elapsed_ms) / per_call)
+    return max(1, min_calls - calls, min(calls, remaining))
+
+
+def settle_s(busy_us: float, duty: float, settle_ms: float | None = None) -> float:
+    """The idle pause between the warm-up (and probe) and the sampling: fixed (`settle_ms`) or, by default, the
+    duty cycle's share of the busy time before it, the same pause a sampling burst that long is followed by, so
+    the GPU is busy `duty` of the whole measurement. Back to back (duty 1): none."""
+    if duty >= 1:
+        return 0.0
+    if settle_ms is not None:
+        return settle_ms / 1000
+    return busy_us * (1 / duty - 1) / 1e6
+
+
 @dataclass
 class StopRule:
     spread_target: float = 0.01
@@ -79,16 +134,18 @@ class StopRule:
     max_samples: int = 400
     min_time_s: float = 0.0
 
-    def check(self, samples: list[float], started: float) -> str | None:
+    def check(self, samples: list[float], started: float, now: float | None = None) -> str | None:
+        """Why to stop now (None: go on); `now` defaults to the perf_counter clock `started` was read from."""
         n = len(samples)
+        elapsed = (time.perf_counter() if now is None else now) - started
         if n >= self.max_samples:
             return "max-samples"
-        if n >= self.min_samples and time.perf_counter() - started >= self.min_time_s:
+        if n >= self.min_samples and elapsed >= self.min_time_s:
             s = sorted(samples)
             med = quantile(s, 0.5)
             if med > 0 and median_ci_halfwidth(s) / med <= self.spread_target:
                 return "spread"
-        if time.perf_counter() - started >= self.budget_s and n >= 3:
+        if elapsed >= self.budget_s and n >= 3:
             return "budget"
         return None
 
@@ -96,8 +153,8 @@ class StopRule:
 class GraphTimer:
     """CUDA-graph replay timer. `fn(i)` runs the kernel on input copy i; copies rotate inside the graph."""
 
-    def __init__(self, rule: StopRule, warmup_ms: float = 25.0, target_replay_us: float = 1000.0,
-                 max_calls_per_graph: int = 256, fence: bool = True, duty: float = 0.4, settle_ms: float = 20.0,
+    def __init__(self, rule: StopRule, warmup_ms: float = 5.0, target_replay_us: float = 1000.0,
+                 max_calls_per_graph: int = 256, fence: bool = True, duty: float = 0.4, settle_ms: float | None = None,
                  burst_us: float = 5000.0):
         self.rule = rule
         self.duty = duty
@@ -112,21 +169,20 @@ class GraphTimer:
     def measure(self, fn: Callable[[int], object], copies: int = 1) -> Measurement:
         import torch
 
-        t0 = time.perf_counter()
-        # warm-up, eagerly: module load, lazy allocations, clocks ramp
+        clock = PhaseClock()
+        # warm-up, eagerly: clocks ramp, lazy allocations; its time per call sizes the graph
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        n, i = 0, 0
+        n, elapsed_ms = 0, 0.0
         start.record()
-        while True:
-            fn(i % copies)
-            i += 1
-            n += 1
-            if n % 8 == 0:
-                end.record()
-                end.synchronize()
-                if start.elapsed_time(end) >= self.warmup_ms:
-                    break
-        eager_us = start.elapsed_time(end) * 1000 / n
+        while more := warmup_next(n, elapsed_ms, self.warmup_ms):
+            for _ in range(more):
+                fn(n % copies)
+                n += 1
+            end.record()
+            end.synchronize()
+            elapsed_ms = start.elapsed_time(end)
+        eager_us = elapsed_ms * 1000 / n
+        clock.mark("warmup")
         # enough calls per replay that the replay dwarfs the graph launch, a multiple of the copies
         calls = max(copies, min(self.max_calls, math.ceil(self.target_replay_us / max(eager_us, 1.0))))
         calls = math.ceil(calls / copies) * copies
@@ -142,11 +198,14 @@ class GraphTimer:
                 _fenced_calls(fn, calls, copies, fence)
 
             timer = "cuda-events"
+        clock.mark("capture")
         fence_us = self.fence_us(fence, calls, timer == "cuda-graph") if fence is not None else 0.0
-        replay_us = max(_time_us(run), 1.0)
+        clock.mark("fence")
+        replay_us = max(_time_us(run), 1.0)  # the first replay: sizes the bursts
         batch = max(1, min(50, round(self.burst_us / replay_us)))  # replays per burst
-        if self.duty < 1:
-            time.sleep(self.settle_ms / 1000)  # off the warm-up's and the capture's load
+        clock.mark("probe")
+        time.sleep(settle_s(elapsed_ms * 1000 + replay_us, self.duty, self.settle_ms))  # off the warm-up's load
+        clock.mark("settle")
         samples: list[float] = []
         started = time.perf_counter()
         while True:
@@ -163,7 +222,8 @@ class GraphTimer:
                 break
             if self.duty < 1:
                 time.sleep(sum(burst) * (1 / self.duty - 1) / 1e6)
-        return Measurement(samples, timer, calls, stop, time.perf_counter() - t0, fence_us)
+        clock.mark("sampling")
+        return Measurement(samples, timer, calls, stop, clock.total, fence_us, clock.phases)
 
     def fence_us(self, fence, calls: int, graphed: bool = True) -> float:
         """Per-call time of the fences alone, timed the way they run between the calls (cached)."""
@@ -229,8 +289,9 @@ class WallClockTimer:
         self.rule = rule
 
     def measure(self, fn: Callable[[int], object], copies: int = 1) -> Measurement:
-        t0 = time.perf_counter()
+        clock = PhaseClock()
         fn(0)
+        clock.mark("warmup")
         samples: list[float] = []
         started = time.perf_counter()
         i = 0
@@ -242,4 +303,5 @@ class WallClockTimer:
             stop = self.rule.check(samples, started)
             if stop:
                 break
-        return Measurement(samples, "wall-clock", 1, stop, time.perf_counter() - t0)
+        clock.mark("sampling")
+        return Measurement(samples, "wall-clock", 1, stop, clock.total, phases=clock.phases)

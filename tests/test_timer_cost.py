@@ -1,0 +1,167 @@
+"""What kbench's timer costs (issue #29, cost per shape), on the CPU: GraphTimer run against a fake device whose
+one clock advances by a kernel's time per call and by every sleep, so that the warm-up rule, the settle, the
+stop rule, the duty cycle and the per-phase wall split can be checked exactly."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kbench.cases.scenario import Timing
+from kbench.timing import timer as T
+
+
+class FakeDevice:
+    """One clock (s) for the host and the device: a call takes `kernel_ms` of it, a sleep its length."""
+
+    def __init__(self, kernel_ms: float):
+        self.kernel_ms = kernel_ms
+        self.now = 100.0
+        self.calls = 0
+        self.busy_s = 0.0
+        self.sleeps: list[float] = []
+
+    def fn(self, i: int) -> None:
+        self.calls += 1
+        self.now += self.kernel_ms / 1000
+        self.busy_s += self.kernel_ms / 1000
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+@pytest.fixture
+def dev(monkeypatch):
+    """A factory: dev(kernel_ms) patches the timer module onto a fresh FakeDevice."""
+    import torch
+
+    def make(kernel_ms: float) -> FakeDevice:
+        d = FakeDevice(kernel_ms)
+
+        class Event:
+            def __init__(self, enable_timing=True):
+                self.t = None
+
+            def record(self):
+                self.t = d.now
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):  # ms, as torch.cuda.Event
+                return (end.t - self.t) * 1000
+
+        class Graph:
+            def __init__(self, fn, calls, copies):
+                self.fn, self.calls, self.copies = fn, calls, copies
+
+            def replay(self):
+                for j in range(self.calls):
+                    self.fn(j % self.copies)
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(T.GraphTimer, "_capture", staticmethod(lambda fn, calls, copies, fence=None:
+                                                                   Graph(fn, calls, copies)))
+        monkeypatch.setattr(T.time, "perf_counter", lambda: d.now)
+        monkeypatch.setattr(T.time, "sleep", d.sleep)
+        return d
+
+    return make
+
+
+def graph_timer(t: Timing) -> T.GraphTimer:
+    return T.GraphTimer(t.stop_rule(), t.warmup_ms, duty=t.duty, settle_ms=t.settle_ms, fence=False)
+
+
+# the defaults before issue #29 (the campaign's validate step times them as "before")
+BEFORE = Timing(warmup_ms=25.0, settle_ms=20.0, min_time_s=0.1, min_samples=10)
+
+
+@pytest.mark.parametrize("kernel_ms", [0.01, 0.3, 5.0, 16.0])
+def test_the_phases_add_up_to_the_wall_in_their_order(dev, kernel_ms):
+    d = dev(kernel_ms)
+    start = d.now
+    m = graph_timer(Timing()).measure(d.fn, copies=4)
+    assert list(m.phases) == list(T.PHASES)
+    assert math.isclose(sum(m.phases.values()), m.wall_s, rel_tol=1e-9)
+    assert math.isclose(m.wall_s, d.now - start, rel_tol=1e-9)
+    assert m.stop == "spread" and m.median_us == pytest.approx(kernel_ms * 1000)
+
+
+@pytest.mark.parametrize("kernel_ms, calls", [(0.01, 500), (0.3, 17), (6.0, 1), (16.0, 1)])
+def test_the_warm_up_is_sized_by_the_kernels_time(dev, kernel_ms, calls):
+    """warmup_ms (5) of device time and at least one call: a 10 us kernel 500 calls (not 25 ms' 2,500), a 16 ms
+    kernel one call (not 25 ms' worth rounded up to 8 calls, 128 ms)."""
+    d = dev(kernel_ms)
+    m = graph_timer(Timing()).measure(d.fn)
+    assert m.phases["warmup"] == pytest.approx(calls * kernel_ms / 1000)
+    assert m.phases["warmup"] >= min(Timing().warmup_ms / 1000, kernel_ms / 1000) - 1e-12
+
+
+def test_warmup_next_never_overshoots_by_more_than_a_call():
+    for per_call in (0.001, 0.01, 0.37, 2.0, 9.0):
+        n, elapsed, looks = 0, 0.0, 0
+        while more := T.warmup_next(n, elapsed, 5.0):
+            n += more
+            elapsed = n * per_call
+            looks += 1
+        assert elapsed >= 5.0 and (n - 1) * per_call < 5.0, per_call  # the first call count that reaches 5 ms
+        assert looks <= 2 + math.ceil(math.log2(max(n, 1))) + 1  # doubling: a few looks at the clock, not n
+    assert T.warmup_next(0, 0.0, 0.0) == 1  # no warm-up time still runs one call (sizes the graph)
+    assert T.warmup_next(1, 0.5, 0.0) == 0
+    assert T.warmup_next(2, 1.0, 5.0, min_calls=3) >= 1
+
+
+def test_the_settle_is_the_dutys_share_of_the_busy_time_before_it(dev):
+    d = dev(6.0)
+    m = graph_timer(Timing()).measure(d.fn)
+    busy_before = m.phases["warmup"] + m.phases["probe"]  # one 6 ms warm-up call, one 6 ms probe replay
+    assert busy_before == pytest.approx(0.012)
+    assert m.phases["settle"] == pytest.approx(busy_before * (1 / 0.4 - 1))  # 18 ms, as a 12 ms burst would get
+    assert T.settle_s(1e4, 1.0) == 0 and T.settle_s(1e4, 0.4, settle_ms=20) == 0.02 and T.settle_s(0, 0.5) == 0
+
+
+def test_the_old_timing_settings_still_time_the_old_way(dev):
+    """validate-timer --before with the old defaults: a 25 ms warm-up, a fixed 20 ms settle, >= 0.1 s and 10
+    samples of sampling."""
+    d = dev(0.05)
+    m = graph_timer(BEFORE).measure(d.fn)
+    assert m.phases["warmup"] == pytest.approx(0.025, abs=0.0001)
+    assert m.phases["settle"] == pytest.approx(0.020)
+    assert m.phases["sampling"] >= 0.1 and len(m.samples_us) >= 10
+
+
+@pytest.mark.parametrize("kernel_ms", [0.01, 0.3, 16.0])
+def test_the_sampling_keeps_the_duty_cycle(dev, kernel_ms):
+    """Busy `duty` of the sampling time: each burst is followed by busy * (1/duty - 1) idle, except the last."""
+    d = dev(kernel_ms)
+    m = graph_timer(Timing()).measure(d.fn)
+    sampling_busy = len(m.samples_us) * m.calls_per_sample * kernel_ms / 1000
+    idle = m.phases["sampling"] - sampling_busy
+    bursts = math.ceil(len(m.samples_us) / max(1, min(50, round(5000 / (m.calls_per_sample * kernel_ms * 1000)))))
+    last_burst = sampling_busy / bursts
+    assert idle == pytest.approx((sampling_busy - last_burst) * (1 / 0.4 - 1), rel=1e-6)
+
+
+def test_the_new_defaults_cost_less_than_the_old_at_every_kernel_time(dev):
+    """The point of the change: shorter at every kernel time, the same stop criterion (spread target)."""
+    for kernel_ms in (0.01, 0.05, 0.3, 1.0, 5.0, 16.0):
+        new = graph_timer(Timing()).measure(dev(kernel_ms).fn)
+        old = graph_timer(BEFORE).measure(dev(kernel_ms).fn)
+        assert new.wall_s < old.wall_s, kernel_ms
+        assert new.stop == old.stop == "spread" and new.rel_spread <= Timing().spread_target
+
+
+def test_the_stop_rule_waits_for_min_samples_and_min_time_then_stops_on_the_spread():
+    rule = T.StopRule(spread_target=0.01, budget_s=2.0, min_samples=6, max_samples=50, min_time_s=0.05)
+    flat = [100.0] * 6
+    assert rule.check(flat[:5], started=0.0, now=1.0) is None  # 5 < min_samples
+    assert rule.check(flat, started=0.0, now=0.049) is None  # before min_time_s
+    assert rule.check(flat, started=0.0, now=0.05) == "spread"
+    noisy = [100.0, 104.0, 97.0, 103.0, 99.0, 101.0]  # CI half-width of the median: (max-min)/2 = 3.5% > 1%
+    assert rule.check(noisy, started=0.0, now=0.06) is None
+    assert rule.check(noisy, started=0.0, now=2.0) == "budget"
+    assert rule.check([100.0] * 50, started=0.0, now=0.0) == "max-samples"
+    # six samples is the fewest with a finite 95% CI of the median: ranks 0 and 5, min to max (96.9% coverage)
+    assert math.isinf(T.median_ci_halfwidth([1.0, 2.0])) and T.median_ci_halfwidth(sorted(noisy)) == 3.5
