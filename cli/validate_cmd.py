@@ -41,28 +41,38 @@ def _pct(v):
 @click.command("validate-timer", epilog=examples(
     "kbench validate-timer",
     "kbench validate-timer --kernels trtllm-decode,fa3-prefill --out results",
-    "kbench validate-timer --tolerance 0.05 --out results/validate-timer.json"))
+    "kbench validate-timer --before old-timing.toml --out results/validate-timer.json"))
 @click.option("--kernels", help="Comma-separated kernels (default: every available one).")
 @click.option("--out", "out_file", type=click.Path(),
-              help="Folder that receives validate-timer.json (the rows), like every --out; a path ending in .json "
+              help="Folder that receives validate-timer.json (timing settings, wall ratios, rows), like every --out; a path ending in .json "
                    "is that file (the old meaning).")
 @click.option("--tolerance", default=0.03, show_default=True, help="Agreement target with CUPTI.")
-def validate_timer_cmd(kernels, out_file, tolerance):
+@click.option("--before", "before", metavar="SCENARIO",
+              help="Also time every row with this scenario's [timing] table (a built-in name or a .toml file; its "
+                   "grid is not used), by kbench's timer alone, to compare two timing settings' walls against the "
+                   "same bench_gpu_time wall in one run.")
+def validate_timer_cmd(kernels, out_file, tolerance, before):
     """Time every available kernel at 6 shapes (~10 us to ~5 ms) with kbench's CUDA-graph timer, with CUPTI
     (via torch.profiler: the device time of a call's kernels in kbench's own graph replays, the target's
     reference; eager calls one at a time, as Nsight Compute runs them; back to back, where PDL overlap
     inflates it) and with FlashInfer's bench_gpu_time defaults; print the medians, the differences and
-    each harness's wall time."""
+    each harness's wall time, and where kbench's wall went (warm-up, capture, fence, probe replay, settle,
+    sampling) with both walls' ratio (median and total over the rows)."""
     import torch
 
+    from kbench.cases.scenario import Timing, load_scenario
+
     out_file = rows_file(out_file)  # a bad --out is refused before the GPU is asked for
+    before_timing = load_scenario(before).timing if before else None
     if not torch.cuda.is_available():
         raise BadInput("validate-timer needs a CUDA GPU (none here)")
     from kbench.engine.validate import validate_timer
 
     console = make_console()
     names = [k.strip() for k in kernels.split(",")] if kernels else None
-    rows = validate_timer(names, on_row=lambda r: console.print(f"  {r.kernel} {r.case_id}: {r.kbench_us:.1f} us"))
+    timing = Timing()
+    rows = validate_timer(names, on_row=lambda r: console.print(f"  {r.kernel} {r.case_id}: {r.kbench_us:.1f} us"),
+                          timing=timing, before=before_timing)
     t = Table(title="kbench timer vs CUPTI (same graph replays; eager alone; eager back to back) and "
                     "flashinfer.testing.bench_gpu_time", header_style="bold")
     for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "diff us", "CUPTI alone us",
@@ -84,6 +94,72 @@ def validate_timer_cmd(kernels, out_file, tolerance):
                   f"{r.kbench_wall_s:.2f}", f"{r.flashinfer_wall_s:.2f}" if r.flashinfer_wall_s else "-")
     console.print(t)
     console.print(f"{len(rows) - outside}/{len(rows)} within {tolerance:.0%} of CUPTI")
+    data = summary(rows, timing, before_timing)
+    console.print(cost_table(data))
+    for line in ratio_lines(data):
+        console.print(line)
     if out_file:
         out_file.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(out_file, json.dumps([r.to_dict() for r in rows], indent=2))
+        atomic.write_text(out_file, json.dumps(data, indent=2))
+
+
+def summary(rows, timing, before=None) -> dict:
+    """What validate-timer.json holds: the timing settings, the wall ratios to bench_gpu_time (median and total,
+    after = `timing`, before = `before`), the timer's seconds per phase over all rows, and the rows."""
+    from dataclasses import asdict
+
+    from kbench.engine.validate import phase_totals, wall_ratios
+
+    dicts = [r.to_dict() for r in rows]
+    return {"timing": asdict(timing), "before_timing": asdict(before) if before else None,
+            "wall_ratio": wall_ratios(dicts), "phase_totals_s": phase_totals(dicts),
+            "case_totals_s": phase_totals(dicts, "case_s"), "rows": dicts}
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v * 1000:,.0f}"
+
+
+def cost_table(data: dict) -> Table:
+    """Per row: kbench's wall split into the timer's phases (ms), bench_gpu_time's wall, their ratio, spreads."""
+    from kbench.timing.timer import PHASES
+
+    before = data.get("before_timing") is not None
+    t = Table(title="where kbench's wall goes (ms) against bench_gpu_time's; spread = 95% CI half-width of the "
+                    "median / median", header_style="bold")
+    cols = ["kernel", "case", *PHASES, "kbench", "bench_gpu_time", "ratio", "samples", "stop", "spread", "FI spread"]
+    if before:
+        cols += ["before", "before ratio"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("kernel", "case", "stop") else "right")
+    for r in data["rows"]:
+        ph = r.get("phases") or {}
+        cells = [r["kernel"], r["case_id"].split("-h")[0], *(_ms(ph.get(p)) for p in PHASES), _ms(r["kbench_wall_s"]),
+                 _ms(r.get("flashinfer_wall_s")), _x(r.get("wall_ratio")), str(r.get("kbench_samples") or "-"),
+                 r.get("kbench_stop") or "-", _pct1(r.get("kbench_spread")), _pct1(r.get("flashinfer_spread"))]
+        if before:
+            cells += [_ms((r.get("before") or {}).get("wall_s")), _x(r.get("before_wall_ratio"))]
+        t.add_row(*cells)
+    return t
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _pct1(v) -> str:
+    return "-" if v is None else f"{v * 100:.2f}%"
+
+
+def ratio_lines(data: dict) -> list[str]:
+    out = []
+    for label in ("before", "after"):
+        w = data["wall_ratio"].get(label)
+        if w:
+            out.append(f"kbench wall / bench_gpu_time wall ({label}): median {w['median']:.2f}x, total "
+                       f"{w['total']:.2f}x ({w['kbench_wall_s']:.2f} s / {w['flashinfer_wall_s']:.2f} s, "
+                       f"{w['rows']} rows)")
+    ph = data["phase_totals_s"]
+    if ph:
+        out.append("kbench wall by phase: " + ", ".join(f"{k} {v:.2f} s" for k, v in ph.items()))
+    return out

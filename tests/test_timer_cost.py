@@ -165,3 +165,73 @@ def test_the_stop_rule_waits_for_min_samples_and_min_time_then_stops_on_the_spre
     assert rule.check([100.0] * 50, started=0.0, now=0.0) == "max-samples"
     # six samples is the fewest with a finite 95% CI of the median: ranks 0 and 5, min to max (96.9% coverage)
     assert math.isinf(T.median_ci_halfwidth([1.0, 2.0])) and T.median_ci_halfwidth(sorted(noisy)) == 3.5
+
+
+# --- validate-timer's cost figures: the rows, the JSON, the CLI (the GPU parts replaced) ------------------------
+
+def _check(kernel, us, wall, fi_wall, before_wall=None, fi_spread=0.002):
+    from kbench.engine.validate import TimerCheck
+
+    phases = dict(zip(T.PHASES, (0.005, 0.002, 0.001, 0.001, 0.009, wall - 0.018)))
+    before = None if before_wall is None else {"us": us, "wall_s": before_wall, "phases": {}, "samples": 12,
+                                               "stop": "spread", "spread": 0.004, "iqr_rel": 0.003}
+    return TimerCheck(kernel, f"bs1-q4-kv512-h32-{kernel}", us, us * 1.01, 1, us, us, us * 1.1, wall, fi_wall, 0.001,
+                      phases=phases, case_s={"inputs_s": 0.3, "reference_s": 0.1, "check_s": 0.02},
+                      kbench_samples=20, kbench_stop="spread", kbench_spread=0.003, kbench_iqr_rel=0.002,
+                      flashinfer_samples=2500, flashinfer_spread=fi_spread, flashinfer_iqr_rel=0.05, before=before)
+
+
+def test_the_wall_ratios_are_the_median_of_the_rows_and_the_ratio_of_the_totals():
+    from kbench.engine.validate import phase_totals, spreads, wall_ratios
+
+    rows = [_check("a", 10, 0.08, 0.10, 0.15), _check("b", 300, 0.09, 0.12, 0.16), _check("c", 16000, 0.30, 0.20, 0.45)]
+    d = [r.to_dict() for r in rows]
+    assert d[0]["wall_ratio"] == pytest.approx(0.8) and d[0]["before_wall_ratio"] == pytest.approx(1.5)
+    w = wall_ratios(d)
+    assert w["after"]["median"] == pytest.approx(0.8) and w["after"]["total"] == pytest.approx(0.47 / 0.42)
+    assert w["before"]["median"] == pytest.approx(1.5) and w["before"]["total"] == pytest.approx(0.76 / 0.42)
+    assert w["after"]["rows"] == 3
+    assert "before" not in wall_ratios([_check("a", 10, 0.08, 0.10).to_dict()])
+    tot = phase_totals(d)
+    assert list(tot) == list(T.PHASES) and sum(tot.values()) == pytest.approx(0.47)
+    assert phase_totals(d, "case_s")["inputs_s"] == pytest.approx(0.9)
+    s, iqr = spreads([100.0, 101.0, 99.0, 100.0, 102.0, 98.0])
+    assert s == pytest.approx(2.0 / 100) and iqr == pytest.approx(1.5 / 100)
+    assert spreads([]) == (None, None)
+
+
+def test_validate_timer_writes_the_ratios_and_the_phases_and_times_the_before_settings(tmp_path, monkeypatch):
+    import json
+
+    import torch
+    from click.testing import CliRunner
+
+    import kbench.engine.validate as V
+    from kbench.cli.main import cli
+
+    seen = {}
+
+    def fake(names, on_row=None, timing=None, before=None):
+        seen.update(timing=timing, before=before)
+        return [_check("a", 10, 0.08, 0.10, 0.15), _check("b", 16000, 0.30, 0.20, 0.45)]
+
+    monkeypatch.setattr(V, "validate_timer", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    old = tmp_path / "old.toml"
+    old.write_text('model = "llama3-8b"\n[grid]\nbatch_size = 1\nq_len = 1\nkv_len = 16\n[timing]\n'
+                   'warmup_ms = 25.0\nsettle_ms = 20.0\nmin_time_s = 0.1\nmin_samples = 10\n')
+    r = CliRunner().invoke(cli, ["validate-timer", "--out", tmp_path / "res", "--before", old], env={"COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    assert seen["timing"] == Timing() and seen["before"] == BEFORE
+    data = json.loads((tmp_path / "res" / "validate-timer.json").read_text())
+    assert data["timing"]["warmup_ms"] == Timing().warmup_ms and data["before_timing"]["settle_ms"] == 20.0
+    assert data["wall_ratio"]["after"]["median"] == pytest.approx((0.8 + 1.5) / 2)
+    assert data["wall_ratio"]["after"]["total"] == pytest.approx(0.38 / 0.30)
+    assert data["wall_ratio"]["before"]["total"] == pytest.approx(0.60 / 0.30)
+    assert [x["wall_ratio"] for x in data["rows"]] == pytest.approx([0.8, 1.5])
+    assert set(data["phase_totals_s"]) == set(T.PHASES)
+    assert "kbench wall / bench_gpu_time wall (before): median 1.88x, total 2.00x" in r.output
+    assert "kbench wall / bench_gpu_time wall (after): median 1.15x, total 1.27x" in r.output
+    bad = CliRunner().invoke(cli, ["validate-timer", "--before", tmp_path / "none.toml"])
+    assert bad.exit_code == 2 and bad.output.strip().splitlines() == [
+        f"error: scenario file {str(tmp_path / 'none.toml')!r} does not exist"]

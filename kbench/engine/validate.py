@@ -14,12 +14,19 @@ Each timer starts after a COOL_S idle pause and the eager CUPTI bursts hold at m
 GPU work, so that they see the GPU off its power cap as the sweep's duty-cycled timer does (see
 kbench.timing.timer). The eager ways still differ from a graph in GPU state (a call that starts on an
 idle GPU, launch gaps), which is why the same-replay CUPTI figure is the one the target is checked on.
+
+Cost (issue #29): each row keeps where kbench's timer spent its wall (`phases`: warmup, capture, fence, probe,
+settle, sampling; they add up to `kbench_wall_s`), what the case cost before it (`case_s`: inputs and reference
+per shape, prepare and check per kernel) and the spread of both harnesses (the relative half-width of the 95%
+CI of the median, and the IQR over the median, of each one's samples). With `before` (a Timing, e.g. older
+defaults) each row is timed a second time with it, by kbench's timer alone, so that one run compares the walls
+of two timing settings against the same bench_gpu_time wall (`wall_ratios`).
 """
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from kbench.cases.case import Case
 from kbench.errors import first_line
@@ -27,7 +34,7 @@ from kbench.timing.check import compare, tolerance_for
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import select
-from kbench.timing.timer import GraphTimer
+from kbench.timing.timer import GraphTimer, Measurement, median_ci_halfwidth, quantile
 from kbench.cases.models import MODELS
 
 H = MODELS["llama3-8b"]
@@ -51,6 +58,26 @@ class TimerCheck:
     flashinfer_wall_s: float | None
     rel_err: float
     error: str = ""
+    phases: dict = field(default_factory=dict)  # kbench's timer: seconds per phase (kbench.timing.timer.PHASES)
+    case_s: dict = field(default_factory=dict)  # inputs_s, reference_s (the shape's, shared), check_s (this kernel)
+    kbench_samples: int = 0
+    kbench_stop: str = ""
+    kbench_spread: float | None = None  # relative 95% CI half-width of the median
+    kbench_iqr_rel: float | None = None  # IQR / median of the samples
+    flashinfer_samples: int = 0
+    flashinfer_spread: float | None = None
+    flashinfer_iqr_rel: float | None = None
+    before: dict | None = None  # the same kernel timed with the `before` Timing: us, wall_s, phases, spread, stop
+
+    @property
+    def wall_ratio(self) -> float | None:
+        """kbench's timer wall over bench_gpu_time's for this row."""
+        return self.kbench_wall_s / self.flashinfer_wall_s if self.flashinfer_wall_s and self.kbench_wall_s else None
+
+    @property
+    def before_wall_ratio(self) -> float | None:
+        b = self.before
+        return b["wall_s"] / self.flashinfer_wall_s if b and self.flashinfer_wall_s and b.get("wall_s") else None
 
     @property
     def cupti_diff(self) -> float | None:
@@ -66,8 +93,46 @@ class TimerCheck:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(cupti_diff=self.cupti_diff, alone_diff=self.alone_diff, flashinfer_diff=self.flashinfer_diff)
+        d.update(cupti_diff=self.cupti_diff, alone_diff=self.alone_diff, flashinfer_diff=self.flashinfer_diff,
+                 wall_ratio=self.wall_ratio, before_wall_ratio=self.before_wall_ratio)
         return d
+
+
+def spreads(samples: list[float]) -> tuple[float | None, float | None]:
+    """(relative 95% CI half-width of the median, IQR / median) of a list of samples, as kbench reports them."""
+    s = sorted(samples)
+    med = quantile(s, 0.5) if s else 0.0
+    if med <= 0:
+        return None, None
+    return median_ci_halfwidth(s) / med, (quantile(s, 0.75) - quantile(s, 0.25)) / med
+
+
+def wall_ratios(rows: list[dict]) -> dict:
+    """kbench's timer wall over bench_gpu_time's wall, per row's median and over the rows' totals, for the rows
+    that have both (and, when the rows were also timed with a `before` Timing, the same for it). Row dicts as
+    TimerCheck.to_dict() writes them."""
+    def pair(wall):
+        got = [(wall(r), r["flashinfer_wall_s"]) for r in rows if wall(r) and r.get("flashinfer_wall_s")]
+        if not got:
+            return None
+        return {"rows": len(got), "median": statistics.median(k / f for k, f in got),
+                "total": sum(k for k, _ in got) / sum(f for _, f in got),
+                "kbench_wall_s": sum(k for k, _ in got), "flashinfer_wall_s": sum(f for _, f in got)}
+
+    out = {"after": pair(lambda r: r.get("kbench_wall_s"))}
+    before = pair(lambda r: (r.get("before") or {}).get("wall_s"))
+    if before:
+        out["before"] = before
+    return out
+
+
+def phase_totals(rows: list[dict], key: str = "phases") -> dict:
+    """Seconds per phase summed over the rows (key "phases": the timer's; "case_s": inputs, reference, check)."""
+    out: dict[str, float] = {}
+    for r in rows:
+        for k, v in (r.get(key) or {}).items():
+            out[k] = out.get(k, 0.0) + v
+    return out
 
 
 def _device_activity(prof) -> tuple[float, int]:
@@ -123,16 +188,26 @@ def cupti_replay_us_per_call(fn, copies: int, calls: int, duty: float, replays: 
     return kern - fen, round(nk - nf)
 
 
-def flashinfer_harness_us(fn) -> tuple[float, float]:
+def flashinfer_harness(fn) -> tuple[list[float], float]:
+    """FlashInfer's bench_gpu_time with its defaults (CUDA events per call, L2 flushed before each, ~25 ms dry
+    run, ~100 ms of repeats, back to back): its samples in us and its wall time in s."""
     from flashinfer.testing import bench_gpu_time
 
     t0 = time.perf_counter()
     times_ms = bench_gpu_time(fn)
-    return statistics.median(times_ms) * 1000, time.perf_counter() - t0
+    return [t * 1000 for t in times_ms], time.perf_counter() - t0
+
+
+def _before(m: Measurement) -> dict:
+    spread, iqr = spreads(m.samples_us)
+    return {"us": m.median_us, "wall_s": m.wall_s, "phases": m.phases, "samples": len(m.samples_us), "stop": m.stop,
+            "spread": spread, "iqr_rel": iqr}
 
 
 def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = "cuda", on_row=None,
-                   spread_target: float = 0.01, budget_s: float = 2.0) -> list[TimerCheck]:
+                   timing=None, before=None) -> list[TimerCheck]:
+    """timing: the Timing kbench's timer runs with (the sweep's defaults when None); before: another Timing each
+    row is also timed with, by kbench's timer alone (its figures in TimerCheck.before)."""
     from kbench.timing.probe import probe_device
     from kbench.engine.placement import copies_for
     from kbench.cases.scenario import Timing
@@ -140,22 +215,37 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
     dev = probe_device()
     rows = []
     ks = [k for k in select(kernels or ["all"]) if k.path != "reference"]
-    t = Timing(spread_target=spread_target, budget_s=budget_s)  # the sweep's defaults otherwise
-    timer = GraphTimer(t.stop_rule(), t.warmup_ms, duty=t.duty)
+    t = timing or Timing()
+
+    def timer_of(x):
+        return GraphTimer(x.stop_rule(), x.warmup_ms, duty=x.duty, settle_ms=x.settle_ms)
+
+    timer = timer_of(t)
+    old = timer_of(before) if before is not None else None
     for bs, q, kv in shapes or DEFAULT_SHAPES:
         case = Case(bs, q, kv, H.num_qo_heads, H.num_kv_heads, H.head_dim, 64)
         runnable = [k for k in ks if k.supports(dev, case) is None]
         if not runnable:
             continue
         copies = copies_for(case, dev, t)
+        t0 = time.perf_counter()
         inputs = build_inputs(case, device, copies=copies)
+        t1 = time.perf_counter()
         ref = reference_attention(inputs)
+        _sync()
+        shape_s = {"inputs_s": t1 - t0, "reference_s": time.perf_counter() - t1}
         for k in runnable:
             try:
+                t0 = time.perf_counter()
                 fn = k.prepare(inputs)
                 chk = compare(fn(0), ref, tolerance_for(case.dtype, case.kv_dtype, case.skip_softmax, case.q_dtype))
+                case_s = {**shape_s, "check_s": time.perf_counter() - t0}
                 time.sleep(COOL_S)
                 m = timer.measure(fn, copies)
+                b = None
+                if old is not None:
+                    time.sleep(COOL_S)
+                    b = _before(old.measure(fn, copies))
                 time.sleep(COOL_S)
                 cu, nk = cupti_replay_us_per_call(fn, copies, m.calls_per_sample, t.duty)
                 calls = max(3, min(20, int(CUPTI_BURST_US / max(m.median_us, 1.0))))
@@ -164,9 +254,14 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                 time.sleep(COOL_S)
                 b2b, _ = cupti_us_per_call(fn, copies, calls, synced=False)
                 time.sleep(COOL_S)
-                fi, fi_wall = flashinfer_harness_us(lambda: fn(0))
-                r = TimerCheck(k.name, case.case_id, m.median_us, cu, nk or nk_alone, alone, b2b, fi, m.wall_s, fi_wall,
-                               chk.rel_err)
+                fi_samples, fi_wall = flashinfer_harness(lambda: fn(0))
+                ks_spread, ks_iqr = spreads(m.samples_us)
+                fi_spread, fi_iqr = spreads(fi_samples)
+                r = TimerCheck(k.name, case.case_id, m.median_us, cu, nk or nk_alone, alone, b2b,
+                               statistics.median(fi_samples), m.wall_s, fi_wall, chk.rel_err, phases=m.phases,
+                               case_s=case_s, kbench_samples=len(m.samples_us), kbench_stop=m.stop,
+                               kbench_spread=ks_spread, kbench_iqr_rel=ks_iqr, flashinfer_samples=len(fi_samples),
+                               flashinfer_spread=fi_spread, flashinfer_iqr_rel=fi_iqr, before=b)
             except Exception as e:
                 r = TimerCheck(k.name, case.case_id, float("nan"), None, None, None, None, None, 0.0, None, float("nan"),
                                error=first_line(e, 200))
@@ -175,3 +270,10 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                 on_row(r)
         del inputs, ref
     return rows
+
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()

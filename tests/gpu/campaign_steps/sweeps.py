@@ -152,24 +152,68 @@ def fp8(ctx: Ctx) -> None:
         ctx.check(n > 0, f"{k}: no ok row ({'; '.join(sorted(why)) or 'no rows'})")
 
 
+# kbench's timing defaults before issue #29 item 4, for validate's same-machine "before" (kbench validate-timer
+# --before): a 25 ms warm-up, a fixed 20 ms settle, at least 0.1 s and 10 samples
+BEFORE_TIMING = """name = "timing-before-29"
+description = "kbench's timing defaults before issue #29 (cost per shape), for validate-timer --before"
+model = "llama3-8b"
+[grid]
+batch_size = 1
+q_len = 1
+kv_len = 16
+[timing]
+warmup_ms = 25.0
+settle_ms = 20.0
+min_time_s = 0.1
+min_samples = 10
+"""
+
+
+def wall_ratio(rows: list[dict], wall) -> tuple[float, float, int] | None:
+    """(median, total, rows) of kbench's timer wall over bench_gpu_time's, over the rows with both."""
+    got = [(wall(r), r["flashinfer_wall_s"]) for r in rows if wall(r) and r.get("flashinfer_wall_s")]
+    if not got:
+        return None
+    return statistics.median(k / f for k, f in got), sum(k for k, _ in got) / sum(f for _, f in got), len(got)
+
+
 @step("validate", limit=200, help=f"kbench validate-timer: within {CUPTI_TOLERANCE:.0%} of CUPTI at every row of "
-      f"{CUPTI_MIN_US:.0f} us or more; wall against bench_gpu_time")
+      f"{CUPTI_MIN_US:.0f} us or more; wall against bench_gpu_time, with the timing defaults before #29 too")
 def validate(ctx: Ctx) -> None:
     js = ctx.res / "validate-timer.json"
-    ctx.kbench("validate-timer", "--out", js)
-    rows = read_json(js)
+    before = ctx.res / "timing-before-29.toml"
+    before.write_text(BEFORE_TIMING, encoding="utf-8")
+    ctx.kbench("validate-timer", "--out", js, "--before", before)
+    data = read_json(js)
+    rows = data["rows"] if isinstance(data, dict) else data  # a list: validate-timer.json before #29
     ctx.check(bool(rows), "validate-timer wrote no rows")
     within = [r for r in rows if r.get("cupti_diff") is not None and abs(r["cupti_diff"]) <= CUPTI_TOLERANCE]
     big = [r for r in rows if (r.get("kbench_us") or 0) >= CUPTI_MIN_US]
     big_out = [r for r in big if r.get("cupti_diff") is None or abs(r["cupti_diff"]) > CUPTI_TOLERANCE]
     ctx.figure(f"{len(within)}/{len(rows)} within {CUPTI_TOLERANCE:.0%} of CUPTI, "
                f"{len(big) - len(big_out)}/{len(big)} of >= {CUPTI_MIN_US:.0f} us")
+    diffs = [abs(r["cupti_diff"]) for r in big if r.get("cupti_diff") is not None]
+    if diffs:
+        ctx.figure(f"worst |vs CUPTI| at >= {CUPTI_MIN_US:.0f} us {max(diffs) * 100:.2f}%")
     ctx.check(not big_out, f"{len(big_out)} row(s) of >= {CUPTI_MIN_US:.0f} us outside {CUPTI_TOLERANCE:.0%}: " +
               ", ".join(f"{r['kernel']} {r['case_id'].split('-h')[0]} {_pct(r.get('cupti_diff'))}" for r in big_out[:3]))
-    walls = [(r["kbench_wall_s"], r["flashinfer_wall_s"]) for r in rows if r.get("flashinfer_wall_s")]
-    if walls:
-        ctx.figure(f"wall / bench_gpu_time: median {statistics.median(k / f for k, f in walls):.2f}x, "
-                   f"total {sum(k for k, _ in walls) / sum(f for _, f in walls):.2f}x")
+    for label, wall in (("before", lambda r: (r.get("before") or {}).get("wall_s")),
+                        ("", lambda r: r.get("kbench_wall_s"))):
+        w = wall_ratio(rows, wall)
+        if w:
+            ctx.figure(f"wall / bench_gpu_time{' ' + label if label else ''}: median {w[0]:.2f}x, total {w[1]:.2f}x")
+    spread = [r["kbench_spread"] for r in rows if r.get("kbench_spread") is not None]
+    fi = [r["flashinfer_spread"] for r in rows if r.get("flashinfer_spread") is not None]
+    if spread and fi:
+        ctx.figure(f"spread median kbench {statistics.median(spread) * 100:.2f}%, bench_gpu_time "
+                   f"{statistics.median(fi) * 100:.2f}%")
+    phases = {}
+    for r in rows:
+        for k, v in (r.get("phases") or {}).items():
+            phases[k] = phases.get(k, 0.0) + v
+    if phases:
+        ctx.report("kbench timer wall by phase over all rows (s): " +
+                   ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
 
 
 def _pct(d) -> str:
