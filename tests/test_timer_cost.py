@@ -235,3 +235,28 @@ def test_validate_timer_writes_the_ratios_and_the_phases_and_times_the_before_se
     bad = CliRunner().invoke(cli, ["validate-timer", "--before", tmp_path / "none.toml"])
     assert bad.exit_code == 2 and bad.output.strip().splitlines() == [
         f"error: scenario file {str(tmp_path / 'none.toml')!r} does not exist"]
+
+
+def test_the_gate_compares_a_run_with_the_new_defaults_to_the_committed_baselines_without_a_timer_warning():
+    """The committed baselines were timed with the pre-#29 defaults (warmup 25 ms, min time 0.1 s, 10 samples):
+    how long a row was sampled does not change what its median means, so no 'timed with different settings'
+    warning; a different duty cycle still warns."""
+    import json
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from kbench.runs.manifest import GATE, Manifest, comparable
+
+    base = json.loads((Path(__file__).resolve().parents[1] / "results/baselines/h200-draft-extend-kv4096"
+                       / "manifest.json").read_text())
+    assert base["timer"]["warmup_ms"] == 25.0 and base["timer"]["min_time_s"] == 0.1
+    t = Timing()
+    cand = {**base, "timer": {**base["timer"], **{k: v for k, v in asdict(t).items() if k in base["timer"]},
+                              "settle_ms": t.settle_ms}}
+    assert cand["timer"]["warmup_ms"] == t.warmup_ms != 25.0
+    v = comparable(Manifest.from_dict(base), Manifest.from_dict(cand), GATE)
+    assert not [w for w in v.warnings if "different settings" in w], v.warnings
+    hot = {**cand, "timer": {**cand["timer"], "duty": 1.0}}
+    w = [w for w in comparable(Manifest.from_dict(base), Manifest.from_dict(hot), GATE).warnings
+         if "different settings" in w]
+    assert len(w) == 1 and "duty 0.4 vs 1.0" in w[0] and "warmup" not in w[0]

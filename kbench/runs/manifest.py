@@ -32,8 +32,10 @@ POOL = "pool"
 GATE = "gate"
 # manifest fields that must agree for rows to belong to one run (a merged run keeps them)
 MERGE_FIELDS = ("kind", "schema_version", "kbench_version", "scenario", "timer", "slow_kernel", "seed")
-# timer settings that change what a number means (kbench.timing.timer); a missing key is an older kbench
-TIMER_KEYS = ("kind", "duty", "min_time_s", "fence", "l2", "spread_target", "warmup_ms")
+# timer settings that change what a number means (kbench.timing.timer); a missing key is an older kbench. How long
+# it warmed up, settled and sampled (warmup_ms, settle_ms, min_time_s, min_samples: shorter since issue #29) is not
+# among them: a row's median is known to its spread target either way, and the gate weighs each row's own spread
+TIMER_KEYS = ("kind", "duty", "fence", "l2", "spread_target")
 
 
 class _Absent:
