@@ -86,7 +86,7 @@ values = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=3),
 SECTIONS = {None: ["name", "description", "model", "kernels", "heads", "grid", "timing", "bogus"],
             "grid": ["batch_size", "q_len", "kv_len", "page_size", "kv_layout", "dtype", "kv_dtype", "bogus"],
             "timing": ["spread_target", "budget_s", "min_samples", "max_samples", "l2", "warmup_ms", "min_time_s", "duty",
-                       "bogus"],
+                       "settle_ms", "bogus"],
             "heads": ["num_qo_heads", "num_kv_heads", "head_dim", "bogus"]}
 
 
@@ -171,6 +171,7 @@ def test_deeply_nested_and_huge_scenarios_are_one_line(tmp_path):
         "nokernels": "model='llama3-8b'\nkernels=[]\n[grid]\nbatch_size=1\nq_len=1\nkv_len=16\n",
         "budget_inf": "model='llama3-8b'\n[grid]\nbatch_size=1\nq_len=1\nkv_len=16\n[timing]\nbudget_s=inf\n",
         "warmup_nan": "model='llama3-8b'\n[grid]\nbatch_size=1\nq_len=1\nkv_len=16\n[timing]\nwarmup_ms=nan\n",
+        "settle_negative": "model='llama3-8b'\n[grid]\nbatch_size=1\nq_len=1\nkv_len=16\n[timing]\nsettle_ms=-1\n",
     }
     for name, body in cases.items():
         f = tmp_path / f"{name}.toml"
