@@ -105,7 +105,7 @@ def main() -> int:
         ("merge --out is a file", f"kbench merge {cpu_run} {cpu_run2} --out afile", "test_jit_cache_report_merge_baseline_outputs_unwritable"),
         ("baseline --out is a file", f"kbench baseline {cpu_run} --name b --out afile", "test_jit_cache_report_merge_baseline_outputs_unwritable"),
         ("sweep --jit-cache is a file", f"kbench sweep {TINY} --out runs --jit-cache afile", "test_jit_cache_report_merge_baseline_outputs_unwritable"),
-        ("server-bench --out is a file", "kbench server-bench --url http://127.0.0.1:9 --out afile", "test_server_bench_sglang.py::test_unwritable_out_is_one_line_before_anything_runs"),
+        ("server-bench --out is a file", "kbench server-bench --url http://127.0.0.1:9 --out afile", "test_outputs.py::test_unwritable_out_is_one_line_before_anything_runs"),
     ]:
         rc, out = sh(cmd, w)
         t.add(case, cmd, rc, line_of(out), f"afile unchanged: {(w / 'afile').read_text() == 'x'}", test, 2, out)

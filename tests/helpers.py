@@ -1,0 +1,40 @@
+"""Small helpers shared by the CLI tests of several feature files (outputs, resume, signals, help, baselines...):
+run a kbench command in-process, read its one error line, snapshot a folder, the committed baseline."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from kbench.cli.main import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = ROOT / "results" / "baselines" / "h200-draft-extend-kv4096"
+TINY = ["-b", "1", "-q", "1,2", "-k", "64", "--budget", "0.02"]
+
+
+def run_cli(args, **kw):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False, **kw)
+
+
+def server_bench_cli(*args, env=None):
+    """`kbench server-bench ARGS` in-process (exceptions caught: the result says what happened)."""
+    return CliRunner().invoke(cli, ["server-bench", *map(str, args)], env=env)
+
+
+def one_error_line(r, code=2):
+    assert r.exit_code == code, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.output, r.output
+    return lines[0]
+
+
+def tree(p: Path) -> dict:
+    return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+
+
+def flashinfer_kernels() -> int:
+    """Kernels in "all" other than the reference: each is one skipped row per case on a CPU."""
+    from kbench.kernels.registry import select
+
+    return len([k for k in select(["all"]) if k.name != "reference"])
