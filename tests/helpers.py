@@ -6,7 +6,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from kbench.cases.models import MODELS
+from kbench.cases.scenario import Scenario, Timing
 from kbench.cli.main import cli
+from kbench.engine.sweep import SweepObserver
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "results" / "baselines" / "h200-draft-extend-kv4096"
@@ -38,3 +41,26 @@ def flashinfer_kernels() -> int:
     from kbench.kernels.registry import select
 
     return len([k for k in select(["all"]) if k.name != "reference"])
+
+
+FAST = Timing(spread_target=0.2, budget_s=0.05, min_samples=3, max_samples=10)
+
+
+def tiny(**kw):
+    """A small CPU scenario (4 cases of gqa8-d64), quick to time; keywords replace its fields."""
+    base = dict(name="tiny", heads=MODELS["gqa8-d64"], batch_size=[1, 2], q_len=[1, 4], kv_len=[64],
+                page_size=[16], timing=FAST)
+    base.update(kw)
+    return Scenario(**base).validate()
+
+
+class StopAfter(SweepObserver):
+    """Ctrl-C after the n-th row, as a user stopping a sweep."""
+
+    def __init__(self, n):
+        self.n, self.seen = n, 0
+
+    def row(self, row):
+        self.seen += 1
+        if self.seen == self.n:
+            raise KeyboardInterrupt

@@ -1,5 +1,5 @@
 """The sweep end to end on a machine without CUDA: the reference is timed by wall clock, every other kernel
-is a skipped row with its reason; results round-trip; interruption and --resume keep and finish a run."""
+is a skipped row with its reason; results round-trip. (Interruption and --resume: tests/test_resume.py.)"""
 import json
 
 import pandas as pd
@@ -8,22 +8,13 @@ from click.testing import CliRunner
 
 from kbench.cli.main import cli
 from kbench.runs.rows import COLUMNS
-from kbench.cases.scenario import Scenario, Timing, load_scenario
+from kbench.cases.scenario import load_scenario
 from kbench.runs.store import RunWriter, load_run
-from kbench.engine.sweep import SweepObserver, resume_sweep, run_sweep
-from kbench.cases.models import MODELS
+from kbench.engine.sweep import run_sweep
 from kbench.kernels.registry import select
+from helpers import tiny
 
 ALL = len(select(["all"]))  # every kernel of 'all' (GQA, MLA and the reference) gets a row per case
-
-FAST = Timing(spread_target=0.2, budget_s=0.05, min_samples=3, max_samples=10)
-
-
-def tiny(**kw):
-    base = dict(name="tiny", heads=MODELS["gqa8-d64"], batch_size=[1, 2], q_len=[1, 4], kv_len=[64],
-                page_size=[16], timing=FAST)
-    base.update(kw)
-    return Scenario(**base).validate()
 
 
 def test_cpu_sweep_writes_a_complete_run(tmp_path):
@@ -68,47 +59,6 @@ def test_store_round_trip_parquet_csv_and_journal(tmp_path):
         assert [list(x) for x in df.loc[ok, "samples_us"]] == [list(x) for x in from_journal.loc[ok, "samples_us"]]
 
 
-class StopAfter(SweepObserver):
-    def __init__(self, n):
-        self.n, self.seen = n, 0
-
-    def row(self, row):
-        self.seen += 1
-        if self.seen == self.n:
-            raise KeyboardInterrupt
-
-
-def test_interrupt_keeps_rows_and_resume_finishes_with_the_same_rows(tmp_path):
-    full = run_sweep(tiny(), out_dir=tmp_path / "full")
-    part = run_sweep(tiny(), out_dir=tmp_path / "part", observer=StopAfter(10))
-    assert part.status == "interrupted"
-    kept = load_run(part.run_dir)
-    assert kept.manifest["status"] == "interrupted" and len(kept.rows) == 10
-    done = resume_sweep(part.run_dir)
-    assert done.status == "complete" and done.run_dir == part.run_dir
-    resumed = load_run(part.run_dir).rows
-    assert sorted(zip(resumed.kernel, resumed.case_id)) == sorted(zip(full.rows.kernel, full.rows.case_id))
-    assert len(resumed) == len(set(zip(resumed.kernel, resumed.case_id)))  # nothing measured twice
-    assert list(resumed.columns) == list(full.rows.columns)
-
-
-def test_killed_mid_row_journal_is_tolerated_and_resumed(tmp_path):
-    """kill -9 while a row is written leaves half a line: readers drop it and --resume re-measures it."""
-    res = run_sweep(tiny(), out_dir=tmp_path)
-    j = res.run_dir / "rows.jsonl"
-    lines = j.read_text().splitlines()
-    j.write_text("\n".join(lines[:5]) + "\n" + lines[5][: len(lines[5]) // 2])
-    (res.run_dir / "rows.parquet").unlink()
-    m = json.loads((res.run_dir / "manifest.json").read_text())
-    m["status"] = "running"  # as a run killed mid-row left it: never finalized, so no num_rows recorded
-    del m["num_rows"]
-    (res.run_dir / "manifest.json").write_text(json.dumps(m))
-    assert len(load_run(res.run_dir).rows) == 5
-    resume_sweep(res.run_dir)
-    rows = load_run(res.run_dir).rows
-    assert len(rows) == 4 * ALL and len(set(zip(rows.kernel, rows.case_id))) == 4 * ALL  # 4 cases x every kernel
-
-
 def test_cli_default_sweep_runs_on_cpu(tmp_path):
     res = CliRunner().invoke(cli, ["sweep", "--batch-size", "1", "--kv-len", "128", "--q-len", "1,2",
                                    "--budget", "0.05", "--out", str(tmp_path)])
@@ -118,15 +68,6 @@ def test_cli_default_sweep_runs_on_cpu(tmp_path):
     assert len(runs) == 1 and runs[0].name.startswith("quick-")
     rows = load_run(runs[0]).rows
     assert set(rows.case_id) == {"bs1-q1-kv128-h32.8.128-p16-HND-bf16", "bs1-q2-kv128-h32.8.128-p16-HND-bf16"}
-
-
-def test_cli_resume_refuses_axis_options_and_finishes(tmp_path):
-    part = run_sweep(tiny(), out_dir=tmp_path, observer=StopAfter(3))
-    r = CliRunner().invoke(cli, ["sweep", "--resume", str(part.run_dir), "--q-len", "2"])
-    assert r.exit_code == 2
-    r = CliRunner().invoke(cli, ["sweep", "--resume", str(part.run_dir)])
-    assert r.exit_code == 0, r.output
-    assert len(load_run(part.run_dir).rows) == 4 * ALL  # 4 cases x every kernel
 
 
 def test_run_writer_refuses_to_overwrite_a_run(tmp_path):
@@ -217,3 +158,4 @@ def test_out_of_memory_building_inputs_is_a_failed_row_not_a_crash(tmp_path, mon
     ref = res.rows[res.rows.kernel == "reference"]
     assert res.status == "complete" and len(ref) == 2
     assert (ref.status == "failed").all() and ref.reason.str.contains("not enough memory").all()
+
