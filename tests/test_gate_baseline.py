@@ -1,10 +1,12 @@
-"""kbench baseline RUN --name NAME: a committed copy of the run under results/baselines/NAME."""
+"""kbench baseline RUN --name NAME: a committed copy of the run under results/baselines/NAME, and what it refuses
+(a run without ok rows, a running run unless --allow-partial, duplicate rows, replacing a baseline without --force)."""
 from __future__ import annotations
 
 import json
 
 from click.testing import CliRunner
 from gate_synth import CASE_A, CONTEXT, DECODE, gate_json, sweep_rows, with_time, write_run
+from helpers import one_error_line, run_cli, tree
 
 from kbench.gate.baselines import write_baseline
 from kbench.cli.gate_cmd import baseline
@@ -64,3 +66,42 @@ def test_baseline_refuses_foreign_folder_and_bad_run(tmp_path):
     assert res.exit_code == 2 and "not a kbench baseline" in res.stderr
     res = _baseline(tmp_path / "nope", "--name", "x", "--root", root)
     assert res.exit_code == 2 and "no such run" in res.stderr
+
+
+# ---- what kbench baseline refuses ----------------------------------------------------------------------
+def test_baseline_refuses_a_run_without_ok_rows(tmp_path):
+    run = write_run(tmp_path / "run", [r for r in sweep_rows(seed=1) if r.kernel == "zzz"])
+    line = one_error_line(run_cli(["baseline", run, "--name", "b", "--root", tmp_path / "bl"]))
+    assert "no ok row" in line and not (tmp_path / "bl").exists()
+
+
+def test_baseline_refuses_a_running_run_unless_allow_partial(tmp_path):
+    from kbench.runs.store import RunWriter
+
+    w = RunWriter(tmp_path / "run", {"kind": "sweep", "device": {"name": "NVIDIA H200", "sm": 90}})
+    for row in sweep_rows(seed=1):
+        w.append(row)
+    w._journal.close()
+    w.release()  # left 'running', as a sweep still going (or killed) leaves it
+    line = one_error_line(run_cli(["baseline", tmp_path / "run", "--name", "b", "--root", tmp_path / "bl"]))
+    assert "'running'" in line and "--allow-partial" in line
+    r = run_cli(["baseline", tmp_path / "run", "--name", "b", "--root", tmp_path / "bl", "--allow-partial"])
+    assert r.exit_code == 0, r.output
+
+
+def test_baseline_refuses_duplicate_rows(tmp_path):
+    rows = sweep_rows(seed=1)
+    run = write_run(tmp_path / "run", rows + [rows[0]])
+    line = one_error_line(run_cli(["baseline", run, "--name", "b", "--root", tmp_path / "bl"]))
+    assert "share a key" in line and DECODE in line
+
+
+def test_baseline_never_replaced_without_force(tmp_path):
+    good = write_run(tmp_path / "good", sweep_rows(seed=1))
+    other = write_run(tmp_path / "other", sweep_rows(seed=2))
+    assert run_cli(["baseline", good, "--name", "main", "--root", tmp_path / "bl"]).exit_code == 0
+    before = tree(tmp_path / "bl")
+    line = one_error_line(run_cli(["baseline", other, "--name", "main", "--root", tmp_path / "bl"]))
+    assert "exists" in line and "--force" in line and tree(tmp_path / "bl") == before
+    assert run_cli(["baseline", other, "--name", "main", "--root", tmp_path / "bl", "--force"]).exit_code == 0
+    assert tree(tmp_path / "bl") != before

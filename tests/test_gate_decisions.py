@@ -1,8 +1,12 @@
-"""kbench gate decisions on synthetic sweep runs: pass, regression, noise, improvement, wrong, winner, missing."""
+"""kbench gate decisions on synthetic sweep runs: pass, regression, noise, improvement, wrong, winner, missing;
+and a gate that never passes vacuously (nothing compared fails)."""
 from __future__ import annotations
 
-from gate_synth import (BASE_TIMES, CASE_A, CASE_B, CONTEXT, DECODE, gate_json, outcomes, sweep_rows,
+import shutil
+
+from gate_synth import (BASE_TIMES, CASE_A, CASE_B, CONTEXT, DECODE, gate_cli, gate_json, outcomes, sweep_rows,
                         with_time, write_run)
+from helpers import flashinfer_kernels, one_error_line
 
 
 def _base(tmp_path, **kw):
@@ -185,3 +189,31 @@ def test_runs_timed_with_different_settings_are_compared_with_a_warning(tmp_path
                      timer={"kind": "cuda-graph", "spread_target": 0.01, "duty": 0.4, "fence": "fill"})
     res, data = gate_json(tmp_path, cand, same)
     assert not [x for x in data["warnings"] if "timed with different settings" in x]
+
+
+# ---- the gate never passes vacuously ------------------------------------------------------------------
+def test_gate_of_two_cpu_runs_fails_nothing_compared(tmp_path, cpu_run):
+    other = tmp_path / "other"
+    shutil.copytree(cpu_run, other)
+    r = gate_cli("--baseline", cpu_run, "--candidate", other)
+    assert r.exit_code == 1, r.output
+    out = " ".join(r.output.split())
+    assert "FAIL: nothing compared" in out and "reference row(s) are not gated" in out
+    assert "h200-draft-extend-kv4096" in out
+    assert f"{2 * flashinfer_kernels()} row(s) not compared" in out and "not-compared │" not in r.output  # summarised, not listed
+
+
+def test_gate_baseline_of_only_reference_rows_says_so(tmp_path):
+    ref_only = write_run(tmp_path / "b", [r for r in sweep_rows(seed=1) if r.kernel == "reference"])
+    cand = write_run(tmp_path / "c", sweep_rows(seed=2))
+    line = one_error_line(gate_cli("--baseline", ref_only, "--candidate", cand))
+    assert "reference rows are not gated" in line and "no rows to compare" not in line
+
+
+def test_gate_with_no_row_compared_fails(tmp_path):
+    base = write_run(tmp_path / "b", sweep_rows(seed=1, overrides={(k, c): {"status": "skipped"} for k, _, c in
+                                                                  __import__("gate_synth").BASE_TIMES}))
+    cand = write_run(tmp_path / "c", sweep_rows(seed=2))
+    r = gate_cli("--baseline", base, "--candidate", cand)
+    assert r.exit_code == 1, r.output
+    assert "FAIL: nothing compared" in r.output
