@@ -62,26 +62,6 @@ def cpu_run(tmp_path_factory):
 
 
 # ---- signals ---------------------------------------------------------------------------------------------
-def test_sigterm_ends_a_sweep_like_ctrl_c(tmp_path):
-    env = {**os.environ, "COLUMNS": "200"}
-    p = subprocess.Popen([sys.executable, "-m", "kbench.cli.main", "sweep", "-b", "1..64", "-q", "1..16", "-k", "64",
-                          "--kernels", "reference", "--budget", "0.05", "--out", str(tmp_path)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        runs = [d for d in tmp_path.iterdir() if (d / "rows.jsonl").exists() and (d / "rows.jsonl").stat().st_size]
-        if runs:
-            break
-        time.sleep(0.2)
-    p.send_signal(signal.SIGTERM)
-    out, _ = p.communicate(timeout=120)
-    assert p.returncode == 143, out[-2000:]
-    assert "interrupted (stopped by SIGTERM)" in out and "--resume" in out
-    run = runs[0]
-    m = json.loads((run / "manifest.json").read_text())
-    assert m["status"] == "interrupted" and m["stopped_by"] == "stopped by SIGTERM"
-    assert (run / "rows.parquet").exists() and (run / "rows.csv").exists()
-    assert len(load_run(run).rows) > 0
 
 
 # ---- devices ---------------------------------------------------------------------------------------------
@@ -106,27 +86,6 @@ def test_click_usage_errors_are_one_kbench_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "select", "--policy", "x"], capture_output=True,
                        text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Missing option" in r.stderr
-
-
-def test_top_level_help_lists_every_command_without_loading_torch():
-    code = ("import sys; from click.testing import CliRunner; from kbench.cli.main import cli; "
-            "r = CliRunner().invoke(cli, ['--help']); print(r.output); "
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().endswith("NO-TORCH")
-    for name in COMMANDS:
-        assert f"  {name} " in out
-
-
-@pytest.mark.parametrize("name", list(COMMANDS))
-def test_listed_help_matches_the_command(name):
-    import importlib
-
-    mod, attr, short = COMMANDS[name]
-    cmd = getattr(importlib.import_module(mod), attr)
-    assert cmd.name == name
-    words = lambda s: {w.strip(".,;:()'").lower() for w in s.split()} - {""}
-    assert len(words(short) & words(cmd.help)) >= len(words(short)) * 0.6, (short, cmd.help[:200])
 
 
 def test_closed_pipe_is_quiet_and_exit_0(tmp_path):

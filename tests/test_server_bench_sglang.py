@@ -1,25 +1,19 @@
-"""server-bench takes SGLang's command line and writes SGLang's fields (issue #14), and its edges (issue #17):
-unwritable outputs, atomic result files, SIGTERM, --resume refusing options, range syntax, help text.
+"""server-bench takes SGLang's command line (range syntax, space-separated lists, hidden aliases) and writes
+SGLang's fields (issue #14). Its unwritable outputs: test_outputs.py; SIGTERM: test_signals.py; --resume:
+test_resume.py; its --help: test_help.py.
 
 The SGLang-protocol test server (tests/servers/fake_sglang.py) stands in where only the request/flag plumbing
 is under test; what the numbers mean is proven on the real CPU vLLM (test_server_bench_vllm.py)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 import typing
 from dataclasses import dataclass, fields
 from typing import Optional
 
 import pytest
 from click.testing import CliRunner
-
-from fake_sglang import FakeSGLang, Faults  # noqa: E402
 
 from kbench.cli.server_bench_cmd import join_space_lists  # noqa: E402
 from kbench.server import ServerBenchConfig, run_server_bench  # noqa: E402
@@ -68,21 +62,6 @@ class BenchOneCaseResult:
             else:
                 assert isinstance(v, t), (f.name, v)
         return cls(**data)
-
-
-@pytest.fixture
-def model_dir(tmp_path):
-    d = tmp_path / "fake-model"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({"vocab_size": 512}))
-    return d
-
-
-@pytest.fixture
-def fake(model_dir):
-    srv = FakeSGLang(Faults(model_path=str(model_dir))).start()
-    yield srv
-    srv.stop()
 
 
 def cli():
@@ -206,75 +185,3 @@ def test_counters_from_prometheus_text():
                         "vllm:spec_decode_num_accepted_tokens_total 78\n")
     c = case_counters("vllm", v0, v1)
     assert c.acc_length == pytest.approx(1 + 72 / 26) and c.acceptance_rate == pytest.approx(72 / 78)
-
-
-# ---- issue #17: outputs, resume, signals, help ------------------------------------------------------------
-
-
-def test_every_option_has_help_and_help_ends_with_examples():
-    from kbench.cli.server_bench_cmd import server_bench
-
-    for p in server_bench.params:
-        if isinstance(p, __import__("click").Option) and not p.hidden:
-            assert p.help, p.name
-    out = invoke("--help").output.rstrip().splitlines()
-    examples = out[out.index("  Examples:") + 1:]
-    assert 2 <= len(examples) <= 3 and all(x.strip().startswith("kbench server-bench ") for x in examples)
-
-
-def test_sigterm_finalizes_marks_interrupted_and_exits_143(fake, tmp_path):
-    fake.faults.stream_plan = ["ok", "slow"]  # the second case hangs until the signal
-    out = tmp_path / "r"
-    p = subprocess.Popen([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", fake.url,
-                          "--backend", "sglang", "--skip-warmup", "--batch-size", "1", "2", "--input-len", "8",
-                          "--output-len", "2", "--out", str(out)], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while len(fake.seen("/generate")) < 2:
-            assert p.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        p.send_signal(signal.SIGTERM)
-        output, _ = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 143, output
-    (run_dir,) = out.iterdir()
-    assert f"kbench server-bench --resume {run_dir}" in output.replace("\n", "")
-    assert "stopped by SIGTERM" in output and "Traceback" not in output
-    run = load_run(run_dir)
-    assert run.manifest["status"] == "interrupted" and run.manifest["stopped_by"] == "stopped by SIGTERM"
-    assert run.rows["case_id"].tolist() == ["bs1-in8-out2"]
-    assert (run_dir / "rows.parquet").is_file()  # finalized, not left running
-
-
-def test_sigterm_while_connecting_is_one_line_and_143(tmp_path):
-    """A server that accepts the connection and never answers: SIGTERM before any case ran."""
-    import socket
-    import threading
-
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(4)
-    conns = []
-    threading.Thread(target=lambda: conns.append(lsock.accept()), daemon=True).start()
-    out = tmp_path / "r"
-    p = subprocess.Popen([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url",
-                          f"http://127.0.0.1:{lsock.getsockname()[1]}", "--backend", "sglang", "--out", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not conns:
-            assert p.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        p.send_signal(signal.SIGTERM)
-        output, _ = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-        lsock.close()
-    assert p.returncode == 143, output
-    assert output.strip().splitlines() == ["error: stopped by SIGTERM before any case ran; nothing was written"]
-    assert not out.exists() or not any(out.iterdir())
-

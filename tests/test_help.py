@@ -1,0 +1,61 @@
+"""--help: the top-level list names every command (without loading torch) and says what each command's own help
+says; every option of every command has help, and every command's --help ends with 2-3 examples."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import click
+import pytest
+from helpers import run_cli, server_bench_cli
+
+from kbench.cli.main import COMMANDS, cli
+
+OURS = list(COMMANDS)  # every command, server-bench included
+
+
+def command(name) -> click.Command:
+    return cli.get_command(click.Context(cli), name)
+
+
+def test_top_level_help_lists_every_command_without_loading_torch():
+    code = ("import sys; from click.testing import CliRunner; from kbench.cli.main import cli; "
+            "r = CliRunner().invoke(cli, ['--help']); print(r.output); "
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("NO-TORCH")
+    for name in COMMANDS:
+        assert f"  {name} " in out
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_listed_help_matches_the_command(name):
+    import importlib
+
+    mod, attr, short = COMMANDS[name]
+    cmd = getattr(importlib.import_module(mod), attr)
+    assert cmd.name == name
+    words = lambda s: {w.strip(".,;:()'").lower() for w in s.split()} - {""}
+    assert len(words(short) & words(cmd.help)) >= len(words(short)) * 0.6, (short, cmd.help[:200])
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_every_option_has_help_and_the_help_ends_with_examples(name):
+    cmd = command(name)
+    bare = [p.opts[0] for p in cmd.params if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()]
+    assert not bare, f"kbench {name}: options without help: {bare}"
+    out = run_cli([name, "--help"], env={"COLUMNS": "200"}).output.rstrip().splitlines()
+    start = max(i for i, line in enumerate(out) if line.strip() == "Examples:")
+    shown = [line.strip() for line in out[start + 1:]]
+    assert 2 <= len(shown) <= 3 and all(line.startswith(f"kbench {name}") for line in shown), out[start:]
+
+
+def test_every_option_has_help_and_help_ends_with_examples():
+    from kbench.cli.server_bench_cmd import server_bench
+
+    for p in server_bench.params:
+        if isinstance(p, __import__("click").Option) and not p.hidden:
+            assert p.help, p.name
+    out = server_bench_cli("--help").output.rstrip().splitlines()
+    examples = out[out.index("  Examples:") + 1:]
+    assert 2 <= len(examples) <= 3 and all(x.strip().startswith("kbench server-bench ") for x in examples)
