@@ -11,7 +11,7 @@ from kbench import __version__
 from kbench.cli.errors import one_line_errors, rich_closed_pipe
 
 # command name -> (module, attribute, the line `kbench --help` shows for it without importing it;
-# tests/test_edges.py checks each command exists and its own help says the same thing)
+# tests/test_help.py checks each command exists and its own help says the same thing)
 COMMANDS = {
     "sweep": ("kbench.cli.sweep_cmd", "sweep", "Sweep batch size x q_len x kv_len over every decode and context kernel."),
     "merge": ("kbench.cli.sweep_cmd", "merge", "Join shard runs (from --shard i/N or --devices) into one run."),

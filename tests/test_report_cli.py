@@ -1,4 +1,5 @@
-"""`kbench report` / `kbench select` end to end: files, screen, escaping, bad inputs (exit 2, one line)."""
+"""`kbench report` / `kbench select` end to end: files (the "wrote" line counts them), screen, escaping, the
+summary on ties, bad inputs (exit 2, one line), a CPU run's report refused with why and where to look."""
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import BASELINE, flashinfer_kernels, one_error_line, run_cli
 from report_synth import DECODE, FA2, case, cli, demo_rows, flip_back_rows, row, write_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -153,3 +155,36 @@ def test_real_process_prints_one_line_and_exits_2(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope'}: no such run folder"]
+
+
+def test_report_of_a_cpu_run_says_why_and_points_to_the_baseline(tmp_path, cpu_run):
+    line = one_error_line(run_cli(["report", cpu_run, "--out", tmp_path / "rep"]))
+    assert "this run is from a CPU" in line and f"{2 * flashinfer_kernels()} skipped" in line
+    assert "2 ok row(s) are the float32 reference" in line and "kbench report results/baselines/h200" in line
+    assert not (tmp_path / "rep").exists()
+
+
+def test_report_wrote_line_names_every_file_it_counts(tmp_path):
+    r = run_cli(["report", BASELINE, "--out", tmp_path / "rep"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("wrote "))
+    files = sorted(p.name for p in (tmp_path / "rep").iterdir())
+    n_plots = sum(f.endswith(".png") for f in files)
+    assert line.startswith(f"wrote {len(files)} files")
+    for f in files:
+        assert f.endswith(".png") or f in line, f
+    assert line.endswith(f"{n_plots} plots")
+
+
+def test_summary_says_how_ties_are_served(tmp_path):
+    r = run_cli(["report", BASELINE, "--out", tmp_path / "rep"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    policy = json.loads((tmp_path / "rep" / "policy.json").read_text())
+    cells = [c for g in policy["groups"] for c in g["cells"] if c["tie"]]
+    to_context = sum(c["path"] == "context" for c in cells)
+    to_decode = sum(c["path"] == "decode" for c in cells)
+    said = (f"the policy then serves the kernel with the faster median anyway, here {to_context} to the context "
+            f"path and {to_decode} to the decode path")
+    assert said in md and said in " ".join(r.output.split())
+    assert to_context > 0  # the committed baseline: ties served by fa2 (context)

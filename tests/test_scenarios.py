@@ -4,6 +4,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from helpers import one_error_line, run_cli
 
 from kbench.cases.axes import parse_int_axis
 from kbench.cli.main import cli
@@ -140,3 +141,19 @@ def test_timing_overrides_reach_the_stop_rule_and_the_manifest(tmp_path):
     m = json.loads(next(tmp_path.iterdir()).joinpath("manifest.json").read_text())
     assert m["timer"]["duty"] == 0.5 and m["timer"]["min_time_s"] == 0.02 and "fence" in m["timer"]
     assert m["isolated"] is False  # no GPU here: in-process by default
+
+
+@pytest.mark.parametrize("path, says", [("/tmp", "a folder, not a scenario file"),
+                                         ("/dev/null", "not a regular file")])
+def test_scenario_that_is_a_folder_or_a_device_says_what_it_is(path, says):
+    line = one_error_line(run_cli(["sweep", "-s", path]))
+    assert says in line and "does not exist" not in line
+
+
+def test_utf8_bom_scenario_loads(tmp_path):
+    from kbench.cases.scenario import load_scenario
+
+    text = 'model = "llama3-8b"\n[grid]\nbatch_size = [1]\nq_len = [1, 2]\nkv_len = [64]\n'
+    (tmp_path / "plain.toml").write_text(text, encoding="utf-8")
+    (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert load_scenario(str(tmp_path / "bom.toml")).cases() == load_scenario(str(tmp_path / "plain.toml")).cases()

@@ -1,9 +1,11 @@
-"""Partitioning, merging, and --devices workers, on the CPU (two workers may share one device)."""
+"""Partitioning, merging, and --devices workers (and their validation), on the CPU (two workers may share one device)."""
 import json
 
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
+
+from helpers import TINY, one_error_line, run_cli
 
 from kbench.cli.main import cli
 from kbench.engine.devices import run_on_devices
@@ -106,3 +108,13 @@ def test_devices_and_shard_bad_input(tmp_path):
     assert r.exit_code == 2 and "--devices" in r.output
     r = CliRunner().invoke(cli, ["sweep", "--shard", "3/2", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "--shard" in r.output
+
+
+@pytest.mark.parametrize("devs,says", [("0", "no GPU"), ("5", "no GPU"), ("0,0", "listed twice")])
+def test_devices_validated(tmp_path, devs, says):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks a machine without a GPU")
+    line = one_error_line(run_cli(["sweep", *TINY, "--devices", devs, "--out", tmp_path]))
+    assert says in line and not list(tmp_path.iterdir())

@@ -1,6 +1,12 @@
 """The sweep end to end on a machine without CUDA: the reference is timed by wall clock, every other kernel
-is a skipped row with its reason; results round-trip. (Interruption and --resume: tests/test_resume.py.)"""
+is a skipped row with its reason; results round-trip; a case too big for host memory is skipped before it is
+allocated; a long CPU sweep says so at the start; without a terminal, tables keep words and progress is logged.
+(Interruption and --resume: tests/test_resume.py.)"""
 import json
+import os
+import signal
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -12,7 +18,7 @@ from kbench.cases.scenario import load_scenario
 from kbench.runs.store import RunWriter, load_run
 from kbench.engine.sweep import run_sweep
 from kbench.kernels.registry import select
-from helpers import tiny
+from helpers import TINY, flashinfer_kernels, tiny
 
 ALL = len(select(["all"]))  # every kernel of 'all' (GQA, MLA and the reference) gets a row per case
 
@@ -159,3 +165,44 @@ def test_out_of_memory_building_inputs_is_a_failed_row_not_a_crash(tmp_path, mon
     assert res.status == "complete" and len(ref) == 2
     assert (ref.status == "failed").all() and ref.reason.str.contains("not enough memory").all()
 
+
+def test_cpu_case_too_big_for_host_memory_is_skipped_before_allocating(tmp_path, monkeypatch):
+    from kbench.timing import hardware
+    from kbench.cases.scenario import apply_overrides, load_scenario
+    from kbench.engine.sweep import run_sweep
+
+    monkeypatch.setattr(hardware, "host_available_bytes", lambda: 3 << 30)
+    sc = apply_overrides(load_scenario("quick"), batch_size="1,256", q_len="16", kv_len="32768",
+                         kernels="reference", budget_s=0.02)
+    res = run_sweep(sc, tmp_path)
+    big = res.rows[res.rows["batch_size"] == 256].iloc[0]
+    assert big.status == "skipped" and "GiB of host memory, 3.0 GiB available" in big.reason
+    assert res.rows[res.rows["batch_size"] == 1].iloc[0].status == "ok"
+
+
+def test_long_cpu_sweep_says_so_at_the_start(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CPU warning")
+    p = subprocess.Popen([sys.executable, "-m", "kbench.cli.main", "sweep", "-s", "draft-extend", "--out",
+                          str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "COLUMNS": "300"})
+    try:
+        head = [p.stdout.readline() for _ in range(2)]
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=120)
+    text = " ".join(" ".join(head).split())
+    assert "1008 cases" in text and "take up to about" in text and "narrow the grid" in text
+
+
+def test_without_a_terminal_tables_keep_words_and_progress_is_logged(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["KBENCH_PROGRESS_S"] = "0"
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", *TINY, "--out", str(tmp_path)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "trtllm-decode" in r.stdout and "trtllm-context" in r.stdout  # one word, not trtl/lm-d/ecod/e
+    n = 2 * (flashinfer_kernels() + 1)  # two cases x (every kernel in "all" + the reference)
+    assert "  measuring: 1/" + str(n) + " after" in r.stdout and f"  measuring: {n}/{n} after" in r.stdout

@@ -1,0 +1,145 @@
+"""The command line as a whole: one spelling per concept (old ones still work, kept hidden), messages that say
+what is wrong in the user's words, click's usage errors as one kbench line, and a closed pipe that is quiet.
+(--help: test_help.py; outputs that cannot be written: test_outputs.py.)"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kbench.cli.main import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = ROOT / "results" / "baselines" / "h200-draft-extend-kv4096"
+TINY = ["-b", "1", "-q", "1,2", "-k", "64", "--budget", "0.02", "--kernels", "reference"]
+
+
+def run_cli(args, **kw):
+    return CliRunner().invoke(cli, [str(a) for a in args], **kw)
+
+
+def one_error_line(r, code=2):
+    assert r.exit_code == code, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.output, r.output
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rep")
+    r = run_cli(["report", BASELINE, "--out", out])
+    assert r.exit_code == 0, r.output
+    return out / "policy.json"
+
+
+# ---- one spelling per concept; old spellings still work, unseen ---------------------------------------
+def test_select_takes_kv_layout_like_sweep_and_layout_still_works_hidden(policy):
+    args = ["select", "--policy", policy, "--batch-size", "16", "--q-len", "4", "--kv-len", "4096"]
+    new = run_cli([*args, "--kv-layout", "HND"])
+    old = run_cli([*args, "--layout", "HND"])
+    assert new.exit_code == old.exit_code == 0 and new.output == old.output
+    help_text = run_cli(["select", "--help"]).output
+    assert "--kv-layout" in help_text and "--layout" not in help_text.replace("--kv-layout", "")
+    assert "--kv-layout" in run_cli(["sweep", "--help"]).output
+
+
+def test_heads_are_written_qo_kv_dim_everywhere():
+    for name in ("sweep", "select"):
+        text = run_cli([name, "--help"], env={"COLUMNS": "200"}).output
+        assert "QO/KV/DIM" in text and "Q/KV/D," not in text, name
+
+
+def test_baseline_out_is_the_folder_and_root_still_works(tmp_path):
+    from gate_synth import sweep_rows, write_run
+
+    run = write_run(tmp_path / "run", sweep_rows())
+    assert run_cli(["baseline", run, "--name", "a", "--out", tmp_path / "bl"]).exit_code == 0
+    assert run_cli(["baseline", run, "--name", "b", "--root", tmp_path / "bl"]).exit_code == 0
+    assert sorted(p.name for p in (tmp_path / "bl").iterdir()) == ["a", "b"]
+    text = run_cli(["baseline", "--help"], env={"COLUMNS": "200"}).output
+    assert "--out" in text and "--root TEXT" not in text and "--root DIRECTORY" not in text
+
+
+def test_validate_timer_out_is_a_folder_and_a_json_path_keeps_its_old_meaning(tmp_path):
+    from kbench.cli.validate_cmd import rows_file
+
+    assert rows_file(str(tmp_path / "res")) == tmp_path / "res" / "validate-timer.json"
+    assert rows_file(str(tmp_path / "vt.json")) == tmp_path / "vt.json"
+    assert not (tmp_path / "res").exists()  # nothing made before there is something to write
+    line = one_error_line(run_cli(["validate-timer", "--out", "/proc/kbench-vt"]))
+    assert line.startswith("error: --out /proc/kbench-vt: cannot write there")
+
+
+def test_device_and_devices_together_are_refused(tmp_path):
+    line = one_error_line(run_cli(["sweep", *TINY, "--device", "0", "--devices", "0", "--out", tmp_path]))
+    assert "--device and --devices: give one" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gate_json_file_is_told_apart_from_the_json_flags():
+    text = " ".join(run_cli(["gate", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "--json FILE" in text and "take --json as a flag" in text
+
+
+# ---- honest messages -------------------------------------------------------------------------------------
+def test_select_error_names_the_options_not_a_python_dict(policy):
+    line = one_error_line(run_cli(["select", "--policy", policy, "--batch-size", "16", "--q-len", "4",
+                                   "--kv-len", "4096", "--heads", "64/8/128", "--dtype", "fp16"]))
+    assert "--heads 64/8/128 --dtype fp16" in line and "{" not in line and "'" not in line
+
+
+def test_non_ascii_name_is_said_not_silently_changed(tmp_path):
+    r = run_cli(["sweep", *TINY, "--name", "тест🚀 run", "--out", tmp_path])
+    assert r.exit_code == 0, r.output
+    assert "note: --name 'тест🚀 run' is written as 'run'" in r.output
+    assert [p.name.startswith("run-") for p in tmp_path.iterdir()] == [True]
+
+
+def test_heads_with_model_is_refused(tmp_path):
+    line = one_error_line(run_cli(["sweep", *TINY, "--model", "llama3-70b-tp8", "--heads", "32/8/128",
+                                   "--out", tmp_path]))
+    assert "--model llama3-70b-tp8 and --heads 32/8/128 both set the heads" in line and "give one" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_select_extrapolate_refuses_q_len_above_kv_len(policy):
+    line = one_error_line(run_cli(["select", "--policy", policy, "--batch-size", "16", "--q-len", "40",
+                                   "--kv-len", "8", "--extrapolate"]))
+    assert "q_len 40 > kv_len 8" in line
+
+
+def test_kernels_table_names_a_backend_on_a_cpu():
+    r = run_cli(["kernels", "--json"])
+    assert r.exit_code == 0, r.output
+    data = {k["kernel"]: k for k in json.loads(r.output)["kernels"]}
+    assert all(k["backend"] for k in data.values())
+    assert "xqa" in data["trtllm-decode"]["backend"] and "trtllm-gen" in data["trtllm-decode"]["backend"]
+
+
+# ---- usage errors and pipes -------------------------------------------------------------------------------
+def test_click_usage_errors_are_one_kbench_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", "--no-such-option"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        "error: No such option '--no-such-option'. (see kbench sweep --help)"] or (
+        len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: No such option")), r.stderr
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "select", "--policy", "x"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Missing option" in r.stderr
+
+
+def test_closed_pipe_is_quiet_and_exit_0(tmp_path):
+    r = subprocess.run(f"{sys.executable} -m kbench.cli.main report {BASELINE} --out {tmp_path / 'rep'} | head -2",
+                       shell=True, capture_output=True, text=True, executable="/bin/bash",
+                       env={**os.environ, "COLUMNS": "80"})
+    assert len(r.stdout.splitlines()) == 2 and r.stderr == "", r.stderr
+    r = subprocess.run(f"set -o pipefail; {sys.executable} -m kbench.cli.main report {BASELINE} --out "
+                       f"{tmp_path / 'rep'} | head -1 >/dev/null", shell=True, executable="/bin/bash")
+    assert r.returncode == 0

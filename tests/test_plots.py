@@ -1,0 +1,82 @@
+"""The report's plots, as a reader meets them: the speed-up heatmap (one panel per kv_len, a colour bar with a
+scale), time vs q (the slice where the winner changes, a marker per kernel, steps labelled above) and the roofline
+that says its ceiling."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import BASELINE, run_cli
+
+from kbench.runs.store import load_run
+
+
+def test_heatmap_colorbar_has_a_scale_and_roofline_says_its_ceiling(tmp_path, monkeypatch):
+    from kbench.report import plots
+    from kbench.report.build import build_report
+
+    figs = {}
+    real = plots._save
+
+    def keep(fig, path):
+        figs[Path(path).name] = fig
+        return real(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    build_report([BASELINE], tmp_path / "rep")
+    heat = next(f for n, f in figs.items() if n.startswith("speedup-heatmap"))
+    cbar = heat.axes[-1]
+    labels = [t.get_text() for t in cbar.get_yticklabels() if t.get_text()]
+    assert len(labels) >= 5 and "1x" in labels, labels
+    roof = figs["roofline.png"].axes[0]
+    assert "copy bandwidth" in roof.get_ylabel() and "may pass 1.0" in roof.get_title()
+    assert [t.get_text() for t in roof.get_xticklabels()] == ["268", "1,074"]
+
+
+def test_heatmap_is_one_panel_per_kv_len_with_q_len_along_x(tmp_path, monkeypatch):
+    """The committed baseline has one kv_len: one panel of 2 x 16 cells (was 16 panels of two cells)."""
+    from kbench.report import plots
+    from kbench.runs.winners import case_winners
+
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    plots.speedup_heatmaps(case_winners(load_run(BASELINE).rows), tmp_path)
+    (fig,) = figs
+    panels = [a for a in fig.axes if a.get_images()]
+    assert len(panels) == 1
+    (ax,) = panels
+    assert ax.get_title() == "kv_len 4096" and ax.get_xlabel().startswith("q_len")
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(q) for q in range(1, 17)]
+    assert len(ax.texts) == 32  # every cell annotated
+
+
+def test_time_vs_q_defaults_to_the_slice_where_the_winner_changes(tmp_path):
+    from kbench.report.plots import default_points, winner_changes
+
+    ok = load_run(BASELINE).rows
+    ok = ok[ok["status"] == "ok"]
+    changes = winner_changes(ok)
+    assert changes[(64, 4096)][0] == 0 < changes[(16, 4096)][0]  # bs 64: every kernel ties; bs 16: decode wins q 1-8
+    assert default_points(ok) == [(16, 4096)]
+    r = run_cli(["report", BASELINE, "--out", tmp_path / "rep"])
+    assert r.exit_code == 0, r.output
+    assert [p.name.split("-32")[0] for p in (tmp_path / "rep").glob("time-vs-q-*.png")] == ["time-vs-q-bs16-kv4096"]
+
+
+def test_time_vs_q_gives_each_kernel_its_own_marker_and_labels_steps_above_the_plot(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from kbench.report import plots
+
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    ok = load_run(BASELINE).rows
+    plots.time_vs_q(ok[ok["status"] == "ok"], [(16, 4096)], tmp_path)
+    (fig,) = figs
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    markers = {c.get_label(): c.lines[0].get_marker() for c in ax.containers}  # one errorbar per kernel
+    assert len(set(markers.values())) == len(markers) >= 5, markers
+    assert markers["decode-wrapper (decode)"] != markers["fa2-prefill (context)"]
+    assert not [t for t in ax.texts if "q·G" in t.get_text()]  # no label inside the plot area
+    top = ax.child_axes  # the secondary x axis on top
+    assert top and any("q·G=16" in t.get_text() for a in top for t in a.get_xticklabels())
