@@ -94,6 +94,10 @@ class RichSweepObserver(SweepObserver):
     def message(self, text):
         self.console.print(f"[yellow]{text}[/]")
 
+    def built(self, text):
+        self.console.print(f"  module {text}", style="red" if text.startswith("failed") else "dim", markup=False,
+                           highlight=False)
+
 
 def summary_tables(rows: pd.DataFrame, ceiling_bw: float | None, max_cases: int = 400) -> list[Table]:
     """One table per (heads, dtype, layout, page) group: a line per case, a column per kernel
@@ -197,6 +201,19 @@ def sweep_header(console: Console, sc, n_cases: int) -> None:
         console.print(f"[yellow]{long_cpu}[/]")
 
 
+def compile_note(c: dict | None) -> str:
+    """How the compile seconds were spent: streamed (overlapped with measuring) or all first."""
+    if not c:
+        return ""
+    if c.get("mode") != "stream":
+        return " (before measuring)"
+    if not c.get("to_build"):
+        return f" (streamed: all {c.get('modules', 0)} modules were built already)"
+    return (f" (streamed: {c.get('built', 0)} of {c.get('to_build')} modules built in the background"
+            f"{', %d failed' % c['failed'] if c.get('failed') else ''}, overlapped with measuring, which waited "
+            f"{c.get('waited_s', 0):.1f} s for them)")
+
+
 def sweep_summary(console: Console, result, stop, allow_wrong: bool, max_table_cases: int) -> int:
     """The tables, the skipped kernels, the device/rows/wall lines, the adaptive line and how the run ended;
     returns the exit code: 2 the run cannot be written, 1 a lost CUDA context or a wrong kernel (unless
@@ -217,8 +234,9 @@ def sweep_summary(console: Console, result, stop, allow_wrong: bool, max_table_c
         f"device: {result.device.name} (SM{result.device.sm})  copy bandwidth {fmt_bw(result.copy_bandwidth_gbs)}, read "
         f"bandwidth {fmt_bw(result.read_bandwidth_gbs)} (the roofline ceiling: {fmt_bw(result.ceiling_gbs)})\n"
         f"rows: {len(rows)} ({', '.join(f'{k} {v}' for k, v in counts.items())}); timed {result.measurements} this call\n"
-        f"wall {w.total_s:.1f} s: compile {w.compile_s:.1f}, inputs {w.inputs_s:.1f}, reference {w.reference_s:.1f}, "
-        f"check {w.check_s:.1f}, timing {w.timing_s:.1f}\n"
+        f"wall {w.total_s:.1f} s: compile {w.compile_s:.1f}{compile_note(result.compile)}, inputs {w.inputs_s:.1f}, "
+        f"reference {w.reference_s:.1f}, check {w.check_s:.1f}, timing {w.timing_s:.1f}; first ok row "
+        f"{'-' if result.first_ok_s is None else f'after {result.first_ok_s:.1f} s'}\n"
         f"run: {result.run_dir}"
     )
     ada_block = read_manifest(result.run_dir).get("adaptive")

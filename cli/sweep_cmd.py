@@ -52,7 +52,9 @@ def grid_axis_options(f):
 @click.option("--allow-wrong", is_flag=True, help="Exit 0 even when a kernel fails its check.")
 @click.option("--slow-kernel", multiple=True, metavar="KERNEL=N",
               help="TEST ONLY: run KERNEL N times per timed call, to show that `kbench gate` catches a slow-down.")
-@click.option("--compile-workers", type=click.IntRange(1, 64), help="Parallel JIT compile processes (default: cores/2, at most 8).")
+@click.option("--compile-workers", type=click.IntRange(1, 64), help="FlashInfer modules compiled at once (default: cores/2, at most 8).")
+@click.option("--stream/--no-stream", default=True, show_default=True,
+              help="Compile the FlashInfer modules in the background (nice 10, ninja -j cores-2) and measure each kernel as soon as its modules are built, so rows come while others compile; --no-stream compiles every module first, then measures.")
 @click.option("--jit-cache", type=click.Path(file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
 @click.option("--shard", help="Run slice i/N of the cases (deterministic: case j goes to shard j mod N); join slices with kbench merge. auto: this Slurm array task's slice; auto/N: this Kubernetes Indexed Job pod's (examples/).")
 @click.option("--devices", help="One worker process per listed GPU (e.g. 0,1) over the shards, merged into one run (not with --device).")

@@ -102,15 +102,21 @@ class Module:
         return module_state(self.spec)
 
 
-def plan(kernels, cases: list[Case], device: DeviceInfo, joined: list[Module] | None = None) -> list[Module]:
+def plan(kernels, cases: list[Case], device: DeviceInfo, joined: list[Module] | None = None, skip=None,
+         needs: dict | None = None) -> list[Module]:
     """The modules the sweep of these cases compiles on this device, each once, in the order first needed;
-    joined: the plan of other grids, which this one extends."""
+    joined: the plan of other grids, which this one extends. skip(kernel, case) as compile_targets takes it;
+    needs: filled with (kernel name, jit_key) -> the names of the modules it loads (the streamed sweep waits
+    for them, kbench.engine.stream)."""
     from kbench.engine.jit import compile_targets
 
     by_name = {k.name: k for k in kernels}
     modules: dict[str, Module] = {m.name: m for m in joined or []}
-    for job in compile_targets(kernels, cases, device).values():
-        for spec in by_name[job.kernel].jit_specs(device, job.case):
+    for key, job in compile_targets(kernels, cases, device, skip=skip).items():
+        specs = by_name[job.kernel].jit_specs(device, job.case)
+        if needs is not None:
+            needs[key] = [s.name for s in specs]
+        for spec in specs:
             m = modules.setdefault(spec.name, Module(spec.name, spec))
             if job.kernel not in m.kernels:
                 m.kernels.append(job.kernel)

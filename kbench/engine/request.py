@@ -34,6 +34,9 @@ class SweepOptions:
     slow_kernel: dict[str, int] = field(default_factory=dict)
     command_line: str = ""
     compile_workers: int | None = None  # None: kbench.engine.jit.default_workers()
+    # build the JIT modules in the background and measure each kernel once its modules are ready
+    # (kbench.engine.stream); False: compile every module first, then measure (kbench before streaming)
+    stream: bool = True
     shard: tuple[int, int] | None = None  # (i, n): only cases whose index in the grid is i mod n
     # run kernels in a worker process restarted after a crash (kbench.engine.isolation); None: when CUDA is
     # there (the CLI's default; the Python API passes False, because spawned workers re-import __main__)
@@ -92,6 +95,7 @@ class SweepRequest:
     max_table_cases: int = 200  # rows shown per summary table
     slow_kernel: tuple[str, ...] = ()  # KERNEL=N
     compile_workers: int | None = None
+    stream: bool = True
     jit_cache: str | None = None
     shard: str | None = None  # i/N
     devices: str | None = None  # 0,1
@@ -138,7 +142,8 @@ class SweepRequest:
                            f"or budgets")
         opts = SweepOptions(adaptive=ada, out_dir=self.out_dir, resume=self.resume, run_name=self.run_name,
                             device_index=self.device_index, seed=self.seed, slow_kernel=self.slow_kernels(),
-                            compile_workers=self.compile_workers, isolate=self.isolate, command_line=self.command_line)
+                            compile_workers=self.compile_workers, isolate=self.isolate, command_line=self.command_line,
+                            stream=self.stream)
         check_plan(ada is not None, bool(self.devices or self.shard))
         line = name_note(self.run_name)
         if line:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +34,7 @@ class SweepObserver:
     def row(self, row: Row) -> None: ...
     def kernel_started(self, kernel: str, case: Case) -> None: ...
     def message(self, text: str) -> None: ...
+    def built(self, text: str) -> None: ...  # a streamed sweep's module, built in the background (or failed)
 
 
 @dataclass
@@ -48,6 +49,8 @@ class SweepResult:
     error: str = ""  # why the run stopped early (a lost CUDA context), else ""
     read_bandwidth_gbs: float | None = None  # kbench.timing.hardware.read_bandwidth_gbs
     ceiling_gbs: float | None = None  # roofline_frac's ceiling: the read figure, else (not measured) the copy figure
+    first_ok_s: float | None = None  # seconds from this call's start to its first ok row (None: no ok row)
+    compile: dict | None = None  # the manifest's compile block: mode (stream | before), modules, build wall, ...
 
 
 class Sweep:
@@ -56,7 +59,7 @@ class Sweep:
     process or in an isolated worker, each row appended to the journal as it comes."""
 
     def __init__(self, scenario: Scenario, options: SweepOptions | None = None,
-                 observer: SweepObserver | None = None):
+                 observer: SweepObserver | None = None, builder=None):
         self.sc = scenario
         self.opt = options or SweepOptions()
         self.obs = observer or SweepObserver()
@@ -68,6 +71,15 @@ class Sweep:
         self._isolated = None
         self._isolated_measurements = 0  # timed in the isolated worker
         self._compiled: set[tuple] = set()  # (kernel, jit_key) compiled by this call
+        # streaming (kbench.engine.stream): builder(request) -> a started BackgroundBuild-like object; the
+        # default spawns prebuild's builder; tests inject a fake. Without a GPU nothing is built unless injected.
+        self.builder = builder
+        self._stream = None  # StreamPlan while streaming
+        self._build = None  # the background build
+        self._clock = None  # StreamClock
+        self._measured_cases: set[str] = set()
+        self._first_ok: float | None = None
+        self._compile_info: dict = {}
         # while a run is open
         self._run: RunSession | None = None
         self._bw: float | None = None  # the roofline ceiling
@@ -155,7 +167,10 @@ class Sweep:
                     self._isolate = dev.cuda if self.opt.isolate is None else self.opt.isolate
                     run.manifest["isolated"] = bool(self._isolate)
                     plan.open(run, self.kernel_paths())
-                    self.compile(plan.cases(), run.done, in_process=not self._isolate)
+                    if self.opt.stream:
+                        self.start_stream(plan.cases(), run.done)
+                    else:
+                        self.compile(plan.cases(), run.done, in_process=not self._isolate)
                     if plan.intro:
                         self.obs.phase(plan.intro)
                     for rnd in plan.rounds(self):
@@ -173,17 +188,23 @@ class Sweep:
             pass
         rows = read_journal(session.dir / JOURNAL)
         return SweepResult(session.dir, rows, self.wall, session.status, dev, copy_bw, self.measurements, error,
-                           read_bandwidth_gbs=read_bw, ceiling_gbs=read_bw or copy_bw)
+                           read_bandwidth_gbs=read_bw, ceiling_gbs=read_bw or copy_bw, first_ok_s=self._first_ok,
+                           compile=self._compile_info or None)
 
     def _close(self, run: RunSession, dev: DeviceInfo, error: str) -> None:
-        """What this call adds to the manifest however it ended: worker restarts, wall time, measurements, clocks."""
+        """What this call adds to the manifest however it ended: worker restarts, wall time, measurements, clocks;
+        a streamed call's build is stopped (its compilers ended) first."""
+        self._stop_stream()
         if self._isolated is not None:
             run.manifest["worker_restarts"] = self._isolated.restarts
             run.manifest["cuda_context_losses"] = self._isolated.context_losses
             self._isolated.close()
         self.wall.total_s = time.perf_counter() - self._t0
         prev_wall = run.manifest.get("wall_s")
-        run.manifest["wall_s"] = self.wall.as_dict()
+        run.manifest["wall_s"] = {**self.wall.as_dict(), "first_ok_row_s": None if self._first_ok is None
+                                  else round(self._first_ok, 3)}
+        if self._compile_info:
+            run.manifest["compile"] = self._compile_info
         if prev_wall:
             run.manifest.setdefault("wall_s_earlier", []).append(prev_wall)
         # cumulative over --resume calls (SweepResult.measurements counts this call)
@@ -216,39 +237,151 @@ class Sweep:
         for label, err in errors.items():  # each case's check records the failure on its own row
             self.obs.message(f"compile of {label} failed: {err}")
         self.wall.compile_s += time.perf_counter() - t0
+        self._compile_info = {"mode": "before", "jobs": len(jobs), "failed": len(errors),
+                              "build_wall_s": round(time.perf_counter() - t0, 3), "overlapped": False}
+
+    # -- streaming: modules built in the background while ready kernels are measured --------------------------
+    def start_stream(self, cases: list[Case], done) -> None:
+        """Plan the modules the cases need (prebuild's plan) and start building the missing ones in the background
+        (prebuild's builder in its own process); without a GPU nothing is built (unless a builder is injected)."""
+        from kbench.engine.jit import default_workers
+        from kbench.engine.stream import NICE, BackgroundBuild, StreamClock, StreamPlan, default_max_jobs
+
+        dev = self.measurer.open()
+        if not dev.cuda and self.builder is None:
+            return
+        try:
+            sp = StreamPlan.of(self.kernels, cases, dev, skip=lambda k, c: (k.name, c.case_id) in done)
+        except Exception as e:  # noqa: BLE001 - a kernel's jit_specs cannot say: compile everything first, as before
+            self.obs.message(f"cannot plan the modules to stream ({type(e).__name__}: {e}): compiling them first")
+            return self.compile(cases, done, in_process=not self._isolate)
+        self._stream, self._clock = sp, StreamClock()
+        missing = sp.missing()
+        workers = self.opt.compile_workers or default_workers()
+        self._compile_info = {"mode": "stream", "modules": len(sp.modules), "to_build": len(missing),
+                              "parallel": workers, "max_jobs": default_max_jobs(), "nice": NICE, "overlapped": True}
+        if not missing:
+            self._clock.ended = self._clock.started
+            return
+        request = {"kernels": [k.name for k in self.kernels], "cases": [asdict(c) for c in cases],
+                   "device": dev.to_dict(), "modules": missing, "parallel": workers,
+                   "max_jobs": default_max_jobs(), "nice": NICE}
+        self.obs.message(f"building {len(missing)} FlashInfer module(s) in the background ({workers} at a time); "
+                         "kernels are measured as their modules are ready")
+        self._build = (self.builder or (lambda r: BackgroundBuild(r).start()))(request)
+
+    def _poll_builds(self, timeout: float = 0.0) -> bool:
+        """Take the outcomes that arrived (waiting up to `timeout` for one); True when something changed."""
+        b = self._build
+        if b is None or b.finished and not self._stream.missing():
+            return False
+        outs = b.poll(timeout)
+        for o in outs:
+            self._stream.settle(o)
+            secs = f"{o.get('seconds', 0):.0f} s " if o["status"] == "built" else ""
+            self.obs.built(f"{o['status']} {secs}{o['module']}" + (f": {o.get('reason')}" if o["status"] == "failed"
+                                                                     else ""))
+        if b.finished and self._stream.missing():  # the process ended before building them (killed, crashed)
+            self._stream.fail_pending(f"the build process ended (exit code {b.exitcode}) before building it")
+            outs = outs or [{}]
+        if outs and not self._stream.missing() and self._clock.ended is None:
+            self._clock.ended = time.perf_counter()
+        return bool(outs)
+
+    def _stop_stream(self) -> None:
+        if self._build is not None:
+            self._build.stop()
+        if self._clock is None:
+            return
+        if self._clock.ended is None:
+            self._clock.ended = time.perf_counter()
+        self.wall.compile_s += self._clock.build_wall()
+        self._compile_info.update(build_wall_s=round(self._clock.build_wall(), 3),
+                                  waited_s=round(self._clock.waited_s, 3), case_rebuilds=self._clock.case_rebuilds,
+                                  **{k: v for k, v in sorted(self._stream.counts.items())},
+                                  unbuilt=len(self._stream.missing()))
+        self._clock = None
+
+    def _held(self, case: Case) -> set[tuple]:
+        """The case's kernels without a row whose modules are still being built."""
+        from kbench.engine.stream import PENDING
+
+        if self._stream is None:
+            return set()
+        return {(k.name, case.case_id) for k in self.kernels if (k.name, case.case_id) not in self._run.done
+                and self._stream.state(k, case)[0] == PENDING}
 
     def measure_round(self, rnd: Round) -> None:
-        """The round's cases that still lack a row, in order, as long as the plan admits them."""
+        """The round's cases that still lack a row, in order, as long as the plan admits them. Streaming: a case's
+        kernels whose modules are not built yet wait; once the round's cases are walked, the waiting ones are
+        measured as their modules arrive (the round ends when every case has its rows)."""
         if rnd.message:
             self.obs.message(rnd.message)
         todo = [pc for pc in rnd.cases if self.missing(pc.case)]
         self.obs.phase(rnd.label, total=sum(self.missing(pc.case) for pc in todo))  # one advance per row
+        waiting = []
         for pc in rnd.admitted(todo):
+            self._poll_builds()
             self.measure(pc)
+            if self._held(pc.case):
+                waiting.append(pc)
+        while waiting:
+            for pc in waiting:
+                if self.missing(pc.case) > len(self._held(pc.case)):  # something of it is ready (or failed)
+                    self.measure(pc)
+                    self._poll_builds()
+            waiting = [pc for pc in waiting if self._held(pc.case)]
+            t0 = time.perf_counter()
+            while waiting and not self._poll_builds(0.5):  # idle until a module arrives
+                pass
+            self._clock.waited_s += time.perf_counter() - t0
 
     def measure(self, pc: PlannedCase) -> None:
         """One planned case: a skipped row for each kernel the plan pruned there, then every other kernel without
-        a row measured, here or in the isolated worker; each row says how the plan chose the case (chosen_by)."""
+        a row measured, here or in the isolated worker; each row says how the plan chose the case (chosen_by).
+        Streaming: a kernel whose module failed to build gets a failed row, one still building waits."""
+        from kbench.engine.stream import FAILED
+
         emit = self._emitter(pc.tag)
         by_name = {k.name: k for k in self.kernels}
+        case = pc.case
         for name, reason in pc.pruned.items():
-            if (name, pc.case.case_id) not in self._run.done:
-                emit(self.measurer.row(by_name[name], pc.case, "skipped", reason=reason))
+            if (name, case.case_id) not in self._run.done:
+                emit(self.measurer.row(by_name[name], case, "skipped", reason=reason))
+        done = self._run.done
+        if self._stream is not None:
+            for k in self.kernels:
+                if (k.name, case.case_id) not in done:
+                    state, reason = self._stream.state(k, case)
+                    if state == FAILED:
+                        emit(self.measurer.row(k, case, "failed", reason=reason))
+            held = self._held(case)
+            if not self.missing(case) or self.missing(case) == len(held):
+                return  # nothing to measure now: no inputs built
+            done = done | held  # a copy: the held kernels are measured later
+            if case.case_id in self._measured_cases:
+                self._clock.case_rebuilds += 1
+            self._measured_cases.add(case.case_id)
         if self._isolate:
-            self._measure_isolated(pc, by_name, emit)
+            self._measure_isolated(pc, by_name, emit, done)
         else:
-            self.measurer.measure(pc.case, self._run.done, self._bw, emit)
+            self.measurer.measure(case, done, self._bw, emit)
+
+    def _first_ok_row(self, status: str) -> None:
+        if status == "ok" and self._first_ok is None:
+            self._first_ok = self.elapsed_s()
 
     def _emitter(self, tag: str):
         def emit(row: Row) -> None:
             row.chosen_by = tag
             self._run.append(row)
+            self._first_ok_row(row.status)
             self.obs.row(row)
             self.obs.advance()
 
         return emit
 
-    def _measure_isolated(self, pc: PlannedCase, by_name: dict, emit) -> None:
+    def _measure_isolated(self, pc: PlannedCase, by_name: dict, emit, done) -> None:
         from kbench.engine.isolation import IsolatedRunner
 
         if self._isolated is None:  # one worker for the run (every case of every round comes back here)
@@ -258,6 +391,7 @@ class Sweep:
         def on_row(rec):
             rec["chosen_by"] = pc.tag
             self._run.append(rec)
+            self._first_ok_row(rec.get("status"))
             self.obs.row(Row(**rec))
             self.obs.advance()
 
@@ -266,26 +400,26 @@ class Sweep:
             self.obs.message(f"{kernel} {case.case_id}: {reason}")
 
         self.obs.advance(f"{case.case_id} (isolated worker)")
-        wall, n = self._isolated.run_case(case, self._run.done, self._bw, on_row, on_failed)
+        wall, n = self._isolated.run_case(case, done, self._bw, on_row, on_failed)
         self.wall.add(wall)
         self._isolated_measurements += n
 
 
 def sweep_payload(sc: Scenario, opt: SweepOptions) -> Payload:
     """What a per-device worker needs to run `sc` as this sweep would (its shard, device and folder added)."""
-    keep = ("compile_workers", "isolate", "command_line")
+    keep = ("compile_workers", "isolate", "command_line", "stream")
     return Payload.of(sc, MeasureOptions(opt.device_index, opt.seed, dict(opt.slow_kernel)),
                       **{k: getattr(opt, k) for k in keep})
 
 
 def run_sweep(scenario: Scenario, out_dir: str | Path = "results", observer: SweepObserver | None = None,
-              **options) -> SweepResult:
-    """Run a scenario and write a run folder under out_dir. See SweepOptions for the options."""
-    return Sweep(scenario, SweepOptions(out_dir=out_dir, **options), observer).run()
+              builder=None, **options) -> SweepResult:
+    """Run a scenario and write a run folder under out_dir. See SweepOptions for the options; builder: see Sweep."""
+    return Sweep(scenario, SweepOptions(out_dir=out_dir, **options), observer, builder).run()
 
 
-def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, **options) -> SweepResult:
+def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, builder=None, **options) -> SweepResult:
     from kbench.runs.store import read_manifest
 
     manifest = read_manifest(Path(run_dir))
-    return Sweep(scenario_of_run(manifest), SweepOptions(resume=run_dir, **options), observer).run()
+    return Sweep(scenario_of_run(manifest), SweepOptions(resume=run_dir, **options), observer, builder).run()

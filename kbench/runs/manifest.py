@@ -91,7 +91,8 @@ FIELDS: tuple[tuple[str, Any, bool], ...] = (
     ("interrupted_at", str, False),
     ("worker_restarts", int, False),
     ("cuda_context_losses", list, False),
-    ("wall_s", dict, False),
+    ("wall_s", dict, False),  # this call's seconds (WallSplit) and first_ok_row_s; compile_s overlaps when streamed
+    ("compile", dict, False),  # this call's compile step: mode (stream | before), modules, build wall, waited, ...
     ("wall_s_earlier", list, False),
     ("measurements", int, False),
     ("clocks_end", dict, False),

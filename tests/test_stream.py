@@ -1,0 +1,253 @@
+"""The streamed sweep on the CPU, with an injected module builder: kernel A's module is built at once, kernel B's
+later (or never); A's rows come before B's module is ready, B's after; a failed build is B's failed rows with the
+reason; an interrupt while B builds leaves a resumable run and stops the builder; --resume measures only the rest.
+The real background build (a spawned process in its own process group) is shown ending its compilers on stop."""
+import os
+import signal
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from kbench.cases.models import MODELS
+from kbench.cases.scenario import Scenario, Timing
+from kbench.cli.main import cli
+from kbench.engine.stream import BackgroundBuild, StreamPlan
+from kbench.engine.sweep import SweepObserver, resume_sweep, run_sweep
+from kbench.kernels import registry
+from kbench.kernels.reference import ReferenceKernel
+from kbench.runs.store import load_run
+
+FAST = Timing(spread_target=0.2, budget_s=0.05, min_samples=3, max_samples=10)
+
+
+class ModuleKernel(ReferenceKernel):
+    """Test only: the reference's math, under another name, needing one FlashInfer-like module."""
+    path = "decode"
+
+    def __init__(self, name):
+        self.name = name
+
+    def jit_key(self, case):
+        return (case.q_len,)
+
+    def jit_specs(self, device, case):
+        return [SimpleNamespace(name=f"mod_{self.name}_q{case.q_len}", is_aot=False,
+                                jit_library_path=Path("/nonexistent/kbench-test.so"))]
+
+
+@pytest.fixture
+def two_kernels():
+    registry._load()
+    for n in ("ka", "kb"):
+        registry.register(ModuleKernel(n))
+    yield
+    for n in ("ka", "kb"):
+        registry._REGISTRY.pop(n, None)
+
+
+def scenario():
+    return Scenario(name="stream", heads=MODELS["gqa8-d64"], batch_size=[1, 2], q_len=[1, 4], kv_len=[64],
+                    page_size=[16], timing=FAST, kernels=["ka", "kb"]).validate()
+
+
+class FakeBuild:
+    """Modules of kernel `ka` built at once; those of `kb` after `delay` s (or failed, or never)."""
+
+    def __init__(self, request, delay=1.5, fail=None, never=False, interrupt_when=None, release_when=None):
+        self.request, self.delay, self.fail, self.never = request, delay, fail, never
+        self.t0 = time.perf_counter()
+        self.sent: set[str] = set()
+        self.finished = False
+        self.stopped = False
+        self.released_at = None  # when kb's modules were reported
+        self.interrupt_when = interrupt_when
+        self.release_when = release_when  # instead of the delay
+
+    def poll(self, timeout=0.0):
+        if self.interrupt_when is not None and self.interrupt_when():
+            raise KeyboardInterrupt  # Ctrl-C while the build goes on
+        out = []
+        for name in self.request["modules"]:
+            if name in self.sent:
+                continue
+            late = "_kb_" in name
+            due = self.release_when() if self.release_when else time.perf_counter() - self.t0 >= self.delay
+            if late and (self.never or not due):
+                continue
+            if late and self.released_at is None:
+                self.released_at = time.perf_counter()
+            self.sent.add(name)
+            out.append({"module": name, "status": "failed" if late and self.fail else "built", "seconds": 0.1,
+                        "reason": self.fail if late and self.fail else ""})
+        if not out and timeout:
+            time.sleep(min(timeout, 0.05))
+        self.finished = len(self.sent) == len(self.request["modules"])
+        return out
+
+    def stop(self):
+        self.stopped = True
+        self.finished = True
+
+
+class Arrivals(SweepObserver):
+    def __init__(self):
+        self.rows = []  # (kernel, when)
+
+    def row(self, row):
+        self.rows.append((row.kernel, time.perf_counter()))
+
+
+def _run(tmp_path, observer=None, **kw):
+    builds = []
+
+    def builder(request):
+        builds.append(FakeBuild(request, **kw))
+        return builds[0]
+
+    res = run_sweep(scenario(), out_dir=tmp_path, builder=builder, observer=observer)
+    return res, builds[0]
+
+
+def test_ready_kernel_rows_come_before_the_late_module_and_the_late_ones_after(tmp_path, two_kernels):
+    seen = Arrivals()
+
+    def after_ka():  # kb's modules arrive 0.5 s after the last ka row: the sweep has to wait for them
+        ka = [t for k, t in seen.rows if k == "ka"]
+        return len(ka) == 4 and time.perf_counter() - ka[-1] > 0.5
+
+    res, build = _run(tmp_path, observer=seen, release_when=after_ka)
+    assert all(t < build.released_at for k, t in seen.rows if k == "ka")  # measured while kb's modules built
+    assert all(t > build.released_at for k, t in seen.rows if k == "kb")
+    rows = load_run(res.run_dir).rows
+    assert res.status == "complete" and len(rows) == 8 and (rows.status == "ok").all()
+    assert build.request["modules"] == ["mod_ka_q1", "mod_kb_q1", "mod_ka_q4", "mod_kb_q4"]
+    kernels = list(rows.kernel)
+    assert kernels == ["ka"] * 4 + ["kb"] * 4  # every ka row (4 cases) before the first kb row
+    m = res.run_dir / "manifest.json"
+    import json
+
+    man = json.loads(m.read_text())
+    first_ok = man["wall_s"]["first_ok_row_s"]
+    assert first_ok is not None and first_ok < man["wall_s"]["total_s"] - 1.0  # 1.5 s before kb's were ready
+    assert man["compile"]["mode"] == "stream" and man["compile"]["to_build"] == 4 and man["compile"]["built"] == 4
+    assert man["compile"]["waited_s"] > 0.4  # measuring sat idle until kb's modules came
+    assert man["compile"]["case_rebuilds"] == 4  # each case's inputs built twice (once per wave)
+    assert man["wall_s"]["compile_s"] >= man["compile"]["waited_s"] and man["compile"]["overlapped"] is True
+    assert res.first_ok_s == pytest.approx(first_ok, abs=1e-3)
+
+
+def test_a_failed_build_gives_the_kernels_rows_the_reason(tmp_path, two_kernels):
+    res, build = _run(tmp_path, delay=0.2, fail="nvcc: error: boom in xqa.cu")
+    rows = load_run(res.run_dir).rows
+    kb = rows[rows.kernel == "kb"]
+    assert len(kb) == 4 and (kb.status == "failed").all()
+    assert kb.reason.str.contains("mod_kb_q").all() and kb.reason.str.contains("boom in xqa.cu").all()
+    assert (rows[rows.kernel == "ka"].status == "ok").all()
+    assert load_run(res.run_dir).manifest["compile"]["failed"] == 2
+
+
+def test_interrupt_while_building_keeps_rows_stops_the_build_and_resume_finishes_the_rest(tmp_path, two_kernels):
+    seen = {}
+
+    def interrupt_when():  # Ctrl-C once ka's rows are written, while kb's modules are still building
+        return len(seen["res_dir"]().rows) >= 4 if "res_dir" in seen else False
+
+    builds = []
+
+    def builder(request):
+        b = FakeBuild(request, never=True, interrupt_when=interrupt_when)
+        builds.append(b)
+        return b
+
+    out = tmp_path / "r"
+    out.mkdir()
+    seen["res_dir"] = lambda: load_run(next(out.iterdir()))
+    part = run_sweep(scenario(), out_dir=out, builder=builder)
+    assert part.status == "interrupted" and builds[0].stopped
+    kept = load_run(part.run_dir)
+    assert kept.manifest["status"] == "interrupted"
+    assert sorted(kept.rows.kernel) == ["ka"] * 4 and (kept.rows.status == "ok").all()
+    assert kept.manifest["compile"]["unbuilt"] == 2  # kb's modules never came
+
+    resumed = []
+
+    def builder2(request):
+        resumed.append(FakeBuild(request, delay=0.0))
+        return resumed[0]
+
+    done = resume_sweep(part.run_dir, builder=builder2)
+    assert done.status == "complete"
+    assert resumed[0].request["modules"] == ["mod_kb_q1", "mod_kb_q4"]  # only what the missing rows need
+    rows = load_run(part.run_dir).rows
+    assert sorted(zip(rows.kernel, rows.case_id)) == sorted({(k, c) for k in ("ka", "kb") for c in rows.case_id})
+    assert len(rows) == 8 and (rows.status == "ok").all()  # nothing measured twice
+    assert done.measurements == 4
+
+
+def test_no_stream_compiles_first_and_measures_in_grid_order(tmp_path, two_kernels):
+    calls = []
+    res = run_sweep(scenario(), out_dir=tmp_path, builder=lambda r: calls.append(r), stream=False)
+    rows = load_run(res.run_dir).rows
+    assert calls == [] and (rows.status == "ok").all()
+    assert list(rows.kernel) == ["ka", "kb"] * 4  # case by case, as before streaming
+
+
+def test_stream_plan_states(two_kernels):
+    from kbench.device import DeviceInfo
+
+    sc = scenario()
+    ka, kb = registry.get_kernel("ka"), registry.get_kernel("kb")
+    plan = StreamPlan.of([ka, kb], sc.cases(), DeviceInfo(cuda=False, name="cpu", sm=0))
+    c = sc.cases()[0]
+    assert plan.state(ka, c) == ("pending", "") and plan.missing() == ["mod_ka_q1", "mod_kb_q1", "mod_ka_q4",
+                                                                       "mod_kb_q4"]
+    plan.settle({"module": f"mod_ka_q{c.q_len}", "status": "built"})
+    plan.settle({"module": f"mod_kb_q{c.q_len}", "status": "failed", "reason": "no nvcc"})
+    assert plan.state(ka, c) == ("ready", "")
+    assert plan.state(kb, c) == ("failed", f"JIT module mod_kb_q{c.q_len} failed to build: no nvcc")
+    ref = registry.get_kernel("reference")
+    assert plan.state(ref, c) == ("ready", "")  # nothing to wait for
+
+
+def sleeping_worker(request, conn):
+    """A build process whose 'compiler' (a child in its process group) never ends; reports its pid first."""
+    import subprocess
+
+    from kbench.engine.stream import prepare_build_process
+
+    prepare_build_process(request)
+    child = subprocess.Popen(["sleep", "300"])
+    conn.send({"module": "pid", "status": "built", "seconds": float(child.pid), "nice": os.nice(0),
+               "max_jobs": os.environ["MAX_JOBS"]})
+    child.wait()
+
+
+def test_background_build_stop_ends_its_compilers_and_joins():
+    b = BackgroundBuild({"max_jobs": 3, "nice": 7}, worker=sleeping_worker).start()
+    got = []
+    deadline = time.time() + 60
+    while not got and time.time() < deadline:
+        got = b.poll(1.0)
+    assert got, "the build process said nothing"
+    pid = int(got[0]["seconds"])
+    assert got[0]["nice"] >= 7 and got[0]["max_jobs"] == "3"  # lower priority; the jobs asked for
+    assert os.getpgid(pid) == b.proc.pid  # the compiler runs in the build's own process group
+    b.stop()
+    assert b.finished and not b.proc.is_alive()
+    for _ in range(50):  # the grandchild is gone (reaped by init once its parent died)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the compiler outlived stop()")
+
+
+def test_cli_no_stream_flag_and_help():
+    r = CliRunner().invoke(cli, ["sweep", "--help"])
+    assert "--stream / --no-stream" in r.output
