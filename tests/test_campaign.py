@@ -214,7 +214,7 @@ def test_groups_expand_in_order_and_a_step_runs_once():
     assert campaign.expand(["repeat", "slow", "rep1"]) == ["rep1", "rep2", "repeat-check", "slow-sweep", "slow-gate"]
     assert campaign.expand(["power", "adaptive"]) == ["power-1", "power-2", "power-table", "adaptive-full",
                                                       "adaptive-run", "adaptive-table"]
-    assert campaign.expand(["time-to-answer"]) == ["tta-cold", "tta-warm", "tta-prebuild"]
+    assert campaign.expand(["time-to-answer"]) == ["tta-cold", "tta-warm", "stream-repeat", "tta-prebuild"]
 
 
 # --- time limits, resume, the deadline -----------------------------------------------------------------------
@@ -435,7 +435,7 @@ def test_validate_checks_every_row_of_30_us_or_more(gpu, monkeypatch):
 def test_time_to_answer_runs_cold_then_warm_then_with_the_prebuild_archive(gpu):
     aot = _aot(gpu.tmp, "0.7.4", {"xqa_a": b"so"})
     cfg = campaign.Config.from_env()
-    o = {x.step: x for x in campaign.run_steps(campaign.expand(["time-to-answer"]), cfg, echo=lambda _: None)}
+    o = {x.step: x for x in campaign.run_steps(["tta-cold", "tta-warm", "tta-prebuild"], cfg, echo=lambda _: None)}
     assert [x.status for x in o.values()] == ["PASS"] * 3, {k: v.line() for k, v in o.items()}
     assert "compile 5.0 s" in o["tta-cold"].figures  # no AOT module and an empty JIT cache: it compiles
     assert "compile 0.2 s" in o["tta-warm"].figures and "compile 0.2 s" in o["tta-prebuild"].figures
@@ -447,6 +447,33 @@ def test_time_to_answer_runs_cold_then_warm_then_with_the_prebuild_archive(gpu):
     assert cold["compile_s"] == 5.0 and cold["wall_s"] > 0 and Path(cold["run"]).is_dir()
     starts = [c for c in kbench_calls(gpu) if c[0] == "sweep"]
     assert len(starts) == 3 and all("--resume" not in c for c in starts)
+
+
+def test_tta_records_the_manifests_compile_mode_and_first_ok_row(gpu):
+    cfg = campaign.Config.from_env()
+    o = {x.step: x for x in campaign.run_steps(["tta-cold", "tta-warm"], cfg, echo=lambda _: None)}
+    assert "compile 5.0 s (stream, 1 built, measuring waited 0.1 s)" in o["tta-cold"].figures
+    assert "(0.5 s into the sweep)" in o["tta-warm"].figures
+    cold = json.loads((gpu.res / "tta/cold.json").read_text())
+    assert cold["first_ok_row_s"] == 0.5 and cold["compile_mode"] == "stream" and cold["timing_s"] is not None
+
+
+def test_stream_repeat_compares_the_streamed_run_with_the_warm_spread(gpu, monkeypatch):
+    cfg = campaign.Config.from_env()
+    o = {x.step: x for x in campaign.run_steps(["stream-repeat"], cfg, echo=lambda _: None)}
+    assert o["stream-repeat"].reason == "needs tta-cold and tta-warm on this machine first (their runs)"
+    monkeypatch.setenv("FAKE_JITTER", "tta-warm2=0.4")  # two warm runs 0.4% apart; the streamed one as warm
+    o = {x.step: x for x in campaign.run_steps(["tta-cold", "tta-warm", "stream-repeat"], cfg, echo=lambda _: None)}
+    assert o["stream-repeat"].status == "PASS", o["stream-repeat"].line()
+    assert "warm/warm: |ratio-1| median 0.40%" in o["stream-repeat"].figures
+    assert "median ratio 1.0000" in o["stream-repeat"].figures
+    sweeps = [c for c in kbench_calls(gpu) if c[0] == "sweep"]
+    assert len(sweeps) == 3  # cold, warm, and the second warm sweep
+    monkeypatch.setenv("FAKE_JITTER", "tta-cold=3,tta-warm2=0.4")  # the streamed run 3% off: clearly worse
+    (gpu.res / "tta/cold.json").unlink()
+    o = {x.step: x for x in campaign.run_steps(["tta-cold", "stream-repeat"], cfg, echo=lambda _: None)}
+    assert o["stream-repeat"].status == "FAILED" and "streamed |diff| median 3.00%" in o["stream-repeat"].reason
+    assert len([c for c in kbench_calls(gpu) if c[0] == "sweep"]) == 4  # warm2 reused
 
 
 def test_tta_warm_needs_the_cold_cache_and_tta_prebuild_an_archive(gpu):
