@@ -301,19 +301,28 @@ def test_adaptive_sweep_compiles_the_whole_grid_once_before_the_rounds(tmp_path,
     from kbench.engine.sweep import Sweep, scenario_of_run
 
     asked = []
-    real = Sweep.compile
+    real, real_stream = Sweep.compile, Sweep.start_stream
 
     def spy(self, cases, done, in_process=True):
-        asked.append({c.case_id for c in cases})
+        asked.append(("before", {c.case_id for c in cases}))
         return real(self, cases, done, in_process)
 
+    def spy_stream(self, cases, done):
+        asked.append(("stream", {c.case_id for c in cases}))
+        return real_stream(self, cases, done)
+
     monkeypatch.setattr(Sweep, "compile", spy)
-    r = CliRunner().invoke(cli, ["sweep", "--adaptive", "--kernels", fake_kernels, "--budget", "0.05",
-                                 "--min-time", "0.02", "--out", str(tmp_path)])
-    assert r.exit_code == 0, r.output
-    run = load_run(next(tmp_path.iterdir()))
-    grid = {c.case_id for c in scenario_of_run(run.manifest).cases()}
-    assert len(grid) == 16 and asked == [grid]  # every case of the grid, once: the rounds ask for nothing more
+    monkeypatch.setattr(Sweep, "start_stream", spy_stream)
+    for i, mode in enumerate(("stream", "before")):  # streamed (the default) and --no-stream
+        out = tmp_path / mode
+        r = CliRunner().invoke(cli, ["sweep", "--adaptive", "--kernels", fake_kernels, "--budget", "0.05",
+                                     "--min-time", "0.02", "--out", str(out)] + (["--no-stream"] if i else []))
+        assert r.exit_code == 0, r.output
+        run = load_run(next(out.iterdir()))
+        grid = {c.case_id for c in scenario_of_run(run.manifest).cases()}
+        # every case of the grid, once: the rounds ask for nothing more
+        assert len(grid) == 16 and asked == [(mode, grid)]
+        asked.clear()
 
 
 def test_replayed_on_the_h200_full_grid_the_policy_meets_the_regret_goals():

@@ -282,7 +282,9 @@ class Sweep:
             self.obs.built(f"{o['status']} {secs}{o['module']}" + (f": {o.get('reason')}" if o["status"] == "failed"
                                                                      else ""))
         if b.finished and self._stream.missing():  # the process ended before building them (killed, crashed)
-            self._stream.fail_pending(f"the build process ended (exit code {b.exitcode}) before building it")
+            why = f"the build process ended (exit code {b.exitcode}) before building it"
+            self.obs.message(f"{len(self._stream.missing())} module(s) not built: {why}")
+            self._stream.fail_pending(why)
             outs = outs or [{}]
         if outs and not self._stream.missing() and self._clock.ended is None:
             self._clock.ended = time.perf_counter()
