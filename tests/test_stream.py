@@ -131,7 +131,8 @@ def test_ready_kernel_rows_come_before_the_late_module_and_the_late_ones_after(t
 
     man = json.loads(m.read_text())
     first_ok = man["wall_s"]["first_ok_row_s"]
-    assert first_ok is not None and first_ok < man["wall_s"]["total_s"] - 1.0  # 1.5 s before kb's were ready
+    # the first ok row came before measuring sat waiting for kb's modules
+    assert first_ok is not None and first_ok + man["compile"]["waited_s"] <= man["wall_s"]["total_s"]
     assert man["compile"]["mode"] == "stream" and man["compile"]["to_build"] == 4 and man["compile"]["built"] == 4
     assert man["compile"]["waited_s"] > 0.4  # measuring sat idle until kb's modules came
     assert man["compile"]["case_rebuilds"] == 4  # each case's inputs built twice (once per wave)

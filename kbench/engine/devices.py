@@ -86,12 +86,14 @@ def worker_main(job: str) -> int:
     """One device's worker: the sweep of the payload in `job`. Exit 0 when done, 2 with one line on error."""
     from kbench.errors import first_line
     from kbench.engine.sweep import Sweep, SweepOptions
+    from kbench.runs.signals import terminate_as_interrupt
 
     try:
         payload = Payload(**json.loads(Path(job).read_text(encoding="utf-8")))
         opts = {k: v for k, v in payload.options.items() if k in SweepOptions.__dataclass_fields__}
         opts["shard"] = tuple(opts["shard"]) if opts.get("shard") else None
-        result = Sweep(payload.scenario_obj(), SweepOptions(**opts)).run()
+        with terminate_as_interrupt():  # the parent's terminate(): the run ends interrupted, its build stopped
+            result = Sweep(payload.scenario_obj(), SweepOptions(**opts)).run()
     except Exception as e:  # the parent shows this line
         print(f"error: {first_line(e)}", flush=True)
         return 2
