@@ -181,6 +181,9 @@ def main(argv: list[str]) -> int:
     if cmd == "env":
         print("device: NVIDIA H200 (SM90)")
         return 0
+    if cmd == "prebuild" and "--load" in args:  # the line kbench prints; the modules are the carried ones
+        print(f"{opt(args, '--load')}: 0 modules installed, 1 already there (FlashInfer 0.7.4, SM90)")
+        return 0
     if cmd == "validate-timer":
         rows = json.loads(os.environ.get("FAKE_VALIDATE", "[]"))
         Path(opt(args, "--out")).write_text(json.dumps(rows))

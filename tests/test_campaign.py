@@ -41,7 +41,7 @@ def gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
     for k, v in (("RES", m.res), ("OUT", m.out), ("SITE", m.site), ("FAKE_LOG", m.log), ("HOME", tmp_path / "home")):
         monkeypatch.setenv(k, str(v))
-    for k in ("CALL_LIMIT", "CAMPAIGN_T0", "FAKE_SLEEP", "FAKE_WRONG", "FAKE_SCALE", "FAKE_JITTER", "FAKE_VALIDATE",
+    for k in ("AOT_ARCHIVE", "CALL_LIMIT", "CAMPAIGN_T0", "FAKE_SLEEP", "FAKE_WRONG", "FAKE_SCALE", "FAKE_JITTER", "FAKE_VALIDATE",
               "FLASHINFER_WORKSPACE_BASE"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(campaign, "GRACE_S", 3)
@@ -447,6 +447,20 @@ def test_time_to_answer_runs_cold_then_warm_then_with_the_prebuild_archive(gpu):
     assert cold["compile_s"] == 5.0 and cold["wall_s"] > 0 and Path(cold["run"]).is_dir()
     starts = [c for c in kbench_calls(gpu) if c[0] == "sweep"]
     assert len(starts) == 3 and all("--resume" not in c for c in starts)
+
+
+def test_tta_prebuild_installs_the_carried_archive_as_a_user_does(gpu, monkeypatch):
+    _aot(gpu.tmp, "0.7.4", {"xqa_a": b"so"})
+    archive = gpu.tmp / "aot.tgz"
+    archive.write_bytes(b"an archive")
+    monkeypatch.setenv("AOT_ARCHIVE", str(archive))
+    cfg = campaign.Config.from_env()
+    o = {x.step: x for x in campaign.run_steps(["tta-cold", "tta-prebuild"], cfg, echo=lambda _: None)}
+    assert o["tta-prebuild"].status == "PASS", o["tta-prebuild"].line()
+    assert "kbench prebuild --load in" in o["tta-prebuild"].figures and "1 already there" in o["tta-prebuild"].figures
+    calls = [json.loads(ln) for ln in gpu.log.read_text().splitlines()]
+    assert ["prebuild", "--load", str(archive)] in calls
+    assert calls.index(["prebuild", "--load", str(archive)]) < max(i for i, c in enumerate(calls) if c[0] == "sweep")
 
 
 def test_tta_records_the_manifests_compile_mode_and_first_ok_row(gpu):

@@ -44,6 +44,7 @@ if ls "$C"/.fi-cache/jit-cache.tgz.part-* >/dev/null 2>&1; then
     && say "JIT cache restored: $(du -sh "$HOME/.cache/flashinfer" | cut -f1)" || say "JIT cache parts do not unpack: ignored"
 fi
 if [ -f "$C/.fi-cache/aot.tgz" ]; then
+  export AOT_ARCHIVE=$(cd "$C/.fi-cache" && pwd)/aot.tgz  # tta-prebuild installs it again with kbench prebuild --load
   mkdir -p "$SITE/flashinfer/data" && tar xzf "$C/.fi-cache/aot.tgz" -C "$SITE/flashinfer/data/" \
     && say "AOT modules unpacked: $(ls -d "$SITE"/flashinfer/data/aot/*/ 2>/dev/null | wc -l)" || die "cannot unpack .fi-cache/aot.tgz"
 fi
