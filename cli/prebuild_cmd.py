@@ -81,6 +81,11 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
     scenarios += [_grid(g) for g in grids]
     chosen = [(sc, select(sc.kernels, sc.source)) for sc in scenarios]  # unknown kernel names: before any work
     dev = target_device(arch)  # before FlashInfer is imported: it names its JIT folder after the target
+    if not no_build and not list_only:  # before planning: a module's spec may write its ninja file (fmha-v2 does)
+        from kbench.engine.prebuild import toolchain  # with CUDA_HOME and the stub library as the build needs them
+
+        for note in toolchain(list(include)):
+            console.print(f"[yellow]note:[/] {note}", highlight=False)
     t0 = time.perf_counter()
     modules = []
     for sc, ks in chosen:
@@ -94,10 +99,6 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
         return _list(console, modules)
     failed = []
     if not no_build:
-        from kbench.engine.prebuild import toolchain
-
-        for note in toolchain(list(include)):
-            console.print(f"[yellow]note:[/] {note}", highlight=False)
         parallel = parallel or max(1, (os.cpu_count() or 1) // 4)
         if jobs or "MAX_JOBS" not in os.environ:
             os.environ["MAX_JOBS"] = str(jobs or max(1, (os.cpu_count() or 1) // parallel))

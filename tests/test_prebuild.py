@@ -277,6 +277,27 @@ def test_bad_input_is_one_line_and_exit_2(args, msg, tmp_path, monkeypatch):
     assert "Traceback" not in r.output and "modules for" not in r.output  # refused before planning or building
 
 
+def test_the_toolchain_is_ready_before_planning(monkeypatch, tmp_path):
+    """fmha-v2's spec writes its ninja file while it is planned: CUDA_HOME (from a wrapper nvcc, the stub
+    libcuda) must be set before, or the file names /usr/local and the link fails (-lcudart not found)."""
+    from kbench.engine import prebuild as pb
+
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))
+    monkeypatch.delenv("FLASHINFER_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    seen = []
+    monkeypatch.setattr(pb, "target_device", lambda arch: H200)  # FlashInfer's JIT folder is another test's
+    monkeypatch.setattr(pb, "toolchain", lambda include: monkeypatch.setenv("CUDA_HOME", "/opt/cuda-x") or [])
+    monkeypatch.setattr(pb, "plan", lambda *a, **k: seen.append(os.environ.get("CUDA_HOME")) or [])
+    r = CliRunner().invoke(cli, ["prebuild", "-s", "quick", "--arch", "9.0a"])
+    assert r.exit_code == 0, r.output
+    assert seen and set(seen) == {"/opt/cuda-x"}  # every plan() ran with the toolchain's CUDA_HOME
+    seen.clear()
+    monkeypatch.delenv("CUDA_HOME")
+    r = CliRunner().invoke(cli, ["prebuild", "-s", "quick", "--arch", "9.0a", "--list"])
+    assert r.exit_code == 0 and seen == [None]  # --list builds nothing: no toolchain asked for
+
+
 def test_no_gpu_and_no_arch_says_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))
     r = CliRunner().invoke(cli, ["prebuild", "-s", "quick"])
