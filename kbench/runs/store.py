@@ -10,6 +10,7 @@ Readers take the journal when it is there (it is the truth after a kill), else t
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import io
 import json
 import os
@@ -50,9 +51,21 @@ def register_row_kind(kind: str, columns: list[str], list_columns: tuple[str, ..
     ROW_KINDS[kind] = (list(columns), tuple(list_columns))
 
 
+# kbench's kinds that live in a layer above this one: the module that registers each, imported by name when a run of
+# that kind is first read (so `load_run` on a server-bench folder works from Python without importing kbench.server
+# first; a name, not an import: runs/ stays below server/ in the layer check)
+KIND_MODULES = {"server-bench": "kbench.server.rows"}
+
+
+def _registered(kind: str) -> bool:
+    if kind not in ROW_KINDS and kind in KIND_MODULES:
+        importlib.import_module(KIND_MODULES[kind])
+    return kind in ROW_KINDS
+
+
 def _kind_of(manifest: dict) -> str:
     kind = manifest.get("kind", "sweep")
-    if kind not in ROW_KINDS:
+    if not _registered(kind):
         raise BadInput(f"unknown run kind {kind!r} (known: {', '.join(ROW_KINDS)})")
     return kind
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -247,6 +260,7 @@ def _truncate(path: Path, size: int) -> None:
 def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None:
     """Parquet and CSV beside the journal (atomically replaced)."""
     rows = normalize(rows, kind)
+    _registered(kind)
     list_columns = ROW_KINDS[kind][1]
     try:
         atomic.write_with(run_dir / PARQUET, lambda tmp: rows.to_parquet(tmp, index=False))
@@ -267,6 +281,7 @@ def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int
     an axis an older kbench did not write reads as its default, in a missing column and in a missing cell alike
     (a run started by an older kbench and finished by this one mixes both), integer axes as integers. Then every
     row is checked once (check_rows): ``where`` names the file in the error, ``lines`` the journal line of each row."""
+    _registered(kind)
     columns, list_columns = ROW_KINDS[kind]
     df = df.copy()
     fill = axes.defaults() if kind == "sweep" else {}
@@ -325,6 +340,7 @@ def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
                 raise BadInput(f"{path}: line {i + 1} is not a kbench row")
             records.append(rec)
             line_nos.append(i + 1)
+    _registered(kind)
     columns = ROW_KINDS[kind][0]
     return normalize(pd.DataFrame.from_records(records, columns=None if records else columns), kind, path, line_nos)
 
