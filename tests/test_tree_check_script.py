@@ -110,3 +110,11 @@ def test_main_masks_only_writes_the_table(tc, tmp_path, capsys):
     assert tc.main(["--out", str(tmp_path), "--masks-only", "--reps", "1"]) == 0
     text = (tmp_path / "tree_check.txt").read_text()
     assert "per-step masks" in text and text.strip().endswith("problems: none")
+
+
+def test_importing_the_script_keeps_pythons_sigpipe_handling(tc):
+    """The script ends quietly when piped to head only when run as a script: imported (as here), it must leave
+    SIGPIPE ignored as Python sets it, or a later write to a closed socket kills the whole test run."""
+    import signal
+
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN

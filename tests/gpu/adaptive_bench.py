@@ -34,7 +34,6 @@ from kbench.runs.store import load_run
 from kbench.engine.sweep import scenario_of_run
 from kbench.runs.winners import case_winners, measured
 
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly, no BrokenPipeError traceback
 
 MARK = {"coarse": "C", "refine-crossover": "X", "refine-tie": "T", "refine-step": "S", "": "#"}
 
@@ -194,4 +193,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # piped to head: end quietly (set here, not on import: a test importing this module must keep Python's
+    # handling, or a write to a closed socket kills the whole test run with SIGPIPE)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main()

@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped to head: end quietly, no BrokenPipeError traceback
 
 SIZES = (8, 16, 32, 64)
 BATCHES = (16, 64)
@@ -290,4 +289,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    # piped to head: end quietly (set here, not on import: a test importing this module must keep Python's
+    # handling, or a write to a closed socket kills the whole test run with SIGPIPE)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sys.exit(main())
