@@ -294,7 +294,7 @@ def read_workload(path: str | Path) -> Workload:
 # ---- the published JSON Schema of one line (schemas/workload.schema.json) ----------------------------------
 def workload_schema() -> dict:
     """The JSON Schema of one line of a workload file, built from the axis table (the group filters); the
-    committed schemas/workload.schema.json is this (tests/test_recommend_schemas.py). Regenerate with
+    committed schemas/workload.schema.json is this (tests/test_recommend_workload.py). Regenerate with
     ``python -m kbench.recommend.workload > schemas/workload.schema.json``."""
     from kbench.report.policy_schema import axis_schema
 

@@ -1,5 +1,5 @@
 """The JSON Schema of the policy file (kbench.policy/2), built from the axis table so it cannot drift from what
-kbench writes; published as schemas/policy.schema.json (tests/test_recommend_schemas.py checks the file is this
+kbench writes; published as schemas/policy.schema.json (tests/test_recommend_export.py checks the file is this
 schema and that the policies kbench writes validate against it).
 
     python -m kbench.report.policy_schema > schemas/policy.schema.json
