@@ -139,3 +139,20 @@ def test_end_to_end_through_the_kbench_entry_point(tmp_path):
         (ts.CASES[0], "latency")}
     err = kbench("gate", "--baseline", base, "--candidate", tmp_path / "missing")
     assert err.returncode == 2 and err.stderr.strip().startswith("error: ") and "Traceback" not in err.stderr
+
+
+def test_markdown_lists_at_most_rows_max_rows_a_table(tmp_path, monkeypatch):
+    """A table of the summary lists ROWS_MAX rows and counts the rest (GitHub refuses a step summary over 1 MiB);
+    every row stays in the JSON report."""
+    from kbench.gate import markdown
+
+    monkeypatch.setattr(markdown, "ROWS_MAX", 1)
+    base = write_run(tmp_path / "base", sweep_rows(seed=1))
+    cand = write_run(tmp_path / "cand", sweep_rows(with_time(DECODE, CASE_A, 1.2, with_time(DECODE, CASE_B, 1.2)),
+                                                   seed=2))
+    md, js = tmp_path / "gate.md", tmp_path / "gate.json"
+    res = gate_cli("--baseline", base, "--candidate", cand, "--markdown", md, "--json", js)
+    assert res.exit_code == 1, res.output
+    failures = md.read_text().split("### Failures")[1].split("###")[0]
+    assert failures.count("| regression |") == 1 and "... and 1 more rows" in failures
+    assert json.loads(js.read_text())["counts"]["regression"] == 2

@@ -23,13 +23,21 @@ def fmt_change(r: RowResult) -> str:
     return "-" if r.change is None else f"{r.change:+.1%}"
 
 
+# rows listed per table; the rest are counted (GitHub refuses a step summary over 1 MiB, and a 100,000-row gate
+# listed every row in 3.2 MB): every row is in the JSON and JUnit reports
+ROWS_MAX = 500
+
+
 def _row_table(rows: list[RowResult]) -> list[str]:
     out = ["| kernel | case | metric | baseline | candidate | change | outcome | why |",
            "|---|---|---|---:|---:|---:|---|---|"]
-    for r in rows:
+    for r in rows[:ROWS_MAX]:
         out.append("| " + " | ".join(_cell(x) for x in (
             r.kernel or "-", r.case_id, r.metric or "-", fmt_value(r.base_value), fmt_value(r.cand_value),
             fmt_change(r), r.outcome, r.note)) + " |")
+    if len(rows) > ROWS_MAX:
+        out += ["", f"... and {len(rows) - ROWS_MAX:,} more rows (every row is in the gate's --json and --junit "
+                    "reports)."]
     return out
 
 
