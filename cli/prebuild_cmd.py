@@ -9,7 +9,7 @@ import click
 
 from kbench.cli.console import make_console
 from kbench.cli.options import examples
-from kbench.cli.sweep_cmd import grid_axis_options
+from kbench.cli.sweep_cmd import grid_options
 from kbench.errors import BadInput
 
 
@@ -19,10 +19,7 @@ from kbench.errors import BadInput
     "kbench prebuild --load aot.tgz                                            # on the GPU host: no compiling"))
 @click.option("--scenario", "-s", default="quick", show_default=True,
               help="Built-in scenario name or a TOML file, as `kbench sweep` takes it.")
-@grid_axis_options
-@click.option("--model", help="Override the head config by model name (see `kbench kernels --models`).")
-@click.option("--heads", help="Override the head config: QO/KV/DIM, e.g. 32/8/128.")
-@click.option("--kernels", help="Comma-separated kernel names (see `kbench kernels`), or all.")
+@grid_options
 @click.option("--grid", "grids", multiple=True, metavar="'OPTIONS'",
               help="Another grid: the sweep's grid options in one quoted string (e.g. '-s draft-extend --q-len 32,64 "
                    "--kernels trtllm-decode'); repeatable. The plan joins every grid's modules, each once.")

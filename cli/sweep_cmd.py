@@ -21,8 +21,14 @@ from kbench.cli.options import examples
 from kbench.cli.render import DevicesProgress, RichSweepObserver, devices_summary, sweep_header, sweep_summary
 
 
-def grid_axis_options(f):
-    """One override flag per grid axis of kbench.cases.axes.AXES (in table order in --help)."""
+def grid_options(f):
+    """The options that make a grid beside the scenario (sweep and prebuild): one override flag per grid axis of
+    kbench.cases.axes.AXES (in table order in --help), then the head config and the kernels."""
+    f = click.option("--kernels", help="Comma-separated kernel names (see `kbench kernels`), or all.")(f)
+    f = click.option("--heads", help="Override the head config: QO/KV/DIM, e.g. 32/8/128, or "
+                                     "mla:QO/KV_LORA_RANK/ROPE/NOPE, e.g. mla:16/512/64/128 (instead of --model, "
+                                     "not with it).")(f)
+    f = click.option("--model", help="Override the head config by model name (see `kbench kernels --models`).")(f)
     for a in reversed(axes_with(GRID)):
         f = click.option(*([a.flag, a.short] if a.short else [a.flag]), a.name, help=a.help)(f)
     return f
@@ -34,10 +40,7 @@ def grid_axis_options(f):
     "kbench sweep --resume results/draft-extend-20261203-101500   # finish an interrupted run"))
 @click.option("--scenario", "-s", default="quick", show_default=True,
               help="Built-in scenario name (quick, draft-extend, llama3-70b-tp8, gqa8-d64, qwen3-gqa8, gpt-oss; MLA: deepseek-mtp, deepseek-mtp-tp8) or a TOML file.")
-@grid_axis_options
-@click.option("--model", help="Override the head config by model name (see `kbench kernels --models`).")
-@click.option("--heads", help="Override the head config: QO/KV/DIM, e.g. 32/8/128, or mla:QO/KV_LORA_RANK/ROPE/NOPE, e.g. mla:16/512/64/128 (instead of --model, not with it).")
-@click.option("--kernels", help="Comma-separated kernel names (see `kbench kernels`), or all.")
+@grid_options
 @click.option("--spread-target", type=float, help="Stop timing when the 95% CI half-width of the median is below this fraction.")
 @click.option("--budget", "budget_s", type=float, help="Seconds of timing per (kernel, case) at most.")
 @click.option("--min-time", "min_time_s", type=float, help="Seconds of sampling per (kernel, case) at least, before the spread may stop it.")
