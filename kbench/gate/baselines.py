@@ -45,7 +45,6 @@ from kbench.cases import axes
 from kbench.values import finite, status
 from kbench.errors import BadInput
 from kbench.runs.manifest import POOL, Manifest, comparable, num_runs
-from kbench.server import rows as _server_rows  # noqa: F401  registers the server-bench row kind
 from kbench.runs.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, now_iso, safe_name, write_tables
 
 DEFAULT_ROOT = Path("results") / "baselines"

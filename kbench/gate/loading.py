@@ -6,9 +6,8 @@ from pathlib import Path
 
 from kbench import RESULT_SCHEMA_VERSION, files
 from kbench.errors import BadInput
-from kbench.server import rows as _server_rows  # noqa: F401  registers the server-bench row kind
-from kbench.runs.store import (JOURNAL, MANIFEST, PARQUET, ROW_KINDS, Run, check_files, load_rows, load_run,
-                               parquet_current)
+from kbench.runs.store import (JOURNAL, MANIFEST, PARQUET, Run, check_files, float_list, load_rows, load_run,
+                               parquet_current, row_kind)
 
 
 class ParquetList:
@@ -41,15 +40,10 @@ class ParquetList:
     def row(self, i: int) -> list[float]:
         if i not in self._rows:
             self.read([i])
-        v = self._rows.get(i)
-        if v is None:
-            return []
-        if isinstance(v, (str, bytes, dict)) or not hasattr(v, "__iter__"):
-            raise BadInput(f"{self.path}: column {self.column}: expected a list of numbers, got {type(v).__name__}")
         try:
-            return [float(x) for x in v]
-        except (TypeError, ValueError):
-            raise BadInput(f"{self.path}: column {self.column}: expected a list of numbers") from None
+            return float_list(self._rows.get(i), self.column)
+        except BadInput as e:
+            raise BadInput(f"{self.path}: {e}") from None
 
 
 class RowSamples:
@@ -97,8 +91,10 @@ def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str])
             raise BadInput(f"{role} {path} has result schema version {version!r}, this kbench writes "
                            f"{RESULT_SCHEMA_VERSION}: record it again with this kbench, or pass --force")
         kind = manifest.get("kind", "sweep")
-        if kind not in ROW_KINDS:
-            raise BadInput(f"{role} {path}: unknown run kind {kind!r}")
+        try:
+            row_kind(kind)
+        except BadInput:
+            raise BadInput(f"{role} {path}: unknown run kind {kind!r}") from None
         warnings.append(f"{role} has result schema version {version!r} (this kbench: "
                         f"{RESULT_SCHEMA_VERSION}); compared anyway (--force)")
         check_files(p, manifest)

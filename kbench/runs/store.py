@@ -57,16 +57,18 @@ def register_row_kind(kind: str, columns: list[str], list_columns: tuple[str, ..
 KIND_MODULES = {"server-bench": "kbench.server.rows"}
 
 
-def _registered(kind: str) -> bool:
+def row_kind(kind: str) -> tuple[list[str], tuple[str, ...]]:
+    """A run kind's (columns, list columns); a kind of KIND_MODULES is registered by importing its module first."""
     if kind not in ROW_KINDS and kind in KIND_MODULES:
         importlib.import_module(KIND_MODULES[kind])
-    return kind in ROW_KINDS
+    if kind not in ROW_KINDS:
+        raise BadInput(f"unknown run kind {kind!r} (known: {', '.join(ROW_KINDS)})")
+    return ROW_KINDS[kind]
 
 
 def _kind_of(manifest: dict) -> str:
     kind = manifest.get("kind", "sweep")
-    if not _registered(kind):
-        raise BadInput(f"unknown run kind {kind!r} (known: {', '.join(ROW_KINDS)})")
+    row_kind(kind)
     return kind
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -260,8 +262,7 @@ def _truncate(path: Path, size: int) -> None:
 def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None:
     """Parquet and CSV beside the journal (atomically replaced)."""
     rows = normalize(rows, kind)
-    _registered(kind)
-    list_columns = ROW_KINDS[kind][1]
+    list_columns = row_kind(kind)[1]
     try:
         atomic.write_with(run_dir / PARQUET, lambda tmp: rows.to_parquet(tmp, index=False))
     except (BadInput, OSError):
@@ -281,8 +282,7 @@ def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int
     an axis an older kbench did not write reads as its default, in a missing column and in a missing cell alike
     (a run started by an older kbench and finished by this one mixes both), integer axes as integers. Then every
     row is checked once (check_rows): ``where`` names the file in the error, ``lines`` the journal line of each row."""
-    _registered(kind)
-    columns, list_columns = ROW_KINDS[kind]
+    columns, list_columns = row_kind(kind)
     df = df.copy()
     fill = axes.defaults() if kind == "sweep" else {}
     for c in columns:
@@ -293,7 +293,7 @@ def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int
     if kind == "sweep" and len(df):
         _fill_axes(df)
     for c in list_columns:
-        df[c] = df[c].map(lambda v: _float_list(v, c))
+        df[c] = df[c].map(lambda v: float_list(v, c))
     return check_rows(df, kind, where or "rows", lines)
 
 
@@ -312,7 +312,8 @@ def _where(where, lines, i: int) -> str:
     return f"{where}: line {lines[i]}" if lines is not None and i < len(lines) else f"{where}: row {i + 1}"
 
 
-def _float_list(v, column: str) -> list[float]:
+def float_list(v, column: str) -> list[float]:
+    """A cell of a list column (samples_us) as floats; absent (None, or NaN from a table) is []."""
     if v is None or isinstance(v, float):  # absent (None, or NaN from a table)
         return []
     if isinstance(v, (str, bytes, dict)) or not hasattr(v, "__iter__"):
@@ -340,8 +341,7 @@ def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
                 raise BadInput(f"{path}: line {i + 1} is not a kbench row")
             records.append(rec)
             line_nos.append(i + 1)
-    _registered(kind)
-    columns = ROW_KINDS[kind][0]
+    columns = row_kind(kind)[0]
     return normalize(pd.DataFrame.from_records(records, columns=None if records else columns), kind, path, line_nos)
 
 
@@ -549,7 +549,7 @@ def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True) -> pd.Da
                 if not lists:
                     import pyarrow.parquet as pqf
 
-                    skip = ROW_KINDS[kind][1]
+                    skip = row_kind(kind)[1]
                     columns = [c for c in pqf.read_schema(f).names if c not in skip]
                     f.seek(0)
                 table = pd.read_parquet(f, columns=columns)
@@ -567,7 +567,7 @@ def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True) -> pd.Da
         missing = set(REQUIRED) - set(df.columns)
         if missing:
             raise BadInput(f"{run_dir / CSV}: missing column {sorted(missing)[0]!r}")
-        for c in ROW_KINDS[kind][1]:
+        for c in row_kind(kind)[1]:
             if c in df:
                 try:
                     df[c] = df[c].map(lambda s: json.loads(s) if isinstance(s, str) else [])
