@@ -63,7 +63,7 @@ def tta_sweep(ctx: Ctx, which: str, workspace: Path, empty: bool, aot: bool) -> 
     check_rows(ctx, run)
     w = run.wall()
     comp = run.manifest.get("compile") or {}
-    fig = {"run": str(run.path), "wall_s": round(wall, 1), "compile_s": w.get("compile_s"),
+    fig = {"run": str(run.path), "wall_s": round(wall, 3), "compile_s": w.get("compile_s"),
            "timing_s": w.get("timing_s"), "first_ok_s": run.first_ok_after(started),
            "first_ok_row_s": w.get("first_ok_row_s"), "run_wall_s": w.get("total_s"),
            "compile_mode": comp.get("mode"), "modules_built": comp.get("built"), "waited_s": comp.get("waited_s")}
