@@ -85,8 +85,28 @@ def test_baseline_refuses_a_running_run_unless_allow_partial(tmp_path):
     w.release()  # left 'running', as a sweep still going (or killed) leaves it
     line = one_error_line(run_cli(["baseline", tmp_path / "run", "--name", "b", "--root", tmp_path / "bl"]))
     assert "'running'" in line and "--allow-partial" in line
+    assert f"kbench sweep --resume {tmp_path / 'run'}" in line
     r = run_cli(["baseline", tmp_path / "run", "--name", "b", "--root", tmp_path / "bl", "--allow-partial"])
     assert r.exit_code == 0, r.output
+
+
+def test_baseline_of_an_interrupted_server_bench_run_names_the_server_bench_resume(tmp_path):
+    from test_gate_server import ensure_server_kind, server_row
+
+    from kbench.runs.store import RunWriter
+
+    ensure_server_kind()
+    w = RunWriter(tmp_path / "sb", {"kind": "server-bench", "status": "interrupted"})
+    w.append(server_row("bs1-in512-out32"))
+    w._journal.close()
+    w.release()
+    w = None
+    man = json.loads((tmp_path / "sb" / "manifest.json").read_text())
+    man["status"] = "interrupted"
+    (tmp_path / "sb" / "manifest.json").write_text(json.dumps(man))
+    line = one_error_line(run_cli(["baseline", tmp_path / "sb", "--name", "b", "--root", tmp_path / "bl"]))
+    assert "'interrupted'" in line and f"kbench server-bench --resume {tmp_path / 'sb'} --url URL" in line
+    assert "kbench sweep" not in line and not (tmp_path / "bl").exists()
 
 
 def test_baseline_refuses_duplicate_rows(tmp_path):

@@ -169,8 +169,9 @@ def check_source(run: Run, allow_partial: bool = False) -> None:
     rows = run.rows
     run_status = run.manifest.get("status")
     if run_status not in (None, "complete") and not allow_partial:
-        raise BadInput(f"{run.path} is {run_status!r}, not complete: finish it (kbench sweep --resume {run.path}) "
-                       f"or pass --allow-partial")
+        finish = (f"kbench sweep --resume {run.path}" if run.kind == "sweep"
+                  else f"kbench server-bench --resume {run.path} --url URL")
+        raise BadInput(f"{run.path} is {run_status!r}, not complete: finish it ({finish}) or pass --allow-partial")
     if rows.empty or "status" not in rows or not (rows["status"] == "ok").any():
         raise BadInput(f"{run.path}: no ok row ({len(rows)} row(s)); a baseline needs measured rows")
     key = [c for c in (KEY if run.kind == "sweep" else ("case_id",)) if c in rows]
