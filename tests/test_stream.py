@@ -249,6 +249,51 @@ def test_background_build_stop_ends_its_compilers_and_joins():
         pytest.fail("the compiler outlived stop()")
 
 
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_sweep_killed_outright_takes_its_background_build_and_compilers_with_it(tmp_path):
+    """SIGKILL gives the sweep no chance to call stop(): the build process notices it was orphaned and ends its
+    process group (the 'compiler' with it) instead of compiling on for minutes."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "sweep_like.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from kbench.engine.stream import BackgroundBuild\n"
+        "from test_stream import sleeping_worker\n"
+        "if __name__ == '__main__':\n"
+        "    b = BackgroundBuild({'max_jobs': 1}, worker=sleeping_worker).start()\n"
+        "    got = []\n"
+        "    while not got:\n"
+        "        got = b.poll(1.0)\n"
+        "    print(b.proc.pid, int(got[0]['seconds']), flush=True)\n"
+        "    time.sleep(300)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        worker, compiler = map(int, parent.stdout.readline().split())
+        assert _alive(worker) and _alive(compiler)
+        parent.kill()
+        parent.wait()
+        deadline = time.time() + 20
+        while (_alive(worker) or _alive(compiler)) and time.time() < deadline:
+            time.sleep(0.2)
+        left = [p for p in (worker, compiler) if _alive(p)]
+        for p in left:
+            os.kill(p, signal.SIGKILL)
+        assert not left, "the build process or its compiler outlived the killed sweep"
+    finally:
+        parent.kill()
+
+
 def test_cli_no_stream_flag_and_help():
     r = CliRunner().invoke(cli, ["sweep", "--help"])
     assert "--stream / --no-stream" in r.output

@@ -5,7 +5,7 @@
 pending, or failed with the reason). `BackgroundBuild` builds the missing modules with prebuild's builder
 (kbench.engine.prebuild.build) in one spawned process, in its own process group and at a lower CPU priority
 (nice), reporting each module as it finishes; `stop()` ends the process group (ninja and every nvcc with it)
-and joins it. The sweep (kbench.engine.sweep) asks `StreamPlan.state(kernel, case)` before each case: ready
+and joins it, and a sweep killed outright (SIGKILL) takes the group with it: the build process watches its parent. The sweep (kbench.engine.sweep) asks `StreamPlan.state(kernel, case)` before each case: ready
 kernels are measured now, pending ones when their modules are built, and a kernel whose module failed to build
 gets a failed row with the compiler's reason.
 """
@@ -94,14 +94,37 @@ def build_worker(request: dict, conn) -> None:
     conn.close()
 
 
+ORPHAN_POLL_S = 0.5  # how often the build process checks that the sweep that started it is still there
+
+
 def prepare_build_process(request: dict) -> None:
     os.setpgrp()
+    _end_with_parent(os.getppid())
     try:
         os.nice(int(request.get("nice", NICE)))
     except OSError:  # not allowed here: build at the same priority
         pass
     os.environ["MAX_JOBS"] = str(request["max_jobs"])
     os.environ.setdefault("FLASHINFER_LOGGING_LEVEL", "warning")
+
+
+def _end_with_parent(parent: int) -> None:
+    """A sweep killed outright (SIGKILL, OOM killer) cannot call stop(): the build process, in its own group,
+    would compile on for minutes. A daemon thread watches for the parent's end (the process is re-parented) and
+    then ends the whole group, ninja and every nvcc with it: SIGTERM, then SIGKILL 5 s later."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_POLL_S)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(os.getpgrp(), sig)
+            except OSError:
+                return
+            time.sleep(5.0)
+
+    threading.Thread(target=watch, name="kbench-build-orphan-watch", daemon=True).start()
 
 
 class BackgroundBuild:
