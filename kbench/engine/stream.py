@@ -5,9 +5,10 @@
 pending, or failed with the reason). `BackgroundBuild` builds the missing modules with prebuild's builder
 (kbench.engine.prebuild.build) in one spawned process, in its own process group and at a lower CPU priority
 (nice), reporting each module as it finishes; `stop()` ends the process group (ninja and every nvcc with it)
-and joins it, and a sweep killed outright (SIGKILL) takes the group with it: the build process watches its parent. The sweep (kbench.engine.sweep) asks `StreamPlan.state(kernel, case)` before each case: ready
-kernels are measured now, pending ones when their modules are built, and a kernel whose module failed to build
-gets a failed row with the compiler's reason.
+and joins it, and a sweep killed outright (SIGKILL) takes the group with it: the build process watches its
+parent. The sweep (kbench.engine.sweep) asks `StreamPlan.state(kernel, case)` before each case: ready kernels
+are measured now, pending ones when their modules are built, and a kernel whose module failed to build gets a
+failed row with the compiler's reason.
 """
 from __future__ import annotations
 
