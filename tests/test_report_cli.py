@@ -188,3 +188,26 @@ def test_summary_says_how_ties_are_served(tmp_path):
             f"path and {to_decode} to the decode path")
     assert said in md and said in " ".join(r.output.split())
     assert to_context > 0  # the committed baseline: ties served by fa2 (context)
+
+
+def test_a_table_longer_than_the_cap_shows_its_first_rows_and_says_where_the_rest_are(tmp_path, monkeypatch):
+    """A 100,000-row sweep made a 13 MB report.md; each table stops at TABLE_ROWS_MAX rows, says how many more
+    there are and which file beside the report holds them, in report.md and report.html alike."""
+    from kbench.report import document
+
+    monkeypatch.setattr(document, "TABLE_ROWS_MAX", 20)
+    run = write_run(tmp_path / "run", flip_back_rows())  # 64 cases
+    assert cli("report", run).exit_code == 0
+    out = run / "report"
+    md = (out / "report.md").read_text()
+    per_case = md[md.index("## Per case"):]
+    assert per_case.count("\n| ") == 1 + 20  # the header and 20 rows
+    assert "... and 44 more rows, not shown (20 of 64 here; every row behind this table is in cases.csv" in per_case
+    assert len((out / "cases.csv").read_text().splitlines()) == 1 + 64  # nothing is lost from the files
+    html = (out / "report.html").read_text()
+    assert "... and 44 more rows, not shown (20 of 64 here" in html
+    assert html.count("<table>") == md.count("\n|---|") and html.count("more rows, not shown") == md.count(
+        "more rows, not shown")
+    monkeypatch.setattr(document, "TABLE_ROWS_MAX", 1000)
+    assert cli("report", run, "--out", tmp_path / "full").exit_code == 0
+    assert "more rows, not shown" not in (tmp_path / "full" / "report.md").read_text()

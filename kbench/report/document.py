@@ -1,7 +1,9 @@
 """The report's content as plain blocks, so the markdown and HTML writers render the same thing.
 
 Blocks: ("h", level, text) | ("p", text) | ("list", [text]) | ("table", headers, rows) | ("img", path, caption).
-Text here is raw (it may hold anything a result file held); each writer escapes it for its format.
+Text here is raw (it may hold anything a result file held); each writer escapes it for its format. A table of
+more than TABLE_ROWS_MAX rows shows its first rows and says how many more there are and which file holds them
+(a 100,000-row sweep made a 13 MB report.md and a 21 MB report.html that no viewer opens).
 """
 from __future__ import annotations
 
@@ -14,6 +16,28 @@ from kbench.report.power_states import power_blocks
 from kbench.report.realistic import realistic_blocks
 from kbench.report.trees import tree_blocks
 from kbench.report.runs import group_label
+
+
+TABLE_ROWS_MAX = 1000
+
+
+def capped(doc: list[tuple]) -> list[tuple]:
+    """The document with each table cut to TABLE_ROWS_MAX rows and a line after it saying how many were left out
+    and where they are: a table block may name its file as a 4th element ("table", headers, rows, "policy.json");
+    cases.csv otherwise (every case, with its winner and what was excluded, is there)."""
+    out = []
+    for b in doc:
+        if b[0] != "table":
+            out.append(b)
+            continue
+        if len(b[2]) <= TABLE_ROWS_MAX:
+            out.append(b[:3])
+            continue
+        where = b[3] if len(b) > 3 else "cases.csv"
+        out += [("table", b[1], b[2][:TABLE_ROWS_MAX]),
+                ("p", f"... and {len(b[2]) - TABLE_ROWS_MAX:,} more rows, not shown ({TABLE_ROWS_MAX:,} of "
+                      f"{len(b[2]):,} here; every row behind this table is in {where} beside this report)")]
+    return out
 
 
 def _has(v) -> bool:
@@ -105,16 +129,16 @@ def build_document(result) -> list[tuple]:
         ("h", 3, "Excluded (check did not pass)"),
         ("table", *excluded) if excluded[1] else ("p", "none"),
         ("h", 2, "Regret of the policy"),
-        ("table", *regret_table(result.regrets)),
+        ("table", *regret_table(result.regrets), "regret.csv"),
         ("p", "regret = policy kernel's time / best measured time - 1. In-sample it is 0 by construction; "
               "the holdout row (with --holdout) judges a policy built without those cases."),
         ("h", 2, "Crossovers along q_len"),
         ("p", "q_len ranges per (group, batch, kv_len) in which each path wins; 'flips' counts changes of the "
               "served path along q_len."),
-        ("table", *xo.table(result.crossovers)),
+        ("table", *xo.table(result.crossovers), "crossovers.csv"),
         ("h", 2, "Selection policy"),
         ("p", f"policy.json, schema {policy['schema']}. Lookup: {policy['lookup']}."),
-        ("table", *rules_table(policy)),
+        ("table", *rules_table(policy), "policy.json"),
         ("h", 2, "Plots"),
     ]
     if result.plot_groups:
@@ -127,5 +151,5 @@ def build_document(result) -> list[tuple]:
     doc += tree_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
     doc += mla_blocks(cases, rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
     doc += power_blocks(result.power_pairs, result.power)
-    doc += [("h", 2, "Per case"), ("table", *case_table(cases))]
-    return doc
+    doc += [("h", 2, "Per case"), ("table", *case_table(cases), "cases.csv")]
+    return capped(doc)
