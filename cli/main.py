@@ -80,7 +80,8 @@ def cli():
 
     Sweep decode and context kernels over draft-extend shapes, check each against a reference,
     time them, and turn the results into a kernel-selection policy, a CI gate and a server benchmark.
-    Exit codes: 0 ok, 1 gate failed or a kernel was wrong, 2 bad input.
+    Exit codes: 0 ok, 1 gate failed or a kernel was wrong, 2 bad input or an output that cannot be written,
+    130 stopped by Ctrl-C, 143 stopped by SIGTERM (outputs left whole; a sweep or server-bench --resume finishes).
     """
 
 

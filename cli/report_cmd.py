@@ -119,8 +119,10 @@ def _realistic_filters(f):
     from kbench.report.policy import FILTER_AXES
 
     for a in reversed([axes.AXIS[n] for n in FILTER_AXES]):
+        many = f"; {', '.join(a.aliases)} names several, which a filter refuses" if getattr(a, "aliases", None) else ""
         f = click.option(a.flag, a.name, default=None,
-                         help=f"Group filter: {a.help} (default: any; needed when groups differ in it).")(f)
+                         help=f"Group filter, one value: {a.help} (default: any; needed when groups differ in "
+                              f"it{many}).")(f)
     return f
 
 

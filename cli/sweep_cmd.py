@@ -8,6 +8,7 @@ import sys
 import click
 
 from kbench.cases.axes import GRID, axes_with
+from kbench.cases.scenario import builtin_names
 from kbench.cli.console import make_console
 from kbench.engine.devices import run_on_devices
 from kbench.engine.plans.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
@@ -39,7 +40,7 @@ def grid_options(f):
     "kbench sweep -s draft-extend --batch-size 16,64 --kv-len 4096 --out results",
     "kbench sweep --resume results/draft-extend-20261203-101500   # finish an interrupted run"))
 @click.option("--scenario", "-s", default="quick", show_default=True,
-              help="Built-in scenario name (quick, draft-extend, llama3-70b-tp8, gqa8-d64, qwen3-gqa8, gpt-oss; MLA: deepseek-mtp, deepseek-mtp-tp8) or a TOML file.")
+              help=f"Built-in scenario name ({', '.join(builtin_names())}) or a TOML file.")
 @grid_options
 @click.option("--spread-target", type=float, help="Stop timing when the 95% CI half-width of the median is below this fraction.")
 @click.option("--budget", "budget_s", type=float, help="Seconds of timing per (kernel, case) at most.")

@@ -59,3 +59,25 @@ def test_every_option_has_help_and_help_ends_with_examples():
     out = server_bench_cli("--help").output.rstrip().splitlines()
     examples = out[out.index("  Examples:") + 1:]
     assert 2 <= len(examples) <= 3 and all(x.strip().startswith("kbench server-bench ") for x in examples)
+
+
+def test_sweep_help_names_every_built_in_scenario():
+    from pathlib import Path
+
+    shipped = sorted(p.stem for p in (Path(__file__).parents[1] / "scenarios").glob("*.toml"))
+    assert "eagle-tree" in shipped and "deepseek-mtp" in shipped
+    text = " ".join(run_cli(["sweep", "--help"], env={"COLUMNS": "300"}).output.split())
+    missing = [n for n in shipped if n not in text]
+    assert not missing, f"kbench sweep --help leaves out {missing}"
+
+
+def test_top_level_exit_codes_are_the_readme_s():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    line = readme[readme.index("Exit codes everywhere:"):].split("\n\n")[0]
+    text = " ".join(run_cli(["--help"], env={"COLUMNS": "300"}).output.split())
+    helped = text[text.index("Exit codes:"):]
+    codes = lambda s: set(re.findall(r"\b(0|1|2|130|143)\b", s))  # noqa: E731
+    assert codes(line) == {"0", "1", "2", "130", "143"} and codes(helped) == codes(line), (line, helped)

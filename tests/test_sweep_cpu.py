@@ -206,3 +206,30 @@ def test_without_a_terminal_tables_keep_words_and_progress_is_logged(tmp_path):
     assert "trtllm-decode" in r.stdout and "trtllm-context" in r.stdout  # one word, not trtl/lm-d/ecod/e
     n = 2 * (flashinfer_kernels() + 1)  # two cases x (every kernel in "all" + the reference)
     assert "  measuring: 1/" + str(n) + " after" in r.stdout and f"  measuring: {n}/{n} after" in r.stdout
+
+
+def test_the_eta_is_the_phase_s_average_pace_not_the_last_burst(monkeypatch):
+    """A slow first case then a burst of instant rows (kernels that cannot run here): rich's windowed speed
+    read the burst as the pace ('eta 12 s' with 80 s to go); the ETA is rows left x seconds per row so far."""
+    import io
+
+    from rich.console import Console
+
+    from kbench.cli.render import RichSweepObserver
+
+    monkeypatch.setenv("KBENCH_PROGRESS_S", "0")
+    buf = io.StringIO()
+    obs = RichSweepObserver(Console(file=buf, force_terminal=False, width=200))
+    clock = [100.0]
+    obs.progress.get_time = lambda: clock[0]
+    with obs:
+        obs.phase("measuring", total=96)
+        clock[0] = 120.0  # the first row after 20 s
+        obs.advance()
+        for _ in range(34):  # then 34 rows in 11 s
+            clock[0] += 11 / 34
+            obs.advance()
+        task = obs.progress.tasks[-1]
+        assert task.time_remaining is not None and task.time_remaining < 25  # rich's own: the burst's pace
+    lines = [ln for ln in buf.getvalue().splitlines() if ln.startswith("  measuring: 35/96")]
+    assert lines and lines[-1].startswith("  measuring: 35/96 after 31 s, eta 54 s"), lines[-1:]  # 61 x 31 / 35
