@@ -159,7 +159,9 @@ def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignor
          force, show_all, max_rows, **files):
     from kbench.gate import parse_threshold, run_gate
     from kbench.gate.export import export
+    from kbench.runs.outputs import distinct_outputs
 
+    distinct_outputs({f"--{name.removesuffix('_file')}": path for name, path in files.items()}, [baseline, candidate])
     res = run_gate(baseline, candidate, threshold=parse_threshold(threshold), alpha=alpha,
                    ignore_winner_change=ignore_winner_change, allow_missing=allow_missing, force=force,
                    run_spread_k=run_spread_k, noise_floor=parse_threshold(noise_floor, "--noise-floor"))

@@ -120,6 +120,9 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         wl = read_workload(workload_file)
     else:
         wl = from_options(shape, filters, tuple(s for s in STEPS if s in step_list))
+    from kbench.runs.outputs import distinct_outputs
+
+    distinct_outputs({"--markdown": markdown_file}, sources)
     src = load_source(list(sources))
     layers = {"verify": verify_layers, "draft_extend": draft_layers}
     kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu)
@@ -133,7 +136,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         if markdown_file == "-":
             click.echo(text, nl=False)
             return
-        atomic.write_text(markdown_file, text)
+        atomic.write_text(markdown_file, text, named=True)
     if as_json:
         out = to_json(rec)
         if chk is not None:
@@ -224,7 +227,7 @@ def _print_settings(eng, as_json: bool, markdown_file: str | None) -> None:
             return
         from kbench.runs import atomic
 
-        atomic.write_text(markdown_file, text)
+        atomic.write_text(markdown_file, text, named=True)
     con = make_console()
     con.print(escape(f"{eng.label}: read from {eng.read_from}; FlashInfer pin {eng.flashinfer or 'none'}"))
     con.print(_table(f"Engine settings: {eng.label}", *settings_rows(eng)))
@@ -252,8 +255,11 @@ def export_cmd(source, fmt, out):
 
     from kbench.recommend.export import FORMATS, export_policy, summary
 
+    from kbench.runs.outputs import distinct_outputs
+
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    distinct_outputs({"--out": out}, [source])
     if Path(source).is_dir():
         from kbench.recommend.price import load_source
 

@@ -62,6 +62,9 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
 
     from kbench.cases.scenario import Timing, load_scenario
 
+    from kbench.runs.outputs import distinct_outputs
+
+    distinct_outputs({"--out": out_file}, [before])
     out_file = rows_file(out_file)  # a bad --out is refused before the GPU is asked for
     before_timing = load_scenario(before).timing if before else None
     if not torch.cuda.is_available():
@@ -100,7 +103,7 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
         console.print(line)
     if out_file:
         out_file.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(out_file, json.dumps(data, indent=2))
+        atomic.write_text(out_file, json.dumps(data, indent=2), named=True)
 
 
 def summary(rows, timing, before=None) -> dict:

@@ -173,3 +173,74 @@ def test_out_on_a_read_only_or_full_filesystem(fake, tmp_path, opts, fill, needl
         assert fake.requests == []
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+# ---- a file the user names: links followed, devices and FIFOs written through, inputs never replaced ------------
+def _gate_run(tmp_path):
+    return write_run(tmp_path / "run", sweep_rows(seed=1))
+
+
+def test_a_linked_output_writes_the_file_the_link_points_to_and_keeps_the_link(tmp_path):
+    run = _gate_run(tmp_path)
+    (tmp_path / "latest.json").symlink_to("gate-1.json")
+    r = gate_cli("--baseline", run, "--candidate", run, "--json", tmp_path / "latest.json")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "latest.json").is_symlink() and json.loads((tmp_path / "gate-1.json").read_text())["counts"]
+    sink = tmp_path / "sink"
+    sink.symlink_to("/dev/null")  # was replaced by a plain file (as root, --json /dev/null replaced /dev/null)
+    assert gate_cli("--baseline", run, "--candidate", run, "--markdown", sink).exit_code == 0
+    assert sink.is_symlink() and Path("/dev/null").is_char_device()
+
+
+def test_a_fifo_output_is_written_through_not_replaced(tmp_path):
+    import threading
+
+    run = _gate_run(tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    r = gate_cli("--baseline", run, "--candidate", run, "--junit", fifo)
+    reader.join(10)
+    assert r.exit_code == 0, r.output
+    assert fifo.is_fifo() and got and got[0].startswith(b"<?xml") and b"<testsuites" in got[0]
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")
+def test_a_device_that_refuses_the_write_is_one_line(tmp_path):
+    run = _gate_run(tmp_path)
+    (tmp_path / "full").symlink_to("/dev/full")
+    r = gate_cli("--baseline", run, "--candidate", run, "--json", tmp_path / "full")  # known only when written:
+    err = r.stderr.strip().splitlines()  # the gate's table is on stdout already
+    assert r.exit_code == 2 and len(err) == 1 and err[0].startswith("error: ") and "No space left on device" in err[0]
+    assert Path("/dev/full").is_char_device() and "Traceback" not in r.output
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "to-dir").symlink_to(tmp_path / "dir")
+    line = one_error_line(run_cli(["gate", "--baseline", run, "--candidate", run, "--json", tmp_path / "to-dir"]))
+    assert "is a directory" in line and (tmp_path / "to-dir").is_symlink() and not any((tmp_path / "dir").iterdir())
+
+
+def test_an_output_never_replaces_an_input_nor_another_output(tmp_path):
+    import hashlib
+
+    run = _gate_run(tmp_path)
+    digest = lambda p: hashlib.sha256(Path(p).read_bytes()).hexdigest()  # noqa: E731
+    before = {p.name: digest(p) for p in run.iterdir() if p.is_file()}
+    line = one_error_line(gate_cli("--baseline", run, "--candidate", run, "--markdown", run / "manifest.json"))
+    assert "a file of the input" in line and "--markdown" in line
+    (tmp_path / "rows-link.csv").symlink_to(run / "rows.csv")  # through a link too
+    line = one_error_line(gate_cli("--baseline", run, "--candidate", run, "--junit", tmp_path / "rows-link.csv"))
+    assert "rows.csv" in line
+    line = one_error_line(gate_cli("--baseline", run, "--candidate", run, "--markdown", tmp_path / "o.md",
+                                   "--json", tmp_path / "o.md"))
+    assert "name the same file" in line and not (tmp_path / "o.md").exists()
+    line = one_error_line(run_cli(["recommend", BASELINE, "--engine", "sglang", "--batch-size", "16", "--q-len", "4",
+                                   "--kv-len", "4096", "--markdown", BASELINE / "rows.csv"]))
+    assert "a file of the input" in line
+    assert {p.name: digest(p) for p in run.iterdir() if p.is_file()} == before
+    assert run_cli(["report", run, "--out", tmp_path / "rep"]).exit_code == 0
+    policy = tmp_path / "rep" / "policy.json"
+    kept = digest(policy)
+    line = one_error_line(run_cli(["export", policy, "--out", policy]))
+    assert "that is the input" in line and digest(policy) == kept

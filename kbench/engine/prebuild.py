@@ -274,7 +274,7 @@ def write_archive(out: str | Path, modules: list[Module], arch: str) -> tuple[Pa
             for name, f in sorted(files.items()):
                 tar.add(f, arcname=f"aot/{name}/{name}.so", recursive=False)
 
-    return atomic.write_with(out, pack), len(files)
+    return atomic.write_with(out, pack, named=True), len(files)
 
 
 def read_manifest(archive: str | Path) -> dict:

@@ -14,4 +14,4 @@ def to_json(res: GateResult) -> str:
 
 
 def write_json(res: GateResult, path: str | Path) -> None:
-    atomic.write_text(path, to_json(res))
+    atomic.write_text(path, to_json(res), named=True)

@@ -57,4 +57,4 @@ def to_junit(res: GateResult) -> ET.ElementTree:
 
 def write_junit(res: GateResult, path: str | Path) -> None:
     tree = to_junit(res)
-    atomic.write_with(path, lambda tmp: tree.write(tmp, encoding="utf-8", xml_declaration=True))
+    atomic.write_with(path, lambda tmp: tree.write(tmp, encoding="utf-8", xml_declaration=True), named=True)

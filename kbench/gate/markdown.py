@@ -90,7 +90,7 @@ def write_markdown(res: GateResult, path: str | Path | None) -> str:
     """Writes the summary to ``path`` (if given) and appends it to $GITHUB_STEP_SUMMARY (if set)."""
     text = to_markdown(res)
     if path:
-        atomic.write_text(path, text)
+        atomic.write_text(path, text, named=True)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as f:

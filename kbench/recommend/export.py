@@ -158,7 +158,7 @@ def export_policy(policy: dict, source: str, out: str | Path, fmt: str = "python
     out = Path(out)
     if out.is_dir():
         raise BadInput(f"--out {out}: is a folder (name the .py file to write)")
-    atomic.write_text(out, render_python(policy, source, out.name))
+    atomic.write_text(out, render_python(policy, source, out.name), named=True)
     return out
 
 

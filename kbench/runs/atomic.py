@@ -7,6 +7,8 @@ read-only, permission) becomes BadInput: one `error:` line, exit 2.
 A folder of files that belong together (a baseline, a report) is replaced the same way, as a whole:
 `replaced_folder` yields a sibling folder to write into and swaps it into place in one step.
 Files a run changes in place (the journal, the lock) are opened with `open_no_follow`: never through a link.
+A file the user names (named=True: --json, --markdown, export --out) is resolved by `named_destination`: a link
+is followed, a device or FIFO (/dev/stdout) is written through rather than replaced.
 """
 from __future__ import annotations
 
@@ -24,11 +26,54 @@ from kbench.errors import BadInput
 from kbench.runs.signals import deferred_signals, terminate_as_interrupt
 
 
+def named_destination(path: str | os.PathLike) -> tuple[Path, bool]:
+    """Where a file the user named on the command line (--json F, --markdown F, export --out F) is written, and
+    whether it is a stream: (the path, False) for a new or regular file; a symbolic link is followed, so the file
+    it points to is replaced and the link kept, as a shell's `>` does; (the path, True) for a character device
+    or a FIFO (/dev/stdout, /dev/null, a shell's process substitution), which is written through, not replaced.
+    A folder, a block device or a socket is BadInput."""
+    p = Path(path)
+    real = Path(os.path.realpath(p)) if p.is_symlink() else p  # only for a file: /dev/stdout's is /proc/N/fd/pipe:[..]
+    try:
+        st = os.stat(p)  # through the links
+    except FileNotFoundError:
+        return real, False
+    except OSError as e:
+        raise BadInput(f"cannot write {p}: {e.strerror or e}") from None
+    if stat.S_ISREG(st.st_mode):
+        return real, False
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+        return p, True
+    what = "a folder" if stat.S_ISDIR(st.st_mode) else files.kind_of(st.st_mode)
+    raise BadInput(f"cannot write {p}: {what}; give a file name")
+
+
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def _through_stream(dest: Path) -> Iterator[Path]:
+    """A device or FIFO: the writer writes a private temporary file, then its bytes go to ``dest`` as they are
+    (a stream has no old content to keep whole; a write error is BadInput)."""
+    with tempfile.TemporaryDirectory(prefix="kbench-out-") as d:
+        tmp = Path(d) / ("out" + dest.suffix)
+        yield tmp
+        try:
+            with open(tmp, "rb") as src, open(dest, "wb", buffering=0) as out:
+                shutil.copyfileobj(src, out)
+        except OSError as e:
+            raise BadInput(f"cannot write {dest}: {e.strerror or e}") from None
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, named: bool = False) -> Iterator[Path]:
     """Yields a temporary path in the same folder as ``path``; on a clean exit it is fsynced and renamed
-    to ``path``. On any error the temporary file is removed and ``path`` is untouched."""
+    to ``path``. On any error the temporary file is removed and ``path`` is untouched. named=True: a path the
+    user named, resolved by named_destination (a link followed, a device or FIFO written through)."""
     dest = Path(path)
+    if named:
+        dest, stream = named_destination(dest)
+        if stream:
+            with _through_stream(dest) as tmp:
+                yield tmp
+            return
     try:
         # the real suffix last: writers that pick a format from the name (savefig, to_parquet) still can
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp" + dest.suffix, dir=dest.parent or ".")
@@ -208,21 +253,22 @@ def _umask() -> int:
     return m
 
 
-def write_text(path: str | os.PathLike, text: str) -> Path:
-    with atomic_path(path) as tmp:
+def write_text(path: str | os.PathLike, text: str, named: bool = False) -> Path:
+    with atomic_path(path, named) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    with atomic_path(path) as tmp:
+def write_bytes(path: str | os.PathLike, data: bytes, named: bool = False) -> Path:
+    with atomic_path(path, named) as tmp:
         tmp.write_bytes(data)
     return Path(path)
 
 
-def write_with(path: str | os.PathLike, writer: Callable[[Path], object]) -> Path:
-    """``writer(tmp_path)`` writes the file (pandas' to_parquet, matplotlib's savefig, ...)."""
-    with atomic_path(path) as tmp:
+def write_with(path: str | os.PathLike, writer: Callable[[Path], object], named: bool = False) -> Path:
+    """``writer(tmp_path)`` writes the file (pandas' to_parquet, matplotlib's savefig, ...). named: see
+    atomic_path."""
+    with atomic_path(path, named) as tmp:
         writer(tmp)
     return Path(path)
 

@@ -40,3 +40,42 @@ def writable_dir(path: str | os.PathLike | None, option: str, create: bool = Tru
         if tmp:
             Path(tmp).unlink(missing_ok=True)
     return p
+
+
+# the files kbench reads in a run or baseline folder given as an input: an output named there would replace them
+RUN_INPUT_FILES = ("manifest.json", "rows.jsonl", "rows.parquet", "rows.csv", ".kbench.lock")
+
+
+def _real(p: str | os.PathLike) -> str:
+    return os.path.realpath(os.path.expanduser(str(p)))
+
+
+def distinct_outputs(outputs: dict[str, str | os.PathLike | None], inputs=()) -> None:
+    """BadInput, before anything is written, when two output options name the same file (`--markdown out.md
+    --json out.md`: one would silently replace the other) or an output names one of the command's inputs: an
+    input file itself (`export P --out P`), or a file kbench reads in an input run or baseline folder
+    (`--markdown RUN/rows.csv`). Paths compare after links are followed. Devices (/dev/stdout, /dev/null) are
+    streams, not files: two options may both write to one."""
+    seen: dict[str, str] = {}
+    guarded: dict[str, str] = {}
+    for src in inputs:
+        if src is None or not str(src).strip():
+            continue
+        real = _real(src)
+        if os.path.isdir(real):
+            for name in RUN_INPUT_FILES:
+                guarded[os.path.join(real, name)] = f"{os.path.join(str(src), name)}, a file of the input {src}"
+        else:
+            guarded[real] = f"the input {src}"
+    for option, path in outputs.items():
+        if path is None or not str(path).strip() or str(path) == "-":
+            continue
+        real = _real(path)
+        if real.startswith("/dev/") or real.startswith("/proc/"):
+            continue
+        if real in guarded:
+            raise BadInput(f"{option} {path}: that is {guarded[real]}; writing there would replace what the command "
+                           f"reads (name another file)")
+        if real in seen:
+            raise BadInput(f"{option} {path} and {seen[real]} name the same file; one would replace the other")
+        seen[real] = f"{option} {path}"
