@@ -151,6 +151,21 @@ def test_result_file_write_failure_keeps_the_old_file(fake, tmp_path, monkeypatc
     assert not list(tmp_path.glob(".result.jsonl.*"))  # no temporary file left behind
 
 
+def test_result_filename_through_a_link_and_to_a_fifo(fake, tmp_path):
+    (tmp_path / "all.jsonl").write_text('{"run_name": "earlier"}\n')
+    (tmp_path / "latest.jsonl").symlink_to("all.jsonl")
+    args = ["--url", fake.url, "--skip-warmup", "--input-len", "8", "--output-len", "2"]
+    r = server_bench_cli(*args, "--result-filename", tmp_path / "latest.jsonl", "--out", tmp_path / "r1")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "latest.jsonl").is_symlink()  # the link kept, its file appended to
+    lines = (tmp_path / "all.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["batch_size"] == 1
+    fifo = tmp_path / "pipe"  # a line at a time would reach a reader as one line then EOF: refused up front
+    os.mkfifo(fifo)
+    line = one_error_line(server_bench_cli(*args, "--result-filename", fifo, "--out", tmp_path / "r2"))
+    assert "named pipe" in line and fifo.is_fifo()
+
+
 @pytest.mark.parametrize("opts,fill,needle", [("ro,size=100k", False, "Read-only file system"),
                                               ("size=200k", True, "No space left on device")])
 def test_out_on_a_read_only_or_full_filesystem(fake, tmp_path, opts, fill, needle):

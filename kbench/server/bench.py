@@ -403,13 +403,16 @@ def _sum(values) -> float | None:
 
 def _append_lines(paths: list[Path], line: dict) -> None:
     """Adds one JSON line to each file, atomically: the file is rewritten whole (temporary file + rename), so a
-    full disk or a kill leaves the old file, never a truncated line."""
+    full disk or a kill leaves the old file, never a truncated line. The first path is the run's own file (never
+    through a link); the others were named by the user (--result-filename, a regular file: check_outputs): a link
+    is followed, its file rewritten and the link kept."""
     text = json.dumps(line) + "\n"
-    for p in paths:
+    for i, p in enumerate(paths):
+        named = i > 0
         old = files.read_text(p, str(p), files.ROWS_MAX) if p.exists() else ""
         if old and not old.endswith("\n"):
             old += "\n"
-        write_text(p, old + text)
+        write_text(p, old + text, named=named)
 
 
 def _run_cases(config: ServerBenchConfig, runner: _Runner, ls: Listener, run: RunSession, cases: list[ServerCase],

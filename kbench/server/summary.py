@@ -13,7 +13,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from kbench import files
-from kbench.runs.atomic import write_text
+from kbench.runs.atomic import named_destination, write_text
 
 HOURLY_COST_PER_GPU = 2.0
 INPUT_UTIL = 0.7
@@ -57,5 +57,7 @@ def append_github_step_summary(text: str) -> Path | None:
     if not target:
         return None
     p = Path(target)
+    if named_destination(p)[1]:  # a device or FIFO: the new text only
+        return write_text(p, text, named=True)
     old = files.read_text(p, f"$GITHUB_STEP_SUMMARY {p}", files.ROWS_MAX) if p.exists() else ""
-    return write_text(p, old + text)
+    return write_text(p, old + text, named=True)
