@@ -342,6 +342,38 @@ def _other_device_rows(w):
     write_journal(run, rows)
 
 
+def _cut_csv(w):
+    """The committed baseline copied without its rows.parquet and its rows.csv cut to its first 60,000 bytes (a copy
+    cut short): 39 of its 224 rows, the last one whole."""
+    src = ROOT / "results/baselines/h200-draft-extend-kv4096"
+    run = w.copy(src, "cut")
+    (run / "rows.parquet").unlink()
+    with open(run / "rows.csv", "r+b") as f:
+        f.truncate(60000)
+    w.vars.update(run=str(run), whole=str(src))
+
+
+def _short_tables(w):
+    """A complete run copied without its journal, its rows.csv one row short and no rows.parquet."""
+    run = w.copy(w.shared.cpu_run, "run")
+    (run / "rows.jsonl").unlink()
+    (run / "rows.parquet").unlink()
+    data = (run / "rows.csv").read_bytes()
+    (run / "rows.csv").write_bytes(data[: data.rstrip(b"\n").rfind(b"\n") + 1])
+    w.vars.update(run=str(run), n=str(json.loads((run / "manifest.json").read_text())["num_rows"]))
+
+
+def _nothing_written(*names):
+    def check(w, out):
+        assert not any(w.path(n).exists() for n in names), [n for n in names if w.path(n).exists()]
+    return check
+
+
+def _tables_restored(w, out):
+    run = Path(w.vars["run"])
+    assert len(journal(run)) == int(w.vars["n"]), "the row the table lost was not measured again"
+
+
 # family 5: the gate and broken candidates
 def _broken_candidate(value: str):
     def setup(w):
@@ -514,6 +546,19 @@ SITUATIONS: list[Situation] = [
               r"^error: .*rows\.jsonl: line 2: window_left is 'wide', expected an integer", _bad_axis_value),
     Situation("other-device-rows", 4, "rows of another GPU appended to the journal", "kbench sweep --resume {run}",
               2, r"^error: .*row \d+ was measured on 'NVIDIA H100 80GB HBM3'.*--force", _other_device_rows),
+    Situation("cut-csv-report", 4, "rows.csv cut short (39 of 224 rows), no rows.parquet: report",
+              "kbench report {run} --out rep", 2, r"^error: .*cut/rows\.csv: 39 row\(s\), but the run recorded 224 "
+              r"\(manifest\.json baseline\.num_rows\): the file was cut short or edited", _cut_csv,
+              _nothing_written("rep")),
+    Situation("cut-csv-gate", 4, "that baseline in a gate", "kbench gate --baseline {run} --candidate {whole}", 2,
+              r"^error: baseline: .*rows\.csv: 39 row\(s\), but the run recorded 224", _cut_csv),
+    Situation("cut-csv-baseline", 4, "a baseline made from it", "kbench baseline {run} --name t --out x", 2,
+              r"^error: .*rows\.csv: 39 row\(s\), but the run recorded 224", _cut_csv, _nothing_written("x")),
+    Situation("short-csv-report", 4, "a run without journal or Parquet, its rows.csv one row short: report",
+              "kbench report {run} --out rep", 2, r"^error: .*rows\.csv: \d+ row\(s\), but the run recorded \d+ "
+              r"\(manifest\.json num_rows\).*kbench sweep --resume", _short_tables),
+    Situation("short-csv-resume", 4, "that run resumed", "kbench sweep --resume {run}", 0, r"^rows: \d+ ",
+              _short_tables, _tables_restored),
     # 5 the gate and broken candidates ---------------------------------------------------------------------------
     *[Situation(f"gate-median-{name}", 5, f"a candidate ok row with median_us {value}",
                 "kbench gate --baseline {base} --candidate {cand}", 1, r"^FAIL: 1 invalid", _broken_candidate(value))

@@ -125,3 +125,27 @@ def test_baseline_never_replaced_without_force(tmp_path):
     assert "exists" in line and "--force" in line and tree(tmp_path / "bl") == before
     assert run_cli(["baseline", other, "--name", "main", "--root", tmp_path / "bl", "--force"]).exit_code == 0
     assert tree(tmp_path / "bl") != before
+
+
+def test_a_baseline_of_a_resumed_run_killed_mid_way_loads_and_gates(tmp_path):
+    """A run finalized once (num_rows N), resumed and killed: its journal holds more rows than num_rows says. A
+    baseline of it (--allow-partial) keeps the run's manifest, num_rows N, beside tables of every row: it is read
+    against its own count (baseline.num_rows), not refused as cut short."""
+    from kbench.runs.store import RunWriter
+
+    rows = sweep_rows(seed=1)
+    w = RunWriter(tmp_path / "run", {"kind": "sweep", "device": {"name": "NVIDIA H200", "sm": 90}})
+    for row in rows[:3]:
+        w.append(row)
+    w.finalize("interrupted")
+    w = RunWriter(tmp_path / "run", {}, resume=True)
+    for row in rows[3:]:
+        w.append(row)
+    w._journal.close()
+    w.release()  # killed: still 'running', num_rows 3 from the first call
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["num_rows"] == 3
+    r = run_cli(["baseline", tmp_path / "run", "--name", "b", "--root", tmp_path / "bl", "--allow-partial"])
+    assert r.exit_code == 0, r.output
+    assert len(load_run(tmp_path / "bl" / "b").rows) == len(rows)
+    r = run_cli(["gate", "--baseline", tmp_path / "bl" / "b", "--candidate", tmp_path / "run"])
+    assert r.exit_code == 0, r.output

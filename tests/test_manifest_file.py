@@ -78,3 +78,12 @@ def test_field_table_covers_every_key_kbench_writes():
     text = json.loads((BASELINE / "manifest.json").read_text())
     assert set(text) <= set(FILE_KEYS)
     assert Manifest.from_dict(text).extra == {}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in BASELINE.parent.iterdir() if (p / "manifest.json").is_file()))
+def test_every_committed_baseline_loads_with_the_rows_it_recorded(name):
+    """load_run refuses tables holding another number of rows than the manifest recorded (a copy cut short): every
+    committed baseline holds its count, read with its samples and without them (the lean read of report and gate)."""
+    m = json.loads((BASELINE.parent / name / "manifest.json").read_text())
+    for lists in (True, False):
+        assert len(load_run(BASELINE.parent / name, lists=lists).rows) == m["baseline"]["num_rows"] == m["num_rows"]

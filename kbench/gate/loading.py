@@ -98,7 +98,7 @@ def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str])
         warnings.append(f"{role} has result schema version {version!r} (this kbench: "
                         f"{RESULT_SCHEMA_VERSION}); compared anyway (--force)")
         check_files(p, manifest)
-        rows = load_rows(p, kind)
+        rows = load_rows(p, kind, manifest=manifest)  # tables cut short: refused as load_run does
         for col in ("case_id", "status") if kind == "sweep" else ("case_id",):
             if col not in rows:
                 raise BadInput(f"{role} {path}: rows lack column {col!r}")

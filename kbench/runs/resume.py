@@ -3,7 +3,7 @@
 Refused without --force: a baseline folder (committed data, not a run to finish), a run measured on
 another device (its rows would mix two GPUs) and a run whose journal holds rows of another device. A
 complete run has nothing to do: the caller says so and exits 0 without writing, unless its journal lost
-rows since (the resume restores them). The lock (kbench.runs.lock) refuses a second writer.
+rows since, or (no journal) its tables hold fewer rows than it recorded: the resume restores them. The lock (kbench.runs.lock) refuses a second writer.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 from kbench.errors import BadInput
 from kbench.runs.lock import holder
 from kbench.runs.manifest import device_key
-from kbench.runs.store import JOURNAL, check_device, read_journal, rows_lost
+from kbench.runs.store import CSV, JOURNAL, PARQUET, check_device, read_journal, read_tables, rows_lost, \
+    table_rows_recorded
 
 
 def check_resume(run_dir: str | Path, manifest: dict, device: dict | None, force: bool = False) -> str | None:
@@ -37,5 +38,15 @@ def check_resume(run_dir: str | Path, manifest: dict, device: dict | None, force
     if manifest.get("status") == "complete" and not budget_hit:  # an adaptive run stopped by its budget goes on
         if rows is not None and rows_lost(manifest, rows, journal):
             return None  # complete once, but its journal lost rows since: the resume restores them
+        if rows is None and _tables_short(Path(run_dir), manifest):
+            return None  # no journal, and its tables were cut short since: the resume measures the rest again
         return f"{run_dir} is complete: nothing to resume (no file touched)"
     return None
+
+
+def _tables_short(run_dir: Path, manifest: dict) -> bool:
+    """The run's tables (no journal) hold fewer rows than its manifest recorded (a copy cut short)."""
+    recorded = table_rows_recorded(manifest)
+    if recorded is None or not ((run_dir / PARQUET).exists() or (run_dir / CSV).exists()):
+        return False
+    return len(read_tables(run_dir, manifest.get("kind", "sweep"))) < recorded[0]

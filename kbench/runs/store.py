@@ -537,7 +537,45 @@ def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: 
     run_dir = Path(run_dir)
     if (run_dir / JOURNAL).exists() and (lists or manifest is None or not parquet_current(run_dir, manifest)):
         return read_journal(run_dir / JOURNAL, kind)
-    return read_tables(run_dir, kind, lists)
+    rows = read_tables(run_dir, kind, lists)
+    if manifest is not None:
+        check_table_rows(run_dir, manifest, rows, kind)
+    return rows
+
+
+def table_rows_recorded(manifest: dict) -> tuple[int, str] | None:
+    """How many rows the run's tables hold by its manifest, and the field that says so: a baseline's own count
+    (baseline.num_rows: the rows it wrote, where a single-run baseline keeps its source's num_rows as the run wrote
+    it), else the num_rows finalize recorded as it wrote the tables; None when neither is recorded (an older run,
+    one killed before it ended: its rows are in the journal)."""
+    b = manifest.get("baseline")
+    for n, field in ((b.get("num_rows") if isinstance(b, dict) else None, "baseline.num_rows"),
+                     (manifest.get("num_rows"), "num_rows")):
+        if isinstance(n, int) and not isinstance(n, bool):
+            return n, field
+    return None
+
+
+def check_table_rows(run_dir: Path, manifest: dict, rows: pd.DataFrame, kind: str = "sweep") -> None:
+    """A reader's check of rows read from the tables (read_tables): they hold the rows the manifest recorded, else
+    BadInput naming the file and both counts (a copy cut short, a bad edit: a report or gate on part of a run would
+    answer for the part as if it were the whole). Writers (finalize, a baseline) record the count with the tables;
+    a resume that rewrites the journal from them measures what they lack again and is not checked."""
+    recorded = table_rows_recorded(manifest)
+    if recorded is None or recorded[0] == len(rows):
+        return
+    n, field = recorded
+    table = run_dir / (PARQUET if (run_dir / PARQUET).exists() else CSV)
+    if isinstance(manifest.get("baseline"), dict):
+        fix = "rebuild it from its runs (kbench baseline RUN ... --name NAME --force)"
+    elif kind == "sweep":
+        fix = f"kbench sweep --resume {run_dir} measures the missing rows again"
+    elif kind == "server-bench":
+        fix = f"kbench server-bench --resume {run_dir} --url URL measures the missing rows again"
+    else:
+        fix = "write it again"
+    raise BadInput(f"{table}: {len(rows)} row(s), but the run recorded {n} ({MANIFEST} {field}): the file was cut "
+                   f"short or edited; {fix}")
 
 
 def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True) -> pd.DataFrame:
