@@ -7,6 +7,7 @@ import functools
 import os
 import signal
 import sys
+from typing import NoReturn
 
 import click
 
@@ -33,6 +34,13 @@ def rich_closed_pipe(console) -> None:
     raise BrokenPipeError(errno.EPIPE, "closed pipe")
 
 
+def stopped(e: KeyboardInterrupt) -> NoReturn:
+    """Ctrl-C, or SIGTERM (kbench.runs.signals.Terminated): one line, exit 128 + the signal's number (130, 143)."""
+    signum = getattr(e, "signum", signal.SIGINT)
+    click.echo(f"error: stopped by {signal.Signals(signum).name}; outputs not yet replaced are as they were", err=True)
+    sys.exit(128 + signum)
+
+
 def one_line_errors(fn):
     """Wraps a command (or the group's invoke): also when a command runs outside the group (tests, plugins)."""
     @functools.wraps(fn)
@@ -43,10 +51,7 @@ def one_line_errors(fn):
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.runs.signals (a replace not yet done)
-            signum = getattr(e, "signum", signal.SIGINT)
-            click.echo(f"error: stopped by {signal.Signals(signum).name}; outputs not yet replaced are as they "
-                       f"were", err=True)
-            sys.exit(128 + signum)
+            stopped(e)
         except BrokenPipeError:
             closed_pipe()
         except OSError as e:

@@ -8,7 +8,7 @@ import sys
 import click
 
 from kbench import __version__
-from kbench.cli.errors import one_line_errors, rich_closed_pipe
+from kbench.cli.errors import one_line_errors, rich_closed_pipe, stopped
 
 # command name -> (module, attribute, the line `kbench --help` shows for it without importing it;
 # tests/test_help.py checks each command exists and its own help says the same thing)
@@ -58,6 +58,17 @@ class KbenchGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        from kbench.runs.signals import terminate_as_interrupt
+
+        # SIGTERM is Ctrl-C for the whole command (parsing, loading, building, printing), not only in the blocks that
+        # write a run or replace a folder (those keep their own handling within this one): exit 143 and one line
+        try:
+            with terminate_as_interrupt():
+                self._standalone(args, prog_name, complete_var, **extra)
+        except KeyboardInterrupt as e:  # outside the command's invoke (one_line_errors), e.g. while it exits
+            stopped(e)
+
+    def _standalone(self, args, prog_name, complete_var, **extra):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as e:  # unknown option, missing argument, bad choice: one line, exit 2
@@ -67,7 +78,9 @@ class KbenchGroup(click.Group):
         except click.ClickException as e:
             click.echo(f"error: {e.format_message()}", err=True)
             sys.exit(e.exit_code)
-        except click.Abort:
+        except click.Abort as e:
+            if isinstance(e.__cause__, KeyboardInterrupt):  # Ctrl-C or SIGTERM while click parsed the arguments
+                stopped(e.__cause__)
             click.echo("error: aborted", err=True)
             sys.exit(130)
         sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
@@ -86,7 +99,17 @@ def cli():
 
 
 def main() -> None:
-    cli(prog_name="kbench")
+    """The `kbench` process: SIGTERM raises from here on (raise_on_sigterm; the command's own block, KbenchGroup.main,
+    sits within), and is ignored once the command has ended and Python shuts down (its exit code set)."""
+    from kbench.runs.signals import ignore_sigterm, raise_on_sigterm
+
+    raise_on_sigterm()
+    try:
+        cli(prog_name="kbench")
+    except KeyboardInterrupt as e:  # between the command's block and here
+        stopped(e)
+    finally:
+        ignore_sigterm()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Signals: SIGTERM ends a sweep or a server-bench run like Ctrl-C (exit 143; SIGINT 130), the rows measured are
 kept and finalized, the run is marked interrupted with the --resume command to finish it; SIGTERM before any case
-ran is one line and nothing written. (Ctrl-C handled in-process: test_run_session, test_server_bench_faults;
+ran is one line and nothing written; SIGTERM at any moment of any command (report, gate, baseline, sweep) is 143 and
+one line, outputs whole, as Ctrl-C there is 130. (Ctrl-C handled in-process: test_run_session, test_server_bench_faults;
 a signal deferred while a folder is swapped: test_trust.)"""
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import pytest
+from helpers import BASELINE
 
 from kbench.runs.store import load_run
 
@@ -114,3 +119,85 @@ def test_sigint_in_a_real_process_keeps_rows(fake, tmp_path):
             "r = load_run(sys.argv[1]); print(r.manifest['kind'], r.rows['case_id'].tolist())")
     fresh = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True)
     assert fresh.stdout.strip() == "server-bench ['bs1-in8-out2']", fresh.stderr[-2000:]
+
+
+# ---- any command, any moment: SIGTERM is Ctrl-C for the whole run (cli.main), not only where a block says so ------
+PAUSE_AT = Path(__file__).resolve().parent / "pause_at.py"
+STOPPED = "error: stopped by {}; outputs not yet replaced are as they were"
+
+
+def stop_at(tmp_path: Path, target: str, when: str, signum: int, *args: str) -> tuple[int, str]:
+    """`kbench ARGS` (tests/pause_at.py) held at the first call of target, signalled there: its exit code and output.
+    The moment is one the test chooses, not a race: the process waits there until signalled."""
+    marker = tmp_path / f".pause-{target.replace(':', '-')}-{when}"
+    p = subprocess.Popen([sys.executable, str(PAUSE_AT), target, when, str(marker), "--", *args], cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"})
+    try:
+        out = signal_when(p, marker.exists, signum, wait_s=120)
+    finally:
+        marker.with_name(marker.name + ".go").write_text("go\n")  # a held signal (a swap) would go on now
+    return p.returncode, out
+
+
+def whole_report(folder: Path, reference: set[str]) -> None:
+    """A report --out folder is absent or holds every file an uninterrupted report writes; nothing half written."""
+    left = [p.name for p in folder.parent.iterdir() if ".kbench-" in p.name]
+    assert not left, left
+    if folder.exists():
+        assert {p.name for p in folder.iterdir()} == reference
+
+
+@pytest.fixture(scope="module")
+def report_files(tmp_path_factory) -> set[str]:
+    out = tmp_path_factory.mktemp("whole") / "rep"
+    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "report", str(BASELINE), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return {q.name for q in out.iterdir()}
+
+
+@pytest.mark.parametrize("target,when", [
+    ("kbench.report.runs:load_run", "before"),  # loading the run
+    ("kbench.report.build:save_policy", "before"),  # the new folder half written (its own block)
+    ("kbench.cli.report_cmd:case_table", "before"),  # the report written, the tables being printed
+    ("kbench.cli.report_cmd:wrote_line", "after"),  # the last line about to be printed
+])
+def test_sigterm_at_any_moment_of_a_report_is_143_one_line_and_outputs_whole(tmp_path, report_files, target, when):
+    rep = tmp_path / "rep"
+    code, out = stop_at(tmp_path, target, when, signal.SIGTERM, "report", str(BASELINE), "--out", str(rep))
+    assert code == 143, out[-3000:]
+    assert "Traceback" not in out and out.strip().splitlines()[-1] == STOPPED.format("SIGTERM"), out[-3000:]
+    whole_report(rep, report_files)
+
+
+def test_sigint_late_in_a_report_is_130_as_sigterm_is_143(tmp_path, report_files):
+    rep = tmp_path / "rep"
+    code, out = stop_at(tmp_path, "kbench.cli.report_cmd:wrote_line", "after", signal.SIGINT, "report", str(BASELINE),
+                        "--out", str(rep))
+    assert code == 130 and out.strip().splitlines()[-1] == STOPPED.format("SIGINT"), out[-3000:]
+    whole_report(rep, report_files)
+
+
+@pytest.mark.parametrize("args,target,when", [
+    (["gate", "--baseline", str(BASELINE), "--candidate", str(BASELINE)], "kbench.gate.export:export", "before"),
+    (["baseline", str(BASELINE), "--name", "b", "--out", "bl"], "kbench.gate.baselines:write_multi_baseline",
+     "after"),
+    (["sweep", "--resume", "/nonexistent-run"], "kbench.engine.request:SweepRequest", "before"),
+])
+def test_sigterm_in_gate_baseline_and_sweep_is_143_and_one_line(tmp_path, args, target, when):
+    code, out = stop_at(tmp_path, target, when, signal.SIGTERM, *args)
+    assert code == 143, out[-3000:]
+    assert "Traceback" not in out and out.strip().splitlines()[-1] == STOPPED.format("SIGTERM"), out[-3000:]
+    if args[0] == "baseline":  # written before the signal: whole
+        assert len(load_run(tmp_path / "bl" / "b").rows) == 224
+
+
+def test_sigterm_after_the_commands_block_is_143_and_one_line():
+    """The `kbench` process's own handler (cli.main.main), outside the command's block: a SIGTERM there (here sent
+    by the command itself as it returns) is still 143 and the one line."""
+    code = ("import signal, sys; import kbench.cli.main as m\n"
+            "def cli(prog_name):\n    signal.raise_signal(signal.SIGTERM)\n    sys.exit(0)\n"
+            "m.cli = cli; m.main()")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 143 and p.stderr.strip() == STOPPED.format("SIGTERM"), (p.returncode, p.stderr)

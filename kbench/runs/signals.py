@@ -1,5 +1,10 @@
 """SIGTERM (what Slurm, Kubernetes and CI runners send) handled like Ctrl-C: the running code sees a
-KeyboardInterrupt subclass, finalizes what it has, and the command exits 128 + the signal number (143)."""
+KeyboardInterrupt subclass, finalizes what it has, and the command exits 128 + the signal number (143).
+
+Two scopes: terminate_as_interrupt for a block (the CLI wraps every command in one, kbench.cli.main; the blocks
+that write a run or replace a folder have their own, which tell the code within which signal stopped it), and
+raise_on_sigterm for a whole process (the `kbench` entry point: the moments before and after the command's block).
+"""
 from __future__ import annotations
 
 import contextlib
@@ -61,6 +66,28 @@ def terminate_as_interrupt(signums=(signal.SIGTERM,)) -> Iterator[Stop]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def raise_on_sigterm() -> None:
+    """For the rest of this process (the `kbench` entry point): SIGTERM raises Terminated in the main thread, once;
+    a later SIGTERM is ignored while the first one's cleanup runs (what it started to leave whole is left whole).
+    A terminate_as_interrupt block within puts this back when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    raised = []
+
+    def handler(signum, frame):
+        if not raised:
+            raised.append(signum)
+            raise Terminated(signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def ignore_sigterm() -> None:
+    """The command has ended and its exit code is set: a SIGTERM while Python shuts down changes nothing."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
