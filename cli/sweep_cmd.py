@@ -12,7 +12,7 @@ from kbench.cases.scenario import builtin_names
 from kbench.cli.console import make_console
 from kbench.engine.devices import run_on_devices
 from kbench.engine.plans.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
-from kbench.engine.request import SweepRequest
+from kbench.engine.request import OVERRIDE_FLAGS, SweepRequest
 from kbench.engine.sweep import Sweep, sweep_payload
 from kbench.runs.outputs import writable_dir
 from kbench.runs.signals import terminate_as_interrupt
@@ -105,8 +105,6 @@ def sweep(**params):
         sys.exit(code)
 
 
-# the flags that override the scenario (the request's overrides; --resume refuses them)
-_OVERRIDES = ("model", "heads", "kernels", "spread_target", "budget_s", "l2", "min_time_s", "duty")
 
 
 def _request(params: dict) -> SweepRequest:
@@ -117,7 +115,7 @@ def _request(params: dict) -> SweepRequest:
     given = frozenset(n for n in params if ctx.get_parameter_source(n) in (ParameterSource.COMMANDLINE,
                                                                            ParameterSource.ENVIRONMENT))
     params = dict(params)
-    overrides = {n: params.pop(n) for n in [*(a.name for a in axes_with(GRID)), *_OVERRIDES]}
+    overrides = {n: params.pop(n) for n in OVERRIDE_FLAGS}  # the flags that override the scenario
     return SweepRequest(**params, overrides=overrides, given=given, command_line=shlex.join(["kbench", *sys.argv[1:]]))
 
 

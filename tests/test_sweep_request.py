@@ -48,11 +48,11 @@ def test_each_rule_names_itself(tmp_path, request_kw, message):
 
 
 def test_the_rules_of_a_resume(cpu_run):
-    with pytest.raises(BadInput, match="--resume takes the scenario from the run; drop the axis options"):
-        SweepRequest(resume=cpu_run, overrides={"batch_size": "2"}, given=frozenset({"seed"})).check()  # first
+    with pytest.raises(BadInput, match=r"--batch-size, --seed cannot change it \(drop them\); a resume takes only"):
+        SweepRequest(resume=cpu_run, overrides={"batch_size": "2"}, given=frozenset({"seed"})).check()
     with pytest.raises(BadInput, match=r"--out, --seed cannot change it \(drop them\)"):
         SweepRequest(resume=cpu_run, given=frozenset({"seed", "out_dir"})).check()
-    with pytest.raises(BadInput, match="--resume keeps the run's adaptive settings: drop --coarse-step"):
+    with pytest.raises(BadInput, match=r"--coarse-step cannot change it \(drop it\)"):
         SweepRequest(resume=cpu_run, given=frozenset({"coarse_step"})).check()
     with pytest.raises(BadInput, match="is a full-grid sweep, not an adaptive one"):
         SweepRequest(resume=cpu_run, budget_minutes=1.0).check()
@@ -71,3 +71,39 @@ def test_a_checked_request_says_what_to_run(tmp_path):
     grid = SweepRequest(out_dir=str(tmp_path), shard="1/3").check()
     assert isinstance(grid.plan, FullGridPlan) and grid.options.shard == (1, 3)
     assert [c.case_id for c in grid.plan.cases()] == [c.case_id for c in grid.scenario.cases()[1::3]]
+
+
+def test_a_resume_refusal_names_the_options_given_and_what_a_resume_takes(cpu_run):
+    """`--resume RUN --budget 5` said "drop the axis options": --budget is no axis (it is the [timing] budget per
+    measurement), and the user was left guessing which option was meant and what a resume does take."""
+    from click.testing import CliRunner
+
+    from kbench.cli.main import cli
+
+    r = CliRunner().invoke(cli, ["sweep", "--resume", cpu_run, "--budget", "5"])
+    assert r.exit_code == 2 and r.output.strip().splitlines() == [
+        "error: --resume finishes the run as it was started: --budget cannot change it (drop it); a resume takes only "
+        "--device, --force, --allow-wrong, --isolate/--no-isolate, --stream/--no-stream, --compile-workers, "
+        "--jit-cache, --max-table-cases, --slow-kernel, and for an adaptive run --adaptive, --budget-measurements, "
+        "--budget-minutes"], r.output
+
+
+def test_every_sweep_option_is_either_refused_by_name_or_taken_by_a_resume():
+    """The refusal's lists stay true: each option of kbench sweep is one the run fixes (named by its own flag when
+    given) or one that RESUME_TAKES names."""
+    import re
+
+    from kbench.cli.sweep_cmd import sweep
+    from kbench.engine.request import FIXED_BY_RUN, OVERRIDE_FLAGS, RESUME_TAKES, TUNING
+
+    takes = set(re.findall(r"--[a-z-]+", RESUME_TAKES))
+    refused = {**OVERRIDE_FLAGS, **dict(FIXED_BY_RUN), **{name: flag for flag, name in TUNING}}
+    for param in sweep.params:
+        flags = {o for o in param.opts + param.secondary_opts if o.startswith("--")}
+        if param.name in ("resume", "help"):
+            continue
+        if param.name in refused:
+            assert refused[param.name] in flags and not flags & takes, (param.name, flags)
+        else:
+            assert flags and flags <= takes, (param.name, flags)
+    assert takes <= {o for p in sweep.params for o in p.opts + p.secondary_opts}

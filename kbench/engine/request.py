@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from kbench.cases.axes import GRID, axes_with
 from kbench.cases.scenario import Scenario, apply_overrides, load_scenario, scenario_data, scenario_from_dict
 from kbench.engine.plans import SweepPlan, check_plan, plan_for
 from kbench.engine.plans.adaptive_options import AdaptiveOptions
@@ -62,11 +63,20 @@ def scenario_of_run(manifest: dict) -> Scenario:
         raise BadInput(f"the run's manifest holds an incomplete scenario ({type(e).__name__}: {e})") from None
 
 
+# the flags that override the scenario (SweepRequest.overrides, by name): one per grid axis, the head config, the
+# kernels and the [timing] settings
+OVERRIDE_FLAGS = {**{a.name: a.flag for a in axes_with(GRID)}, "model": "--model", "heads": "--heads",
+                  "kernels": "--kernels", "spread_target": "--spread-target", "budget_s": "--budget", "l2": "--l2",
+                  "min_time_s": "--min-time", "duty": "--duty"}
 # options fixed by the run that --resume finishes: given with --resume they are refused, not ignored
 FIXED_BY_RUN = (("scenario", "--scenario"), ("out_dir", "--out"), ("run_name", "--name"), ("shard", "--shard"),
                 ("devices", "--devices"), ("seed", "--seed"))
 # the adaptive planner's tuning flags (a resumed adaptive run keeps its own)
 TUNING = (("--regret-bound", "regret_bound"), ("--coarse-step", "coarse_step"))
+# what a resume takes (every other option is the run's: OVERRIDE_FLAGS, FIXED_BY_RUN, TUNING)
+RESUME_TAKES = ("--device, --force, --allow-wrong, --isolate/--no-isolate, --stream/--no-stream, --compile-workers, "
+                "--jit-cache, --max-table-cases, --slow-kernel, and for an adaptive run --adaptive, "
+                "--budget-measurements, --budget-minutes")
 
 
 @dataclass
@@ -112,17 +122,13 @@ class SweepRequest:
     def check(self, note: Callable[[str], None] = lambda line: None) -> CheckedSweep:
         """Every rule, in order; BadInput names the first one broken. `note` gets the lines to say on the way
         (a --name written differently as a folder name)."""
+        if self.resume:
+            self.check_resume_options()
         ada = self.adaptive_options()
         jit_cache = os.path.abspath(writable_dir(self.jit_cache, "--jit-cache")) if self.jit_cache is not None else None
         manifest = None
         if self.resume:
-            if any(v is not None for v in self.overrides.values()):
-                raise BadInput("--resume takes the scenario from the run; drop the axis options")
             manifest = read_manifest(self.resume)
-            fixed = [flag for name, flag in FIXED_BY_RUN if name in self.given]
-            if fixed:
-                raise BadInput(f"--resume finishes the run as it was started: {', '.join(fixed)} cannot change it "
-                               f"(drop {'them' if len(fixed) > 1 else 'it'})")
             check_resumable(self.resume, manifest)
             from kbench.runs.resume import check_resume
             from kbench.timing.probe import probe_device
@@ -160,6 +166,16 @@ class SweepRequest:
             return CheckedSweep(sc, opts, None, devs, jit_cache)
         opts.shard = parse_shard(self.shard) if self.shard else None  # isdecimal digits only: int() takes each
         return CheckedSweep(sc, opts, opts.plan(sc, manifest), None, jit_cache)
+
+    def check_resume_options(self) -> None:
+        """With --resume: BadInput naming every option given that the run fixes (its scenario and overrides of it,
+        its folder, shard, seed, adaptive tuning), and what a resume takes instead."""
+        given = [OVERRIDE_FLAGS.get(n, f"--{n.replace('_', '-')}") for n, v in self.overrides.items() if v is not None]
+        given += [flag for name, flag in FIXED_BY_RUN if name in self.given]
+        given += [flag for flag, name in TUNING if name in self.given]
+        if given:
+            raise BadInput(f"--resume finishes the run as it was started: {', '.join(given)} cannot change it "
+                           f"(drop {'them' if len(given) > 1 else 'it'}); a resume takes only {RESUME_TAKES}")
 
     def adaptive_options(self) -> AdaptiveOptions | None:
         """AdaptiveOptions from the flags, or None. With --resume an adaptive run keeps its settings from its
