@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -395,3 +396,17 @@ def test_bad_input_exit_2_one_line(tmp_path, args, needle):
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
     assert not (tmp_path / "r").exists()  # nothing written
 
+
+
+@pytest.mark.parametrize("path,fs", [("/proc/x.jsonl", "proc"), ("/proc/self/x.jsonl", "proc"), ("/sys/x.jsonl", "sysfs")])
+def test_result_filename_in_a_kernel_file_system_says_so(tmp_path, path, fs):
+    """/proc answers "No such file or directory" when a file is created in it: the line said /proc itself did not
+    exist ("--result-filename's folder /proc: cannot write there (No such file or directory)")."""
+    if not Path(path).parent.is_dir():
+        pytest.skip(f"no {Path(path).parent} here")
+    r = CliRunner().invoke(cli(), ["server-bench", "--url", "http://127.0.0.1:9", "--result-filename", path,
+                                   "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2 and r.output.strip().splitlines() == [
+        f"error: --result-filename {path}: {Path(path).parent} is on a {fs} file system (the kernel's own entries), "
+        f"where no file can be created; give a path on a disk"], r.output
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())

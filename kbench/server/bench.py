@@ -18,6 +18,7 @@ import json
 import math
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -513,11 +514,44 @@ def check_outputs(config: ServerBenchConfig) -> None:
         writable_dir(config.out_dir, "--out")
     if config.result_filename is not None:
         p = Path(config.result_filename)  # a folder or a missing parent: refused by config.validate()
-        writable_dir(p.parent, "--result-filename's folder")
+        try:
+            writable_dir(p.parent, "--result-filename's folder")
+        except BadInput:
+            fs = _kernel_file_system(p.parent)
+            if fs is None:
+                raise
+            # the probe's own error misleads there: procfs answers "No such file or directory" for a folder it shows
+            raise BadInput(f"--result-filename {p}: {p.parent} is on a {fs} file system (the kernel's own entries), "
+                           f"where no file can be created; give a path on a disk") from None
         if p.exists() and not p.is_file():
             raise BadInput(f"--result-filename {p}: {files.kind_of(p.stat().st_mode)}, not a regular file")
         if p.exists() and not os.access(p, os.R_OK | os.W_OK):
             raise BadInput(f"--result-filename {p}: cannot write there (permission denied)")
+
+
+# file systems of the kernel's own entries, where no file can be created (procfs answers ENOENT, sysfs EACCES)
+_KERNEL_FILE_SYSTEMS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs",
+                                  "configfs", "pstore", "bpf"})
+
+
+def _kernel_file_system(folder: Path) -> str | None:
+    """The type of the file system holding ``folder`` when it is one of the kernel's own (/proc, /sys), from
+    /proc/self/mountinfo (the deepest mount point above the folder); None otherwise or where that is unknown."""
+    real, best, fstype = os.path.realpath(folder), "", None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                left, sep, right = line.partition(" - ")
+                fields = left.split()
+                if not sep or len(fields) < 5 or not right.split():
+                    continue
+                mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # \040: a space
+                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best):  # the deepest; the same point mounted again: the later one
+                    best, fstype = mount, right.split()[0]
+    except OSError:
+        return None
+    return fstype if fstype in _KERNEL_FILE_SYSTEMS else None
 
 
 def config_of_run(run_dir: str | Path, url: str | None = None,
