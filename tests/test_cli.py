@@ -143,3 +143,25 @@ def test_closed_pipe_is_quiet_and_exit_0(tmp_path):
     r = subprocess.run(f"set -o pipefail; {sys.executable} -m kbench.cli.main report {BASELINE} --out "
                        f"{tmp_path / 'rep'} | head -1 >/dev/null", shell=True, executable="/bin/bash")
     assert r.returncode == 0
+
+
+# every command that takes a run folder, with RUN where it goes (recommend: a workload so the run is read)
+TAKES_A_RUN = [
+    ["report", "RUN"], ["gate", "--baseline", "RUN", "--candidate", BASELINE],
+    ["gate", "--baseline", BASELINE, "--candidate", "RUN"], ["baseline", "RUN", "--name", "t", "--out", "bl"],
+    ["merge", "RUN", BASELINE], ["recommend", "RUN", "--engine", "sglang", "--batch-size", "1", "--q-len", "1", "--kv-len", "64"],
+    ["sweep", "--resume", "RUN"], ["server-bench", "--resume", "RUN", "--url", "http://127.0.0.1:9"],
+]
+
+
+@pytest.mark.parametrize("args", TAKES_A_RUN, ids=lambda a: " ".join(map(str, a[:2])))
+def test_every_command_taking_a_run_says_the_same_of_a_missing_path_or_a_file(tmp_path, args):
+    """sweep --resume and server-bench --resume said "not a kbench run (no manifest.json)" of a path that does not
+    exist; report, gate, baseline, merge and recommend said "no such run folder" of a file. One check now."""
+    (tmp_path / "afile").write_text("x\n")
+    cases = [(tmp_path / "nope", "no such run folder"), (tmp_path / "afile", "a file, not a run folder")]
+    for given, says in cases[:1] if args[0] == "recommend" else cases:  # recommend reads a file as a policy
+        r = run_cli([given if a == "RUN" else a for a in args], catch_exceptions=False)
+        line = one_error_line(r)
+        assert line.endswith(f"{given}: {says}"), line
+    assert not (tmp_path / "bl").exists()

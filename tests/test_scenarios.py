@@ -106,7 +106,7 @@ def test_bad_scenario_file_exits_2_with_one_line_naming_field_and_file(case, tmp
     (["--scenario", "nope"], "unknown scenario"),
     (["--scenario", "missing.toml"], "does not exist"),
     (["--slow-kernel", "fa2-prefill"], "--slow-kernel"),
-    (["--resume", "/nonexistent/run"], "not a kbench run"),
+    (["--resume", "/nonexistent/run"], "--out cannot change it"),  # options the run fixes: said before the path
     (["--duty", "0"], "timing.duty"),
     (["--min-time", "-1"], "timing.min_time_s"),
 ])

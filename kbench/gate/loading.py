@@ -6,8 +6,8 @@ from pathlib import Path
 
 from kbench import RESULT_SCHEMA_VERSION, files
 from kbench.errors import BadInput
-from kbench.runs.store import (JOURNAL, MANIFEST, PARQUET, Run, check_files, float_list, load_rows, load_run,
-                               parquet_current, row_kind)
+from kbench.runs.store import (JOURNAL, MANIFEST, PARQUET, Run, check_files, check_run_folder, float_list, load_rows,
+                               load_run, parquet_current, row_kind)
 
 
 class ParquetList:
@@ -82,9 +82,10 @@ def _peek_schema(path: Path):
 
 
 def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str]) -> Run:
-    p = Path(path)
-    if not p.is_dir():
-        raise BadInput(f"{role} {path}: no such run folder")
+    try:
+        p = check_run_folder(path)
+    except BadInput as e:
+        raise BadInput(f"{role} {e}") from None
     manifest, version = _peek_schema(p)
     if manifest is not None and version != RESULT_SCHEMA_VERSION:
         if not force:

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +130,7 @@ class RunWriter:
 
     def _open(self, manifest: dict, resume: bool) -> None:
         if resume:
+            check_run_folder(self.dir)
             if not (self.dir / MANIFEST).is_file():
                 raise BadInput(f"{self.dir}: not a kbench run (no {MANIFEST})")
             self.lock = RunLock(self.dir).acquire()  # one writer per run folder (a lock that is a link: refused)
@@ -473,7 +475,22 @@ def check_device(rows: pd.DataFrame, manifest: dict, where, kind: str = "sweep")
                            f"resume anyway)")
 
 
+def check_run_folder(path: str | Path) -> Path:
+    """The one check of a path given as a run (report, gate, baseline, merge, recommend, sweep and server-bench
+    --resume): BadInput "no such run folder" where nothing is there, what it is where it is no folder."""
+    p = Path(path)
+    if p.is_dir():
+        return p
+    if p.is_symlink() and not p.exists():
+        raise BadInput(f"{path}: a symbolic link to nothing ({os.readlink(p)}), not a run folder")
+    if p.exists():
+        mode = p.stat().st_mode
+        raise BadInput(f"{path}: {'a file' if stat.S_ISREG(mode) else files.kind_of(mode)}, not a run folder")
+    raise BadInput(f"{path}: no such run folder")
+
+
 def read_manifest(run_dir: Path) -> dict:
+    check_run_folder(run_dir)
     p = Path(run_dir) / MANIFEST
     if not p.exists() and not p.is_symlink():
         raise BadInput(f"{run_dir}: not a kbench run (no {MANIFEST})")
@@ -625,9 +642,7 @@ def check_files(folder: Path, manifest: dict) -> None:
 
 def load_run(path: str | Path, lists: bool = True) -> Run:
     """lists=False: without the list columns (samples_us read as empty lists; see load_rows)."""
-    p = Path(path)
-    if not p.is_dir():
-        raise BadInput(f"{path}: no such run folder")
+    p = check_run_folder(path)
     manifest = read_manifest(p)
     kind = _kind_of(manifest)
     check_files(p, manifest)

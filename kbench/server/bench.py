@@ -43,7 +43,7 @@ from kbench.server.rows import ROW_KIND, SAMPLED, ServerBenchRow, case_id
 from kbench.server.workload import write_workload
 from kbench.runs.manifest import Manifest
 from kbench.runs.session import RunSession
-from kbench.runs.store import now_iso
+from kbench.runs.store import check_run_folder, now_iso
 
 RESULT_JSONL = "result.jsonl"  # SGLang-style lines, always written inside the run folder too
 WARMUP_INPUT_LEN, WARMUP_OUTPUT_LEN = 1024, 16  # SGLang's warm-up case
@@ -507,8 +507,10 @@ def check_outputs(config: ServerBenchConfig) -> None:
     """After config.validate(), before anything runs: the run folder can be written (--out, or the resumed run) and so can
     --result-filename; else BadInput (one `error:` line, exit 2)."""
     if config.resume:
-        if not Path(config.resume).is_dir():
-            raise BadInput(f"--resume {config.resume}: no such run folder")
+        try:
+            check_run_folder(config.resume)
+        except BadInput as e:
+            raise BadInput(f"--resume {e}") from None
         writable_dir(config.resume, "--resume")
     else:
         writable_dir(config.out_dir, "--out")
