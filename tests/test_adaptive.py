@@ -248,7 +248,7 @@ def test_cli_adaptive_interrupted_and_resumed(tmp_path, fake_kernels, monkeypatc
     assert m["adaptive"]["stopped_by"] == "budget-measurements" and "budget ran out" in r.output
     assert (load_run(path).rows.status == "ok").sum() <= 4
     r = CliRunner().invoke(cli, ["sweep", "--resume", str(path), "--regret-bound", "5"])
-    assert r.exit_code == 2 and "keeps the run's adaptive settings" in r.output
+    assert r.exit_code == 2 and "--regret-bound cannot change it (drop it)" in r.output
     r = CliRunner().invoke(cli, ["sweep", "--resume", str(path)])
     assert r.exit_code == 0, r.output
     run = load_run(path)
