@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -126,7 +127,7 @@ def test_save_load_roundtrip_and_validation(tmp_path):
     broken = json.loads(p.read_text())
     broken["groups"][0]["cells"][0]["q_len"] = "4"
     (tmp_path / "broken.json").write_text(json.dumps(broken))
-    with pytest.raises(BadInput, match=r"cells\[0\]: 'q_len' has the wrong type"):
+    with pytest.raises(BadInput, match=r"broken.json: group 32/8/128 bf16 p64 HND: cells\[0\]: q_len '4' is not an integer$"):
         load_policy(tmp_path / "broken.json")
     del broken["groups"][0]["grid"]
     (tmp_path / "nogrid.json").write_text(json.dumps(broken))
@@ -203,3 +204,181 @@ def test_a_schema_1_policy_is_read_as_idealised_batches_and_selects(tmp_path):
         lookup(loaded, bs, q, kv, window_left="128")
     with pytest.raises(BadInput, match="--window-left: values must be >= -1"):
         lookup(loaded, bs, q, kv, window_left="-3")
+
+
+# ---- hostile policy files (issue #25): one line naming the file, the group, the cell and the field ----------------
+BASELINES = sorted(p for p in (Path(__file__).resolve().parent.parent / "results" / "baselines").iterdir() if p.is_dir())
+G = "group 32/8/128 bf16 p64 HND"
+C = f"{G}: cell bs 16 q 4 kv 4096"
+
+
+@pytest.fixture(scope="module")
+def baseline_policy(tmp_path_factory):
+    """The committed kv4096 baseline's policy.json, as `kbench report` writes it (32 cells: bs 16, 64 x q 1..16)."""
+    out = tmp_path_factory.mktemp("rep") / "rep"
+    build_report([BASELINES_BY_NAME["h200-draft-extend-kv4096"]], out)
+    return json.loads((out / "policy.json").read_text())
+
+
+BASELINES_BY_NAME = {p.name: p for p in BASELINES}
+
+
+def _cell(p, bs=16, q=4, kv=4096):
+    return next(c for c in p["groups"][0]["cells"] if (c["batch_size"], c["q_len"], c["kv_len"]) == (bs, q, kv))
+
+
+def _dup(p):
+    p["groups"][0]["cells"].append({**_cell(p), "kernel": "fa2-prefill", "path": "context"})
+
+
+def _sparse(p):  # 5 of the grid's 32 cells, the grid unchanged
+    p["groups"][0]["cells"] = p["groups"][0]["cells"][:5]
+
+
+# (id, edit, the line after 'FILE: ', whether the published JSON Schema alone refuses it too)
+HOSTILE = [
+    ("time-us-text", lambda p: _cell(p).update(time_us="x"), f"{C}: time_us 'x' is not a number", True),
+    ("time-us-nan", lambda p: _cell(p).update(time_us=float("nan")),
+     f"{C}: time_us nan is not a number (JSON has no NaN or Infinity)", False),
+    ("time-us-infinite", lambda p: _cell(p).update(time_us=float("inf")),
+     f"{C}: time_us inf is not a number (JSON has no NaN or Infinity)", False),
+    ("time-us-zero", lambda p: _cell(p).update(time_us=0), f"{C}: time_us 0 is not above 0", True),
+    ("path-banana", lambda p: _cell(p).update(path="banana"), f"{C}: path 'banana' is not one of decode, context", True),
+    ("verdict-7", lambda p: _cell(p).update(verdict=7), f"{C}: verdict 7 is not a string", True),
+    ("verdict-word", lambda p: _cell(p).update(verdict="maybe"),
+     f"{C}: verdict 'maybe' is not one of decode, context, tie, decode-only, context-only", True),
+    ("kernel-newline", lambda p: _cell(p).update(kernel="evil\nkernel"),
+     f"{C}: kernel 'evil\\nkernel' holds a character that does not print ('\\n')", True),
+    ("kernel-quotes", lambda p: _cell(p).update(kernel='x"""+1'),
+     f"{C}: kernel 'x\"\"\"+1' does not match ^[A-Za-z0-9][A-Za-z0-9._+-]{{0,63}}$", True),
+    ("kernels-us-name", lambda p: _cell(p)["kernels_us"].update({"a b": 1.0}),
+     f"{C}: kernels_us['a b'] 'a b' does not match ^[A-Za-z0-9][A-Za-z0-9._+-]{{0,63}}$", True),
+    ("label-escape", lambda p: p["groups"][0].update(label="\x1b[2Jgone"),
+     f"{G}: label '\\x1b[2Jgone' holds a character that does not print ('\\x1b')", False),
+    ("device-name-quotes", lambda p: p["device"].update(name='H"""\nimport os'),
+     "device.name 'H\"\"\"\\nimport os' holds a character that does not print ('\\n')", False),
+    ("duplicate-cell", _dup, f"{C}: a second cell for this shape (cells[3] trtllm-decode, cells[32] fa2-prefill): "
+                             "one cell a measured shape", False),
+    ("cell-off-grid", lambda p: p["groups"][0]["cells"].append({**_cell(p), "batch_size": 9999}),
+     f"{G}: cell bs 9999 q 4 kv 4096: batch_size 9999 is not in the group's grid (16, 64)", False),
+    ("grid-without-cells", _sparse,
+     f"{G}: grid.batch_size lists 64, but no cell has it (the grid is the values measured)", False),
+    ("grid-twice", lambda p: p["groups"][0]["grid"]["batch_size"].append(16), f"{G}: grid.batch_size lists 16 twice",
+     True),
+    ("q-above-kv", lambda p: (p["groups"][0]["grid"]["kv_len"].append(2), p["groups"][0]["cells"].append(
+        {**_cell(p), "kv_len": 2})), f"{G}: cell bs 16 q 4 kv 2: q_len 4 > kv_len 2: no such shape (the query tokens "
+                                     "are part of the KV)", False),
+    ("group-twice", lambda p: p["groups"].append(json.loads(json.dumps(p["groups"][0]))),
+     f"{G}: the same group as groups[0] (one group a key)", False),
+    ("dtype-word", lambda p: p["groups"][0].update(dtype="fp64"),
+     "group 32/8/128 fp64-kvbf16 p64 HND: dtype 'fp64' is not one of bf16, fp16", True),
+    ("speedup-negative", lambda p: _cell(p).update(expected_speedup=-1.5),
+     f"{C}: expected_speedup -1.5 is not above 0", True),
+]
+
+
+def _hostile(tmp_path, policy, edit) -> Path:
+    """A copy of the policy, edited, outside any report folder (select checks a policy beside its report.json)."""
+    p = json.loads(json.dumps(policy))
+    edit(p)
+    f = tmp_path / "P.json"
+    f.write_text(json.dumps(p, indent=1))  # NaN and Infinity written as Python's json writes them
+    return f
+
+
+@pytest.mark.parametrize("name,edit,line,schema_too", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_a_hostile_policy_is_one_line_naming_the_file_group_cell_and_field(tmp_path, baseline_policy, name, edit,
+                                                                           line, schema_too):
+    f = _hostile(tmp_path, baseline_policy, edit)
+    with pytest.raises(BadInput) as e:
+        load_policy(f)
+    assert str(e.value) == f"{f}: {line}"
+
+
+@pytest.mark.parametrize("name,edit,line,schema_too", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_select_and_export_refuse_a_hostile_policy(tmp_path, baseline_policy, name, edit, line, schema_too):
+    from report_synth import cli
+
+    f = _hostile(tmp_path, baseline_policy, edit)
+    for args in (["select", "--policy", f, "--batch-size", 64, "--q-len", 16, "--kv-len", 4096],
+                 ["export", f, "--out", tmp_path / "sel.py"]):
+        r = cli(*args)
+        assert r.exit_code == 2 and r.output == f"error: {f}: {line}\n", r.output
+    assert not (tmp_path / "sel.py").exists()
+
+
+@pytest.mark.parametrize("name,edit,line,schema_too", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_the_published_schema_refuses_what_it_can_say(tmp_path, baseline_policy, name, edit, line, schema_too):
+    """One concept: the check interprets schemas/policy.schema.json, so what the schema refuses the check refuses;
+    the rest (NaN, characters that do not print, cells against the grid, twins) is what no JSON Schema says."""
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "policy.schema.json").read_text())
+    p = json.loads(json.dumps(baseline_policy))
+    edit(p)
+    assert bool(list(jsonschema.Draft202012Validator(schema).iter_errors(p))) is schema_too
+
+
+def test_the_check_interprets_every_keyword_the_schema_uses():
+    from kbench.report.policy_schema import ANNOTATIONS, KEYWORDS, policy_schema
+
+    used: set = set()
+    todo = [policy_schema()]
+    while todo:
+        s = todo.pop()
+        used |= set(s)
+        todo += [s[k] for k in ("items", "additionalProperties", "propertyNames") if isinstance(s.get(k), dict)]
+        todo += list(s.get("properties", {}).values())
+    assert used <= KEYWORDS | ANNOTATIONS, used - KEYWORDS - ANNOTATIONS
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), value=st.one_of(st.none(), st.booleans(), st.integers(-3, 70000), st.floats(-2, 2),
+                                       st.sampled_from(["", "x", "decode", "tie", "bf16", "HND", "16", "a b"]),
+                                       st.just([]), st.just({}), st.just([16, 16])),
+       delete=st.booleans())
+def test_whatever_the_schema_refuses_the_check_refuses(baseline_policy, data, value, delete):
+    import jsonschema
+
+    from kbench.report.policy_schema import policy_schema
+    from kbench.report.policy import validate_policy
+
+    p = json.loads(json.dumps(baseline_policy))
+    paths, todo = [], [((), p)]
+    while todo:
+        path, v = todo.pop()
+        paths.append(path)
+        items = v.items() if isinstance(v, dict) else enumerate(v[:2]) if isinstance(v, list) else ()
+        todo += [(path + (k,), x) for k, x in items]
+    path = data.draw(st.sampled_from([q for q in paths if q]))
+    parent = p
+    for k in path[:-1]:
+        parent = parent[k]
+    if delete and isinstance(parent, dict):
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    schema_refuses = bool(list(jsonschema.Draft202012Validator(policy_schema()).iter_errors(p)))
+    try:
+        validate_policy(p, "P")
+        refused = False
+    except BadInput as e:
+        refused = True
+        assert "\n" not in str(e) and str(e).startswith("P: ")
+    assert refused or not schema_refuses, path
+
+
+@pytest.mark.parametrize("run", BASELINES, ids=[p.name for p in BASELINES])
+def test_every_committed_baseline_reports_a_policy_select_and_export_read(tmp_path, run):
+    from report_synth import cli
+
+    r = cli("report", run, "--out", tmp_path / "rep", "--plot-groups", 0)
+    assert r.exit_code == 0, r.output
+    f = tmp_path / "rep" / "policy.json"
+    pol = load_policy(f)
+    power = [] if len(pol["groups"]) == 1 else ["--power", "unthrottled"]
+    r = cli("select", "--policy", f, "--batch-size", 16, "--q-len", 4, "--kv-len", 4096, *power, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["kernel"] == lookup(pol, 16, 4, 4096, power="unthrottled")["kernel"]
+    r = cli("export", f, "--out", tmp_path / "sel.py")
+    assert r.exit_code == 0 and (tmp_path / "sel.py").exists(), r.output

@@ -3,8 +3,9 @@
 Schema ``kbench.policy/2`` (summarised for users in README.md; bump the number when a field
 changes meaning). /2 added the realistic-batch axes (kv_dist, q_dist, window_left, sinks, max_seq_len) to
 every group; a /1 policy is read as groups of the idealised batch (those axes at their defaults); a group key
-added since (power, tree) that an older /2 policy lacks reads as its default (LATER_KEYS); readers refuse any
-other version::
+beyond the classic seven (heads, dtypes, page size, layout) that a file lacks, e.g. power or tree written
+before them, reads as its default; readers refuse any other version, and a file that is not what kbench
+writes (kbench.report.policy_schema.check: the published JSON Schema, then what a schema cannot say)::
 
     {
       "schema": "kbench.policy/2",
@@ -37,7 +38,9 @@ other version::
 
 ``kernels_us`` (added within /2: optional, a reader that does not know it is unaffected) holds the median of every
 kernel that passed its check at the case; `kbench recommend` prices engine settings with it. The published JSON
-Schema of the whole file is schemas/policy.schema.json.
+Schema of the whole file is schemas/policy.schema.json. The grid lists the values of its cells' axes; a grid
+point without a cell (a case no kernel passed, a point an adaptive run did not measure) is answered from the
+nearest measured cell, and the answer says so (``interpolated``, ``grid_point``).
 
 Kernel choice per measured case: the fastest ok kernel (either path; a tie keeps the faster median and is
 flagged). ``expected_speedup`` is always decode versus context (> 1: the decode path is faster), whichever
@@ -67,11 +70,11 @@ from kbench.cases import axes
 from kbench.errors import BadInput
 from kbench.cases.models import heads_text, parse_heads
 from kbench.report.nearest import LOG_AXES, LOOKUP_AXES, answer, index_cells, locate, nearest, upper_edge  # noqa: F401 (re-exported)
+from kbench.report.policy_schema import CLASSIC, POLICY_SCHEMA, check
 from kbench.report.runs import GROUP_COLUMNS, group_label
 from kbench.runs.store import now_iso
 from kbench.runs.winners import TIE
 
-POLICY_SCHEMA = "kbench.policy/2"
 # older schemas still read, and how: /1 predates the realistic-batch axes, so its groups are idealised batches
 READ_AS_CURRENT = {"kbench.policy/1": {a.name: a.default for a in axes.axes_with(axes.REALISTIC)}}
 REALISTIC_AXES = axes.names(axes.REALISTIC)
@@ -187,16 +190,9 @@ def save_policy(policy: dict, path: str | Path) -> Path:
     return p
 
 
-def _need(obj, key: str, types, where: str):
-    if not isinstance(obj, dict) or key not in obj:
-        raise BadInput(f"{where}: missing {key!r}")
-    v = obj[key]
-    if not isinstance(v, types) or isinstance(v, bool):  # a JSON true is not an integer here
-        raise BadInput(f"{where}: {key!r} has the wrong type ({type(v).__name__})")
-    return v
-
-
 def validate_policy(policy, where: str = "policy") -> dict:
+    """The policy, read as the current version (an older file's missing keys at their defaults), once it passes
+    kbench.report.policy_schema.check (the published JSON Schema, then what a schema cannot say); else BadInput."""
     if not isinstance(policy, dict):
         raise BadInput(f"{where}: expected a JSON object")
     schema = policy.get("schema")
@@ -207,39 +203,12 @@ def validate_policy(policy, where: str = "policy") -> dict:
                     g.setdefault(k, v)
     elif schema != POLICY_SCHEMA:
         raise BadInput(f"{where}: schema {schema!r} is not {POLICY_SCHEMA!r} (not a kbench policy, or another version)")
-    groups = _need(policy, "groups", list, where)
-    for g in groups:
-        if isinstance(g, dict):
-            for k, v in LATER_KEYS.items():
-                g.setdefault(k, v)
-    for i, g in enumerate(groups):
-        w = f"{where}: groups[{i}]"
-        for c in GROUP_COLUMNS:
-            _need(g, c, axes.AXIS[c].type, w)
-        if g.get("label") is not None and not isinstance(g["label"], str):
-            raise BadInput(f"{w}: 'label' has the wrong type ({type(g['label']).__name__})")
-        grid = _need(g, "grid", dict, w)
-        for ax in LOOKUP_AXES:
-            vals = _need(grid, ax, list, f"{w}.grid")
-            if not vals or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in vals):
-                raise BadInput(f"{w}.grid: {ax!r} must be a non-empty list of positive integers")
-        cells = _need(g, "cells", list, w)
-        if not cells:
-            raise BadInput(f"{w}: no cells")
-        for j, c in enumerate(cells):
-            for ax in LOOKUP_AXES:
-                _need(c, ax, int, f"{w}.cells[{j}]")
-            _need(c, "kernel", str, f"{w}.cells[{j}]")
-            _need(c, "path", str, f"{w}.cells[{j}]")
-            sp = c.get("expected_speedup")
-            if sp is not None and (isinstance(sp, bool) or not isinstance(sp, (int, float))):
-                raise BadInput(f"{w}.cells[{j}]: 'expected_speedup' must be a number or null")
-            times = c.get("kernels_us")
-            if times is not None and not (isinstance(times, dict) and all(
-                    isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-                    for k, v in times.items())):
-                raise BadInput(f"{w}.cells[{j}]: 'kernels_us' must map kernel names to times in us")
-        _need(g, "rules", list, w)
+    for g in policy.get("groups") if isinstance(policy.get("groups"), list) else ():
+        if isinstance(g, dict):  # a group axis beyond the classic key that a file lacks reads as its default
+            for c in GROUP_COLUMNS:
+                if c not in CLASSIC:
+                    g.setdefault(c, axes.AXIS[c].default)
+    check(policy, where)
     return policy
 
 
