@@ -166,8 +166,13 @@ def select_cmd(policy_file, batch_size, q_len, kv_len, heads, dtype, kv_dtype, p
     if ans["extrapolated"]:
         click.echo(f"EXTRAPOLATED: outside the measured range, clamped ({'; '.join(ans['clamped'])})")
     if ans["interpolated"]:
-        click.echo(f"interpolated: not a measured point; used the nearest measured neighbour "
-                   f"{_fmt_point(ans['used'])} ({ans['method']})")
+        how = ("its nearest measured neighbour" if ans["method"] == "nearest" else
+               "the nearest measured case overall (none on the nearest batch/KV line)")
+        click.echo(f"interpolated: not measured at {_fmt_point(ans['query'])}: the answer, speedup included, is the "
+                   f"one measured at {_fmt_point(ans['used'])}, {how}")
+        if ans["grid_point"] and not ans["extrapolated"]:
+            click.echo("not measured: the policy's grid has this shape but no result for it (an adaptive run did "
+                       "not measure it, or no kernel passed its check there)")
         click.echo("neighbours: " + "; ".join(f"{_fmt_point(n)} -> {n['kernel']}" for n in ans["neighbours"])
                    + ("" if ans["neighbours_agree"] else "  (they disagree: measure this shape)"))
     else:

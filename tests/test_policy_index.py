@@ -46,6 +46,7 @@ def scan_every_cell(policy, batch_size, q_len, kv_len, extrapolate=False, **grou
             "tie": bool(used.get("tie", False)), "interpolated": not exact, "extrapolated": bool(clamped),
             "clamped": clamped, "method": "measured" if exact else how,
             "used": {ax: used[ax] for ax in LOOKUP_AXES},
+            "grid_point": all(query[ax] in grid[ax] for ax in LOOKUP_AXES),
             "neighbours": [] if exact else [{**{ax: c[ax] for ax in LOOKUP_AXES}, "kernel": c["kernel"],
                                              "expected_speedup": c.get("expected_speedup")} for c in neighbours],
             "neighbours_agree": len({c["kernel"] for c in neighbours}) <= 1 if not exact else True}

@@ -98,7 +98,9 @@ def test_select_between_grid_points(policy_file):
     res = cli("select", "--policy", policy_file, "--batch-size", 2, "--q-len", 3, "--kv-len", 2000)
     assert res.exit_code == 0, res.output
     assert res.output.startswith(f"{DECODE} (decode path) for bs 2 q 3 kv 2000")
-    assert "interpolated: not a measured point; used the nearest measured neighbour bs 1 q 4 kv 1024" in res.output
+    assert ("interpolated: not measured at bs 2 q 3 kv 2000: the answer, speedup included, is the one measured at "
+            "bs 1 q 4 kv 1024, its nearest measured neighbour") in res.output
+    assert "not measured: the policy's grid has this shape" not in res.output  # bs 2 is no grid value
     assert "they disagree" in res.output
     res = cli("select", "--policy", policy_file, "--batch-size", 3, "--q-len", 3, "--kv-len", 2000, "--json")
     ans = json.loads(res.output)
@@ -106,6 +108,31 @@ def test_select_between_grid_points(policy_file):
     assert len(ans["neighbours"]) == 8
     res = cli("select", "--policy", policy_file, "--batch-size", 8, "--q-len", 4, "--kv-len", 4096)
     assert "measured: this exact shape" in res.output and "0.50x" in res.output
+
+
+def test_select_says_a_grid_point_without_a_result_was_not_measured(policy_file, tmp_path):
+    """A policy with holes is legitimate (an adaptive run measures part of its grid; a case where no kernel passed
+    has no cell): select answers a hole from the nearest measured cell and says that the shape was not measured."""
+    pol = json.loads(policy_file.read_text())
+    cells = pol["groups"][0]["cells"]
+    pol["groups"][0]["cells"] = [c for c in cells if (c["batch_size"], c["q_len"], c["kv_len"]) != (8, 4, 4096)]
+    (tmp_path / "holey.json").write_text(json.dumps(pol))  # copied out of the report folder: edited by hand
+    args = ["select", "--policy", tmp_path / "holey.json", "--batch-size", 8, "--q-len", 4, "--kv-len", 4096]
+    res = cli(*args)
+    assert res.exit_code == 0, res.output
+    assert ("interpolated: not measured at bs 8 q 4 kv 4096: the answer, speedup included, is the one measured at "
+            "bs 8 q 1 kv 4096, its nearest measured neighbour") in res.output
+    assert "not measured: the policy's grid has this shape but no result for it" in res.output
+    assert "measured: this exact shape" not in res.output
+    ans = json.loads(cli(*args, "--json").output)
+    assert ans["interpolated"] is True and ans["grid_point"] is True and ans["method"] == "nearest"
+    pol["groups"][0]["cells"] = [c for c in cells if (c["batch_size"], c["kv_len"]) != (8, 4096)]  # a whole line
+    (tmp_path / "holey.json").write_text(json.dumps(pol))
+    res = cli(*args)
+    assert res.exit_code == 0, res.output
+    assert ("is the one measured at bs 8 q 4 kv 1024, the nearest measured case overall (none on the nearest "
+            "batch/KV line)") in res.output
+    assert "not measured: the policy's grid has this shape" in res.output
 
 
 def test_select_outside_range_exits_2_unless_extrapolate(policy_file):

@@ -102,6 +102,7 @@ def locate(grid, cells, batch_size, q_len, kv_len, extrapolate=False, error=Valu
         "interpolated": not exact, "extrapolated": bool(clamped), "clamped": clamped,
         "method": "measured" if exact else how,
         "used": {ax: used[ax] for ax in LOOKUP_AXES},
+        "grid_point": all(query[ax] in grid[ax] for ax in LOOKUP_AXES),
         "neighbours": [] if exact else [{**{ax: c[ax] for ax in LOOKUP_AXES}, "kernel": c["kernel"],
                                          "expected_speedup": c.get("expected_speedup")} for c in neighbours],
         "neighbours_agree": len({c["kernel"] for c in neighbours}) <= 1 if not exact else True,
@@ -115,6 +116,6 @@ def answer(located, group_label, power):
         "query": located["query"], "group": group_label, "power": power,
         "kernel": used["kernel"], "path": used["path"], "expected_speedup": used.get("expected_speedup"),
         "tie": bool(used.get("tie", False)),
-        **{k: located[k] for k in ("interpolated", "extrapolated", "clamped", "method", "used", "neighbours",
-                                   "neighbours_agree")},
+        **{k: located[k] for k in ("interpolated", "extrapolated", "clamped", "method", "used", "grid_point",
+                                   "neighbours", "neighbours_agree")},
     }
