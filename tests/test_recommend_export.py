@@ -137,12 +137,33 @@ def test_export_bad_input(tmp_path):
     assert r.exit_code == 2 and "is not 'kbench.policy/2'" in r.output
 
 
+def test_no_file_name_becomes_code_in_the_exported_selector(tmp_path):
+    """The policy's and the output's names go into the generated docstring: quotes there must not end it (a name
+    is the user's, but a policy may come from anyone's repository). What the policy itself holds is refused before
+    (tests/test_report_policy.py: a name that does not print, a kernel that is not a kernel name)."""
+    payload = 'x"""\nimport pathlib; pathlib.Path("PWNED").write_text("")\n"""'
+    src = tmp_path / f"p{payload}.json"
+    src.write_text(json.dumps(load_source([BASELINES[0]]).policy))
+    out = tmp_path / "sel.py"
+    res = export_cli(src, "--out", out)
+    assert res.exit_code == 0, res.output
+    out2 = tmp_path / 'q""";import pathlib;pathlib.Path("PWNED").write_text("");""".py'
+    assert export_cli(src, "--out", out2).exit_code == 0
+    for f in (out, out2):
+        p = subprocess.run([sys.executable, str(f), "16", "4", "4096"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0 and p.stdout.strip() == "trtllm-decode", p.stderr
+        assert not (tmp_path / "PWNED").exists()
+        assert "pathlib" not in imports(f.read_text())  # the name stayed text in the docstring
+    assert repr(str(src)) in load_module(out).__doc__ and out2.stem in load_module(out2).__doc__
+
+
 # ---- the policy's JSON Schema ------------------------------------------------------------------------------
 def test_policy_schema_is_published_and_the_policies_kbench_writes_validate(tmp_path):
     from kbench.report import build_report
 
     committed = json.loads(open("schemas/policy.schema.json", encoding="utf-8").read())
-    assert committed == policy_schema(), "regenerate: python -m kbench.report.policy_schema > schemas/policy.schema.json"
+    assert committed == policy_schema(), "regenerate: python -m kbench.report.publish_schema > schemas/policy.schema.json"
     jsonschema.Draft202012Validator.check_schema(committed)
     v = jsonschema.Draft202012Validator(committed)
     run = write_run(tmp_path / "run", known_rows() + known_rows(q_dist="accept:0.7") + known_rows(power="sustained"))
