@@ -37,6 +37,7 @@ from fake_sglang import FakeSGLang, Faults  # noqa: E402
 from gate_synth import CASE_A, DECODE, sweep_rows, write_run  # noqa: E402
 
 SECRET_PW = "pw-Zq81-secret"
+_P_CELL = r"^error: P\.json: group 32/8/128 bf16 p64 HND: cell bs 16 q 4 kv 4096: "
 SECRET_KEY = "sk-trust-4f2a9c"
 SECRET_HDR = "hdr-tok-77e1"
 TINY = "--scenario quick -b 1 -q 1 -k 64 --kernels reference"
@@ -374,6 +375,26 @@ def _tables_restored(w, out):
     assert len(journal(run)) == int(w.vars["n"]), "the row the table lost was not measured again"
 
 
+# family 4, policies: a copy of the committed kv4096 baseline's policy (bs 16, 64 x q 1..16 at kv 4096), edited
+_BASE_POLICY: list = []
+
+
+def _edited_policy(edit):
+    def setup(w):
+        if not _BASE_POLICY:
+            from kbench.recommend.price import load_source  # builds the policy as kbench report does
+
+            _BASE_POLICY.append(json.dumps(load_source([str(ROOT / "results/baselines/h200-draft-extend-kv4096")]).policy))
+        pol = json.loads(_BASE_POLICY[0])
+        edit(pol["groups"][0])
+        w.path("P.json").write_text(json.dumps(pol, indent=1))  # NaN as Python's json writes it
+    return setup
+
+
+def _policy_cell(g, bs=16, q=4):
+    return next(c for c in g["cells"] if (c["batch_size"], c["q_len"]) == (bs, q))
+
+
 # family 5: the gate and broken candidates
 def _broken_candidate(value: str):
     def setup(w):
@@ -559,6 +580,34 @@ SITUATIONS: list[Situation] = [
               r"\(manifest\.json num_rows\).*kbench sweep --resume", _short_tables),
     Situation("short-csv-resume", 4, "that run resumed", "kbench sweep --resume {run}", 0, r"^rows: \d+ ",
               _short_tables, _tables_restored),
+    *[Situation(f"policy-{name}", 4, f"a policy.json (copied out of its report) with {what}",
+                "kbench select --policy P.json --batch-size 16 --q-len 4 --kv-len 4096", 2, line, _edited_policy(edit))
+      for name, what, edit, line in (
+          ("time-us-text", "time_us 'x'", lambda g: _policy_cell(g).update(time_us="x"),
+           rf"{_P_CELL}time_us 'x' is not a number$"),
+          ("time-us-nan", "time_us NaN", lambda g: _policy_cell(g).update(time_us=float("nan")),
+           rf"{_P_CELL}time_us nan is not a number \(JSON has no NaN or Infinity\)$"),
+          ("path-banana", "path 'banana'", lambda g: _policy_cell(g).update(path="banana"),
+           rf"{_P_CELL}path 'banana' is not one of decode, context$"),
+          ("verdict-7", "verdict 7", lambda g: _policy_cell(g).update(verdict=7), rf"{_P_CELL}verdict 7 is not a string$"),
+          ("kernel-newline", "a kernel name holding a newline", lambda g: _policy_cell(g).update(kernel="evil\nkernel"),
+           rf"{_P_CELL}kernel 'evil\\nkernel' holds a character that does not print"),
+          ("duplicate-cell", "a second cell for one shape, another kernel",
+           lambda g: g["cells"].append({**_policy_cell(g), "kernel": "fa2-prefill", "path": "context"}),
+           rf"{_P_CELL}a second cell for this shape \(cells\[3\] trtllm-decode, cells\[32\] fa2-prefill\)"),
+          ("cell-off-grid", "a cell at batch 9999, outside the group's grid",
+           lambda g: g["cells"].append({**_policy_cell(g), "batch_size": 9999}),
+           r"^error: P\.json: group .*: cell bs 9999 q 4 kv 4096: batch_size 9999 is not in the group's grid \(16, 64\)"),
+          ("grid-without-cells", "5 of its grid's 32 cells (the grid unchanged)",
+           lambda g: g.update(cells=g["cells"][:5]),
+           r"^error: P\.json: group .*: grid\.batch_size lists 64, but no cell has it"))],
+    Situation("policy-export-kernel-newline", 4, "kbench export of a policy whose kernel name holds a newline",
+              "kbench export P.json --out sel.py", 2, rf"{_P_CELL}kernel 'evil\\nkernel' holds a character",
+              _edited_policy(lambda g: _policy_cell(g).update(kernel="evil\nkernel")), _nothing_written("sel.py")),
+    Situation("policy-hole", 4, "a policy without the cell of one grid point (as an adaptive run's)",
+              "kbench select --policy P.json --batch-size 64 --q-len 16 --kv-len 4096", 0,
+              r"^not measured: the policy's grid has this shape but no result for it",
+              _edited_policy(lambda g: g["cells"].remove(_policy_cell(g, 64, 16)))),
     # 5 the gate and broken candidates ---------------------------------------------------------------------------
     *[Situation(f"gate-median-{name}", 5, f"a candidate ok row with median_us {value}",
                 "kbench gate --baseline {base} --candidate {cand}", 1, r"^FAIL: 1 invalid", _broken_candidate(value))
