@@ -89,6 +89,7 @@ def test_lengths_from_csv_and_json_files(tmp_path):
     ("", "holds no lengths"), ("[]", "holds no lengths"), ("1,-5,3", "value 2 is -5"),
     ("1,x,3", "value 2 is not an integer"), ("[1, 2.5]", "value 2 is not an integer"),
     ('{"a": 1}', "not a JSON list"), ("[1, 2", "not a JSON list"), ("100,200", "holds 2 lengths; batch_size 4"),
+    ("1,2,\u0663,4", "value 3 is not an integer"),  # Arabic-Indic 3: ASCII digits only
 ])
 def test_bad_length_files_are_refused_with_one_line(tmp_path, content, words):
     f = tmp_path / "lens.txt"

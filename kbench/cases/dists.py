@@ -38,7 +38,7 @@ from kbench import files
 KV_KINDS = ("fixed", "uniform", "lognormal", "zipf", "file")
 Q_KINDS = ("fixed", "accept", "file")
 MAX_FILE_LENGTHS = 1_000_000
-_UNIFORM = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")
+_UNIFORM = re.compile(r"^\s*([0-9]+)\s*\.\.\s*([0-9]+)\s*$")  # ASCII digits: int() takes '١٢' too
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def parse_max_seq_len(text) -> str:
     t = text.strip().lower() if isinstance(text, str) else None
     if t == "tight":
         return "tight"
-    if t is not None and t.startswith("context:") and t[8:].strip().isdecimal() and 0 < int(t[8:]) < 2**31:
+    if t is not None and t.startswith("context:") and re.fullmatch(r"[0-9]+", t[8:].strip()) and 0 < int(t[8:]) < 2**31:
         return f"context:{int(t[8:])}"
     raise ValueError(f"expected 'tight' or 'context:N' (N a positive int32), got {text!r}")
 
@@ -178,7 +178,7 @@ def read_lengths_file(path: str, field: str, where: str = "scenario") -> list[in
         raise BadInput(f"{where}: {field}: {path} holds more than {MAX_FILE_LENGTHS} lengths")
     out = []
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, str) and re.fullmatch(r"-?\d+", v))):
+        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, str) and re.fullmatch(r"-?[0-9]+", v))):
             raise BadInput(f"{where}: {field}: {path}: value {i + 1} is not an integer: {v!r}")
         n = int(v)
         if n < 1:
