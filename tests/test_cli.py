@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -92,6 +93,25 @@ def test_select_error_names_the_options_not_a_python_dict(policy):
     line = one_error_line(run_cli(["select", "--policy", policy, "--batch-size", "16", "--q-len", "4",
                                    "--kv-len", "4096", "--heads", "64/8/128", "--dtype", "fp16"]))
     assert "--heads 64/8/128 --dtype fp16" in line and "{" not in line and "'" not in line
+
+
+def _select_filters() -> list[str]:
+    from kbench.cli.report_cmd import select_cmd
+
+    shape = {"policy_file", "batch_size", "q_len", "kv_len"}
+    return [p.opts[0] for p in select_cmd.params if isinstance(p, click.Option) and not p.is_flag
+            and p.name not in shape]
+
+
+@pytest.mark.parametrize("flag", _select_filters())
+@pytest.mark.parametrize("value", ["", "  "])
+def test_select_refuses_an_empty_filter_value_instead_of_matching_any(policy, flag, value):
+    assert len(_select_filters()) >= 14  # heads, dtype, kv-dtype, page-size, kv-layout and the realistic axes
+    line = one_error_line(run_cli(["select", "--policy", policy, "--batch-size", "16", "--q-len", "4",
+                                   "--kv-len", "4096", flag, value]))
+    assert flag in line
+    if flag != "--page-size":  # an integer option: click's own line ('' is not a valid integer)
+        assert f"select: {flag}: an empty value; give one value, or leave {flag} out to match any" in line
 
 
 def test_non_ascii_name_is_said_not_silently_changed(tmp_path):
