@@ -10,7 +10,7 @@ from rich.table import Table
 
 from kbench.cli.console import make_console
 from kbench.cli.errors import one_line_errors
-from kbench.cli.options import examples
+from kbench.cli.options import OutputPath, examples
 from kbench.errors import BadInput
 
 
@@ -70,7 +70,7 @@ def _group_filters(f):
               help="Refuse shapes more than FACTOR beyond the measured range (closer ones are priced at its edge, and said so).")
 @click.option("--top", type=click.IntRange(min=0), default=5, show_default=True, help="Shapes listed as driving the gap.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
-@click.option("--markdown", "markdown_file", default=None, type=click.Path(dir_okay=False),
+@click.option("--markdown", "markdown_file", default=None, type=OutputPath("recommend.md", dir_okay=False),
               help="Also write the answer as markdown (a PR comment) to this file ('-': print it instead of the tables).")
 @click.option("--settings", "show_settings", is_flag=True,
               help="Print the table of engine settings (kernel per step and GPU, with the source lines) and exit.")
@@ -244,7 +244,8 @@ def _print_settings(eng, as_json: bool, markdown_file: str | None) -> None:
     "kbench export results/baselines/h200-draft-extend-kv4096 --out h200_policy.py   # a run: its policy first"))
 @click.argument("source", metavar="POLICY_OR_RUN")
 @click.option("--format", "fmt", default="python", show_default=True, help="python (one dependency-free file).")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The file to write.")
+@click.option("--out", "out", required=True, type=OutputPath("kbench_policy.py", dir_okay=False),
+              help="The file to write.")
 @one_line_errors
 def export_cmd(source, fmt, out):
     """Write the policy as a standalone selector: select(batch_size, q_len, kv_len, ...) returns what kbench select
