@@ -132,12 +132,12 @@ def test_an_empty_output_path_is_refused_by_every_command(tmp_path, monkeypatch,
 
 def test_every_output_option_is_in_the_empty_path_table():
     """A new option of type click.Path is either an OutputPath (refusing '') listed above, or an input listed in
-    INPUT_PATHS; an option that takes a path without a type must not write (sweep --out, server-bench --out,
-    --result-filename, --resume are OutputPaths)."""
+    INPUT_PATHS (an output option needs a path type to be seen here: sweep --out, server-bench --out,
+    --result-filename and --resume were plain strings before they became OutputPaths)."""
+    import importlib
+
     from kbench.cli.main import COMMANDS
     from kbench.cli.options import OutputPath
-
-    import importlib
 
     for name, (mod, attr, _) in COMMANDS.items():
         cmd = getattr(importlib.import_module(mod), attr)
