@@ -10,7 +10,7 @@ from rich.table import Table
 
 from kbench.cli.console import make_console
 from kbench.cli.errors import one_line_errors
-from kbench.cli.options import AliasOption, examples
+from kbench.cli.options import AliasOption, OutputPath, examples
 
 GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
 
@@ -48,7 +48,9 @@ def export_options(f):
     from kbench.gate.export import formats
 
     for ex in reversed(formats()):
-        f = click.option(f"--{ex.name}", f"{ex.name}_file", type=click.Path(dir_okay=False), help=ex.help)(f)
+        example = {"markdown": "gate.md", "junit": "gate.xml"}.get(ex.name, f"gate.{ex.name}")
+        f = click.option(f"--{ex.name}", f"{ex.name}_file", type=OutputPath(example, dir_okay=False),
+                         help=ex.help)(f)
     return f
 
 
@@ -177,7 +179,7 @@ def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignor
 @click.argument("runs", metavar="RUN [RUN ...]", nargs=-1, required=True)
 @click.option("--name", required=True, help="Baseline name: OUT/NAME, by default results/baselines/NAME (one folder name).")
 @click.option("--out", "--root", "root", cls=AliasOption, hidden_aliases=("--root",), default="results/baselines",
-              show_default=True, type=click.Path(file_okay=False),
+              show_default=True, type=OutputPath("results/baselines", file_okay=False),
               help="Folder that holds the baselines (--root, its old spelling, still works).")
 @click.option("--force", is_flag=True, help="Replace an existing baseline of the same name, as a whole (refused without it; a README or "
                    "report/ kept in its folder is carried over).")

@@ -27,3 +27,23 @@ class AliasOption(click.Option):
 def examples(*lines: str) -> str:
     """The closing 'Examples:' section of a command's help (kept verbatim by click's \\b marker)."""
     return "\n\n\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+class OutputPath(click.Path):
+    """click.Path for a file or folder a command writes (--out, --markdown, --junit, --json FILE, --archive,
+    --jit-cache, --result-filename, --resume): an empty value ('' or blanks) is refused with one line naming the
+    option (exit 2) before anything runs. An empty path was skipped as if the option were not given, or read as the
+    current folder. ``example`` is what the line suggests instead (e.g. gate.md), ``what`` what it names (default:
+    file or folder, from dir_okay/file_okay)."""
+
+    def __init__(self, example: str, what: str | None = None, **kwargs):
+        kwargs.setdefault("readable", False)  # an output: kbench writes it (what it may replace is its writer's check)
+        super().__init__(**kwargs)
+        self.example = example
+        self.what = what or ("folder" if not self.file_okay else "file" if not self.dir_okay else "path")
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            opt = param.opts[0] if param is not None and param.opts else "the path"
+            raise click.UsageError(f"{opt}: an empty path; give a {self.what} (e.g. {opt} {self.example})", ctx)
+        return super().convert(value, param, ctx)

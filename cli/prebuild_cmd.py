@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from kbench.cli.console import make_console
-from kbench.cli.options import examples
+from kbench.cli.options import OutputPath, examples
 from kbench.cli.sweep_cmd import grid_options
 from kbench.errors import BadInput
 
@@ -25,7 +25,7 @@ from kbench.errors import BadInput
                    "--kernels trtllm-decode'); repeatable. The plan joins every grid's modules, each once.")
 @click.option("--arch", help="Build for this CUDA architecture as FlashInfer names it (9.0a: H100/H200, 10.0a: B200), "
                              "with or without a GPU here (sets FLASHINFER_CUDA_ARCH_LIST). Default: this machine's GPU.")
-@click.option("--archive", type=click.Path(dir_okay=False), help="Also pack the grid's built modules into this .tar.gz, "
+@click.option("--archive", type=OutputPath("aot.tgz", dir_okay=False), help="Also pack the grid's built modules into this .tar.gz, "
                                                                   "for `kbench prebuild --load` on the GPU host.")
 @click.option("--load", "load", type=click.Path(dir_okay=False),
               help="Install an archive's modules as FlashInfer AOT modules (flashinfer/data/aot), which it loads "
@@ -37,7 +37,7 @@ from kbench.errors import BadInput
 @click.option("--jobs", type=click.IntRange(1, 256), help="Compile jobs per module (MAX_JOBS; default: cores / --parallel).")
 @click.option("--include", multiple=True, type=click.Path(), help="An extra header folder for nvcc and c++ (the cuBLAS "
                                                                    "and cuRAND headers of fmha-v2 and fa3 where the CUDA toolkit lacks them).")
-@click.option("--jit-cache", type=click.Path(file_okay=False),
+@click.option("--jit-cache", type=OutputPath("~/.cache/flashinfer", file_okay=False),
               help="FlashInfer's JIT cache folder (sets FLASHINFER_WORKSPACE_BASE), as `kbench sweep --jit-cache`.")
 def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_only, no_build, parallel, jobs, include,
              jit_cache, **grid):

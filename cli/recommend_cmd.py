@@ -10,7 +10,7 @@ from rich.table import Table
 
 from kbench.cli.console import make_console
 from kbench.cli.errors import one_line_errors
-from kbench.cli.options import examples
+from kbench.cli.options import OutputPath, examples
 from kbench.errors import BadInput
 
 
@@ -60,9 +60,9 @@ def _group_filters(f):
 @click.option("--steps", default="verify,draft_extend", show_default=True,
               help="The steps each batch of the shape options runs: verify, draft_extend or both.")
 @click.option("--verify-layers", type=int, default=1, show_default=True,
-              help="Attention layers of the target model: verify steps count this many calls.")
+              help="Attention layers of the target model: verify steps count this many calls (0..1000; 0: not priced).")
 @click.option("--draft-layers", type=int, default=1, show_default=True,
-              help="Attention layers of the draft model: draft-extend steps count this many calls.")
+              help="Attention layers of the draft model: draft-extend steps count this many calls (0..1000).")
 @click.option("--setting", "setting_ids", multiple=True, help="Price only this setting (an id from --settings; repeat).")
 @click.option("--flashinfer", default=None, metavar="VERSION", help="FlashInfer the engine runs with [default: its pin].")
 @click.option("--gpu", default=None, help="The GPU the recommendation is for (SM90, sm100, H200): refused unless the run is from it.")
@@ -70,14 +70,15 @@ def _group_filters(f):
               help="Refuse shapes more than FACTOR beyond the measured range (closer ones are priced at its edge, and said so).")
 @click.option("--top", type=click.IntRange(min=0), default=5, show_default=True, help="Shapes listed as driving the gap.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
-@click.option("--markdown", "markdown_file", default=None, type=click.Path(dir_okay=False),
+@click.option("--markdown", "markdown_file", default=None, type=OutputPath("recommend.md", dir_okay=False),
               help="Also write the answer as markdown (a PR comment) to this file ('-': print it instead of the tables).")
 @click.option("--settings", "show_settings", is_flag=True,
               help="Print the table of engine settings (kernel per step and GPU, with the source lines) and exit.")
 @click.option("--ab", nargs=2, default=None, metavar="RUN_A RUN_B",
               help="Two server-bench runs of two settings: put the gate's A/B answer beside the prediction.")
 @click.option("--ab-settings", default=None, metavar="A,B", help="The setting ids of the --ab runs, A first.")
-@click.option("--threshold", default="5%", show_default=True, help="With --ab: the gate's threshold, also what counts as no change.")
+@click.option("--threshold", default="5%", show_default=True,
+              help="With --ab: the gate's threshold (5% or 0.05, below 100%), also what counts as no change.")
 @one_line_errors
 def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, workload_file, steps, verify_layers,
                   draft_layers, setting_ids, flashinfer, gpu, max_extrapolation, top, as_json, markdown_file,
@@ -95,6 +96,9 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     """
     from kbench.recommend.settings import FAMILY_NAME, load_table
 
+    from kbench.gate import parse_threshold
+
+    thr = parse_threshold(threshold)  # checked as the gate checks it, also when --ab is not given
     table = load_table()
     if not engine:
         raise BadInput(f"--engine: give one of {', '.join(table.names())}")
@@ -127,7 +131,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     layers = {"verify": verify_layers, "draft_extend": draft_layers}
     kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu)
     rec = recommend(src, wl, eng, settings=list(setting_ids) or None, top=top, **kw)
-    chk = _ab_check(src, wl, eng, ab, ab_settings, threshold, kw) if ab or ab_settings else None
+    chk = _ab_check(src, wl, eng, ab, ab_settings, thr, kw) if ab or ab_settings else None
 
     if markdown_file:
         from kbench.runs import atomic
@@ -163,18 +167,17 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         con.print(escape(f"wrote {markdown_file}"))
 
 
-def _ab_check(src, wl, eng, ab, ab_settings, threshold, kw):
+def _ab_check(src, wl, eng, ab, ab_settings, thr: float, kw):
     """The gate's A/B on the two server-bench runs beside the prediction for the same batches."""
     if not ab or not ab_settings:
         raise BadInput("--ab RUN_A RUN_B and --ab-settings A,B go together")
     ids = [s.strip() for s in ab_settings.split(",") if s.strip()]
     if len(ids) != 2:
         raise BadInput(f"--ab-settings {ab_settings!r}: two setting ids, A first (e.g. trtllm_mha,flashinfer)")
-    from kbench.gate import parse_threshold, run_gate
+    from kbench.gate import run_gate
     from kbench.gate.ab import ab_answer
     from kbench.recommend.check import Measured, check_ab
 
-    thr = parse_threshold(threshold)
     res = run_gate(ab[0], ab[1], threshold=thr, allow_missing=True)
     if res.kind != "server-bench":
         raise BadInput(f"--ab {ab[0]} {ab[1]}: two kbench server-bench runs, not {res.kind} runs")
@@ -244,7 +247,8 @@ def _print_settings(eng, as_json: bool, markdown_file: str | None) -> None:
     "kbench export results/baselines/h200-draft-extend-kv4096 --out h200_policy.py   # a run: its policy first"))
 @click.argument("source", metavar="POLICY_OR_RUN")
 @click.option("--format", "fmt", default="python", show_default=True, help="python (one dependency-free file).")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The file to write.")
+@click.option("--out", "out", required=True, type=OutputPath("kbench_policy.py", dir_okay=False),
+              help="The file to write.")
 @one_line_errors
 def export_cmd(source, fmt, out):
     """Write the policy as a standalone selector: select(batch_size, q_len, kv_len, ...) returns what kbench select

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from kbench.cases import axes
 from kbench.cli.console import make_console
-from kbench.cli.options import AliasOption, examples
+from kbench.cli.options import AliasOption, OutputPath, examples
 from kbench.errors import BadInput
 from kbench.report import build_report, load_policy, lookup
 from kbench.report.build import PLOT_GROUPS
@@ -34,7 +34,7 @@ def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str
     "kbench report RUN1 RUN2 --holdout 0.2 --out report   # the rows merged, the policy's regret on a held-out 20%",
     "kbench report RUN --plot-batch 16 --plot-kv 4096   # also plot time vs q_len at bs 16, kv 4096"))
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+@click.option("--out", "out_dir", type=OutputPath("report", file_okay=False), default=None,
               help="Output folder, replaced whole; one holding anything a report does not write is refused "
                    "[default: FIRST_RUN/report].")
 @click.option("--holdout", type=float, default=None, metavar="FRACTION",

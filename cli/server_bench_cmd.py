@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kbench.cli.options import OutputPath
 from kbench.errors import BadInput, KbenchError
 from kbench.server import Listener, ServerBenchConfig, ServerBenchInterrupted, run_server_bench
 
@@ -222,11 +223,12 @@ _RESUME_OK = {"url", "resume", "api_key", "api_key_file", "header", "header_file
               help="Model name (vLLM; default: the first one served). SGLang's `--model None` means the same.")
 @click.option("--vocab-size", default=None, metavar="N", help="Draw token ids from [0, N) (default: from the server's model).")
 @click.option("--out", "out_dir", default="results", metavar="DIR", show_default=True,
+              type=OutputPath("results", "folder"),
               help="Folder for the run folder (checked writable before anything runs).")
-@click.option("--result-filename", default=None, metavar="FILE",
+@click.option("--result-filename", default=None, metavar="FILE", type=OutputPath("result.jsonl", "file"),
               help="Also append SGLang's JSON lines to this file (rewritten atomically per line).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failed case.")
-@click.option("--resume", default=None, metavar="RUN",
+@click.option("--resume", default=None, metavar="RUN", type=OutputPath("results/RUN", "run folder"),
               help="Finish an interrupted run with its own settings (only --url may change); cases with a row "
                    "are not re-run.")
 @click.pass_context

@@ -18,7 +18,7 @@ from kbench.runs.outputs import writable_dir
 from kbench.runs.signals import terminate_as_interrupt
 from kbench.runs.store import load_run, name_note
 
-from kbench.cli.options import examples
+from kbench.cli.options import OutputPath, examples
 from kbench.cli.render import DevicesProgress, RichSweepObserver, devices_summary, sweep_header, sweep_summary
 
 
@@ -47,9 +47,10 @@ def grid_options(f):
 @click.option("--min-time", "min_time_s", type=float, help="Seconds of sampling per (kernel, case) at least, before the spread may stop it.")
 @click.option("--duty", type=float, help="Fraction of the sampling time the GPU is busy (default 0.4, off the power cap; 1 = back to back).")
 @click.option("--l2", type=click.Choice(["rotate", "warm"]), help="rotate input copies so L2 is cold (default), or warm.")
-@click.option("--out", "out_dir", default="results", show_default=True, help="Folder that receives the run folder.")
+@click.option("--out", "out_dir", default="results", show_default=True,
+              type=OutputPath("results", "folder"), help="Folder that receives the run folder.")
 @click.option("--name", "run_name", help="Run folder name prefix (default: the scenario name).")
-@click.option("--resume", "resume", type=click.Path(), help="Finish an interrupted run folder: measures only missing rows.")
+@click.option("--resume", "resume", type=OutputPath("results/RUN", "run folder"), help="Finish an interrupted run folder: measures only missing rows.")
 @click.option("--device", "device_index", default=0, show_default=True,
               help="The one GPU (CUDA index) this process sweeps on; --devices instead runs one worker per listed GPU.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs (report's --seed defaults to 0 too).")
@@ -59,7 +60,7 @@ def grid_options(f):
 @click.option("--compile-workers", type=click.IntRange(1, 64), help="FlashInfer modules compiled at once (default: cores/2, at most 8).")
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="Compile the FlashInfer modules in the background (nice 10, ninja -j cores-2) and measure each kernel as soon as its modules are built, so rows come while others compile; --no-stream compiles every module first, then measures.")
-@click.option("--jit-cache", type=click.Path(file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
+@click.option("--jit-cache", type=OutputPath("~/.cache/flashinfer", file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
 @click.option("--shard", help="Run slice i/N of the cases (deterministic: case j goes to shard j mod N); join slices with kbench merge. auto: this Slurm array task's slice; auto/N: this Kubernetes Indexed Job pod's (examples/).")
 @click.option("--devices", help="One worker process per listed GPU (e.g. 0,1) over the shards, merged into one run (not with --device).")
 @click.option("--isolate/--no-isolate", default=None,
@@ -136,7 +137,7 @@ def _sweep_on_devices(console, request: SweepRequest, checked) -> int:
     "kbench merge results/draft-extend-shard*-2026* --name draft-extend-h200 --out results"))
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out_dir", default="results", show_default=True,
-              help="Folder that receives the merged run folder.")
+              type=OutputPath("results", "folder"), help="Folder that receives the merged run folder.")
 @click.option("--name", help="Merged run name (default: <scenario>-merged).")
 def merge(runs, out_dir, name):
     """Join shard runs (from --shard i/N or --devices) into one run; refuses mismatched manifests."""

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kbench.cli.console import make_console
-from kbench.cli.options import examples
+from kbench.cli.options import OutputPath, examples
 
 from kbench.runs import atomic
 from kbench.errors import BadInput
@@ -43,7 +43,7 @@ def _pct(v):
     "kbench validate-timer --kernels trtllm-decode,fa3-prefill --out results",
     "kbench validate-timer --before old-timing.toml --out results/validate-timer.json"))
 @click.option("--kernels", help="Comma-separated kernels (default: every available one).")
-@click.option("--out", "out_file", type=click.Path(),
+@click.option("--out", "out_file", type=OutputPath("results", "folder (or a .json file)"),
               help="Folder that receives validate-timer.json (timing settings, wall ratios, rows), like every --out; a path ending in .json "
                    "is that file (the old meaning).")
 @click.option("--tolerance", default=0.03, show_default=True, help="Agreement target with CUPTI.")

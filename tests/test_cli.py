@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -92,6 +93,78 @@ def test_select_error_names_the_options_not_a_python_dict(policy):
     line = one_error_line(run_cli(["select", "--policy", policy, "--batch-size", "16", "--q-len", "4",
                                    "--kv-len", "4096", "--heads", "64/8/128", "--dtype", "fp16"]))
     assert "--heads 64/8/128 --dtype fp16" in line and "{" not in line and "'" not in line
+
+
+# every option naming a file or folder a command writes, with arguments that are otherwise valid
+_B = str(BASELINE)
+_REC = ["recommend", _B, "--engine", "sglang", "--batch-size", "16", "--q-len", "4", "--kv-len", "4096"]
+_SERVER = ["server-bench", "--url", "http://127.0.0.1:9", "--batch-size", "1", "--input-len", "4", "--output-len", "2"]
+OUTPUT_OPTIONS = {
+    "gate": (["gate", "--baseline", _B, "--candidate", _B], ["--markdown", "--junit", "--json"]),
+    "baseline": (["baseline", _B, "--name", "b"], ["--out", "--root"]),
+    "report": (["report", _B], ["--out"]),
+    "recommend": (_REC, ["--markdown"]),
+    "export": (["export", _B], ["--out"]),
+    "sweep": (["sweep", *TINY], ["--out", "--resume", "--jit-cache"]),
+    "merge": (["merge", _B, _B], ["--out"]),
+    "prebuild": (["prebuild", "-b", "1", "-q", "1", "-k", "64", "--kernels", "reference", "--list"],
+                 ["--jit-cache", "--archive"]),
+    "validate-timer": (["validate-timer"], ["--out"]),
+    "server-bench": (_SERVER, ["--out", "--result-filename", "--resume"]),
+}
+# the options of type click.Path that name what a command reads (everything else of that type is an output)
+INPUT_PATHS = {("report", "runs"), ("select", "policy_file"), ("merge", "runs"), ("recommend", "workload_file"),
+               ("prebuild", "load"), ("prebuild", "include")}
+
+
+@pytest.mark.parametrize("command, option", [(c, o) for c, (_, opts) in OUTPUT_OPTIONS.items() for o in opts])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_output_path_is_refused_by_every_command(tmp_path, monkeypatch, command, option, value):
+    """An empty path was skipped as if not given (gate/recommend --markdown '') or read as the current folder
+    (report --out ''): every output option refuses it alike, before anything runs or is written."""
+    monkeypatch.chdir(tmp_path)
+    args, _ = OUTPUT_OPTIONS[command]
+    line = one_error_line(run_cli([*args, option, value]))
+    flag = "--out" if option == "--root" else option  # --root: the old spelling of --out
+    assert line.startswith(f"error: {flag}: an empty path; give a ") and f"(e.g. {flag} " in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_output_option_is_in_the_empty_path_table():
+    """A new option of type click.Path is either an OutputPath (refusing '') listed above, or an input listed in
+    INPUT_PATHS (an output option needs a path type to be seen here: sweep --out, server-bench --out,
+    --result-filename and --resume were plain strings before they became OutputPaths)."""
+    import importlib
+
+    from kbench.cli.main import COMMANDS
+    from kbench.cli.options import OutputPath
+
+    for name, (mod, attr, _) in COMMANDS.items():
+        cmd = getattr(importlib.import_module(mod), attr)
+        for p in cmd.params:
+            if isinstance(p.type, OutputPath):
+                assert name in OUTPUT_OPTIONS and p.opts[0] in OUTPUT_OPTIONS[name][1], (name, p.opts)
+            elif isinstance(p.type, click.Path):
+                assert (name, p.name) in INPUT_PATHS, f"{name} {p.opts}: an output? make it an OutputPath"
+
+
+def _select_filters() -> list[str]:
+    from kbench.cli.report_cmd import select_cmd
+
+    shape = {"policy_file", "batch_size", "q_len", "kv_len"}
+    return [p.opts[0] for p in select_cmd.params if isinstance(p, click.Option) and not p.is_flag
+            and p.name not in shape]
+
+
+@pytest.mark.parametrize("flag", _select_filters())
+@pytest.mark.parametrize("value", ["", "  "])
+def test_select_refuses_an_empty_filter_value_instead_of_matching_any(policy, flag, value):
+    assert len(_select_filters()) >= 14  # heads, dtype, kv-dtype, page-size, kv-layout and the realistic axes
+    line = one_error_line(run_cli(["select", "--policy", policy, "--batch-size", "16", "--q-len", "4",
+                                   "--kv-len", "4096", flag, value]))
+    assert flag in line
+    if flag != "--page-size":  # an integer option: click's own line ('' is not a valid integer)
+        assert f"select: {flag}: an empty value; give one value, or leave {flag} out to match any" in line
 
 
 def test_non_ascii_name_is_said_not_silently_changed(tmp_path):

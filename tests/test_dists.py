@@ -1,5 +1,6 @@
 """Per-request length distributions (kbench.cases.dists): parsing, bad input, the lengths drawn, the summary."""
 import json
+import re
 
 import pytest
 
@@ -26,6 +27,7 @@ def test_q_dist_parses(text, canon):
     ("kv_dist", "gauss:1", "unknown distribution 'gauss'"),
     ("kv_dist", "uniform:9..3", "needs 1 <= LO <= HI"),
     ("kv_dist", "uniform:abc", "uniform:LO..HI"),
+    ("kv_dist", "uniform:1..99999999999", "HI 99999999999 overflows the int32 indices kernels take"),
     ("kv_dist", "lognormal", "needs a parameter"),
     ("kv_dist", "lognormal:x", "SIGMA must be a number"),
     ("kv_dist", "lognormal:-1", "SIGMA must be in"),
@@ -43,6 +45,25 @@ def test_bad_distribution_is_one_line_naming_the_field(field, text, words):
         parse_dist(text, field, "grid")
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"grid: {field}: ") and words in msg
+
+
+@pytest.mark.parametrize("bs, kv_dist, words", [
+    (1, "uniform:1..99999999999", "HI 99999999999 overflows the int32 indices"),  # as -k 99999999999 is
+    (2, "uniform:1..2000000000", "batch_size 2 x kv_dist uniform:1..2000000000 (requests up to 2000000000) "
+                                 "overflows the int32 indices"),
+    (2, "file:{lens}", "holds 4000000000 KV tokens, which overflows the int32 indices"),
+])
+def test_a_distributions_lengths_are_bounded_by_int32_up_front(tmp_path, bs, kv_dist, words):
+    from kbench.cases.scenario import scenario_from_dict
+
+    lens = tmp_path / "lens.txt"
+    lens.write_text("2000000000\n" * 4)
+    grid = {"batch_size": bs, "q_len": 1, "kv_len": 512, "kv_dist": kv_dist.format(lens=lens)}
+    with pytest.raises(BadInput, match=re.escape(words)):
+        scenario_from_dict({"model": "llama3-8b", "grid": grid, "kernels": ["reference"]}, "s.toml")
+    ok = scenario_from_dict({"model": "llama3-8b", "kernels": ["reference"],
+                             "grid": {**grid, "batch_size": 1, "kv_dist": "uniform:1..2147483647"}}, "s.toml")
+    assert ok.kv_dist == ["uniform:1..2147483647"]  # the bound itself is taken
 
 
 def test_fixed_is_the_idealised_batch():
@@ -89,6 +110,7 @@ def test_lengths_from_csv_and_json_files(tmp_path):
     ("", "holds no lengths"), ("[]", "holds no lengths"), ("1,-5,3", "value 2 is -5"),
     ("1,x,3", "value 2 is not an integer"), ("[1, 2.5]", "value 2 is not an integer"),
     ('{"a": 1}', "not a JSON list"), ("[1, 2", "not a JSON list"), ("100,200", "holds 2 lengths; batch_size 4"),
+    ("1,2,\u0663,4", "value 3 is not an integer"),  # Arabic-Indic 3: ASCII digits only
 ])
 def test_bad_length_files_are_refused_with_one_line(tmp_path, content, words):
     f = tmp_path / "lens.txt"

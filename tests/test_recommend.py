@@ -95,6 +95,13 @@ def test_vllm_prices_its_table_and_flashinfer_version_picks_the_sm90_prefill(src
     rec = recommend(src, wl((8, 4, 4096, 1.0)), VLLM, flashinfer="0.7.4")
     assert {r.setting.id: r for r in rec.results}[off].kernels["verify"] == FA2
     assert rec.best.setting.id == off  # fa2 is faster at bs 8
+    for given, read, verify in (("v0.7.4", "0.7.4", FA2), ("0.7.4+cu128", "0.7.4+cu128", FA2),
+                                ("0.7.3.post1", "0.7.3.post1", "fa3-prefill")):
+        rec = recommend(src, wl((8, 4, 4096, 1.0)), VLLM, flashinfer=given)  # read as pip reads a version
+        assert rec.flashinfer == read and {r.setting.id: r for r in rec.results}[off].kernels["verify"] == verify
+    for junk in ("abc", "0.7.4abc", "", "latest"):  # was taken as given, its routes compared as a string
+        with pytest.raises(BadInput, match=f"--flashinfer {junk!r}: not a version"):
+            recommend(src, wl((8, 4, 4096, 1.0)), VLLM, flashinfer=junk)
 
 
 def test_a_kernel_without_a_time_leaves_its_setting_unpriced(tmp_path):
@@ -145,6 +152,18 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
         "no shape": ([run, "--engine", "sglang", "--q-len", "4"], "--batch-size, --kv-len"),
         "bad steps": ([run, "--engine", "sglang", *shape, "--steps", "prefill"], "--steps"),
         "no engine": ([run, *shape], "--engine: give one of"),
+        "flashinfer not a version": ([run, "--engine", "sglang", *shape, "--flashinfer", "abc"],
+                                     "--flashinfer 'abc': not a version (expected one like 0.7.4"),
+        "threshold not a number": ([run, "--engine", "sglang", *shape, "--threshold", "abc"],
+                                   "--threshold 'abc': expected a percentage like 5% or a fraction like 0.05"),
+        "threshold out of range": ([run, "--engine", "sglang", *shape, "--threshold", "5"],
+                                   "--threshold '5': must be between 0% and 100% (did you mean 5%?)"),
+        "draft layers huge": ([run, "--engine", "sglang", *shape, "--draft-layers", "99999999999999999999"],
+                              "--draft-layers 99999999999999999999: attention layers of a model, 0..1000"),
+        "verify layers above": ([run, "--engine", "sglang", *shape, "--verify-layers", "1001"],
+                                "--verify-layers 1001: attention layers of a model, 0..1000"),
+        "weights overflow": ([run, "--engine", "sglang", "--batch-size", "1@1e308,8@1e308", "--q-len", "4",
+                              "--kv-len", "4096"], "weight '1e308' must be a number from 0 to 1e+12"),
     }
     work.write_text('{"batch_size": 8, "q_len": 4, "kv_len": 4096}\n{"batch_size": 8,\n')
     for name, (args, msg) in cases.items():

@@ -63,8 +63,10 @@ def test_gpu_families_and_versions():
     assert [gpu_family(x) for x in (80, 86, 89, 90, 100, 103, 120, 121, 75, None, True)] == \
         ["sm80", "sm80", "sm80", "sm90", "sm100", "sm100", "sm120", "sm120", None, None, None]
     assert version_key("0.7.2.post1") == (0, 7, 2) < version_key("0.7.4") and version_key("v0.34.0") == (0, 34, 0)
-    with pytest.raises(BadInput):
-        version_key("main")
+    assert version_key("0.7.4+cu128") == (0, 7, 4) and version_key(" 0.7.3rc1 ") == (0, 7, 3)
+    for junk in ("main", "abc", "0.7.4abc", "", "0.7.4 beta", "\u0660.7"):  # PEP 440, ASCII digits
+        with pytest.raises(BadInput, match="not a version"):
+            version_key(junk)
 
 
 def test_unreached_kernels_are_listed_with_why():
@@ -95,6 +97,9 @@ def test_engine_versions_and_unknown_names():
     (lambda d: d["engines"][0]["settings"][0]["routes"][0].update(step="prefill"), "step must be"),
     (lambda d: d["engines"][0]["settings"][0]["routes"][0]["cites"][0].update(lines="a-b"), "is not N or N-M"),
     (lambda d: d["engines"][0]["settings"][0]["routes"][0].update(color="red"), "unknown key 'color'"),
+    (lambda d: d["engines"][0]["settings"][0]["routes"][0].update(flashinfer_from="new"),
+     "flashinfer_from 'new' is not a version"),
+    (lambda d: d["engines"][0].update(flashinfer="0.7.x"), "flashinfer '0.7.x' is not a version"),
 ])
 def test_a_malformed_table_names_the_entry(mutate, msg):
     data = {"schema": "kbench.engines/1", "engines": [{

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import jsonschema
 import pytest
@@ -20,12 +21,23 @@ def test_weighted_lists_ranges_and_weights():
     assert weighted("kv_len", "512..4096*2", "--kv-len") == [(512, 1.0), (1024, 1.0), (2048, 1.0), (4096, 1.0)]
     assert weighted("kv_dist", "fixed@1,lognormal:1@3", "--kv-dist") == [("fixed", 1.0), ("lognormal:1.0", 3.0)]
     assert weighted("power", "both", "--power") == [("unthrottled", 1.0), ("sustained", 1.0)]
-    for text, msg in (("1@-1", "must be a finite number >= 0"), ("1@x", "is not a number"), ("1@0,2@0", "every weight is 0"),
-                      ("0", "must be >= 1"), ("", "empty value")):
+    for text, msg in (("1@-1", "must be a number from 0 to 1e\\+12"), ("1@x", "is not a number"),
+                      ("1@0,2@0", "every weight is 0"), ("0", "must be >= 1"), ("", "empty value"),
+                      ("16@1e308,8@1e308", r"weight '1e308' must be a number from 0 to 1e\+12"),  # was NaN us/step
+                      ("1@inf", "must be a number from 0"), ("2000000", r"batch_size 2000000 is more than 1,048,576"),
+                      ("\u0661\u0666", "digits 0-9")):
         with pytest.raises(BadInput, match=msg):
             weighted("batch_size", text, "--batch-size")
     with pytest.raises(BadInput, match="beyond draft-extend shapes"):
         weighted("q_len", "65", "--q-len")
+    # a KV length the kernels' int32 indices cannot hold: refused as kbench sweep -k refuses it (was priced clamped
+    # with --max-extrapolation inf); lognormal's MEDIAN and its bins are held to the same bounds
+    for name, text, msg in (("kv_len", "99999999999999999999", "kv_len 99999999999999999999 is more than 2,147,483,647"),
+                            ("kv_len", "lognormal:1e300:5", "MEDIAN in 1..2147483647"),
+                            ("kv_len", "lognormal:2000000000:1", "is more than 2,147,483,647 (the int32 indices"),
+                            ("q_len", "lognormal:100:0", "MEDIAN in 1..64")):
+        with pytest.raises(BadInput, match=re.escape(msg)):
+            weighted(name, text, f"--{name}")
 
 
 def test_lognormal_bins_are_equal_probability_quantiles():
@@ -77,6 +89,10 @@ def test_a_file_with_header_lists_and_group_axes(tmp_path):
     ('{"batch_size": 2, "q_len": 2, "kv_len": 64, "steps": ["prefill"]}', "steps must be"),
     ('{"batch_size": 2, "q_len": 2, "kv_len": 64, "kv_dist": "gauss"}', "kv_dist"),
     ('{"batch_size": true, "q_len": 2, "kv_len": 64}', "batch_size must be an integer"),
+    ('{"batch_size": 2, "q_len": 2, "kv_len": 64, "weight": 1e308}', "weight must be a number from 0 to 1e+12"),
+    ('{"batch_size": 2, "q_len": 2, "kv_len": 99999999999}', "kv_len 99999999999 is more than 2,147,483,647"),
+    ('{"batch_size": 2, "q_len": 2, "kv_lens": [64, 3000000000]}', "kv_len 3000000000 is more than"),
+    ('{"batch_size": 2000000, "q_len": 2, "kv_len": 64}', "batch_size 2000000 is more than 1,048,576"),
     ('[1, 2]', "expected a JSON object"),
     ('{"batch_size": 2, "q_len": 2, "kv_len": 64', "not JSON"),
     ('{"kbench_workload": 2}', "kbench_workload 2 is not 1"),
@@ -127,7 +143,8 @@ def test_the_published_schema_is_the_generated_one_and_agrees_with_the_reader():
             {"batch_size": 2, "q_len": 2, "kv_len": 64, "sinks": "on", "window_left": 128, "power": "sustained"}]
     bad = [{"batch_size": 4, "q_len": 4}, {"batch_size": 4, "q_len": 4, "kv_len": 64, "x": 1},
            {"batch_size": 0, "q_len": 1, "kv_len": 8}, {"batch_size": 2, "q_len": 2, "kv_len": 64, "weight": 1, "count": 1},
-           {"batch_size": 2, "q_len": 2, "kv_len": 64, "sinks": "maybe"}, {"batch_size": 2, "q_len": 99, "kv_len": 640}]
+           {"batch_size": 2, "q_len": 2, "kv_len": 64, "sinks": "maybe"}, {"batch_size": 2, "q_len": 99, "kv_len": 640},
+           {"batch_size": 2, "q_len": 2, "kv_len": 2**31}, {"batch_size": 2, "q_len": 2, "kv_len": 64, "weight": 1e13}]
     for line in good:
         assert not list(v.iter_errors(line)), line
         if "kbench_workload" not in line:

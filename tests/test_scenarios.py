@@ -109,6 +109,13 @@ def test_bad_scenario_file_exits_2_with_one_line_naming_field_and_file(case, tmp
     (["--resume", "/nonexistent/run"], "--out cannot change it"),  # options the run fixes: said before the path
     (["--duty", "0"], "timing.duty"),
     (["--min-time", "-1"], "timing.min_time_s"),
+    (["-b", "\u0661\u0662"], "--batch-size: expected an integer written with the digits 0-9, got '\u0661\u0662'"),
+    (["-k", "\uff16\uff14"], "--kv-len: expected an integer written with the digits 0-9"),  # fullwidth 64
+    (["-q", "1..\u0664"], "--q-len: expected an integer"),
+    (["--window-left", "\u0968"], "--window-left: expected an integer written with the digits 0-9"),  # Devanagari 2
+    (["--kv-dist", "uniform:\u0661..\u0669"], "uniform:LO..HI with integers"),
+    (["--max-seq-len", "context:\u0664\u0660\u0669\u0666"], "expected 'tight' or 'context:N'"),
+    (["--tree", "topk:\u0664"], "topk:K needs an integer K (digits 0-9)"),
 ])
 def test_bad_cli_axes_exit_2(args, needle, tmp_path):
     res = CliRunner().invoke(cli, ["sweep", "--out", str(tmp_path), *args])

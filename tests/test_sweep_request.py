@@ -39,12 +39,31 @@ def cpu_run(tmp_path_factory):
     (dict(devices="0", shard="0/2"), "--devices runs its own shards: drop --shard/--resume"),
     (dict(shard="2/2"), "--shard: expected i/N with 0 <= i < N, or auto, got '2/2'"),
     (dict(slow_kernel=("reference",)), "--slow-kernel: expected KERNEL=N with N >= 2, got 'reference'"),
+    (dict(device_index=-1), "--device -1: expected a GPU index, 0 or more"),
 ])
 def test_each_rule_names_itself(tmp_path, request_kw, message):
     with pytest.raises(BadInput) as e:
         SweepRequest(out_dir=str(tmp_path / "out"), **request_kw).check()
     assert message in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("gpus, index, message", [
+    (0, 1, "--device 1: this machine has no GPU that torch can use (a sweep here runs on the CPU): drop --device"),
+    (0, 99, "--device 99: this machine has no GPU"),
+    (2, 2, "--device 2: GPU 2 does not exist (this machine has 2: 0..1)"),
+    (2, -1, "--device -1: expected a GPU index, 0 or more"),
+])
+def test_a_device_index_this_machine_lacks_is_refused(tmp_path, monkeypatch, gpus, index, message):
+    import kbench.engine.request as req
+
+    monkeypatch.setattr(req, "gpu_count", lambda: gpus)
+    with pytest.raises(BadInput) as e:
+        SweepRequest(out_dir=str(tmp_path / "out"), device_index=index).check()
+    assert message in str(e.value)
+    assert not (tmp_path / "out").exists()
+    if gpus:  # an index the machine has is taken
+        assert SweepRequest(out_dir=str(tmp_path / "out"), device_index=gpus - 1).check().options.device_index == gpus - 1
 
 
 def test_the_rules_of_a_resume(cpu_run):

@@ -22,7 +22,8 @@ from typing import Any, Callable, Mapping
 from kbench.errors import BadInput
 from kbench.timing import states as timing_states
 
-_RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*(?:([:*])\s*(\d+))?\s*$")
+# ASCII digits only: \d and int() also take other scripts' digits ('١٢' would be 12)
+_RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*(?:([:*])\s*(\d+))?\s*$", re.ASCII)
 MAX_AXIS_VALUES = 10_000
 
 
@@ -31,8 +32,9 @@ def _int(value, field: str, where: str) -> int:
         raise BadInput(f"{where}: {field}: expected an integer, got {value!r}")
     if isinstance(value, str):
         s = value.strip()
-        if not re.fullmatch(r"-?\d+", s):
-            raise BadInput(f"{where}: {field}: expected an integer, got {value!r}")
+        if not re.fullmatch(r"-?[0-9]+", s):
+            digits = " written with the digits 0-9" if re.fullmatch(r"-?\d+", s) else ""
+            raise BadInput(f"{where}: {field}: expected an integer{digits}, got {value!r}")
         return int(s)
     return value
 

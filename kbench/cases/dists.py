@@ -38,7 +38,8 @@ from kbench import files
 KV_KINDS = ("fixed", "uniform", "lognormal", "zipf", "file")
 Q_KINDS = ("fixed", "accept", "file")
 MAX_FILE_LENGTHS = 1_000_000
-_UNIFORM = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")
+INT32_MAX = 2**31 - 1  # the index tensors (seq_lens, indptrs, page tables) are int32, as in the engines
+_UNIFORM = re.compile(r"^\s*([0-9]+)\s*\.\.\s*([0-9]+)\s*$")  # ASCII digits: int() takes '١٢' too
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,9 @@ def _parse(text, field: str) -> DistSpec:
         lo, hi = int(m.group(1)), int(m.group(2))
         if lo < 1 or hi < lo:
             raise ValueError(f"uniform:{lo}..{hi} needs 1 <= LO <= HI")
+        if hi > INT32_MAX:
+            raise ValueError(f"uniform:{lo}..{hi}: HI {hi} overflows the int32 indices kernels take (at most "
+                             f"{INT32_MAX})")
         return DistSpec(field, "uniform", (lo, hi))
     if kind == "zipf" and not sep:
         return DistSpec(field, "zipf", 1.0)
@@ -132,6 +136,13 @@ def _parse(text, field: str) -> DistSpec:
     if kind == "accept" and not 0 <= v <= 1:
         raise ValueError(f"accept RATE must be in [0, 1], got {arg}")
     return DistSpec(field, kind, v)
+
+
+def max_kv_len(text: str) -> int | None:
+    """The longest KV length a kv_dist spec itself allows a request (uniform: HI), None where the spec carries
+    no length (fixed, lognormal and zipf spread kv_len; a file's lengths are read when the batch is drawn)."""
+    spec = parse_dist(text, "kv_dist")
+    return spec.arg[1] if spec.kind == "uniform" else None
 
 
 def parse_skip_softmax(text) -> str:
@@ -155,7 +166,7 @@ def parse_max_seq_len(text) -> str:
     t = text.strip().lower() if isinstance(text, str) else None
     if t == "tight":
         return "tight"
-    if t is not None and t.startswith("context:") and t[8:].strip().isdecimal() and 0 < int(t[8:]) < 2**31:
+    if t is not None and t.startswith("context:") and re.fullmatch(r"[0-9]+", t[8:].strip()) and 0 < int(t[8:]) <= INT32_MAX:
         return f"context:{int(t[8:])}"
     raise ValueError(f"expected 'tight' or 'context:N' (N a positive int32), got {text!r}")
 
@@ -178,12 +189,12 @@ def read_lengths_file(path: str, field: str, where: str = "scenario") -> list[in
         raise BadInput(f"{where}: {field}: {path} holds more than {MAX_FILE_LENGTHS} lengths")
     out = []
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, str) and re.fullmatch(r"-?\d+", v))):
+        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, str) and re.fullmatch(r"-?[0-9]+", v))):
             raise BadInput(f"{where}: {field}: {path}: value {i + 1} is not an integer: {v!r}")
         n = int(v)
         if n < 1:
             raise BadInput(f"{where}: {field}: {path}: value {i + 1} is {n}; lengths must be >= 1")
-        if n > 2**31 - 1:
+        if n > INT32_MAX:
             raise BadInput(f"{where}: {field}: {path}: value {i + 1} is {n}; beyond int32")
         out.append(n)
     return out

@@ -40,6 +40,7 @@ from kbench.cases.case import Case
 from kbench.errors import BadInput
 from kbench import files
 from kbench.cases.models import MODELS, HeadConfig, parse_heads
+from kbench.cases.dists import INT32_MAX, max_kv_len
 from kbench.cases.trees import check_grid as check_trees
 from kbench.cases.trees import fits as tree_fits
 
@@ -56,7 +57,6 @@ TIMING_KEYS = {"spread_target", "budget_s", "min_samples", "max_samples", "l2", 
                "settle_ms"}
 L2_MODES = ("rotate", "warm")
 MAX_CASES = 200_000
-INT32_MAX = 2**31 - 1  # the index tensors (seq_lens, indptrs, page tables) are int32, as in the engines
 MAX_CASE_BYTES = 1 << 40  # one case's Q, K, V and output: far beyond any device's memory
 MAX_BATCH = 1 << 20  # requests in one batch: per-request lengths, page-table rows and reference passes are built
 
@@ -170,6 +170,11 @@ class _ScenarioMethods:
                            f"or tight")
         if kv > INT32_MAX or bs * max(self.q_len) > INT32_MAX or bs * kv > INT32_MAX:
             raise BadInput(f"{where}: grid: batch_size {bs} x kv_len {kv} overflows the int32 indices kernels take")
+        for kd in self.kv_dist:  # a distribution's own lengths: uniform's HI bounds every request's KV
+            longest = max_kv_len(kd)
+            if longest is not None and bs * longest > INT32_MAX:
+                raise BadInput(f"{where}: grid: batch_size {bs} x kv_dist {kd} (requests up to {longest}) overflows "
+                               f"the int32 indices kernels take")
         big = Case(batch_size=bs, q_len=max(self.q_len), kv_len=kv, **h.case_fields(), page_size=min(self.page_size))
         if big.min_bytes() > MAX_CASE_BYTES:
             raise BadInput(f"{where}: grid: the largest case needs {big.min_bytes() / 2**40:.0f} TiB of inputs; "
@@ -190,7 +195,11 @@ class _ScenarioMethods:
 
         contexts = [int(m.partition(":")[2]) for m in self.max_seq_len if m.startswith("context:")]
         for kd, qd, bs, kv, q in itertools.product(self.kv_dist, self.q_dist, self.batch_size, self.kv_len, self.q_len):
-            longest = max(batch_lengths(kd, qd, bs, kv, q, 0, where=f"{where}: grid").kv)
+            drawn = batch_lengths(kd, qd, bs, kv, q, 0, where=f"{where}: grid").kv
+            if sum(drawn) > INT32_MAX:  # a file's lengths (the others are bounded in validate)
+                raise BadInput(f"{where}: grid: batch_size {bs} x kv_dist {kd} holds {sum(drawn)} KV tokens, which "
+                               f"overflows the int32 indices kernels take")
+            longest = max(drawn)
             if contexts and longest > min(contexts):
                 raise BadInput(f"{where}: grid.max_seq_len: context:{min(contexts)} is below a request's KV length "
                                f"{longest} (kv_dist {kd} at batch {bs}, kv_len {kv}); the context length bounds every "

@@ -92,8 +92,8 @@ def parse_tree(text) -> TreeSpec:
         if not arg:
             raise ValueError("file: needs a path (file:PATH)")
         return TreeSpec("file", arg)
-    if not re.fullmatch(r"-?\d+", arg):
-        raise ValueError(f"topk:K needs an integer K, got {text!r}")
+    if not re.fullmatch(r"-?[0-9]+", arg):  # ASCII digits only (int() takes '١٢' too)
+        raise ValueError(f"topk:K needs an integer K (digits 0-9), got {text!r}")
     k = int(arg)
     if k < 1:
         raise ValueError(f"topk K must be >= 1, got {k}")
@@ -205,7 +205,7 @@ def _parse_file(path: str, mtime_ns: int, size: int) -> tuple[tuple[tuple[int, .
         tokens = [t for t in re.split(r"[,\s]+", body) if t]
         values = []
         for i, t in enumerate(tokens):
-            if not re.fullmatch(r"-?\d+", t):
+            if not re.fullmatch(r"-?[0-9]+", t):
                 return f"{path}: line {lineno} (request {len(trees)}): token {i}'s parent is not an integer: {t!r}"
             values.append(int(t))
         why = check_parents(values)

@@ -18,10 +18,17 @@ from kbench.cases.axes import GRID, axes_with
 from kbench.cases.scenario import Scenario, apply_overrides, load_scenario, scenario_data, scenario_from_dict
 from kbench.engine.plans import SweepPlan, check_plan, plan_for
 from kbench.engine.plans.adaptive_options import AdaptiveOptions
-from kbench.engine.shards import parse_devices, parse_shard
+from kbench.engine.shards import check_device, parse_devices, parse_shard
 from kbench.errors import BadInput
 from kbench.runs.outputs import writable_dir
 from kbench.runs.store import check_resumable, name_note, read_manifest
+
+
+def gpu_count() -> int:
+    """The GPUs torch can use here (0 on a machine without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 @dataclass
@@ -125,6 +132,8 @@ class SweepRequest:
         if self.resume:
             self.check_resume_options()
         ada = self.adaptive_options()
+        if not self.devices:
+            check_device(self.device_index, gpu_count())
         jit_cache = os.path.abspath(writable_dir(self.jit_cache, "--jit-cache")) if self.jit_cache is not None else None
         manifest = None
         if self.resume:
@@ -160,9 +169,7 @@ class SweepRequest:
                                "worker per listed GPU)")
             if self.shard or self.resume:
                 raise BadInput("--devices runs its own shards: drop --shard/--resume")
-            import torch
-
-            devs = parse_devices(self.devices, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+            devs = parse_devices(self.devices, gpu_count())
             return CheckedSweep(sc, opts, None, devs, jit_cache)
         opts.shard = parse_shard(self.shard) if self.shard else None  # isdecimal digits only: int() takes each
         return CheckedSweep(sc, opts, opts.plan(sc, manifest), None, jit_cache)

@@ -70,6 +70,21 @@ def shard_cases(cases: list[Case], shard: tuple[int, int] | None) -> list[Case]:
     return [c for j, c in enumerate(cases) if j % n == i]
 
 
+def check_device(index: int, available: int) -> int:
+    """--device: a GPU index this machine has (``available``: the GPUs torch sees). A negative index is refused
+    everywhere; on a machine without a GPU only the default 0 is taken (the sweep runs on the CPU: another index
+    would name a GPU that is not there)."""
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise BadInput(f"--device {index}: expected a GPU index, 0 or more")
+    if available == 0 and index != 0:
+        raise BadInput(f"--device {index}: this machine has no GPU that torch can use (a sweep here runs on the "
+                       f"CPU): drop --device")
+    if available and index >= available:
+        raise BadInput(f"--device {index}: GPU {index} does not exist (this machine has {available}: "
+                       f"0..{available - 1})")
+    return index
+
+
 def parse_devices(text: str, available: int | None = None) -> list[int]:
     """GPU indices, each once; with ``available`` (the GPUs torch sees) each must exist."""
     try:

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbench.errors import BadInput
-from kbench.recommend.settings import FAMILY_NAME, STEP_LABEL, STEPS, Engine, Setting, gpu_family
+from kbench.recommend.settings import FAMILY_NAME, STEP_LABEL, STEPS, Engine, Setting, gpu_family, parse_version
 from kbench.recommend.workload import Batch, Workload
 from kbench.report.nearest import LOOKUP_AXES, locate
 from kbench.report.policy import group_label, load_policy, select_group
 
 DEFAULT_MAX_EXTRAPOLATION = 2.0
+MAX_LAYERS = 1000  # attention layers of one model (the largest today have about 130)
+LAYER_FLAG = {"verify": "--verify-layers", "draft_extend": "--draft-layers"}
 
 
 # ---- the measurements ------------------------------------------------------------------------------------
@@ -206,8 +208,9 @@ class Recommendation:
 def _layers_ok(layers: dict[str, int]) -> None:
     for s in STEPS:
         v = layers.get(s, 1)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise BadInput(f"--{s.replace('_', '-')}-layers must be an integer >= 0")
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_LAYERS:
+            raise BadInput(f"{LAYER_FLAG[s]} {v}: attention layers of a model, 0..{MAX_LAYERS} "
+                           f"(0: the step is not priced)")
     if not any(layers.get(s, 1) for s in STEPS):
         raise BadInput("--verify-layers and --draft-layers are both 0: nothing to price")
 
@@ -224,6 +227,8 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     wl_gpu = workload.header.get("gpu") if isinstance(workload.header, dict) else None
     if wl_gpu:
         check_gpu(source, str(wl_gpu), f"{workload.source}: its header's gpu")
+    if flashinfer is not None:  # routes compare it with the table's versions: junk is refused, not compared
+        flashinfer = str(parse_version(flashinfer, "--flashinfer"))
     fi = flashinfer or engine.flashinfer
     if settings:
         chosen = []

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
+from packaging.version import InvalidVersion, Version
+
 from kbench.errors import BadInput
 
 try:
@@ -43,12 +45,18 @@ def gpu_family(sm) -> str | None:
     return None
 
 
-def version_key(text: str) -> tuple[int, ...]:
+def parse_version(text, option: str = "version") -> Version:
+    """A version as pip reads it (PEP 440, packaging.version): '0.7.4', 'v0.34.0', '0.7.2.post1', '0.7.4+cu128';
+    anything else ('abc', '0.7.4abc', '') is BadInput naming ``option``."""
+    try:
+        return Version(str(text).strip())
+    except InvalidVersion:
+        raise BadInput(f"{option} {text!r}: not a version (expected one like 0.7.4 or 0.7.2.post1)") from None
+
+
+def version_key(text: str, option: str = "version") -> tuple[int, ...]:
     """'0.7.2.post1' -> (0, 7, 2): the release numbers, enough to order the versions the table names."""
-    nums = re.match(r"^\s*v?(\d+(?:\.\d+)*)", str(text))
-    if not nums:
-        raise BadInput(f"version {text!r}: expected numbers like 0.7.4")
-    return tuple(int(x) for x in nums.group(1).split("."))
+    return parse_version(text, option).release
 
 
 @dataclass(frozen=True)
@@ -213,6 +221,8 @@ def _route(raw: dict, setting_gpus: tuple[str, ...], where: str) -> Route:
         raise ValueError(f"{where}: give kernel or unmeasured (one of them)")
     if raw.get("priced_low") and not raw.get("note"):
         raise ValueError(f"{where}: priced_low needs a note saying how the engine's path differs")
+    for key in ("flashinfer_below", "flashinfer_from"):
+        _table_version(raw.get(key), f"{where}: {key}")
     gpus = tuple(raw.get("gpus", setting_gpus))
     if not set(gpus) <= set(setting_gpus):
         raise ValueError(f"{where}: gpus {gpus} outside the setting's {setting_gpus}")
@@ -222,6 +232,15 @@ def _route(raw: dict, setting_gpus: tuple[str, ...], where: str) -> Route:
                  priced_low=bool(raw.get("priced_low", False)), cites=_cites(raw.get("cites"), where))
 
 
+def _table_version(value, where: str) -> None:
+    """A version the table gives (a FlashInfer pin or bound): one that routes are compared with."""
+    if value is not None:
+        try:
+            Version(str(value))
+        except InvalidVersion:
+            raise ValueError(f"{where} {value!r} is not a version") from None
+
+
 def parse_table(data: dict) -> Table:
     """The table from engines.toml's data; ValueError naming the entry when it is malformed."""
     if data.get("schema") != TABLE_SCHEMA:
@@ -229,6 +248,8 @@ def parse_table(data: dict) -> Table:
     engines = []
     for i, e in enumerate(data.get("engines", [])):
         where = f"engines[{i}] ({e.get('engine')} {e.get('version')})"
+        _table_version(e.get("version"), f"{where}: version")
+        _table_version(e.get("flashinfer"), f"{where}: flashinfer")
         settings = []
         for j, s in enumerate(e.get("settings", [])):
             sw = f"{where}.settings[{j}] ({s.get('id')})"

@@ -26,7 +26,9 @@ from typing import Any
 
 from kbench import files
 from kbench.cases import axes
+from kbench.cases.dists import INT32_MAX
 from kbench.cases.models import parse_heads
+from kbench.cases.scenario import MAX_BATCH
 from kbench.errors import BadInput
 from kbench.recommend.settings import STEPS
 from kbench.report.policy import FILTER_AXES
@@ -37,6 +39,12 @@ CLASSIC_FILTERS = ("heads", "dtype", "kv_dtype", "page_size", "kv_layout")  # se
 GROUP_FILTERS = CLASSIC_FILTERS + tuple(FILTER_AXES)  # FILTER_AXES: every realistic axis and the timing state
 DEFAULT_BINS = 16
 MAX_BATCHES = 100_000
+# the largest shape a workload may name, as kbench sweep bounds its grid: a batch kbench can build, the draft-extend
+# query lengths, a KV length the kernels' int32 indices hold
+SHAPE_MAX = {"batch_size": MAX_BATCH, "q_len": axes.MAX_Q_LEN, "kv_len": INT32_MAX}
+SHAPE_WHY = {"batch_size": "requests in one batch kbench builds", "q_len": "beyond draft-extend shapes",
+             "kv_len": "the int32 indices kernels take"}
+MAX_WEIGHT = 1e12  # weights are relative: a batch's weight times its time must stay a finite sum
 SCHEMA_FILE = "schemas/workload.schema.json"
 
 
@@ -82,9 +90,19 @@ def _weight(text: str, where: str) -> float:
         w = float(text)
     except ValueError:
         raise BadInput(f"{where}: weight {text!r} is not a number") from None
-    if not math.isfinite(w) or w < 0:
-        raise BadInput(f"{where}: weight {text!r} must be a finite number >= 0")
+    if not math.isfinite(w) or w < 0 or w > MAX_WEIGHT:
+        raise BadInput(f"{where}: weight {text!r} must be a number from 0 to {MAX_WEIGHT:g} (weights are relative)")
     return w
+
+
+def shape_bounds(name: str, vals: list[int], where: str) -> None:
+    """A shape axis's values: at least 1, at most SHAPE_MAX (BadInput naming the value)."""
+    if min(vals) < 1:
+        raise BadInput(f"{where}: {name} must be >= 1, got {min(vals)}")
+    if max(vals) > SHAPE_MAX[name]:
+        if name == "q_len":
+            raise BadInput(f"{where}: q_len {max(vals)} is beyond draft-extend shapes (at most {axes.MAX_Q_LEN})")
+        raise BadInput(f"{where}: {name} {max(vals)} is more than {SHAPE_MAX[name]:,} ({SHAPE_WHY[name]})")
 
 
 def lognormal_bins(median: float, sigma: float, bins: int) -> list[tuple[int, float]]:
@@ -98,7 +116,7 @@ def lognormal_bins(median: float, sigma: float, bins: int) -> list[tuple[int, fl
     return sorted(out.items())
 
 
-def _lognormal(spec: str, where: str) -> list[tuple[int, float]]:
+def _lognormal(name: str, spec: str, where: str) -> list[tuple[int, float]]:
     parts = spec.split(":")
     try:
         if len(parts) not in (3, 4):
@@ -107,9 +125,14 @@ def _lognormal(spec: str, where: str) -> list[tuple[int, float]]:
         bins = int(parts[3]) if len(parts) == 4 else DEFAULT_BINS
     except ValueError:
         raise BadInput(f"{where}: {spec!r}: expected lognormal:MEDIAN:SIGMA[:BINS], e.g. lognormal:4096:1.0") from None
-    if not (math.isfinite(median) and median >= 1 and math.isfinite(sigma) and 0 <= sigma <= 5 and 1 <= bins <= 1000):
-        raise BadInput(f"{where}: {spec!r}: MEDIAN >= 1, SIGMA in 0..5, BINS in 1..1000")
-    return lognormal_bins(median, sigma, bins)
+    top = SHAPE_MAX.get(name, INT32_MAX)
+    if not (math.isfinite(median) and 1 <= median <= top and math.isfinite(sigma) and 0 <= sigma <= 5
+            and 1 <= bins <= 1000):
+        raise BadInput(f"{where}: {spec!r}: MEDIAN in 1..{top}, SIGMA in 0..5, BINS in 1..1000")
+    out = lognormal_bins(median, sigma, bins)
+    if name in SHAPE_MAX:
+        shape_bounds(name, [v for v, _ in out], f"{where}: {spec}")
+    return out
 
 
 def weighted(name: str, text: str, where: str) -> list[tuple[Any, float]]:
@@ -119,7 +142,7 @@ def weighted(name: str, text: str, where: str) -> list[tuple[Any, float]]:
         raise BadInput(f"{where}: empty value")
     is_int = name in SHAPE_AXES or (name in axes.AXIS and axes.AXIS[name].type is int)
     if is_int and text.startswith("lognormal:"):
-        return _lognormal(text, where)
+        return _lognormal(name, text, where)
     out: dict[Any, float] = {}
     for item in text.split(","):
         value, at, w = item.strip().partition("@")
@@ -136,10 +159,7 @@ def canonical(name: str, value, where: str, many: bool = False, field: str | Non
     many, the values a range expands to). field: how the error names it (default: the option's flag)."""
     if name in SHAPE_AXES:
         vals = axes.parse_int_axis(value, name, where)
-        if min(vals) < 1:
-            raise BadInput(f"{where}: {name} must be >= 1, got {min(vals)}")
-        if name == "q_len" and max(vals) > axes.MAX_Q_LEN:
-            raise BadInput(f"{where}: q_len {max(vals)} is beyond draft-extend shapes (at most {axes.MAX_Q_LEN})")
+        shape_bounds(name, vals, where)
     elif name == "heads":
         try:
             h = parse_heads(str(value))
@@ -235,12 +255,14 @@ def parse_line(obj, where: str) -> Batch:
         kv = _positive_int(obj["kv_len"], "kv_len", where)
     if q > kv:
         raise BadInput(f"{where}: q_len {q} > kv_len {kv}: the query tokens are part of the KV")
-    canonical("q_len", q, where)
+    for name, v in (("batch_size", bs), ("q_len", q), ("kv_len", max(kvs) if "kv_lens" in obj else kv)):
+        canonical(name, v, where)
     if "weight" in obj and "count" in obj:
         raise BadInput(f"{where}: give weight or count, not both")
     w = obj.get("weight", obj.get("count", 1))
-    if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-        raise BadInput(f"{where}: {'weight' if 'weight' in obj else 'count'} must be a number >= 0")
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or not 0 <= w <= MAX_WEIGHT:
+        raise BadInput(f"{where}: {'weight' if 'weight' in obj else 'count'} must be a number from 0 to "
+                       f"{MAX_WEIGHT:g}")
     if "count" in obj and not isinstance(w, int):
         raise BadInput(f"{where}: count must be an integer")
     steps = obj.get("steps", list(STEPS))
@@ -313,15 +335,18 @@ def workload_schema() -> dict:
         "description": "one kind of batch: its shape, which speculative steps run on it, how often",
         "required": ["batch_size"],
         "properties": {
-            "batch_size": {**pos, "description": "requests in the batch"},
+            "batch_size": {**pos, "maximum": SHAPE_MAX["batch_size"], "description": "requests in the batch"},
             "q_len": {**pos, "maximum": axes.MAX_Q_LEN, "description": "query tokens per request of the step"},
             "q_lens": {"type": "array", "items": pos, "minItems": 1,
                        "description": "per-request query tokens (batch_size of them); priced padded to the longest"},
-            "kv_len": {**pos, "description": "KV tokens per request, the step's own query tokens included"},
-            "kv_lens": {"type": "array", "items": pos, "minItems": 1,
+            "kv_len": {**pos, "maximum": SHAPE_MAX["kv_len"],
+                       "description": "KV tokens per request, the step's own query tokens included"},
+            "kv_lens": {"type": "array", "items": {**pos, "maximum": SHAPE_MAX["kv_len"]}, "minItems": 1,
                         "description": "per-request KV tokens (batch_size of them); priced at their mean"},
-            "weight": {"type": "number", "minimum": 0, "description": "relative frequency (default 1)"},
-            "count": {"type": "integer", "minimum": 0, "description": "how many times it runs (instead of weight)"},
+            "weight": {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT,
+                       "description": "relative frequency (default 1)"},
+            "count": {"type": "integer", "minimum": 0, "maximum": int(MAX_WEIGHT),
+                      "description": "how many times it runs (instead of weight)"},
             "steps": {"type": "array", "items": {"enum": list(STEPS)}, "minItems": 1, "uniqueItems": True,
                       "description": "the steps run on it (default both)"},
             "case": {"type": "string", "description": "the kbench server-bench case it belongs to"},

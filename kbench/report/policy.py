@@ -240,8 +240,14 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
                  page_size: int | None = None, kv_layout: str | None = None, **realistic) -> dict:
     """The one group matching the filters; realistic: kv_dist, q_dist, window_left, sinks, max_seq_len and
     power, the timing state (any accepted spelling, e.g. lognormal:1 for lognormal:1.0)."""
+    given = {"heads": heads, "dtype": dtype, "kv_dtype": kv_dtype, "page_size": page_size, "kv_layout": kv_layout,
+             **realistic}
+    for k, v in given.items():  # an empty value is not "any" (that is the option left out)
+        if isinstance(v, str) and not v.strip():
+            flag = axes.AXIS[k].flag if k in axes.AXIS else "--" + k.replace("_", "-")
+            raise BadInput(f"select: {flag}: an empty value; give one value, or leave {flag} out to match any")
     want = {}
-    if heads:  # every head axis, the attention kind too: a GQA group never answers an MLA shape, nor the reverse
+    if heads is not None:  # every head axis, the attention kind too: a GQA group never answers an MLA shape, nor the reverse
         want.update(parse_heads(heads).case_fields())
     for k, v in (("dtype", dtype), ("kv_dtype", kv_dtype), ("page_size", page_size), ("kv_layout", kv_layout)):
         if v is not None:
