@@ -5,7 +5,8 @@ processes and prints the table:
 
     python tests/hostile_table.py [--markdown FILE] [--only ID,ID]
 
-Families (the issue's): 1 secrets, 2 outputs half replaced by a signal, 3 links in a run folder, 4 measurements
+Families (the issue's): 1 secrets, 2 outputs half replaced (by a signal) or replaced that must not be (a device, a
+link, the command's own input), 3 links in a run folder, 4 measurements
 lost or invented, 5 the gate and broken candidates, 6 inputs that hang or blow up. The situations the earlier
 issues settled are in tests/edges_table.py (#17), tests/test_hostile_inputs.py and tests/test_server_bench_hostile.py.
 """
@@ -364,6 +365,49 @@ def _short_tables(w):
     w.vars.update(run=str(run), n=str(json.loads((run / "manifest.json").read_text())["num_rows"]))
 
 
+def _named_run(w):
+    run = w.copy(w.shared.kernel_run, "run")
+    w.vars["run"] = str(run)
+    w.vars["run_digest"] = json.dumps({p.name: digest(p) for p in sorted(run.iterdir()) if p.is_file()})
+
+
+def _run_unchanged(w, out):
+    run = Path(w.vars["run"])
+    assert json.dumps({p.name: digest(p) for p in sorted(run.iterdir()) if p.is_file()}) == w.vars["run_digest"]
+
+
+def _named_link(w):
+    _named_run(w)
+    w.path("latest.json").symlink_to("gate-1.json")
+
+
+def _link_kept_file_written(w, out):
+    assert w.path("latest.json").is_symlink(), "the link was replaced"
+    assert json.loads(w.path("gate-1.json").read_text())["counts"], "the file the link points to was not written"
+
+
+def _dev_null_link(w):
+    _named_run(w)
+    w.path("sink").symlink_to("/dev/null")
+
+
+def _dev_null_kept(w, out):
+    assert w.path("sink").is_symlink() and Path("/dev/null").is_char_device()
+
+
+def _exported_report(w):
+    run = w.copy(w.shared.kernel_run, "run")
+    rep = w.path("rep")
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "report", str(run), "--out", str(rep)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    w.vars.update(rep=str(rep), policy_digest=digest(rep / "policy.json"))
+
+
+def _policy_unchanged(w, out):
+    assert digest(Path(w.vars["rep"]) / "policy.json") == w.vars["policy_digest"], "the policy was replaced"
+
+
 def _nothing_written(*names):
     def check(w, out):
         assert not any(w.path(n).exists() for n in names), [n for n in names if w.path(n).exists()]
@@ -539,6 +583,21 @@ SITUATIONS: list[Situation] = [
     Situation("report-out-runs-folder", 2, "report --out a folder of runs (it would be replaced whole)",
               "kbench report {run} --out {runs}", 2, r"^error: --out .*holds 'kernel-run'.*a report does not write",
               _runs_folder, _runs_untouched),
+    Situation("gate-json-through-link", 2, "gate --json latest.json, a link to gate-1.json",
+              "kbench gate --baseline {run} --candidate {run} --json latest.json", 0, r"^PASS: ", _named_link,
+              _link_kept_file_written),
+    Situation("gate-markdown-dev-null", 2, "gate --markdown to a link to /dev/null (as root it replaced the device)",
+              "kbench gate --baseline {run} --candidate {run} --markdown sink", 0, r"^PASS: ", _dev_null_link,
+              _dev_null_kept),
+    Situation("export-over-its-policy", 2, "export P.json --out P.json (its own input)",
+              "kbench export {rep}/policy.json --out {rep}/policy.json", 2,
+              r"^error: --out .*policy\.json: that is the input", _exported_report, _policy_unchanged),
+    Situation("gate-markdown-over-rows", 2, "gate --markdown RUN/rows.csv (a file of its input)",
+              "kbench gate --baseline {run} --candidate {run} --markdown {run}/rows.csv", 2,
+              r"^error: --markdown .*rows\.csv: that is .*rows\.csv, a file of the input", _named_run, _run_unchanged),
+    Situation("gate-two-outputs-one-file", 2, "gate --markdown o.md --json o.md",
+              "kbench gate --baseline {run} --candidate {run} --markdown o.md --json o.md", 2,
+              r"^error: --json o\.md and --markdown o\.md name the same file", _named_run, _nothing_written("o.md")),
     # 3 links in a run folder -----------------------------------------------------------------------------------
     Situation("lock-symlink", 3, ".kbench.lock is a symbolic link to a file outside the run",
               "kbench sweep --resume {run}", 2, r"^error: .*\.kbench\.lock: a symbolic link", _lock_symlink,
