@@ -42,10 +42,6 @@ def writable_dir(path: str | os.PathLike | None, option: str, create: bool = Tru
     return p
 
 
-# the files kbench reads in a run or baseline folder given as an input: an output named there would replace them
-RUN_INPUT_FILES = ("manifest.json", "rows.jsonl", "rows.parquet", "rows.csv", ".kbench.lock")
-
-
 def _real(p: str | os.PathLike) -> str:
     return os.path.realpath(os.path.expanduser(str(p)))
 
@@ -56,23 +52,27 @@ def distinct_outputs(outputs: dict[str, str | os.PathLike | None], inputs=()) ->
     input file itself (`export P --out P`), or a file kbench reads in an input run or baseline folder
     (`--markdown RUN/rows.csv`). Paths compare after links are followed. Devices (/dev/stdout, /dev/null) are
     streams, not files: two options may both write to one."""
+    from kbench.runs.atomic import named_destination
+    from kbench.runs.lock import LOCK_FILE
+    from kbench.runs.store import CSV, JOURNAL, MANIFEST, PARQUET  # lazy: store imports pandas
+
     seen: dict[str, str] = {}
     guarded: dict[str, str] = {}
     for src in inputs:
         if src is None or not str(src).strip():
             continue
         real = _real(src)
-        if os.path.isdir(real):
-            for name in RUN_INPUT_FILES:
+        if os.path.isdir(real):  # a run or baseline folder: the files kbench reads in it
+            for name in (MANIFEST, JOURNAL, PARQUET, CSV, LOCK_FILE):
                 guarded[os.path.join(real, name)] = f"{os.path.join(str(src), name)}, a file of the input {src}"
         else:
             guarded[real] = f"the input {src}"
     for option, path in outputs.items():
         if path is None or not str(path).strip() or str(path) == "-":
             continue
-        real = _real(path)
-        if real.startswith("/dev/") or real.startswith("/proc/"):
+        if named_destination(path)[1]:  # a device or FIFO: a stream, not a file to replace
             continue
+        real = _real(path)
         if real in guarded:
             raise BadInput(f"{option} {path}: that is {guarded[real]}; writing there would replace what the command "
                            f"reads (name another file)")
