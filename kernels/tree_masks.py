@@ -100,11 +100,12 @@ def xqa_mask(vis: torch.Tensor, q_lens: Sequence[int] | None = None) -> torch.Te
     packed = (bits.view(bs, n, words, 32) * weights).sum(-1)  # [bs, n, words], < 2**32
     halves = torch.stack([packed & 0xFFFF, packed >> 16], dim=-1).reshape(bs, n, words * 2)  # low half first
     # uint16 through int16 (same bits): casts into uint16 are not there on every torch build
-    out = (halves - (halves >= 1 << 15).to(torch.int64) * (1 << 16)).to(torch.int16).view(torch.uint16)
+    out = (halves - (halves >= 1 << 15).to(torch.int64) * (1 << 16)).to(torch.int16)
     if q_lens is None or len(set(q_lens)) <= 1 and q_lens[0] == n:
-        return out
+        return out.view(torch.uint16)
+    # the rows are picked in int16: CUDA has no indexing for uint16 ("index_cuda" not implemented, torch 2.11)
     rows = torch.cat([r * n + torch.arange(q) for r, q in enumerate(q_lens)]).to(vis.device)
-    return out.reshape(bs * n, words * 2)[rows].contiguous()
+    return out.reshape(bs * n, words * 2)[rows].contiguous().view(torch.uint16)
 
 
 def fa2_mask(vis: torch.Tensor, q_lens: Sequence[int], kv_lens: Sequence[int]) -> torch.Tensor:

@@ -135,6 +135,28 @@ def test_ragged_xqa_rows_are_packed_by_the_q_offsets():
     assert padded[5:10] == [[0], [1], [2], [3], [4]]  # request 1: the root, then padding
 
 
+class CudaUint16Ops(torch.utils._python_dispatch.TorchDispatchMode):
+    """Refuses what CUDA's torch (2.11, the H200's) lacks for uint16 tensors and the CPU build has: indexing
+    ('"index_cuda" not implemented for 'UInt16'', every ragged tree row on the H200 until December 2026)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.index.Tensor, torch.ops.aten.index_select.default, torch.ops.aten.gather.default):
+            if any(isinstance(a, torch.Tensor) and a.dtype == torch.uint16 for a in args[:1]):
+                raise NotImplementedError('"index_cuda" not implemented for \'UInt16\'')
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.skipif(not hasattr(torch, "uint16"), reason="no torch.uint16")
+def test_ragged_rows_are_picked_without_indexing_a_uint16_tensor():
+    trees, q = [(-1, 0, 0), (-1,), (-1, 0, 1, 1, 0)], [3, 1, 5]
+    want = xqa_mask(visibility(parents_tensor(trees, 5)), q)
+    with CudaUint16Ops():
+        got = xqa_mask(visibility(parents_tensor(trees, 5)), q)
+        with pytest.raises(NotImplementedError):  # the mode does refuse it
+            want[torch.tensor([0, 2])]
+    assert got.dtype == torch.uint16 and torch.equal(got, want)
+
+
 def test_fa2_mask_is_each_requests_block_flattened_and_concatenated():
     trees, q, kv = [(-1, 0, 0), (-1, 0)], [3, 2], [7, 4]
     m = fa2_mask(visibility(parents_tensor(trees, 3)), q, kv)
