@@ -260,3 +260,94 @@ def test_the_gate_compares_a_run_with_the_new_defaults_to_the_committed_baseline
     w = [w for w in comparable(Manifest.from_dict(base), Manifest.from_dict(hot), GATE).warnings
          if "different settings" in w]
     assert len(w) == 1 and "duty 0.4 vs 1.0" in w[0] and "warmup" not in w[0]
+
+
+# --- the fence's own time, taken off every sample, is timed in the state the samples are -----------------------
+
+class RampingDevice(FakeDevice):
+    """A fence (GraphTimer's one-element fill, launch-bound) costs `slow_us` until `ramp_ms` of device work has
+    run since the start, then `fast_us`, as the H200's clocks ramp up from idle; the kernel's time does not move."""
+
+    def __init__(self, kernel_ms: float, slow_us: float, fast_us: float, ramp_ms: float):
+        super().__init__(kernel_ms)
+        self.slow_us, self.fast_us, self.ramp_ms = slow_us, fast_us, ramp_ms
+
+    def fence(self) -> None:
+        us = self.slow_us if self.busy_s * 1000 < self.ramp_ms else self.fast_us
+        self.now += us / 1e6
+        self.busy_s += us / 1e6
+
+
+@pytest.fixture
+def ramping(monkeypatch, dev):
+    def make(**kw) -> RampingDevice:
+        d = RampingDevice(**kw)
+        base = dev(d.kernel_ms)  # the Event, perf_counter and sleep patches, on its own clock...
+        d.now = base.now
+        import torch
+
+        class Event:
+            def __init__(self, enable_timing=True):
+                self.t = None
+
+            def record(self):
+                self.t = d.now
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return (end.t - self.t) * 1000
+
+        class Graph:  # ...then this device's: fn(i) and a fence per call, or fences alone
+            def __init__(self, fn, calls, copies):
+                self.fn, self.calls, self.copies = fn, calls, copies
+
+            def replay(self):
+                for j in range(self.calls):
+                    if self.fn is not None:
+                        self.fn(j % self.copies)
+                    d.fence()
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch, "zeros", lambda *a, **k: type("Fence", (), {"device": type("D", (), {"index": 0})()})())
+        monkeypatch.setattr(T.GraphTimer, "_capture", staticmethod(lambda fn, calls, copies, fence=None:
+                                                                   Graph(fn, calls, copies)))
+        monkeypatch.setattr(T.time, "perf_counter", lambda: d.now)
+        monkeypatch.setattr(T.time, "sleep", d.sleep)
+        return d
+
+    return make
+
+
+@pytest.mark.parametrize("kernel_ms", [0.016, 0.07, 0.3])
+def test_the_fence_is_timed_during_the_sampling_not_once_while_the_clocks_ramp(ramping, kernel_ms):
+    """The fence costs 4 us until 8 ms of device work has run, then 1.5 us. Timed once right after the 5 ms warm-up
+    (kbench before December 2026), 4 us came off every sample of a kernel that the fence cost 1.5 us beside."""
+    t = Timing()
+    d = ramping(kernel_ms=kernel_ms, slow_us=4.0, fast_us=1.5, ramp_ms=8.0)
+    timer = T.GraphTimer(t.stop_rule(), t.warmup_ms, duty=t.duty, settle_ms=t.settle_ms, fence=True)
+    m = timer.measure(lambda i: d.fn(i))
+    assert m.fence_us == pytest.approx(1.5)
+    assert m.fence_replays >= 1 and m.median_us == pytest.approx(kernel_ms * 1000)
+    # a second measurement of the same graph size times its fences again (a graph is captured once per size)
+    m2 = timer.measure(lambda i: d.fn(i))
+    assert m2.fence_us == pytest.approx(1.5) and m2.calls_per_sample == m.calls_per_sample
+    assert len(timer._fence_runs) == 1
+
+
+def test_cupti_call_time_takes_the_fences_off_by_name_and_count():
+    """validate-timer's CUPTI figure: the events of a profiled sampling, 3 replays of 2 fenced calls (a 10 us
+    kernel and a 2 us one per call) and 2 replays of 2 fences alone (1 us each)."""
+    from kbench.engine.validate import call_time_from_profile
+
+    call = [("attn", 10.0), ("merge", 2.0), ("fill", 1.0)]
+    events = call * 6 + [("fill", 1.0)] * 4
+    assert call_time_from_profile(events, {"fill"}, replays=3, fence_replays=2, calls=2) == (12.0, 2)
+    # the call runs a kernel named as the fence (a 3 us fill): the fences come off at their median time
+    events = [("attn", 10.0), ("fill", 3.0), ("fill", 1.0)] * 6 + [("fill", 1.0)] * 4
+    assert call_time_from_profile(events, {"fill"}, 3, 2, 2) == (13.0, 2)
+    # fewer fences than were launched: the profiler missed part of the sampling, no figure
+    assert call_time_from_profile(call * 5, {"fill"}, 3, 2, 2) == (None, 0)
+    assert call_time_from_profile([("fill", 1.0)] * 10, {"fill"}, 3, 2, 2) == (None, 0)

@@ -2,9 +2,12 @@
 
 - kbench: CUDA-graph replay with events, input rotation (the sweep's timer);
 - CUPTI (through torch.profiler), the independent clock, three ways:
-  * cupti_us: the device time of the call's kernels inside kbench's own fenced graph, replayed in
-    duty-cycled bursts as the sweep does (the fences' CUPTI time, from a graph of fences alone, taken
-    off): the same execution, another clock, no launch gaps;
+  * cupti_us: the device time of the call's kernels in the replays of a second kbench measurement of the
+    row, the profiler on during its sampling only (warm-up, settle and duty-cycled bursts as the sweep's):
+    the same execution in the same GPU state, another clock, no launch gaps. The fences are told from the
+    call's kernels by their kernel name and count and taken off. (Five replays profiled after an idle pause,
+    as before December 2026, caught the H200's clocks still ramping: CUPTI read 2-5% above kbench at 30 us to
+    1 ms, where kbench's own old and new defaults agreed with each other within 0.5%.);
   * cupti_alone_us: eager calls one at a time (synchronised, as Nsight Compute serialises them);
   * cupti_b2b_us: eager calls back to back: with programmatic dependent launch a kernel starts during
     its predecessor and CUPTI counts the overlap twice (xqa on the H200: 137 us back to back, 73 alone);
@@ -162,30 +165,63 @@ def cupti_us_per_call(fn, copies: int, calls: int = 20, synced: bool = True) -> 
     return total / calls, round(n / calls)
 
 
-def cupti_replay_us_per_call(fn, copies: int, calls: int, duty: float, replays: int = 5) -> tuple[float | None, int]:
-    """Device time per call of fn's kernels inside a fenced graph (GraphTimer's), replayed `replays` times
-    with the sweep's duty cycle; the fences' own device time (a graph of fences alone) is taken off."""
+def _device_events(prof) -> list[tuple[str, float]]:
+    """(name, device us) of every kernel, memset and copy CUPTI timed in a profile."""
+    from torch.autograd import DeviceType
+
+    return [(e.name, e.time_range.elapsed_us()) for e in prof.events()
+            if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+
+
+def fence_kernel_names() -> set[str]:
+    """The names CUPTI gives the fence (GraphTimer's one-element fill) on this device."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     fence = torch.zeros(1, dtype=torch.int32, device=torch.cuda.current_device())
-    graphs = [GraphTimer._capture(fn, calls, copies, fence), GraphTimer.capture_fences(fence, calls)]
-    out = []
-    for g in graphs:
-        g.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            fence.zero_()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(replays):
-                t0 = time.perf_counter()
-                g.replay()
-                torch.cuda.synchronize()
-                time.sleep((time.perf_counter() - t0) * (1 / duty - 1))
-        total, n = _device_activity(prof)
-        out.append((total / (replays * calls), n / (replays * calls)))
-    (kern, nk), (fen, nf) = out
-    if nk <= nf:  # the profiler saw no kernels inside the graph replays
+    return {name for name, _ in _device_events(prof)}
+
+
+def call_time_from_profile(events: list[tuple[str, float]], fence_names: set[str], replays: int,
+                           fence_replays: int, calls: int) -> tuple[float | None, int]:
+    """Device us per call of the call's own kernels, and their count per call, from the events CUPTI saw during
+    a sampling: `replays` replays of `calls` fenced calls and `fence_replays` replays of `calls` fences alone.
+    The fences ((replays + fence_replays) * calls of them) are the events named as the fence; should the call
+    itself run a kernel of that name, the fences are taken off at their median time."""
+    fences_expected = (replays + fence_replays) * calls
+    named = sorted(us for name, us in events if name in fence_names)
+    total = sum(us for _, us in events)
+    if len(named) == fences_expected:
+        own, n_own = total - sum(named), len(events) - len(named)
+    elif len(named) > fences_expected and named:
+        own, n_own = total - fences_expected * named[len(named) // 2], len(events) - fences_expected
+    else:  # fewer fences than launched: the profiler missed part of the sampling
         return None, 0
-    return kern - fen, round(nk - nf)
+    if n_own <= 0 or replays <= 0:
+        return None, 0
+    return own / (replays * calls), round(n_own / (replays * calls))
+
+
+def cupti_same_replays(timer: GraphTimer, fn, copies: int, fence_names: set[str]) -> tuple[float | None, int, Measurement]:
+    """kbench's measurement of fn again, CUPTI profiling its sampling: the device time per call of the call's
+    kernels in those very replays (and their count per call), and the measurement itself."""
+    from torch.profiler import ProfilerActivity, profile
+
+    profs = []
+
+    def sampling():
+        profs.append(profile(activities=[ProfilerActivity.CUDA]))
+        return profs[-1]
+
+    m = timer.measure(fn, copies, sampling=sampling)
+    us, n = call_time_from_profile(_device_events(profs[-1]), fence_names if timer.fence else set(),
+                                   len(m.samples_us), m.fence_replays, m.calls_per_sample)
+    return us, n, m
 
 
 def flashinfer_harness(fn) -> tuple[list[float], float]:
@@ -222,6 +258,7 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
 
     timer = timer_of(t)
     old = timer_of(before) if before is not None else None
+    fence_names = fence_kernel_names() if timer.fence else set()
     for bs, q, kv in shapes or DEFAULT_SHAPES:
         case = Case(bs, q, kv, H.num_qo_heads, H.num_kv_heads, H.head_dim, 64)
         runnable = [k for k in ks if k.supports(dev, case) is None]
@@ -247,7 +284,7 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                     time.sleep(COOL_S)
                     b = _before(old.measure(fn, copies))
                 time.sleep(COOL_S)
-                cu, nk = cupti_replay_us_per_call(fn, copies, m.calls_per_sample, t.duty)
+                cu, nk, _ = cupti_same_replays(timer, fn, copies, fence_names)
                 calls = max(3, min(20, int(CUPTI_BURST_US / max(m.median_us, 1.0))))
                 time.sleep(COOL_S)
                 alone, nk_alone = cupti_us_per_call(fn, copies, calls)

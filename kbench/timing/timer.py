@@ -9,7 +9,10 @@ Fence: between two calls in the graph sits a one-element fill, launched without 
 launch (PDL). Without it a PDL kernel overlaps its own predecessor, which no engine does: on the H200,
 xqa back to back made CUPTI report 137 us per call against 73 us for calls one at a time, and fa3 ran
 up to 7% faster back to back than alone. The fences' own time (a graph of fences alone, per call) is
-subtracted from every sample.
+subtracted from every sample. It is timed during the sampling, one replay after each burst, and the median
+taken: a fence is launch-bound, and its time depends on the clocks the GPU is at, so it is timed in the state
+the calls are (before December 2026 it was timed once per graph size, in whatever state the first
+measurement of that size found the GPU, and that figure was taken off every later call).
 
 Duty cycle: replays are timed in bursts of about 5 ms of GPU work, each followed by an idle gap, so the
 GPU is busy `duty` of the time (0.4 by default; 1.0 is back to back). Under continuous load an H200
@@ -26,6 +29,7 @@ settle, sampling: they add up to `wall_s`).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -40,6 +44,7 @@ class Measurement:
     stop: str  # spread | budget | max-samples
     wall_s: float
     fence_us: float = 0.0  # per call, already subtracted from samples_us
+    fence_replays: int = 0  # replays of the fences-alone graph timed during the sampling (one per burst)
     phases: dict = field(default_factory=dict)  # seconds of wall per phase (PHASES); they add up to wall_s
     median_us: float = field(init=False)
     p25_us: float = field(init=False)
@@ -164,9 +169,11 @@ class GraphTimer:
         self.target_replay_us = target_replay_us
         self.max_calls = max_calls_per_graph
         self.fence = fence
-        self._fence_cost: dict[tuple, float] = {}
+        self._fence_runs: dict[tuple, Callable[[], None]] = {}
 
-    def measure(self, fn: Callable[[int], object], copies: int = 1) -> Measurement:
+    def measure(self, fn: Callable[[int], object], copies: int = 1, sampling=None) -> Measurement:
+        """sampling: a context manager factory the sampling phase runs inside (validate-timer's CUPTI profile
+        of the very replays the events time); None: none."""
         import torch
 
         clock = PhaseClock()
@@ -199,45 +206,54 @@ class GraphTimer:
 
             timer = "cuda-events"
         clock.mark("capture")
-        fence_us = self.fence_us(fence, calls, timer == "cuda-graph") if fence is not None else 0.0
+        fence_run = self.fence_run(fence, calls, timer == "cuda-graph") if fence is not None else None
         clock.mark("fence")
         replay_us = max(_time_us(run), 1.0)  # the first replay: sizes the bursts
         batch = max(1, min(50, round(self.burst_us / replay_us)))  # replays per burst
         clock.mark("probe")
         time.sleep(settle_s(elapsed_ms * 1000 + replay_us, self.duty, self.settle_ms))  # off the warm-up's load
         clock.mark("settle")
+        per_call: list[float] = []  # replay time / calls, fences included
+        fences: list[float] = []  # the fences alone, per call, one replay after each burst
         samples: list[float] = []
-        started = time.perf_counter()
-        while True:
-            evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
-            for a, b in evs:
-                a.record()
-                run()
-                b.record()
-            evs[-1][1].synchronize()
-            burst = [a.elapsed_time(b) * 1000 for a, b in evs]
-            samples.extend(x / calls - fence_us for x in burst)
-            stop = self.rule.check(samples, started)
-            if stop:
-                break
-            if self.duty < 1:
-                time.sleep(sum(burst) * (1 / self.duty - 1) / 1e6)
+        fence_us = 0.0
+        with sampling() if sampling is not None else contextlib.nullcontext():
+            started = time.perf_counter()
+            while True:
+                evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                       for _ in range(batch)]
+                for a, b in evs:
+                    a.record()
+                    run()
+                    b.record()
+                evs[-1][1].synchronize()
+                burst = [a.elapsed_time(b) * 1000 for a, b in evs]
+                per_call.extend(x / calls for x in burst)
+                if fence_run is not None:  # in the state the burst left the GPU in
+                    fences.append(_time_us(fence_run) / calls)
+                    fence_us = quantile(sorted(fences), 0.5)
+                samples = [x - fence_us for x in per_call]
+                stop = self.rule.check(samples, started)
+                if stop:
+                    break
+                if self.duty < 1:
+                    time.sleep(sum(burst) * (1 / self.duty - 1) / 1e6)
         clock.mark("sampling")
-        return Measurement(samples, timer, calls, stop, clock.total, fence_us, clock.phases)
+        return Measurement(samples, timer, calls, stop, clock.total, fence_us, len(fences), clock.phases)
 
-    def fence_us(self, fence, calls: int, graphed: bool = True) -> float:
-        """Per-call time of the fences alone, timed the way they run between the calls (cached)."""
+    def fence_run(self, fence, calls: int, graphed: bool = True) -> Callable[[], None]:
+        """`calls` fences alone, run the way they run between the calls (a graph, captured once per size, or
+        eager launches): what the fences cost by themselves, timed by the caller."""
         key = (calls, graphed, fence.device.index)
-        if key not in self._fence_cost:
+        if key not in self._fence_runs:
             if graphed:
                 run = self.capture_fences(fence, calls).replay
             else:
                 def run():
                     _fenced_calls(None, calls, 1, fence)
-            run()
-            times = sorted(_time_us(run) / calls for _ in range(15))
-            self._fence_cost[key] = times[len(times) // 2]
-        return self._fence_cost[key]
+            run()  # the first replay uploads the graph
+            self._fence_runs[key] = run
+        return self._fence_runs[key]
 
     @classmethod
     def capture_fences(cls, fence, calls: int):
