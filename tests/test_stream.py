@@ -140,6 +140,56 @@ def test_ready_kernel_rows_come_before_the_late_module_and_the_late_ones_after(t
     assert res.first_ok_s == pytest.approx(first_ok, abs=1e-3)
 
 
+class StagedBuild(FakeBuild):
+    """ka's modules at once; kb's one at a time: first the module of the last case's q_len (on an idle poll, once
+    ka's rows are written), then the other on the first poll that follows a kb row, which is a poll between two
+    cases of the sweep's second pass. Before December 2026 the cases walked past before that module came were
+    dropped from the pass: the run said complete with their kb rows missing (45 of 432 rows of an MLA run on
+    the H200)."""
+
+    def __init__(self, request, seen):
+        super().__init__(request, delay=0.0)
+        self.seen, self.order = seen, []
+        last_q = request["cases"][-1]["q_len"]
+        late = [m for m in request["modules"] if "_kb_" in m]
+        self.first = next(m for m in late if m.endswith(f"_q{last_q}"))
+        self.second = next(m for m in late if m != self.first)
+
+    def poll(self, timeout=0.0):
+        kinds = [k for k, _ in self.seen.rows]
+        out = []
+        for name in self.request["modules"]:
+            if name in self.sent:
+                continue
+            if name == self.first and not (timeout and kinds.count("ka") == 4):
+                continue
+            if name == self.second and "kb" not in kinds:
+                continue
+            self.sent.add(name)
+            self.order.append(name)
+            out.append({"module": name, "status": "built", "seconds": 0.1, "reason": ""})
+        if not out and timeout:
+            time.sleep(min(timeout, 0.02))
+        self.finished = len(self.sent) == len(self.request["modules"])
+        return out
+
+
+def test_a_module_that_arrives_between_two_waiting_cases_leaves_no_case_without_its_row(tmp_path, two_kernels):
+    seen = Arrivals()
+    builds = []
+
+    def builder(request):
+        builds.append(StagedBuild(request, seen))
+        return builds[0]
+
+    res = run_sweep(scenario(), out_dir=tmp_path, builder=builder, observer=seen)
+    rows = load_run(res.run_dir).rows
+    assert builds[0].order[-2:] == [builds[0].first, builds[0].second]  # the staging happened as planned
+    assert res.status == "complete"
+    assert sorted(zip(rows.kernel, rows.case_id)) == sorted((k, c) for k in ("ka", "kb") for c in set(rows.case_id))
+    assert len(rows) == 8 and (rows.status == "ok").all()
+
+
 def test_a_failed_build_gives_the_kernels_rows_the_reason(tmp_path, two_kernels):
     res, build = _run(tmp_path, delay=0.2, fail="nvcc: error: boom in xqa.cu")
     rows = load_run(res.run_dir).rows

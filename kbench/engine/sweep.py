@@ -328,13 +328,19 @@ class Sweep:
             if self._held(pc.case):
                 waiting.append(pc)
         while waiting:
+            measured = set()
             for pc in waiting:
                 if self.missing(pc.case) > len(self._held(pc.case)):  # something of it is ready (or failed)
                     self.measure(pc)
+                    measured.add(pc.case.case_id)
                     self._poll_builds()
-            waiting = [pc for pc in waiting if self._held(pc.case)]
+            # a case stays while a module of it is building, or when one arrived after its turn in this pass
+            # (dropping those left the kernels whose module came in between without a row)
+            waiting = [pc for pc in waiting if self._held(pc.case)
+                       or pc.case.case_id not in measured and self.missing(pc.case)]
             t0 = time.perf_counter()
-            while waiting and not self._poll_builds(0.5):  # idle until a module arrives
+            while (waiting and all(self.missing(pc.case) == len(self._held(pc.case)) for pc in waiting)
+                   and not self._poll_builds(0.5)):  # idle until a module arrives
                 pass
             self._clock.waited_s += time.perf_counter() - t0
 
