@@ -221,6 +221,16 @@ def test_the_gpu_script_fails_a_missing_flashmla_or_a_wrong_kernel(tmp_path, cap
     assert why in capsys.readouterr().out
 
 
+def test_the_gpu_script_fails_a_kernel_with_no_row_at_a_case(tmp_path, capsys):
+    """A sweep that dropped a kernel's row (the H200 MLA run before December 2026: 45 rows) is not a pass."""
+    mod = _script()
+    rows = _gpu_rows()
+    gone = next(r for r in rows if r.kernel == "flashinfer-mla-fa2" and r.num_qo_heads == 128)
+    run = write_run(tmp_path / "run", [r for r in rows if r is not gone])
+    assert mod.main(["--runs", str(run), "--out", str(tmp_path / "out")]) == 1
+    assert f"no row of flashinfer-mla-fa2 at {gone.case_id}" in capsys.readouterr().out
+
+
 def test_the_gpu_script_reuses_a_complete_sweep_and_resumes_an_interrupted_one(tmp_path, monkeypatch):
     mod = _script()
     runs = tmp_path / "runs"

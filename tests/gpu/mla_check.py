@@ -113,6 +113,12 @@ def failures(rows: pd.DataFrame, sm: int) -> list[str]:
     for (kernel, heads), g in skipped.groupby(["kernel", "num_qo_heads"], sort=True):
         if must_run(kernel, int(heads), sm):
             out.append(f"{kernel} skipped on {len(g)} case(s) at {int(heads)} heads: {g['reason'].iloc[0]}")
+    # a kernel that must run here with no row at all at a case (a sweep that dropped it said complete anyway)
+    for case_id, g in rows.groupby("case_id", sort=True):
+        heads = int(g["num_qo_heads"].iloc[0])
+        lacking = [n for n in MLA_KERNELS if must_run(n, heads, sm) and n not in set(g["kernel"])]
+        if lacking:
+            out.append(f"no row of {', '.join(lacking)} at {case_id}")
     if not len(k[k["status"] == "ok"]):
         out.append("no MLA kernel row is ok")
     return out
