@@ -268,9 +268,11 @@ class RampingDevice(FakeDevice):
     """A fence (GraphTimer's one-element fill, launch-bound) costs `slow_us` until `ramp_ms` of device work has
     run since the start, then `fast_us`, as the H200's clocks ramp up from idle; the kernel's time does not move."""
 
-    def __init__(self, kernel_ms: float, slow_us: float, fast_us: float, ramp_ms: float):
+    def __init__(self, kernel_ms: float, slow_us: float, fast_us: float, ramp_ms: float, launch_us: float = 0.0):
         super().__init__(kernel_ms)
         self.slow_us, self.fast_us, self.ramp_ms = slow_us, fast_us, ramp_ms
+        self.launch_us = launch_us  # a graph launched on an idle GPU (after a synchronize) starts this late
+        self.idle = True
 
     def fence(self) -> None:
         us = self.slow_us if self.busy_s * 1000 < self.ramp_ms else self.fast_us
@@ -294,7 +296,7 @@ def ramping(monkeypatch, dev):
                 self.t = d.now
 
             def synchronize(self):
-                pass
+                d.idle = True  # the host waited: the next launch finds the GPU idle
 
             def elapsed_time(self, end):
                 return (end.t - self.t) * 1000
@@ -304,6 +306,9 @@ def ramping(monkeypatch, dev):
                 self.fn, self.calls, self.copies = fn, calls, copies
 
             def replay(self):
+                if d.idle:  # the GPU waits for the host's launch; queued behind other work it does not
+                    d.now += d.launch_us / 1e6
+                    d.idle = False
                 for j in range(self.calls):
                     if self.fn is not None:
                         self.fn(j % self.copies)
@@ -351,3 +356,15 @@ def test_cupti_call_time_takes_the_fences_off_by_name_and_count():
     # fewer fences than were launched: the profiler missed part of the sampling, no figure
     assert call_time_from_profile(call * 5, {"fill"}, 3, 2, 2) == (None, 0)
     assert call_time_from_profile([("fill", 1.0)] * 10, {"fill"}, 3, 2, 2) == (None, 0)
+
+
+@pytest.mark.parametrize("kernel_ms", [0.03, 0.07, 0.9])
+def test_the_fence_is_timed_queued_behind_the_replays_not_on_an_idle_gpu(ramping, kernel_ms):
+    """A graph launched on an idle GPU starts 20 us late (the host's launch latency). The fences alone, timed that
+    way (kbench before December 2026), read 20 us / calls too long each and took it off every call: on the H200,
+    6 to 23 us per call where the fences cost 2 to 3. Queued behind a burst's replays they cost what they cost."""
+    t = Timing()
+    d = ramping(kernel_ms=kernel_ms, slow_us=1.5, fast_us=1.5, ramp_ms=0.0, launch_us=20.0)
+    m = T.GraphTimer(t.stop_rule(), t.warmup_ms, duty=t.duty, settle_ms=t.settle_ms, fence=True).measure(d.fn)
+    assert m.fence_us == pytest.approx(1.5)
+    assert m.median_us == pytest.approx(kernel_ms * 1000, rel=1e-3)

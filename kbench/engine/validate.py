@@ -5,9 +5,8 @@
   * cupti_us: the device time of the call's kernels in the replays of a second kbench measurement of the
     row, the profiler on during its sampling only (warm-up, settle and duty-cycled bursts as the sweep's):
     the same execution in the same GPU state, another clock, no launch gaps. The fences are told from the
-    call's kernels by their kernel name and count and taken off. (Five replays profiled after an idle pause,
-    as before December 2026, caught the H200's clocks still ramping: CUPTI read 2-5% above kbench at 30 us to
-    1 ms, where kbench's own old and new defaults agreed with each other within 0.5%.);
+    call's kernels by their kernel name and count and taken off (before December 2026: five replays of the
+    graph profiled after an idle pause, a different stretch of GPU time from the one kbench timed);
   * cupti_alone_us: eager calls one at a time (synchronised, as Nsight Compute serialises them);
   * cupti_b2b_us: eager calls back to back: with programmatic dependent launch a kernel starts during
     its predecessor and CUPTI counts the overlap twice (xqa on the H200: 137 us back to back, 73 alone);

@@ -9,10 +9,12 @@ Fence: between two calls in the graph sits a one-element fill, launched without 
 launch (PDL). Without it a PDL kernel overlaps its own predecessor, which no engine does: on the H200,
 xqa back to back made CUPTI report 137 us per call against 73 us for calls one at a time, and fa3 ran
 up to 7% faster back to back than alone. The fences' own time (a graph of fences alone, per call) is
-subtracted from every sample. It is timed during the sampling, one replay after each burst, and the median
-taken: a fence is launch-bound, and its time depends on the clocks the GPU is at, so it is timed in the state
-the calls are (before December 2026 it was timed once per graph size, in whatever state the first
-measurement of that size found the GPU, and that figure was taken off every later call).
+subtracted from every sample. It is timed the way the calls are: a replay of a graph of fences alone is queued
+at the end of each sampling burst, behind the kernel's replays, and the median over the bursts is taken off.
+Timed on an idle GPU instead (kbench before December 2026: once per graph size, right after the capture), a
+fences graph's time is mostly the host's launch latency, the GPU waiting for the launch: on the H200 it read
+6 to 23 us per call at 1 to 12 calls per replay, where the fences cost about 2 to 3 us inside the kernel's graph
+(replay time minus CUPTI's kernel time), so kbench read 2 to 7% under CUPTI at 30 us to 1 ms.
 
 Duty cycle: replays are timed in bursts of about 5 ms of GPU work, each followed by an idle gap, so the
 GPU is busy `duty` of the time (0.4 by default; 1.0 is back to back). Under continuous load an H200
@@ -221,16 +223,17 @@ class GraphTimer:
             started = time.perf_counter()
             while True:
                 evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                       for _ in range(batch)]
-                for a, b in evs:
+                       for _ in range(batch + (fence_run is not None))]
+                for j, (a, b) in enumerate(evs):
                     a.record()
-                    run()
+                    run() if j < batch else fence_run()  # the fences last, queued behind the replays
                     b.record()
                 evs[-1][1].synchronize()
-                burst = [a.elapsed_time(b) * 1000 for a, b in evs]
+                times = [a.elapsed_time(b) * 1000 for a, b in evs]
+                burst = times[:batch]
                 per_call.extend(x / calls for x in burst)
-                if fence_run is not None:  # in the state the burst left the GPU in
-                    fences.append(_time_us(fence_run) / calls)
+                if fence_run is not None:
+                    fences.append(times[batch] / calls)
                     fence_us = quantile(sorted(fences), 0.5)
                 samples = [x - fence_us for x in per_call]
                 stop = self.rule.check(samples, started)
