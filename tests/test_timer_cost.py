@@ -316,9 +316,24 @@ def ramping(monkeypatch, dev):
 
         monkeypatch.setattr(torch.cuda, "Event", Event)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-        monkeypatch.setattr(torch, "zeros", lambda *a, **k: type("Fence", (), {"device": type("D", (), {"index": 0})()})())
-        monkeypatch.setattr(T.GraphTimer, "_capture", staticmethod(lambda fn, calls, copies, fence=None:
-                                                                   Graph(fn, calls, copies)))
+        class Fence:  # a one-element tensor: its device and address
+            device = type("D", (), {"index": 0})()
+
+            def data_ptr(self):
+                return id(self)
+
+        d.fences_made, d.captured_with = [], []
+
+        def zeros(*a, **k):
+            d.fences_made.append(Fence())
+            return d.fences_made[-1]
+
+        def capture(fn, calls, copies, fence=None):
+            d.captured_with.append(fence)
+            return Graph(fn, calls, copies)
+
+        monkeypatch.setattr(torch, "zeros", zeros)
+        monkeypatch.setattr(T.GraphTimer, "_capture", staticmethod(capture))
         monkeypatch.setattr(T.time, "perf_counter", lambda: d.now)
         monkeypatch.setattr(T.time, "sleep", d.sleep)
         return d
@@ -368,3 +383,18 @@ def test_the_fence_is_timed_queued_behind_the_replays_not_on_an_idle_gpu(ramping
     m = T.GraphTimer(t.stop_rule(), t.warmup_ms, duty=t.duty, settle_ms=t.settle_ms, fence=True).measure(d.fn)
     assert m.fence_us == pytest.approx(1.5)
     assert m.median_us == pytest.approx(kernel_ms * 1000, rel=1e-3)
+
+
+def test_every_graph_of_a_timer_is_captured_with_its_one_fence_tensor(ramping):
+    """The fences graphs are kept (one per size) and replayed in later measurements, and a graph keeps the address
+    it was captured with: so the fence tensor lives as long as the timer, one per device, and every graph of every
+    measurement uses it. (A tensor per measurement, freed after it, left a kept graph zeroing memory that a later
+    case had been given: illegal memory accesses in an H200 MLA sweep.)"""
+    t = Timing()
+    d = ramping(kernel_ms=0.05, slow_us=1.5, fast_us=1.5, ramp_ms=0.0)
+    timer = T.GraphTimer(t.stop_rule(), t.warmup_ms, duty=t.duty, settle_ms=t.settle_ms, fence=True)
+    for _ in range(3):
+        timer.measure(d.fn)
+    assert len(d.fences_made) == 1 and len(d.captured_with) == 4  # 3 kernel graphs and 1 fences graph, kept
+    assert all(f is d.fences_made[0] for f in d.captured_with)
+    assert timer.fence_tensor(0) is d.fences_made[0]

@@ -172,6 +172,10 @@ class GraphTimer:
         self.max_calls = max_calls_per_graph
         self.fence = fence
         self._fence_runs: dict[tuple, Callable[[], None]] = {}
+        # one fence tensor per device for the timer's life: a graph keeps the address it was captured with, and
+        # the fences graphs are kept (one per size); a tensor per measurement, freed after it, left a kept graph
+        # zeroing memory a later case had been given (illegal memory accesses on the H200, December 2026)
+        self._fences: dict[int, object] = {}
 
     def measure(self, fn: Callable[[int], object], copies: int = 1, sampling=None) -> Measurement:
         """sampling: a context manager factory the sampling phase runs inside (validate-timer's CUPTI profile
@@ -195,7 +199,7 @@ class GraphTimer:
         # enough calls per replay that the replay dwarfs the graph launch, a multiple of the copies
         calls = max(copies, min(self.max_calls, math.ceil(self.target_replay_us / max(eager_us, 1.0))))
         calls = math.ceil(calls / copies) * copies
-        fence = torch.zeros(1, dtype=torch.int32, device=torch.cuda.current_device()) if self.fence else None
+        fence = self.fence_tensor(torch.cuda.current_device()) if self.fence else None
         try:
             graph = self._capture(fn, calls, copies, fence)
             run, timer = graph.replay, "cuda-graph"
@@ -244,10 +248,18 @@ class GraphTimer:
         clock.mark("sampling")
         return Measurement(samples, timer, calls, stop, clock.total, fence_us, len(fences), clock.phases)
 
+    def fence_tensor(self, device: int):
+        """The one-element fill the calls are fenced with on `device`, the same for every measurement."""
+        import torch
+
+        if device not in self._fences:
+            self._fences[device] = torch.zeros(1, dtype=torch.int32, device=device)
+        return self._fences[device]
+
     def fence_run(self, fence, calls: int, graphed: bool = True) -> Callable[[], None]:
         """`calls` fences alone, run the way they run between the calls (a graph, captured once per size, or
         eager launches): what the fences cost by themselves, timed by the caller."""
-        key = (calls, graphed, fence.device.index)
+        key = (calls, graphed, fence.device.index, fence.data_ptr())
         if key not in self._fence_runs:
             if graphed:
                 run = self.capture_fences(fence, calls).replay
