@@ -398,3 +398,21 @@ def test_every_graph_of_a_timer_is_captured_with_its_one_fence_tensor(ramping):
     assert len(d.fences_made) == 1 and len(d.captured_with) == 4  # 3 kernel graphs and 1 fences graph, kept
     assert all(f is d.fences_made[0] for f in d.captured_with)
     assert timer.fence_tensor(0) is d.fences_made[0]
+
+
+def test_a_run_whose_fences_were_timed_the_old_way_gates_with_a_timer_warning():
+    """The committed baselines timed their fences on an idle GPU (launch latency included): a run of this kbench
+    says how it times them (FENCE_METHOD), and the gate warns that differences may come from the timer."""
+    import json
+    from pathlib import Path
+
+    from kbench.runs.manifest import GATE, Manifest, comparable
+
+    base = json.loads((Path(__file__).resolve().parents[1] / "results/baselines/h200-draft-extend-kv4096"
+                       / "manifest.json").read_text())
+    cand = {**base, "timer": {**base["timer"], "fence": T.FENCE_METHOD}}
+    w = [w for w in comparable(Manifest.from_dict(base), Manifest.from_dict(cand), GATE).warnings
+         if "different settings" in w]
+    assert len(w) == 1 and "fence" in w[0] and "queued behind each burst" in w[0]
+    same = comparable(Manifest.from_dict(cand), Manifest.from_dict(cand), GATE).warnings
+    assert not [x for x in same if "different settings" in x]

@@ -17,6 +17,7 @@ from kbench.device import DeviceInfo
 from kbench.runs.manifest import Manifest
 from kbench.engine.measure import CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit, kernel_reason
 from kbench.engine.placement import L2_COVER
+from kbench.timing.timer import FENCE_METHOD
 from kbench.engine.plans import PlannedCase, Round, SweepPlan
 from kbench.engine.request import SweepOptions, scenario_of_run
 from kbench.engine.shards import parse_shard, shard_cases  # noqa: F401 - importable here as before
@@ -127,7 +128,7 @@ class Sweep:
                    "budget_s": t.budget_s, "min_samples": t.min_samples, "max_samples": t.max_samples,
                    "min_time_s": t.min_time_s, "duty": t.duty, "l2": t.l2, "l2_cover": L2_COVER, "warmup_ms": t.warmup_ms,
                    "settle_ms": t.settle_ms,
-                   "fence": "one-element fill between calls (no PDL overlap between calls); its time subtracted",
+                   "fence": FENCE_METHOD,
                    "spread": "relative half-width of the 95% order-statistic CI of the median"},
             slow_kernel=self.opt.slow_kernel, seed=self.opt.seed, **plan.manifest_fields(),
         )

@@ -85,6 +85,11 @@ def median_ci_halfwidth(sorted_vals: list[float]) -> float:
     return (sorted_vals[hi] - sorted_vals[lo]) / 2
 
 
+# what the fence is and how its time is taken off, as a run's manifest says it (timer.fence): the gate warns when a
+# baseline says otherwise (before December 2026 the fences were timed on an idle GPU, launch latency included)
+FENCE_METHOD = ("one-element fill between calls (no PDL overlap between calls); its time subtracted, timed as a "
+                "graph of fences alone queued behind each burst")
+
 # where a measurement's wall time goes, in the order the phases run (GraphTimer.measure)
 PHASES = ("warmup", "capture", "fence", "probe", "settle", "sampling")
 WARMUP_MIN_CALLS = 1
