@@ -156,3 +156,41 @@ def test_out_of_bounds_kernel_is_skipped_without_a_gpu(tmp_path):
     rows = load_run(next((tmp_path / "r").iterdir())).rows
     oob = rows[rows.kernel == "test-oob-write"]
     assert list(oob.status) == ["skipped"] and "needs a CUDA GPU" in oob.reason.iloc[0]
+
+
+def test_the_worker_starts_before_the_bandwidth_and_the_run_folder_and_a_failed_start_ends_it(tmp_path, monkeypatch):
+    """Time to the first row: the isolated worker's imports and CUDA context overlap the bandwidth measurement and
+    the module planning instead of following them (on the H200 a warm sweep's first row came about 10 s after the
+    bandwidth, the worker's start part of it). If the run cannot start (here: the session fails), the worker ends."""
+    from kbench.cases.scenario import Scenario, Timing
+    from kbench.cases.models import MODELS
+    from kbench.engine import sweep as S
+
+    sc = Scenario(name="early", heads=MODELS["gqa8-d64"], batch_size=[1], q_len=[2], kv_len=[64], page_size=[16],
+                  timing=Timing(budget_s=0.02, min_samples=3), kernels=["reference"]).validate()
+    seen = {}
+    session = S.Sweep._session
+
+    def watched(self, dev, plan):
+        w = self._isolated
+        seen["spawned"] = w is not None and w.proc is not None and w.proc.is_alive() and w._starting
+        return session(self, dev, plan)
+
+    monkeypatch.setattr(S.Sweep, "_session", watched)
+    res = S.run_sweep(sc, out_dir=tmp_path / "r", isolate=True)
+    assert seen["spawned"] is True
+    run = load_run(res.run_dir)
+    assert res.status == "complete" and list(run.rows.status) == ["ok"]
+    assert run.manifest["worker_restarts"] == 0 and run.manifest["isolated"] is True
+
+    procs = []
+
+    def failing(self, dev, plan):
+        procs.append(self._isolated.proc)
+        raise OSError("no room for the run folder")
+
+    monkeypatch.setattr(S.Sweep, "_session", failing)
+    with pytest.raises(OSError):
+        S.run_sweep(sc, out_dir=tmp_path / "r2", isolate=True)
+    procs[0].join(timeout=15)
+    assert not procs[0].is_alive()

@@ -76,14 +76,23 @@ class IsolatedRunner:
         self.conn = None
         self.restarts = 0
         self.context_losses: list[str] = []
+        self._starting = False  # spawned, its READY not read yet
 
-    def _start(self) -> None:
+    def spawn(self) -> None:
+        """Start the worker and return at once: its imports and CUDA context are made while the caller goes on
+        (the sweep measures the bandwidth and starts the module build meanwhile); the first case waits for it."""
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(child, self.payload.to_dict()), daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent
+        self._starting = True
+
+    def _start(self) -> None:
+        if not (self._starting and self.proc is not None and self.proc.is_alive()):
+            self.spawn()
+        self._starting = False
         kind, _ = self._recv()
         if kind != READY:
             raise RuntimeError(f"sweep worker failed to start ({describe_exit(self.proc.exitcode)})")
@@ -118,7 +127,7 @@ class IsolatedRunner:
             measured += n
 
         while True:
-            if self.proc is None or not self.proc.is_alive():
+            if self.proc is None or not self.proc.is_alive() or self._starting:
                 self._start()
             self.conn.send((asdict(case), sorted(done), bw))
             current = None

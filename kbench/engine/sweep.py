@@ -157,7 +157,18 @@ class Sweep:
         self._t0 = time.perf_counter()
         dev = self.measurer.open()
         plan = plan if plan is not None else self.opt.plan(self.sc)
-        session, copy_bw, read_bw = self._session(dev, plan)
+        self._isolate = dev.cuda if self.opt.isolate is None else self.opt.isolate
+        if self._isolate:  # the worker starts while the bandwidth is measured and the modules are planned
+            from kbench.engine.isolation import IsolatedRunner
+
+            self._isolated = IsolatedRunner(Payload.of(self.sc, self.measure_options()))
+            self._isolated.spawn()
+        try:
+            session, copy_bw, read_bw = self._session(dev, plan)
+        except BaseException:
+            if self._isolated is not None:
+                self._isolated.close()
+            raise
         error = ""
         try:
             with session as run:
@@ -165,7 +176,6 @@ class Sweep:
                     copy_bw, read_bw = run.manifest.get("copy_bandwidth_gbs"), run.manifest.get("read_bandwidth_gbs")
                 self._run, self._bw = run, read_bw or copy_bw
                 try:
-                    self._isolate = dev.cuda if self.opt.isolate is None else self.opt.isolate
                     run.manifest["isolated"] = bool(self._isolate)
                     plan.open(run, self.kernel_paths())
                     if self.opt.stream:
