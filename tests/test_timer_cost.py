@@ -377,7 +377,7 @@ def test_cupti_call_time_takes_the_fences_off_by_name_and_count():
 def test_the_fence_is_timed_queued_behind_the_replays_not_on_an_idle_gpu(ramping, kernel_ms):
     """A graph launched on an idle GPU starts 20 us late (the host's launch latency). The fences alone, timed that
     way (kbench before December 2026), read 20 us / calls too long each and took it off every call: on the H200,
-    6 to 23 us per call where the fences cost 2 to 3. Queued behind a burst's replays they cost what they cost."""
+    6 to 23 us per call where the fences cost 1 to 3. Queued behind a burst's replays they cost what they cost."""
     t = Timing()
     d = ramping(kernel_ms=kernel_ms, slow_us=1.5, fast_us=1.5, ramp_ms=0.0, launch_us=20.0)
     m = T.GraphTimer(t.stop_rule(), t.warmup_ms, duty=t.duty, settle_ms=t.settle_ms, fence=True).measure(d.fn)

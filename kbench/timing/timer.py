@@ -13,8 +13,8 @@ subtracted from every sample. It is timed the way the calls are: a replay of a g
 at the end of each sampling burst, behind the kernel's replays, and the median over the bursts is taken off.
 Timed on an idle GPU instead (kbench before December 2026: once per graph size, right after the capture), a
 fences graph's time is mostly the host's launch latency, the GPU waiting for the launch: on the H200 it read
-6 to 23 us per call at 1 to 12 calls per replay, where the fences cost about 2 to 3 us inside the kernel's graph
-(replay time minus CUPTI's kernel time), so kbench read 2 to 7% under CUPTI at 30 us to 1 ms.
+6 to 23 us per call at 1 to 12 calls per replay, where the fences cost about 1 to 3 us inside the kernel's graph
+(replay time minus CUPTI's kernel time), so kbench read 2 to 6% under CUPTI at 30 us to 1 ms.
 
 Duty cycle: replays are timed in bursts of about 5 ms of GPU work, each followed by an idle gap, so the
 GPU is busy `duty` of the time (0.4 by default; 1.0 is back to back). Under continuous load an H200
