@@ -55,8 +55,10 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     """Time every available kernel at 6 shapes (~10 us to ~5 ms) with kbench's CUDA-graph timer, with CUPTI
     (via torch.profiler: the device time of a call's kernels in kbench's own graph replays, the target's
     reference; eager calls one at a time, as Nsight Compute runs them; back to back, where PDL overlap
-    inflates it) and with FlashInfer's bench_gpu_time defaults; print the medians, the differences and
-    each harness's wall time, and where kbench's wall went (warm-up, capture, fence, probe replay, settle,
+    inflates it) and with FlashInfer's bench_gpu_time defaults; print the medians, the differences, the launch
+    gaps per call between the graph's nodes (in kbench's figure as in an engine's graph, not in CUPTI's kernel
+    times) and kbench against CUPTI's span of the same replays (gaps in both: the timer's own error), each
+    harness's wall time, and where kbench's wall went (warm-up, capture, fence, probe replay, settle,
     sampling) with both walls' ratio (median and total over the rows)."""
     import torch
 
@@ -78,8 +80,8 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
                           timing=timing, before=before_timing)
     t = Table(title="kbench timer vs CUPTI (same graph replays; eager alone; eager back to back) and "
                     "flashinfer.testing.bench_gpu_time", header_style="bold")
-    for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "diff us", "CUPTI alone us",
-              "vs alone", "CUPTI b2b us", "bench_gpu_time us",
+    for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "diff us", "gaps us",
+              "vs span", "CUPTI alone us", "vs alone", "CUPTI b2b us", "bench_gpu_time us",
               "vs FI", "kbench wall s", "FI wall s"):
         t.add_column(c, justify="right" if c not in ("kernel", "case") else "left")
     outside = 0
@@ -91,6 +93,7 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
         t.add_row(r.kernel, r.case_id.split("-h")[0], f"{r.kbench_us:,.1f}", f"{r.cupti_us:,.1f}" if r.cupti_us else "-",
                   str(r.cupti_kernels or "-"), f"[{style}]{_pct(d)}[/]",
                   f"{r.kbench_us - r.cupti_us:+.1f}" if r.cupti_us else "-",
+                  f"{r.cupti_gap_us:.1f}" if r.cupti_gap_us is not None else "-", _pct(r.span_diff),
                   f"{r.cupti_alone_us:,.1f}" if r.cupti_alone_us else "-", _pct(r.alone_diff),
                   f"{r.cupti_b2b_us:,.1f}" if r.cupti_b2b_us else "-",
                   f"{r.flashinfer_us:,.1f}" if r.flashinfer_us else "-", _pct(r.flashinfer_diff),

@@ -428,6 +428,16 @@ def test_validate_checks_every_row_of_30_us_or_more(gpu, monkeypatch):
     monkeypatch.setenv("FAKE_VALIDATE", json.dumps([row(9, 0.0, 0.05), row(67, 0.05, 0.05)]))
     rc, o = call("validate")
     assert o["validate"].status == "FAILED" and "1 row(s) of >= 30 us outside 3%" in o["validate"].reason
+    # with CUPTI's span of the same replays a failed row says whether the launch gaps explain it
+    spanned = [{**row(9, 0.0, 0.05), "span_diff": -0.01, "cupti_gap_us": 0.4},
+               {**row(34, 0.052, 0.05), "span_diff": 0.004, "cupti_gap_us": 1.6},
+               {**row(500, 0.01, 0.05), "span_diff": -0.02, "cupti_gap_us": 1.1}]
+    monkeypatch.setenv("FAKE_VALIDATE", json.dumps(spanned))
+    rc, o = call("validate")
+    v = o["validate"]
+    assert v.status == "FAILED" and "fa2-prefill bs1-q4-kv34 +5.2% (vs span +0.4%, gaps 1.6 us)" in v.reason, v.line()
+    assert "2/2 of >= 30 us within 3% of CUPTI's span of the same replays (gaps included); worst 2.00%" in v.figures
+    assert "launch gaps per call: median 1.35 us, max 1.60 us" in v.figures
 
 
 # --- time to the answer (#29) ----------------------------------------------------------------------------

@@ -373,6 +373,59 @@ def test_cupti_call_time_takes_the_fences_off_by_name_and_count():
     assert call_time_from_profile([("fill", 1.0)] * 10, {"fill"}, 3, 2, 2) == (None, 0)
 
 
+def _timeline(bursts: int, batch: int, calls: int, kernels_us: list[float], gap_us: float, fence_us: float,
+              start_up_us: float = 5.0, fence_name: str = "fill") -> list[tuple[str, float, float]]:
+    """CUPTI's (name, start, end) for a GraphTimer sampling: bursts of `batch` replays of `calls` fenced calls,
+    each burst then one replay of `calls` fences; every node starts `gap_us` after the previous one ends, and
+    every replay `start_up_us` after the previous replay ends (the graph's start-up)."""
+    out, t = [], 0.0
+
+    def node(name, us):
+        nonlocal t
+        out.append((name, t, t + us))
+        t += us + gap_us
+
+    for _ in range(bursts):
+        for _ in range(batch):
+            t += start_up_us
+            for _ in range(calls):
+                for j, k in enumerate(kernels_us):
+                    node(f"k{j}", k)
+                node(fence_name, fence_us)
+        t += start_up_us
+        for _ in range(calls):
+            node(fence_name, fence_us)
+    return out
+
+
+@pytest.mark.parametrize("kernels_us,calls", [([30.0], 33), ([25.0, 6.0], 31), ([900.0], 1), ([40.0, 3.0, 1.0], 7)])
+def test_cupti_span_is_kbench_arithmetic_on_cuptis_clock_and_the_gaps_are_what_is_left(kernels_us, calls):
+    """replay_spans_from_profile: the span per call is the call's kernels plus one launch gap per kernel (the
+    graph's start-up cancels against the fences-alone replay's, as in kbench's subtraction); the kernels' time is
+    CUPTI's kernel durations; the gaps are the difference."""
+    from kbench.engine.validate import replay_spans_from_profile
+
+    gap, fence = 0.8, 1.5
+    spans = _timeline(bursts=4, batch=5, calls=calls, kernels_us=kernels_us, gap_us=gap, fence_us=fence)
+    got = replay_spans_from_profile(spans, replays=20, fence_replays=4, calls=calls)
+    n = len(kernels_us)
+    assert got["kernels_us"] == pytest.approx(sum(kernels_us))
+    # a call: its kernels, a gap after each, the fence and the gap after it; the fences alone: fence + gap each
+    assert got["span_us"] == pytest.approx(sum(kernels_us) + n * gap)
+    assert got["gap_us"] == pytest.approx(n * gap)
+
+
+def test_cupti_span_refuses_a_profile_that_does_not_split_into_the_replays():
+    from kbench.engine.validate import replay_spans_from_profile
+
+    spans = _timeline(bursts=2, batch=3, calls=4, kernels_us=[10.0], gap_us=1.0, fence_us=1.0)
+    assert replay_spans_from_profile(spans, 6, 2, 4) is not None
+    assert replay_spans_from_profile(spans[:-1], 6, 2, 4) is None  # an event missed
+    assert replay_spans_from_profile(spans, 6, 0, 4) is None  # no fences
+    assert replay_spans_from_profile(spans, 7, 2, 4) is None  # replays not whole bursts
+    assert replay_spans_from_profile([], 6, 2, 4) is None
+
+
 @pytest.mark.parametrize("kernel_ms", [0.03, 0.07, 0.9])
 def test_the_fence_is_timed_queued_behind_the_replays_not_on_an_idle_gpu(ramping, kernel_ms):
     """A graph launched on an idle GPU starts 20 us late (the host's launch latency). The fences alone, timed that

@@ -7,6 +7,10 @@
     the same execution in the same GPU state, another clock, no launch gaps. The fences are told from the
     call's kernels by their kernel name and count and taken off (before December 2026: five replays of the
     graph profiled after an idle pause, a different stretch of GPU time from the one kbench timed);
+  * cupti_span_us: kbench's own arithmetic on CUPTI's timestamps of those replays (a replay's first start to
+    its last end, less the fences-alone replay's, per call): the launch gaps between the graph's nodes are
+    in it as they are in kbench's figure, so kbench against it is the timer's own error, and
+    cupti_gap_us (span less the kernels' median time) is how much of kbench over cupti_us is gaps;
   * cupti_alone_us: eager calls one at a time (synchronised, as Nsight Compute serialises them);
   * cupti_b2b_us: eager calls back to back: with programmatic dependent launch a kernel starts during
     its predecessor and CUPTI counts the overlap twice (xqa on the H200: 137 us back to back, 73 alone);
@@ -70,6 +74,11 @@ class TimerCheck:
     flashinfer_spread: float | None = None
     flashinfer_iqr_rel: float | None = None
     before: dict | None = None  # the same kernel timed with the `before` Timing: us, wall_s, phases, spread, stop
+    # the same replays on CUPTI's timestamps (replay_spans_from_profile): kbench's arithmetic on CUPTI's clock (span,
+    # launch gaps included), the call's kernels as a median over the replays, and the gaps per call between them
+    cupti_span_us: float | None = None
+    cupti_kernels_us: float | None = None
+    cupti_gap_us: float | None = None
 
     @property
     def wall_ratio(self) -> float | None:
@@ -86,6 +95,11 @@ class TimerCheck:
         return None if not self.cupti_us else self.kbench_us / self.cupti_us - 1
 
     @property
+    def span_diff(self) -> float | None:
+        """kbench over CUPTI's span of the same replays (launch gaps in both): the timer's own error."""
+        return None if not self.cupti_span_us else self.kbench_us / self.cupti_span_us - 1
+
+    @property
     def alone_diff(self) -> float | None:
         return None if not self.cupti_alone_us else self.kbench_us / self.cupti_alone_us - 1
 
@@ -95,7 +109,8 @@ class TimerCheck:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(cupti_diff=self.cupti_diff, alone_diff=self.alone_diff, flashinfer_diff=self.flashinfer_diff,
+        d.update(cupti_diff=self.cupti_diff, span_diff=self.span_diff, alone_diff=self.alone_diff,
+                 flashinfer_diff=self.flashinfer_diff,
                  wall_ratio=self.wall_ratio, before_wall_ratio=self.before_wall_ratio)
         return d
 
@@ -164,12 +179,18 @@ def cupti_us_per_call(fn, copies: int, calls: int = 20, synced: bool = True) -> 
     return total / calls, round(n / calls)
 
 
-def _device_events(prof) -> list[tuple[str, float]]:
-    """(name, device us) of every kernel, memset and copy CUPTI timed in a profile."""
+def _device_spans(prof) -> list[tuple[str, float, float]]:
+    """(name, start us, end us) of every kernel, memset and copy CUPTI timed in a profile, in start order."""
     from torch.autograd import DeviceType
 
-    return [(e.name, e.time_range.elapsed_us()) for e in prof.events()
-            if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+    return sorted(((e.name, float(e.time_range.start), float(e.time_range.end)) for e in prof.events()
+                   if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)),
+                  key=lambda x: x[1])
+
+
+def _device_events(prof) -> list[tuple[str, float]]:
+    """(name, device us) of every kernel, memset and copy CUPTI timed in a profile."""
+    return [(name, end - start) for name, start, end in _device_spans(prof)]
 
 
 def fence_kernel_names() -> set[str]:
@@ -206,9 +227,48 @@ def call_time_from_profile(events: list[tuple[str, float]], fence_names: set[str
     return own / (replays * calls), round(n_own / (replays * calls))
 
 
-def cupti_same_replays(timer: GraphTimer, fn, copies: int, fence_names: set[str]) -> tuple[float | None, int, Measurement]:
+def replay_spans_from_profile(spans: list[tuple[str, float, float]], replays: int, fence_replays: int,
+                              calls: int) -> dict | None:
+    """kbench's own arithmetic done on CUPTI's timestamps, to tell a timer error from the launch gaps.
+
+    `spans` (name, start, end) in start order, from the sampling of a GraphTimer measurement: bursts of `replays /
+    fence_replays` replays of `calls` fenced calls, each burst followed by one replay of `calls` fences alone.
+    Returns per call, in us (None where the events do not split that way, e.g. the profiler missed some):
+    - span_us: (median replay span - median fences-replay span) / calls, a replay's span being its first
+      event's start to its last event's end: what kbench's events measure, on CUPTI's clock (both cancel the
+      graph's start-up as kbench's subtraction does), so the call's kernels plus the gaps between the graph's
+      nodes, which an engine's graph pays too;
+    - kernels_us: the median over the replays of the call's own device time (every event of the replay less
+      `calls` fences at their median duration in the fences-alone replays): cupti_us's figure as a median;
+    - gap_us: span_us - kernels_us, the idle device time per call between the graph's nodes."""
+    if replays <= 0 or fence_replays <= 0 or calls <= 0 or replays % fence_replays:
+        return None
+    batch = replays // fence_replays
+    per_replay, rest = divmod(len(spans) - fence_replays * calls, replays)
+    if rest or per_replay < 2 * calls or per_replay % calls:
+        return None
+    replay_spans, fence_spans, own, fence_durs = [], [], [], []
+    i = 0
+    for _ in range(fence_replays):
+        for _ in range(batch):
+            evs = spans[i:i + per_replay]
+            i += per_replay
+            replay_spans.append(max(e for _, _, e in evs) - evs[0][1])
+            own.append(sum(e - s for _, s, e in evs))
+        evs = spans[i:i + calls]
+        i += calls
+        fence_spans.append(max(e for _, _, e in evs) - evs[0][1])
+        fence_durs.extend(e - s for _, s, e in evs)
+    fence_us = statistics.median(fence_durs)
+    span = (statistics.median(replay_spans) - statistics.median(fence_spans)) / calls
+    kernels = statistics.median(own) / calls - fence_us
+    return {"span_us": span, "kernels_us": kernels, "gap_us": span - kernels}
+
+
+def cupti_same_replays(timer: GraphTimer, fn, copies: int, fence_names: set[str]) -> tuple[float | None, int, Measurement, dict | None]:
     """kbench's measurement of fn again, CUPTI profiling its sampling: the device time per call of the call's
-    kernels in those very replays (and their count per call), and the measurement itself."""
+    kernels in those very replays (and their count per call), the measurement itself, and the same replays'
+    spans (replay_spans_from_profile)."""
     from torch.profiler import ProfilerActivity, profile
 
     profs = []
@@ -218,9 +278,11 @@ def cupti_same_replays(timer: GraphTimer, fn, copies: int, fence_names: set[str]
         return profs[-1]
 
     m = timer.measure(fn, copies, sampling=sampling)
-    us, n = call_time_from_profile(_device_events(profs[-1]), fence_names if timer.fence else set(),
+    spans = _device_spans(profs[-1])
+    us, n = call_time_from_profile([(name, e - s) for name, s, e in spans], fence_names if timer.fence else set(),
                                    len(m.samples_us), m.fence_replays, m.calls_per_sample)
-    return us, n, m
+    timing = replay_spans_from_profile(spans, len(m.samples_us), m.fence_replays, m.calls_per_sample)
+    return us, n, m, timing
 
 
 def flashinfer_harness(fn) -> tuple[list[float], float]:
@@ -283,7 +345,7 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                     time.sleep(COOL_S)
                     b = _before(old.measure(fn, copies))
                 time.sleep(COOL_S)
-                cu, nk, _ = cupti_same_replays(timer, fn, copies, fence_names)
+                cu, nk, _, spans = cupti_same_replays(timer, fn, copies, fence_names)
                 calls = max(3, min(20, int(CUPTI_BURST_US / max(m.median_us, 1.0))))
                 time.sleep(COOL_S)
                 alone, nk_alone = cupti_us_per_call(fn, copies, calls)
@@ -297,7 +359,8 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                                statistics.median(fi_samples), m.wall_s, fi_wall, chk.rel_err, phases=m.phases,
                                case_s=case_s, kbench_samples=len(m.samples_us), kbench_stop=m.stop,
                                kbench_spread=ks_spread, kbench_iqr_rel=ks_iqr, flashinfer_samples=len(fi_samples),
-                               flashinfer_spread=fi_spread, flashinfer_iqr_rel=fi_iqr, before=b)
+                               flashinfer_spread=fi_spread, flashinfer_iqr_rel=fi_iqr, before=b,
+                               **{f"cupti_{k}": v for k, v in (spans or {}).items()})
             except Exception as e:
                 r = TimerCheck(k.name, case.case_id, float("nan"), None, None, None, None, None, 0.0, None, float("nan"),
                                error=first_line(e, 200))

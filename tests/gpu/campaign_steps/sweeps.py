@@ -198,8 +198,19 @@ def validate(ctx: Ctx) -> None:
     diffs = [abs(r["cupti_diff"]) for r in big if r.get("cupti_diff") is not None]
     if diffs:
         ctx.figure(f"worst |vs CUPTI| at >= {CUPTI_MIN_US:.0f} us {max(diffs) * 100:.2f}%")
+    # the same replays on CUPTI's timestamps: kbench against CUPTI's span (launch gaps in both) is the timer's own
+    # error; the gaps per call say how much of a difference to CUPTI's kernel times is the graph's idle time
+    span_in = [r for r in big if r.get("span_diff") is not None and abs(r["span_diff"]) <= CUPTI_TOLERANCE]
+    spanned = [r for r in big if r.get("span_diff") is not None]
+    if spanned:
+        ctx.figure(f"{len(span_in)}/{len(spanned)} of >= {CUPTI_MIN_US:.0f} us within {CUPTI_TOLERANCE:.0%} of CUPTI's "
+                   f"span of the same replays (gaps included); worst {max(abs(r['span_diff']) for r in spanned) * 100:.2f}%")
+        gaps = sorted(r["cupti_gap_us"] for r in spanned if r.get("cupti_gap_us") is not None)
+        if gaps:
+            ctx.figure(f"launch gaps per call: median {statistics.median(gaps):.2f} us, max {gaps[-1]:.2f} us")
     ctx.check(not big_out, f"{len(big_out)} row(s) of >= {CUPTI_MIN_US:.0f} us outside {CUPTI_TOLERANCE:.0%}: " +
-              ", ".join(f"{r['kernel']} {r['case_id'].split('-h')[0]} {_pct(r.get('cupti_diff'))}" for r in big_out[:3]))
+              ", ".join(f"{r['kernel']} {r['case_id'].split('-h')[0]} {_pct(r.get('cupti_diff'))} (vs span "
+                        f"{_pct(r.get('span_diff'))}, gaps {_us(r.get('cupti_gap_us'))})" for r in big_out[:3]))
     before_w = wall_ratio(rows, lambda r: (r.get("before") or {}).get("wall_s"))
     if before_w:
         ctx.figure(f"wall / bench_gpu_time before: median {before_w[0]:.2f}x, total {before_w[1]:.2f}x")
@@ -224,3 +235,7 @@ def validate(ctx: Ctx) -> None:
 
 def _pct(d) -> str:
     return "n/a" if d is None else f"{d * 100:+.1f}%"
+
+
+def _us(v) -> str:
+    return "n/a" if v is None else f"{v:.1f} us"
