@@ -55,7 +55,8 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     """Time every available kernel at 6 shapes (~10 us to ~5 ms) with kbench's CUDA-graph timer, with CUPTI
     (via torch.profiler: the device time of a call's kernels in kbench's own graph replays, the target's
     reference; eager calls one at a time, as Nsight Compute runs them; back to back, where PDL overlap
-    inflates it) and with FlashInfer's bench_gpu_time defaults; print the medians, the differences, the launch
+    inflates it) and with FlashInfer's bench_gpu_time defaults (the FlashInfer modules the rows load are
+    built first, in parallel, a line each); print the medians, the differences, the launch
     gaps per call between the graph's nodes (in kbench's figure as in an engine's graph, not in CUPTI's kernel
     times) and kbench against CUPTI's span of the same replays (gaps in both: the timer's own error), each
     harness's wall time, and where kbench's wall went (warm-up, capture, fence, probe replay, settle,
@@ -76,8 +77,13 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     console = make_console()
     names = [k.strip() for k in kernels.split(",")] if kernels else None
     timing = Timing()
+    def on_module(o: dict) -> None:  # the modules the rows load, built first and in parallel
+        secs = f"{o.get('seconds', 0):.0f} s " if o["status"] == "built" else ""
+        why = f": {o.get('reason')}" if o["status"] == "failed" else ""
+        console.print(f"  module {o['status']} {secs}{o['module']}{why}", markup=False, highlight=False)
+
     rows = validate_timer(names, on_row=lambda r: console.print(f"  {r.kernel} {r.case_id}: {r.kbench_us:.1f} us"),
-                          timing=timing, before=before_timing)
+                          timing=timing, before=before_timing, on_module=on_module)
     t = Table(title="kbench timer vs CUPTI (same graph replays; eager alone; eager back to back) and "
                     "flashinfer.testing.bench_gpu_time", header_style="bold")
     for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "diff us", "gaps us",

@@ -265,10 +265,10 @@ def test_a_devices_sweep_cut_short_resumes_its_shards_then_merges(gpu, monkeypat
 
 
 def test_the_deadline_stops_starting_steps_that_cannot_finish(gpu, monkeypatch):
-    monkeypatch.setenv("CALL_LIMIT", "200")  # deadline 170 s: env (120) fits, validate (200) does not
+    monkeypatch.setenv("CALL_LIMIT", "200")  # deadline 170 s: env (120) fits, validate (480) does not
     rc, o = call("env", "validate", "sweep")
     assert o["env"].status == "PASS"
-    assert o["validate"].status == "NOT RUN" and "needs up to 200 s" in o["validate"].reason
+    assert o["validate"].status == "NOT RUN" and "needs up to 480 s" in o["validate"].reason
     assert o["sweep"].status == "PASS"  # resumable: starts with the rest of the call
     assert rc == 1
     rc, o = call("--deadline-s", "30", "sweep")

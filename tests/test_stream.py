@@ -347,3 +347,82 @@ def test_a_sweep_killed_outright_takes_its_background_build_and_compilers_with_i
 def test_cli_no_stream_flag_and_help():
     r = CliRunner().invoke(cli, ["sweep", "--help"])
     assert "--stream / --no-stream" in r.output
+
+
+# --- build everything first: validate-timer (kbench.engine.stream.build_all) ----------------------------------
+def test_build_all_builds_every_missing_module_at_once_and_waits_for_the_last(two_kernels):
+    from kbench.device import DeviceInfo
+    from kbench.engine.stream import build_all
+
+    sc = scenario()
+    kernels = [registry.get_kernel("ka"), registry.get_kernel("kb")]
+    builds, seen = [], []
+
+    def builder(request):
+        builds.append(FakeBuild(request, delay=0.3, fail="nvcc: error: no such arch"))
+        return builds[-1]
+
+    t0 = time.perf_counter()
+    failed = build_all(kernels, sc.cases(), DeviceInfo(cuda=False, name="cpu", sm=0), on_outcome=seen.append,
+                       builder=builder)
+    assert time.perf_counter() - t0 >= 0.3  # it waited for kb's modules, the last to come
+    assert len(builds) == 1 and builds[0].stopped  # one build for every module, ended after the last
+    assert builds[0].request["modules"] == ["mod_ka_q1", "mod_kb_q1", "mod_ka_q4", "mod_kb_q4"]
+    assert builds[0].request["parallel"] >= 1 and builds[0].request["nice"] == 0  # nothing is timed meanwhile
+    assert sorted(o["module"] for o in seen) == sorted(builds[0].request["modules"])
+    assert failed == {"mod_kb_q1": "nvcc: error: no such arch", "mod_kb_q4": "nvcc: error: no such arch"}
+
+
+def test_build_all_stops_the_build_on_ctrl_c_and_when_it_dies(two_kernels):
+    from kbench.device import DeviceInfo
+    from kbench.engine.stream import build_all
+
+    sc, cpu = scenario(), DeviceInfo(cuda=False, name="cpu", sm=0)
+    kernels = [registry.get_kernel("ka"), registry.get_kernel("kb")]
+    b = []
+    with pytest.raises(KeyboardInterrupt):
+        build_all(kernels, sc.cases(), cpu, builder=lambda r: b.append(FakeBuild(r, never=True,
+                                                                             interrupt_when=lambda: True)) or b[-1])
+    assert b[-1].stopped
+    # a build process that ends before building every module (killed): those are failed, with the reason
+
+    class Dying(FakeBuild):
+        exitcode = -9
+
+        def poll(self, timeout=0.0):
+            out = super().poll(timeout)
+            self.finished = True  # it died after ka's modules
+            return out
+
+    failed = build_all(kernels, sc.cases(), cpu, builder=lambda r: b.append(Dying(r, never=True)) or b[-1])
+    assert b[-1].stopped
+    assert failed == {m: "the build process ended (exit code -9) before building it" for m in ("mod_kb_q1", "mod_kb_q4")}
+
+
+def test_validate_timer_builds_its_modules_first(two_kernels, monkeypatch):
+    """validate-timer plans the modules of its rows (Llama-3-8B heads, page 64, bf16, q 4 and 8) as the sweep
+    does and builds them all before it times any row."""
+    from kbench.device import DeviceInfo
+    from kbench.engine import validate
+
+    cases = validate.validate_cases()
+    assert {(c.q_len, c.page_size, c.dtype, c.num_qo_heads, c.num_kv_heads) for c in cases} == \
+        {(4, 64, "bf16", 32, 8), (8, 64, "bf16", 32, 8)}
+    kernels = [registry.get_kernel("ka"), registry.get_kernel("kb")]
+    requests = []
+
+    def builder(request):
+        requests.append(request)
+        return FakeBuild(request, delay=0.0)
+
+    seen = []
+    failed = validate.prebuild_modules(kernels, cases, DeviceInfo(cuda=False, name="cpu", sm=0), seen.append, builder)
+    assert failed == {} and requests[0]["modules"] == ["mod_ka_q4", "mod_kb_q4", "mod_ka_q8", "mod_kb_q8"]
+    assert [o["status"] for o in seen] == ["built"] * 4
+    # no GPU and no builder: nothing to build here; a kernel whose plan fails: the rows compile their own
+    assert validate.prebuild_modules(kernels, cases, DeviceInfo(cuda=False, name="cpu", sm=0)) == {}
+    monkeypatch.setattr(ModuleKernel, "jit_specs", lambda self, d, c: 1 / 0)
+    seen.clear()
+    assert validate.prebuild_modules(kernels, cases, DeviceInfo(cuda=False, name="cpu", sm=0), seen.append,
+                                     builder) == {}
+    assert seen[0]["status"] == "failed" and "cannot plan the modules: " in seen[0]["reason"]

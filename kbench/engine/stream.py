@@ -183,6 +183,37 @@ class BackgroundBuild:
             self.conn.close()
 
 
+def build_all(kernels, cases: list[Case], device: DeviceInfo, on_outcome=None, builder=None,
+              workers: int | None = None) -> dict[str, str]:
+    """Build every module the cases need that is not built yet, in the background build process (prebuild's
+    plan and builder, `workers` modules at a time, its own process group), and wait for the last one: what a
+    command that measures nothing before every module is there uses (validate-timer), so that no row compiles
+    its module alone, one after another. on_outcome(dict) as each module finishes (built modules are not
+    reported); Ctrl-C or SIGTERM while it builds ends the build's process group. Returns {module: reason} of
+    those that failed to build."""
+    from kbench.engine.jit import default_workers
+
+    sp = StreamPlan.of(kernels, cases, device)
+    missing = sp.missing()
+    if not missing:
+        return {}
+    workers = workers or default_workers()
+    request = {"kernels": [k.name for k in kernels], "cases": [asdict(c) for c in cases], "device": device.to_dict(),
+               "modules": missing, "parallel": workers, "max_jobs": default_max_jobs(), "nice": 0}
+    build = (builder or (lambda r: BackgroundBuild(r).start()))(request)
+    try:
+        while not build.finished:
+            for o in build.poll(1.0):
+                sp.settle(o)
+                if on_outcome:
+                    on_outcome(o)
+    finally:
+        build.stop()
+    if sp.missing():
+        sp.fail_pending(f"the build process ended (exit code {getattr(build, 'exitcode', None)}) before building it")
+    return {n: s for n, s in sp.modules.items() if s not in ("ok", "pending")}
+
+
 @dataclass
 class StreamClock:
     """What the streamed compile cost: the build's wall (overlapped with measuring) and how long measuring sat

@@ -301,10 +301,18 @@ def _before(m: Measurement) -> dict:
             "spread": spread, "iqr_rel": iqr}
 
 
+def validate_cases(shapes=None) -> list[Case]:
+    """The rows' cases: Llama-3-8B heads, page 64, bf16, at each (batch, q_len, kv_len) of `shapes`."""
+    return [Case(bs, q, kv, H.num_qo_heads, H.num_kv_heads, H.head_dim, 64) for bs, q, kv in shapes or DEFAULT_SHAPES]
+
+
 def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = "cuda", on_row=None,
-                   timing=None, before=None) -> list[TimerCheck]:
+                   timing=None, before=None, on_module=None, builder=None) -> list[TimerCheck]:
     """timing: the Timing kbench's timer runs with (the sweep's defaults when None); before: another Timing each
-    row is also timed with, by kbench's timer alone (its figures in TimerCheck.before)."""
+    row is also timed with, by kbench's timer alone (its figures in TimerCheck.before). The FlashInfer modules
+    the rows load are built first, in parallel (kbench.engine.stream.build_all; on_module(outcome) as each
+    finishes, builder: a test's), so that no row's check compiles its module alone; a module that fails to
+    build is tried again by the JIT at its row, whose error then says why."""
     from kbench.timing.probe import probe_device
     from kbench.engine.placement import copies_for
     from kbench.cases.scenario import Timing
@@ -319,9 +327,10 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
 
     timer = timer_of(t)
     old = timer_of(before) if before is not None else None
+    cases = validate_cases(shapes)
+    prebuild_modules(ks, cases, dev, on_module, builder)
     fence_names = fence_kernel_names() if timer.fence else set()
-    for bs, q, kv in shapes or DEFAULT_SHAPES:
-        case = Case(bs, q, kv, H.num_qo_heads, H.num_kv_heads, H.head_dim, 64)
+    for case in cases:
         runnable = [k for k in ks if k.supports(dev, case) is None]
         if not runnable:
             continue
@@ -369,6 +378,23 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                 on_row(r)
         del inputs, ref
     return rows
+
+
+def prebuild_modules(kernels, cases: list[Case], dev, on_module=None, builder=None) -> dict[str, str]:
+    """Build the modules the rows need before timing any ({module: reason} of those that failed). Where the
+    plan cannot be made (a kernel's jit_specs fails), each row compiles its own at its check, as before."""
+    from kbench.engine.stream import build_all
+
+    if not dev.cuda and builder is None:
+        return {}
+    try:
+        return build_all(kernels, cases, dev, on_outcome=on_module, builder=builder)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:  # noqa: BLE001 - no plan: the JIT compiles each module where a row first needs it
+        if on_module:
+            on_module({"module": "(plan)", "status": "failed", "reason": f"cannot plan the modules: {first_line(e, 200)}"})
+        return {}
 
 
 def _sync() -> None:

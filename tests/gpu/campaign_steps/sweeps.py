@@ -179,7 +179,7 @@ def wall_ratio(rows: list[dict], wall) -> tuple[float, float, int] | None:
     return statistics.median(k / f for k, f in got), sum(k for k, _ in got) / sum(f for _, f in got), len(got)
 
 
-@step("validate", limit=200, help=f"kbench validate-timer: within {CUPTI_TOLERANCE:.0%} of CUPTI at every row of "
+@step("validate", limit=480, help=f"kbench validate-timer: within {CUPTI_TOLERANCE:.0%} of CUPTI at every row of "
       f"{CUPTI_MIN_US:.0f} us or more; wall <= {WALL_RATIO_MAX:.0f}x bench_gpu_time's (median, total), the "
       "timing defaults before #29 too")
 def validate(ctx: Ctx) -> None:
