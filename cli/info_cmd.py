@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from kbench.cli.console import make_console

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from rich.console import Console
 from rich.table import Table
 
 from kbench.cli.console import make_console

@@ -17,7 +17,8 @@ from kbench.kernels.registry import select
 ALL = len(select(["all"]))  # kernels of 'all': one row each per case
 from kbench.cases.scenario import Scenario, Timing
 from kbench.runs.store import load_run
-from kbench.engine.sweep import parse_shard, run_sweep, shard_cases
+from kbench.engine.shards import parse_shard, shard_cases
+from kbench.engine.sweep import run_sweep
 
 FAST = Timing(spread_target=0.3, budget_s=0.02, min_samples=3, max_samples=5)
 

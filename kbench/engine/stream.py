@@ -183,6 +183,14 @@ class BackgroundBuild:
             self.conn.close()
 
 
+def build_request(kernels, cases: list[Case], device: DeviceInfo, modules: list[str], workers: int,
+                  nice: int = NICE) -> dict:
+    """What the build process is told (build_worker): the kernels and cases to plan again there, the modules to
+    build of that plan, how many at a time, ninja's jobs per module and the process's niceness."""
+    return {"kernels": [k.name for k in kernels], "cases": [asdict(c) for c in cases], "device": device.to_dict(),
+            "modules": modules, "parallel": workers, "max_jobs": default_max_jobs(), "nice": nice}
+
+
 def build_all(kernels, cases: list[Case], device: DeviceInfo, on_outcome=None, builder=None,
               workers: int | None = None) -> dict[str, str]:
     """Build every module the cases need that is not built yet, in the background build process (prebuild's
@@ -197,9 +205,7 @@ def build_all(kernels, cases: list[Case], device: DeviceInfo, on_outcome=None, b
     missing = sp.missing()
     if not missing:
         return {}
-    workers = workers or default_workers()
-    request = {"kernels": [k.name for k in kernels], "cases": [asdict(c) for c in cases], "device": device.to_dict(),
-               "modules": missing, "parallel": workers, "max_jobs": default_max_jobs(), "nice": 0}
+    request = build_request(kernels, cases, device, missing, workers or default_workers(), nice=0)
     build = (builder or (lambda r: BackgroundBuild(r).start()))(request)
     try:
         while not build.finished:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -256,7 +256,7 @@ class Sweep:
         """Plan the modules the cases need (prebuild's plan) and start building the missing ones in the background
         (prebuild's builder in its own process); without a GPU nothing is built (unless a builder is injected)."""
         from kbench.engine.jit import default_workers
-        from kbench.engine.stream import NICE, BackgroundBuild, StreamClock, StreamPlan, default_max_jobs
+        from kbench.engine.stream import NICE, BackgroundBuild, StreamClock, StreamPlan, build_request, default_max_jobs
 
         dev = self.measurer.open()
         if not dev.cuda and self.builder is None:
@@ -274,9 +274,7 @@ class Sweep:
         if not missing:
             self._clock.ended = self._clock.started
             return
-        request = {"kernels": [k.name for k in self.kernels], "cases": [asdict(c) for c in cases],
-                   "device": dev.to_dict(), "modules": missing, "parallel": workers,
-                   "max_jobs": default_max_jobs(), "nice": NICE}
+        request = build_request(self.kernels, cases, dev, missing, workers)
         self.obs.message(f"building {len(missing)} FlashInfer module(s) in the background ({workers} at a time); "
                          "kernels are measured as their modules are ready")
         self._build = (self.builder or (lambda r: BackgroundBuild(r).start()))(request)

@@ -231,8 +231,8 @@ def _check_written_with(p: Path) -> None:
     recorded = rec.get("files") if isinstance(rec, dict) else None
     if isinstance(recorded, dict) and p.name in recorded:
         files.check_records(p.parent, {p.name: recorded[p.name]}, str(p.parent),
-                            f"rebuild it with kbench report (or, to use a policy edited by hand, copy it out of "
-                            f"that folder)")
+                            "rebuild it with kbench report (or, to use a policy edited by hand, copy it out of "
+                            "that folder)")
 
 
 # ---- lookup ----------------------------------------------------------------------------------------------

@@ -38,7 +38,6 @@ import pandas as pd
 from kbench.cases import axes
 from kbench.cases.case import Case
 from kbench.engine.plans.adaptive_options import AdaptiveOptions  # noqa: F401 - its home is light (the CLI reads its defaults)
-from kbench.errors import BadInput
 from kbench.values import number
 
 COARSE, CROSSOVER, TIE, STEP = "coarse", "refine-crossover", "refine-tie", "refine-step"
