@@ -211,8 +211,10 @@ def test_validate_timer_writes_the_ratios_and_the_phases_and_times_the_before_se
 
     seen = {}
 
-    def fake(names, on_row=None, timing=None, before=None):
+    def fake(names, on_row=None, timing=None, before=None, on_module=None):
         seen.update(timing=timing, before=before)
+        on_module({"module": "batch_prefill_bf16_d128", "status": "built", "seconds": 113.2})
+        on_module({"module": "fmha_v2_sm90", "status": "failed", "reason": "nvcc: out of memory"})
         return [_check("a", 10, 0.08, 0.10, 0.15), _check("b", 16000, 0.30, 0.20, 0.45)]
 
     monkeypatch.setattr(V, "validate_timer", fake)
@@ -223,6 +225,9 @@ def test_validate_timer_writes_the_ratios_and_the_phases_and_times_the_before_se
     r = CliRunner().invoke(cli, ["validate-timer", "--out", tmp_path / "res", "--before", old], env={"COLUMNS": "250"})
     assert r.exit_code == 0, r.output
     assert seen["timing"] == Timing() and seen["before"] == BEFORE
+    # the modules the rows load are built first, a line each
+    assert "module built 113 s batch_prefill_bf16_d128" in r.output
+    assert "module failed fmha_v2_sm90: nvcc: out of memory" in r.output
     data = json.loads((tmp_path / "res" / "validate-timer.json").read_text())
     assert data["timing"]["warmup_ms"] == Timing().warmup_ms and data["before_timing"]["settle_ms"] == 20.0
     assert data["wall_ratio"]["after"]["median"] == pytest.approx((0.8 + 1.5) / 2)
