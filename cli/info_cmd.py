@@ -60,19 +60,28 @@ def kernels_cmd(models, as_json):
 @click.option("--no-bandwidth", is_flag=True, help="Skip the copy and read bandwidth measurements.")
 def env_cmd(as_json, no_bandwidth):
     """The device, SM, versions, clocks and measured copy and read bandwidth (the read figure is the
-    roofline ceiling of sweep's roofline_frac; both are measured on a CPU too)."""
+    roofline ceiling of sweep's roofline_frac; both are measured on a CPU too), and on a GPU the memory's
+    theoretical peak from NVML, with a warning when the read ceiling is above it."""
     from kbench import __version__
-    from kbench.timing.hardware import clocks, copy_bandwidth_gbs, read_bandwidth_gbs
+    from kbench.timing.hardware import (ceiling_problem, clocks, copy_bandwidth_gbs, memory_peak_gbs,
+                                        read_bandwidth_gbs)
 
     dev = probe_device()
     info = {"kbench": __version__, **dev.to_dict()}
+    peak = None
     if dev.cuda:
         info["clocks"] = clocks(dev.index)
+        peak = info["memory_peak_gbs"] = memory_peak_gbs(dev.index)
     if not no_bandwidth:
         info["copy_bandwidth_gbs"] = copy_bandwidth_gbs(dev.torch_device)
         info["read_bandwidth_gbs"] = read_bandwidth_gbs(dev.torch_device)
         if info["copy_bandwidth_gbs"] and info["read_bandwidth_gbs"]:
             info["read_over_copy"] = round(info["read_bandwidth_gbs"] / info["copy_bandwidth_gbs"], 3)
+        if peak and info["read_bandwidth_gbs"]:
+            info["read_over_peak"] = round(info["read_bandwidth_gbs"] / peak, 3)
+        problem = ceiling_problem(info["read_bandwidth_gbs"], peak)
+        if problem:
+            info["warning"] = problem
     from kbench.engine.jit_cache import cache_info
 
     cache = cache_info()
@@ -92,6 +101,8 @@ def env_cmd(as_json, no_bandwidth):
             v = f"{v:,.0f} GB/s (copy, bytes read + written)"
         elif k == "read_bandwidth_gbs" and v:
             v = f"{v:,.0f} GB/s (the fastest read-only probe over a buffer far above the cache: the roofline ceiling)"
+        elif k == "memory_peak_gbs" and v:
+            v = f"{v:,.0f} GB/s (theoretical: 2 x max memory clock x bus width, from NVML)"
         elif isinstance(v, dict):
             v = ", ".join(f"{a} {b:.0f}" for a, b in v.items()) or "-"
         t.add_row(k, "-" if v in (None, "") else str(v))

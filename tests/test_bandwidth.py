@@ -69,3 +69,30 @@ def test_triton_read_kernel_sums_every_element_in_the_interpreter(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                        env={**os.environ, "TRITON_INTERPRET": "1"})
     assert r.returncode == 0 and "ok 10" in r.stdout, r.stderr[-2000:]
+
+
+def test_memory_peak_from_nvml_and_a_ceiling_above_it_is_named(monkeypatch):
+    """The theoretical peak is 2 transfers per clock x the max memory clock x the bus width (H100 SXM's data sheet
+    says 3.35 TB/s); a read ceiling more than 3% above it is no ceiling (the H200 printed 5,507 GB/s once, in a
+    call whose timer was broken), and the sweep and `kbench env` say so."""
+    from types import SimpleNamespace
+
+    from kbench.timing import hardware
+
+    assert hardware.peak_gbs(2619, 5120) == pytest.approx(3352.3, abs=0.1)  # H100 SXM
+    assert hardware.peak_gbs(3201, 6144) == pytest.approx(4916.7, abs=0.1)  # H200
+    assert hardware.peak_gbs(0, 6144) is None and hardware.peak_gbs(3201, 0) is None
+    nvml = SimpleNamespace(NVML_CLOCK_MEM=2, nvmlDeviceGetMaxClockInfo=lambda h, kind: 3201 if kind == 2 else 1980,
+                           nvmlDeviceGetMemoryBusWidth=lambda h: 6144)
+    monkeypatch.setattr(hardware, "_handle", lambda index: "h0")
+    monkeypatch.setattr(hardware, "_nvml", nvml)
+    assert hardware.memory_peak_gbs(0) == pytest.approx(4916.7, abs=0.1)
+    monkeypatch.setattr(nvml, "nvmlDeviceGetMemoryBusWidth", lambda h: 1 / 0)  # an NVML without the call
+    assert hardware.memory_peak_gbs(0) is None
+    monkeypatch.setattr(hardware, "_handle", lambda index: None)  # no driver
+    assert hardware.memory_peak_gbs(0) is None
+    assert hardware.ceiling_problem(4605.0, 4916.7) is None  # the H200's ceiling: 94% of the peak
+    assert hardware.ceiling_problem(5060.0, 4916.7) is None  # within the 3% slack
+    msg = hardware.ceiling_problem(5507.0, 4916.7)
+    assert "5,507 GB/s is above the memory's theoretical peak 4,917 GB/s" in msg
+    assert hardware.ceiling_problem(5507.0, None) is None and hardware.ceiling_problem(None, 4916.7) is None

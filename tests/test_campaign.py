@@ -397,6 +397,9 @@ def test_a_step_that_needs_another_steps_run_says_which(gpu):
 def test_ceiling_ratio_parser():
     assert studies.ceiling_ratio("x\nhighest kernel rate / read ceiling: 0.982 (a ceiling)\n") == 0.982
     assert studies.ceiling_ratio("no such line") is None
+    line = "memory peak 4,917 GB/s (NVML)   read ceiling / peak: 1.120 (ABOVE THE PEAK)"
+    assert studies.peak_ratio(line) == 1.12 and studies.peak_ratio("no such line") is None
+    assert studies.peak_ratio(line) > studies.PEAK_SLACK  # the step fails on it
 
 
 def test_validate_checks_every_row_of_30_us_or_more(gpu, monkeypatch):

@@ -137,16 +137,22 @@ class Sweep:
         """The run session; for a new run also the copy and read bandwidth, measured before its folder is made."""
         if self.opt.resume:
             return RunSession.resume(self.opt.resume, kind="sweep"), None, None
-        copy_bw = read_bw = None
+        copy_bw = read_bw = peak = None
         if dev.cuda:
             self.obs.phase("measuring copy and read bandwidth")
-            from kbench.timing.hardware import copy_bandwidth_gbs, read_bandwidth_gbs
+            from kbench.timing.hardware import ceiling_problem, copy_bandwidth_gbs, memory_peak_gbs, read_bandwidth_gbs
 
             copy_bw = copy_bandwidth_gbs(dev.torch_device)
             read_bw = read_bandwidth_gbs(dev.torch_device)
+            peak = memory_peak_gbs(dev.index)
+            problem = ceiling_problem(read_bw, peak)
+            if problem:
+                self.obs.message(f"warning: {problem}")
         manifest = self._manifest(dev, copy_bw, plan)
         ceiling = "read_bandwidth_gbs" if read_bw or not copy_bw else "copy_bandwidth_gbs"
         manifest.update(read_bandwidth_gbs=read_bw, roofline_ceiling=ceiling)
+        if peak:
+            manifest.update(memory_peak_gbs=peak)
         return RunSession.new(self.opt.out_dir, self.opt.run_name or self.sc.name, manifest), copy_bw, read_bw
 
     # -- the run -----------------------------------------------------------------------------------

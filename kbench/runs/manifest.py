@@ -69,6 +69,7 @@ FIELDS: tuple[tuple[str, Any, bool], ...] = (
     ("shard", dict, True),  # {index, count}; null: the whole grid
     ("read_bandwidth_gbs", NUMBER, True),  # absent in runs from before the read ceiling
     ("roofline_ceiling", str, False),  # which of the two roofline_frac is against
+    ("memory_peak_gbs", NUMBER, False),  # the memory's theoretical peak (NVML), where it says: a ceiling above it is none
     ("adaptive", dict, False),  # an adaptive sweep's (kbench.engine.plans.adaptive_plan): options, rounds, stopped_by, ...
     # a server bench's (kbench.server.bench)
     ("url", str, False),

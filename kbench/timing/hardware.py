@@ -207,6 +207,42 @@ def copy_bandwidth_gbs(device: str = "cuda", nbytes: int = 1 << 30, reps: int = 
     return 2 * nbytes / s / 1e9
 
 
+# a read ceiling above the memory's theoretical peak by more than this is not a ceiling: the probes measured
+# something else (a cache, a timer error); the sweep and `kbench env` say so
+PEAK_SLACK = 1.03
+
+
+def memory_peak_gbs(index: int = 0) -> float | None:
+    """The memory's theoretical peak (GB/s) from NVML: 2 transfers per clock (DDR/HBM) x the maximum memory
+    clock x the bus width (H100 SXM: 2 x 2,619 MHz x 5,120 bits = 3,352 GB/s, its data sheet's 3.35 TB/s).
+    None where NVML does not say (no NVIDIA driver, a CPU)."""
+    h = _handle(index)
+    if h is None:
+        return None
+    try:
+        mhz = float(_nvml.nvmlDeviceGetMaxClockInfo(h, _nvml.NVML_CLOCK_MEM))
+        bits = int(_nvml.nvmlDeviceGetMemoryBusWidth(h))
+    except Exception:  # noqa: BLE001 - an NVML without the call, a device that does not say
+        return None
+    return peak_gbs(mhz, bits)
+
+
+def peak_gbs(memory_mhz: float, bus_bits: int) -> float | None:
+    """2 x clock x bus width, in GB/s; None for a zero or missing figure."""
+    if not memory_mhz or not bus_bits or memory_mhz <= 0 or bus_bits <= 0:
+        return None
+    return 2 * memory_mhz * 1e6 * bus_bits / 8 / 1e9
+
+
+def ceiling_problem(read_gbs: float | None, peak: float | None) -> str | None:
+    """Why a measured read ceiling cannot be one (above the theoretical peak), or None."""
+    if not read_gbs or not peak or read_gbs <= peak * PEAK_SLACK:
+        return None
+    return (f"the read ceiling {read_gbs:,.0f} GB/s is above the memory's theoretical peak {peak:,.0f} GB/s "
+            f"(NVML: 2 x max memory clock x bus width): the probes measured something else, so roofline_frac "
+            f"reads low; measure again (kbench env) before quoting it")
+
+
 def host_available_bytes() -> int | None:
     """Memory the OS can give this process now (MemAvailable), or None where it does not say."""
     try:

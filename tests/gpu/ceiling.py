@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    from kbench.timing.hardware import copy_bandwidth_gbs, read_probes
+    from kbench.timing.hardware import PEAK_SLACK, copy_bandwidth_gbs, memory_peak_gbs, read_probes
     from kbench.runs.store import load_run
 
     t0 = time.perf_counter()
@@ -29,6 +29,10 @@ def main() -> int:
     print("read probes: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(probes.items(), key=lambda kv: -kv[1]))
           + " GB/s")
     print(f"copy {copy_bw:,.0f} GB/s   read {read_bw:,.0f} GB/s   read/copy {read_bw / copy_bw:.3f}")
+    peak = memory_peak_gbs(0)
+    if peak:  # a ceiling above the memory's theoretical peak is none
+        print(f"memory peak {peak:,.0f} GB/s (NVML)   read ceiling / peak: {read_bw / peak:.3f} "
+              f"({'plausible' if read_bw <= peak * PEAK_SLACK else 'ABOVE THE PEAK'})")
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/tmp/res")
     extra = [Path(a) / "manifest.json" for a in sys.argv[2:]]
     print(f"{'run':<34} {'kernel':<16} {'best KV GB/s':>12} {'/copy':>6} {'/read':>6} {'manifest read':>13}")

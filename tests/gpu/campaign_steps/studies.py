@@ -45,6 +45,7 @@ group("realistic-core", ["real-kv", "real-accept", "real-gptoss", "real-msl"])
 
 # --- the bandwidth ceiling (#17): no kernel may read KV faster than the read probes' ceiling
 CEILING_MAX = 1.0
+PEAK_SLACK = 1.03  # kbench.timing.hardware.PEAK_SLACK (the campaign imports no kbench)
 
 
 @step("ceiling", limit=120, help="copy vs read bandwidth; every sweep's best KV read rate at most the read ceiling")
@@ -55,11 +56,20 @@ def ceiling(ctx: Ctx) -> None:
     if copy:
         ctx.figure(f"copy {copy.group(1)} GB/s, read {copy.group(2)} GB/s")
     ctx.bound("highest kernel rate / read ceiling", ceiling_ratio(d.text), hi=CEILING_MAX, fmt=".3f")
+    peak = peak_ratio(d.text)
+    if peak is not None:  # the ceiling itself must be possible: at most the memory's theoretical peak (NVML), within 3%
+        ctx.bound("read ceiling / memory peak", peak, hi=PEAK_SLACK, fmt=".3f")
     ctx.report(_tail(d.text, 30))
 
 
 def ceiling_ratio(text: str) -> float | None:
     m = re.search(r"highest kernel rate / read ceiling: ([\d.]+)", text)
+    return float(m.group(1)) if m else None
+
+
+def peak_ratio(text: str) -> float | None:
+    """tests/gpu/ceiling.py's read ceiling over the memory's theoretical peak, where NVML gave the peak."""
+    m = re.search(r"read ceiling / peak: ([\d.]+)", text)
     return float(m.group(1)) if m else None
 
 
