@@ -231,6 +231,18 @@ def test_the_gpu_script_fails_a_kernel_with_no_row_at_a_case(tmp_path, capsys):
     assert f"no row of flashinfer-mla-fa2 at {gone.case_id}" in capsys.readouterr().out
 
 
+def test_the_gpu_script_fails_a_read_ceiling_above_the_memory_peak(tmp_path, capsys):
+    """The fractions of the read ceiling are a figure only when the ceiling is possible (the H200 printed 5,507
+    GB/s once, above its 4,917 GB/s peak, in a call whose timer was broken)."""
+    mod = _script()
+    ok = write_run(tmp_path / "ok", _gpu_rows(), read_bandwidth_gbs=4605.0, memory_peak_gbs=4916.7)
+    assert mod.main(["--runs", str(ok), "--out", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    bad = write_run(tmp_path / "bad", _gpu_rows(), read_bandwidth_gbs=5507.0, memory_peak_gbs=4916.7)
+    assert mod.main(["--runs", str(bad), "--out", str(tmp_path / "out2")]) == 1
+    assert "bad: the read ceiling 5,507 GB/s is above the memory's theoretical peak 4,917 GB/s" in capsys.readouterr().out
+
+
 def test_the_gpu_script_reuses_a_complete_sweep_and_resumes_an_interrupted_one(tmp_path, monkeypatch):
     mod = _script()
     runs = tmp_path / "runs"

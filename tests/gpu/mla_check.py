@@ -156,6 +156,19 @@ def sweep(args: list[str], runs_dir: Path, name: str) -> Path | None:
     return Path(line[-1][5:].strip()) if line else done
 
 
+def ceiling_failures(runs) -> list[str]:
+    """A run whose read ceiling is above the memory's theoretical peak (kbench.timing.hardware.ceiling_problem):
+    its fractions of the ceiling in the table above are no figures."""
+    from kbench.timing.hardware import ceiling_problem
+
+    out = []
+    for r in runs:
+        why = ceiling_problem(r.manifest.get("read_bandwidth_gbs"), r.manifest.get("memory_peak_gbs"))
+        if why:
+            out.append(f"{r.name}: {why}")
+    return out
+
+
 def summary_line(rows: pd.DataFrame, bad: list[str]) -> str:
     """The one line a campaign shows: the check, the pairs checked and their worst error, the winners."""
     k = rows[rows["kernel"].isin(MLA_KERNELS)] if len(rows) else rows
@@ -213,6 +226,7 @@ def main(argv: list[str]) -> int:
             parts.append(f"report not built: {type(e).__name__}: {e}")
     bad = [f"sweep {m} did not finish (its log is in OUT/runs)" for m in missing]
     bad += failures(rows, sm) if len(rows) else ["no rows"]
+    bad += ceiling_failures(loaded)
     if bad:
         parts.append("CHECK FAILED:\n  " + "\n  ".join(bad))
     parts.append(summary_line(rows, bad))
