@@ -31,6 +31,24 @@ class FakeDevice:
         self.now += s
 
 
+def fake_event(d: FakeDevice, on_synchronize=lambda: None):
+    """torch.cuda.Event on the fake device's clock; on_synchronize() when the host waits for it."""
+    class Event:
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self):
+            self.t = d.now
+
+        def synchronize(self):
+            on_synchronize()
+
+        def elapsed_time(self, end):  # ms, as torch.cuda.Event
+            return (end.t - self.t) * 1000
+
+    return Event
+
+
 @pytest.fixture
 def dev(monkeypatch):
     """A factory: dev(kernel_ms) patches the timer module onto a fresh FakeDevice."""
@@ -38,19 +56,7 @@ def dev(monkeypatch):
 
     def make(kernel_ms: float) -> FakeDevice:
         d = FakeDevice(kernel_ms)
-
-        class Event:
-            def __init__(self, enable_timing=True):
-                self.t = None
-
-            def record(self):
-                self.t = d.now
-
-            def synchronize(self):
-                pass
-
-            def elapsed_time(self, end):  # ms, as torch.cuda.Event
-                return (end.t - self.t) * 1000
+        Event = fake_event(d)
 
         class Graph:
             def __init__(self, fn, calls, copies):
@@ -286,27 +292,15 @@ class RampingDevice(FakeDevice):
 
 
 @pytest.fixture
-def ramping(monkeypatch, dev):
+def ramping(monkeypatch):
     def make(**kw) -> RampingDevice:
         d = RampingDevice(**kw)
-        base = dev(d.kernel_ms)  # the Event, perf_counter and sleep patches, on its own clock...
-        d.now = base.now
         import torch
 
-        class Event:
-            def __init__(self, enable_timing=True):
-                self.t = None
+        # the host waited on an event: the next launch finds the GPU idle
+        Event = fake_event(d, on_synchronize=lambda: setattr(d, "idle", True))
 
-            def record(self):
-                self.t = d.now
-
-            def synchronize(self):
-                d.idle = True  # the host waited: the next launch finds the GPU idle
-
-            def elapsed_time(self, end):
-                return (end.t - self.t) * 1000
-
-        class Graph:  # ...then this device's: fn(i) and a fence per call, or fences alone
+        class Graph:  # fn(i) and a fence per call, or fences alone
             def __init__(self, fn, calls, copies):
                 self.fn, self.calls, self.copies = fn, calls, copies
 
