@@ -76,10 +76,10 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     console = make_console()
     names = [k.strip() for k in kernels.split(",")] if kernels else None
     timing = Timing()
+    from kbench.engine.stream import outcome_text
+
     def on_module(o: dict) -> None:  # the modules the rows load, built first and in parallel
-        secs = f"{o.get('seconds', 0):.0f} s " if o["status"] == "built" else ""
-        why = f": {o.get('reason')}" if o["status"] == "failed" else ""
-        console.print(f"  module {o['status']} {secs}{o['module']}{why}", markup=False, highlight=False)
+        console.print(f"  module {outcome_text(o)}", markup=False, highlight=False)
 
     rows = validate_timer(names, on_row=lambda r: console.print(f"  {r.kernel} {r.case_id}: {r.kbench_us:.1f} us"),
                           timing=timing, before=before_timing, on_module=on_module)

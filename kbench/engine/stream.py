@@ -183,6 +183,17 @@ class BackgroundBuild:
             self.conn.close()
 
 
+def outcome_text(o: dict) -> str:
+    """A builder outcome as a line says it: 'built 51 s NAME', 'cached NAME', 'failed NAME: the reason'."""
+    secs = f"{o.get('seconds', 0):.0f} s " if o["status"] == "built" else ""
+    return f"{o['status']} {secs}{o['module']}" + (f": {o.get('reason')}" if o["status"] == "failed" else "")
+
+
+def ended_early(exitcode: int | None) -> str:
+    """Why a module the build process did not report is failed: the process ended (killed, crashed) first."""
+    return f"the build process ended (exit code {exitcode}) before building it"
+
+
 def build_request(kernels, cases: list[Case], device: DeviceInfo, modules: list[str], workers: int,
                   nice: int = NICE) -> dict:
     """What the build process is told (build_worker): the kernels and cases to plan again there, the modules to
@@ -216,7 +227,7 @@ def build_all(kernels, cases: list[Case], device: DeviceInfo, on_outcome=None, b
     finally:
         build.stop()
     if sp.missing():
-        sp.fail_pending(f"the build process ended (exit code {getattr(build, 'exitcode', None)}) before building it")
+        sp.fail_pending(ended_early(build.exitcode))
     return {n: s for n, s in sp.modules.items() if s not in ("ok", "pending")}
 
 

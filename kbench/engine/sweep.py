@@ -287,17 +287,17 @@ class Sweep:
 
     def _poll_builds(self, timeout: float = 0.0) -> bool:
         """Take the outcomes that arrived (waiting up to `timeout` for one); True when something changed."""
+        from kbench.engine.stream import ended_early, outcome_text
+
         b = self._build
         if b is None or b.finished and not self._stream.missing():
             return False
         outs = b.poll(timeout)
         for o in outs:
             self._stream.settle(o)
-            secs = f"{o.get('seconds', 0):.0f} s " if o["status"] == "built" else ""
-            self.obs.built(f"{o['status']} {secs}{o['module']}" + (f": {o.get('reason')}" if o["status"] == "failed"
-                                                                     else ""))
+            self.obs.built(outcome_text(o))
         if b.finished and self._stream.missing():  # the process ended before building them (killed, crashed)
-            why = f"the build process ended (exit code {b.exitcode}) before building it"
+            why = ended_early(b.exitcode)
             self.obs.message(f"{len(self._stream.missing())} module(s) not built: {why}")
             self._stream.fail_pending(why)
             outs = outs or [{}]

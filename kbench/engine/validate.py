@@ -188,9 +188,14 @@ def _device_spans(prof) -> list[tuple[str, float, float]]:
                   key=lambda x: x[1])
 
 
+def _durations(spans: list[tuple[str, float, float]]) -> list[tuple[str, float]]:
+    """(name, device us) of each (name, start, end)."""
+    return [(name, end - start) for name, start, end in spans]
+
+
 def _device_events(prof) -> list[tuple[str, float]]:
     """(name, device us) of every kernel, memset and copy CUPTI timed in a profile."""
-    return [(name, end - start) for name, start, end in _device_spans(prof)]
+    return _durations(_device_spans(prof))
 
 
 def fence_kernel_names() -> set[str]:
@@ -279,7 +284,7 @@ def cupti_same_replays(timer: GraphTimer, fn, copies: int, fence_names: set[str]
 
     m = timer.measure(fn, copies, sampling=sampling)
     spans = _device_spans(profs[-1])
-    us, n = call_time_from_profile([(name, e - s) for name, s, e in spans], fence_names if timer.fence else set(),
+    us, n = call_time_from_profile(_durations(spans), fence_names if timer.fence else set(),
                                    len(m.samples_us), m.fence_replays, m.calls_per_sample)
     timing = replay_spans_from_profile(spans, len(m.samples_us), m.fence_replays, m.calls_per_sample)
     return us, n, m, timing
