@@ -27,7 +27,7 @@ def _group_filters(f):
     """The group filters `kbench select` takes (heads, dtype, ..., and one per realistic axis and the timing
     state, from kbench.cases.axes), each taking a weighted list here."""
     from kbench.cases import axes
-    from kbench.recommend.workload import CLASSIC_FILTERS, GROUP_FILTERS
+    from kbench.report.policy import CLASSIC_FILTERS, GROUP_FILTERS
 
     helps = {"heads": "QO/KV/DIM heads, e.g. 32/8/128", "dtype": "query/output dtype", "kv_dtype": "KV-cache dtype",
              "page_size": "KV page size", "kv_layout": "KV layout, HND or NHD"}

@@ -31,12 +31,10 @@ from kbench.cases.models import parse_heads
 from kbench.cases.scenario import MAX_BATCH
 from kbench.errors import BadInput
 from kbench.recommend.settings import STEPS
-from kbench.report.policy import FILTER_AXES
+from kbench.report.policy import GROUP_FILTERS
 
 WORKLOAD_VERSION = 1
 SHAPE_AXES = ("batch_size", "q_len", "kv_len")
-CLASSIC_FILTERS = ("heads", "dtype", "kv_dtype", "page_size", "kv_layout")  # select's other group filters
-GROUP_FILTERS = CLASSIC_FILTERS + tuple(FILTER_AXES)  # FILTER_AXES: every realistic axis and the timing state
 DEFAULT_BINS = 16
 MAX_BATCHES = 100_000
 # the largest shape a workload may name, as kbench sweep bounds its grid: a batch kbench can build, the draft-extend

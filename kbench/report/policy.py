@@ -80,6 +80,8 @@ READ_AS_CURRENT = {"kbench.policy/1": {a.name: a.default for a in axes.axes_with
 REALISTIC_AXES = axes.names(axes.REALISTIC)
 # the group filters of select beside heads/dtype/page/layout: the realistic-batch axes and the timing state
 FILTER_AXES = REALISTIC_AXES + ["power"]
+CLASSIC_FILTERS = ("heads", "dtype", "kv_dtype", "page_size", "kv_layout")  # select's filters beside FILTER_AXES
+GROUP_FILTERS = CLASSIC_FILTERS + tuple(FILTER_AXES)  # every filter select_group takes
 # group keys a policy written before them lacks, read as their default (power: every older run was unthrottled;
 # tree: every older run verified chains; the attention kind and MLA's fields: every older policy is GQA)
 LATER_KEYS = {"power": axes.AXIS["power"].default, "tree": axes.AXIS["tree"].default,
