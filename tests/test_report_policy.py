@@ -85,6 +85,32 @@ def test_group_selection(tmp_path):
         lookup(pol, 1, 1, 1024, heads="32-8")
 
 
+def test_select_reads_every_filter_in_any_accepted_spelling_as_export_does(tmp_path):
+    # kbench select, lookup() and the exported selector must give one answer: BF16, hnd and "64" are the same
+    # group as bf16, HND and 64 (the realistic axes always were: lognormal:1 for lognormal:1.0)
+    from report_synth import cli
+
+    rows = split_rows() + [row(DECODE, case(1, 1, 1024, heads=(8, 1, 128)), 5.0)]
+    pol, _, _ = policy_of(tmp_path, rows)
+    spelled = dict(heads=" 8/1/128", dtype="BF16", kv_dtype="Bf16", page_size="64", kv_layout="hnd")
+    want = lookup(pol, 1, 1, 1024, heads="8/1/128", dtype="bf16", kv_dtype="bf16", page_size=64, kv_layout="HND")
+    assert lookup(pol, 1, 1, 1024, **spelled) == want
+    with pytest.raises(BadInput, match=r"select: --kv-layout: 'hdn' is not one of"):
+        lookup(pol, 1, 1, 1024, heads="8/1/128", kv_layout="hdn")
+    with pytest.raises(BadInput, match="no measured group"):  # a valid value no group has is still no match
+        lookup(pol, 1, 1, 1024, heads="8/1/128", page_size=16)
+    f = tmp_path / "policy.json"
+    save_policy(pol, f)
+    r = cli("select", "--policy", f, "--batch-size", 1, "--q-len", 1, "--kv-len", 1024, "--heads", "8/1/128",
+            "--dtype", "BF16", "--page-size", "64", "--kv-layout", "hnd", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["kernel"] == want["kernel"]
+    assert cli("export", f, "--out", tmp_path / "sel.py").exit_code == 0
+    ns: dict = {}
+    exec(compile((tmp_path / "sel.py").read_text(), "sel.py", "exec"), ns)
+    assert ns["lookup"](1, 1, 1024, **spelled) == want
+
+
 def test_rules_are_ranges_of_the_flip_back(tmp_path):
     pol, _, _ = policy_of(tmp_path, flip_back_rows())
     (g,) = pol["groups"]

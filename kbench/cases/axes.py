@@ -206,6 +206,17 @@ class Axis:
             if msg:
                 raise BadInput(f"{where}: {field}: {msg}")
 
+    def one(self, value, where: str, field: str | None = None) -> Any:
+        """One value in kbench's spelling (any accepted form: 'BF16', 'hnd', '64' or 64, lognormal:1 for
+        lognormal:1.0), checked; more than one (a list, a range) is bad input. field: how an error names it
+        (default: the flag)."""
+        field = field or self.flag
+        vals = self.parse(str(value) if isinstance(value, (bool, int)) else value, field, where)
+        self.validate(vals, field, where)
+        if len(vals) != 1:
+            raise BadInput(f"{where}: {field}: give one value, got {value!r}")
+        return vals[0]
+
     def id_text(self, case) -> str | None:
         if self.id_part is not None:
             return self.id_part(case)

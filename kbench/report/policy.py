@@ -251,18 +251,13 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
     want = {}
     if heads is not None:  # every head axis, the attention kind too: a GQA group never answers an MLA shape, nor the reverse
         want.update(parse_heads(heads).case_fields())
-    for k, v in (("dtype", dtype), ("kv_dtype", kv_dtype), ("page_size", page_size), ("kv_layout", kv_layout)):
-        if v is not None:
-            want[k] = v
-    for k, v in realistic.items():
-        if k not in FILTER_AXES:
+    for k, v in given.items():  # each in kbench's spelling, as a group stores it: BF16, hnd and "64" match too
+        if k == "heads":
+            continue
+        if k not in GROUP_FILTERS:
             raise TypeError(f"select_group() got an unexpected filter {k!r}")
         if v is not None:
-            vals = axes.AXIS[k].parse(v, axes.AXIS[k].flag, "select")
-            axes.AXIS[k].validate(vals, axes.AXIS[k].flag, "select")
-            if len(vals) != 1:
-                raise BadInput(f"select: {axes.AXIS[k].flag}: give one value, got {v!r}")
-            want[k] = vals[0]
+            want[k] = axes.AXIS[k].one(v, "select")
     # a key a group lacks reads as its default (LATER_KEYS), as validate_policy reads a file written before it
     groups = [g for g in policy["groups"] if all(g.get(k, LATER_KEYS.get(k)) == v for k, v in want.items())]
     have = "; ".join(g.get("label") or group_label(g) for g in policy["groups"]) or "none"
