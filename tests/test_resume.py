@@ -205,6 +205,28 @@ def test_resume_of_a_complete_run_says_so_and_touches_nothing(tmp_path, cpu_run)
     assert json.loads((run / "manifest.json").read_text())["measurements"] == 2
 
 
+def test_resume_from_python_keeps_the_commands_rules(tmp_path, cpu_run):
+    # resume_sweep, the engine's entry point, refuses what `kbench sweep --resume` refuses, touching nothing
+    base = tmp_path / "base"
+    shutil.copytree(BASELINE, base)
+    before = tree(base)
+    with pytest.raises(BadInput, match="is a baseline.*--force"):
+        resume_sweep(base)
+    assert tree(base) == before
+    run = tmp_path / "run"
+    shutil.copytree(cpu_run, run)
+    before = tree(run)
+    assert resume_sweep(run) is None and tree(run) == before  # complete: nothing to do
+    m = json.loads((run / "manifest.json").read_text())
+    m["status"] = "interrupted"
+    m["device"] = {**m["device"], "name": "NVIDIA H200", "sm": 90}
+    (run / "manifest.json").write_text(json.dumps(m))
+    before = tree(run)
+    with pytest.raises(BadInput, match="NVIDIA H200.*--force"):
+        resume_sweep(run)
+    assert tree(run) == before
+
+
 @pytest.mark.parametrize("opt", [["--scenario", "quick"], ["--out", "x"], ["--name", "n"], ["--shard", "0/2"],
                                  ["--seed", "3"]])
 def test_resume_refuses_options_it_cannot_honour(tmp_path, cpu_run, opt):

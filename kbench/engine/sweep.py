@@ -441,8 +441,18 @@ def run_sweep(scenario: Scenario, out_dir: str | Path = "results", observer: Swe
     return Sweep(scenario, SweepOptions(out_dir=out_dir, **options), observer, builder).run()
 
 
-def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, builder=None, **options) -> SweepResult:
-    from kbench.runs.store import read_manifest
+def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, builder=None, force: bool = False,
+                 **options) -> SweepResult | None:
+    """Finish an interrupted run folder, with `kbench sweep --resume`'s rules: BadInput for a baseline, a run of
+    another GPU or one another process is writing (force: resume a baseline or another GPU's run anyway); None,
+    touching nothing, for a complete run."""
+    from kbench.runs.resume import check_resume
+    from kbench.runs.store import check_resumable, read_manifest
+    from kbench.timing.probe import probe_device
 
     manifest = read_manifest(Path(run_dir))
+    check_resumable(run_dir, manifest)
+    device = probe_device(options.get("device_index", 0), with_flashinfer=False).to_dict()
+    if check_resume(run_dir, manifest, device, force):
+        return None
     return Sweep(scenario_of_run(manifest), SweepOptions(resume=run_dir, **options), observer, builder).run()
