@@ -13,6 +13,7 @@ from rich.text import Text
 from rich.table import Table
 
 from kbench.cases.axes import GROUP_COLUMNS, extra_label, heads_label
+from kbench.runs.manifest import ceiling
 from kbench.runs.rows import Row
 from kbench.engine.sweep import SweepObserver
 from kbench.runs.winners import case_winners
@@ -318,8 +319,8 @@ class DevicesProgress:
 
 def devices_summary(console: Console, run, n_devices: int, max_table_cases: int) -> None:
     """The merged run of `kbench sweep --devices`: its tables and the workers' wall times."""
-    ceiling = run.manifest.get("read_bandwidth_gbs") or run.manifest.get("copy_bandwidth_gbs")
-    for t in summary_tables(run.rows, ceiling, max_table_cases):
+    for t in summary_tables(run.rows, ceiling(run.manifest.get("copy_bandwidth_gbs"),
+                                              run.manifest.get("read_bandwidth_gbs"))[1], max_table_cases):
         console.print(t)
     wall = [m.get("wall_s", {}).get("total_s") for m in run.manifest["merged_from"]]
     console.print(f"merged {len(run.rows)} rows from {n_devices} shard(s) (worker wall s: {wall})\nrun: {run.path}")

@@ -38,7 +38,8 @@ def test_a_cpu_sweep_writes_the_same_keys_as_before(tmp_path):
         "copy_bandwidth_gbs", "clocks_start", "timer", "slow_kernel", "seed", "shard", "read_bandwidth_gbs",
         "roofline_ceiling", "start_time", "status", "isolated", "wall_s", "measurements", "end_time", "num_rows"]
     assert written["kind"] == "sweep" and written["status"] == "complete" and written["num_rows"] == 1
-    assert written["copy_bandwidth_gbs"] is None and written["roofline_ceiling"] == "read_bandwidth_gbs"
+    # no bandwidth measured on a CPU, so no roofline ceiling named (34e20ac named the read figure it lacked)
+    assert written["copy_bandwidth_gbs"] is None and written["roofline_ceiling"] is None
     assert Manifest.from_dict(written).to_dict() == written
 
 

@@ -14,13 +14,12 @@ import pandas as pd
 from kbench import RESULT_SCHEMA_VERSION, __version__
 from kbench.cases.case import Case
 from kbench.device import DeviceInfo
-from kbench.runs.manifest import Manifest
+from kbench.runs.manifest import Manifest, ceiling
 from kbench.engine.measure import CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit, kernel_reason
 from kbench.engine.placement import L2_COVER
 from kbench.timing.timer import FENCE_METHOD
 from kbench.engine.plans import PlannedCase, Round, SweepPlan
 from kbench.engine.request import SweepOptions, scenario_of_run
-from kbench.engine.shards import parse_shard, shard_cases  # noqa: F401 - importable here as before
 from kbench.runs.rows import Row
 from kbench.cases.scenario import Scenario
 from kbench.runs.session import RunSession
@@ -149,8 +148,8 @@ class Sweep:
             if problem:
                 self.obs.message(f"warning: {problem}")
         manifest = self._manifest(dev, copy_bw, plan)
-        ceiling = "read_bandwidth_gbs" if read_bw or not copy_bw else "copy_bandwidth_gbs"
-        manifest.update(read_bandwidth_gbs=read_bw, roofline_ceiling=ceiling)
+        which, gbs = ceiling(copy_bw, read_bw)  # None where neither was measured (a CPU): no roofline
+        manifest.update(read_bandwidth_gbs=read_bw, roofline_ceiling=f"{which}_bandwidth_gbs" if gbs else None)
         if peak:
             manifest.update(memory_peak_gbs=peak)
         return RunSession.new(self.opt.out_dir, self.opt.run_name or self.sc.name, manifest), copy_bw, read_bw
@@ -180,7 +179,7 @@ class Sweep:
             with session as run:
                 if run.resumed:
                     copy_bw, read_bw = run.manifest.get("copy_bandwidth_gbs"), run.manifest.get("read_bandwidth_gbs")
-                self._run, self._bw = run, read_bw or copy_bw
+                self._run, self._bw = run, ceiling(copy_bw, read_bw)[1]
                 try:
                     run.manifest["isolated"] = bool(self._isolate)
                     plan.open(run, self.kernel_paths())
@@ -205,7 +204,7 @@ class Sweep:
             pass
         rows = read_journal(session.dir / JOURNAL)
         return SweepResult(session.dir, rows, self.wall, session.status, dev, copy_bw, self.measurements, error,
-                           read_bandwidth_gbs=read_bw, ceiling_gbs=read_bw or copy_bw, first_ok_s=self._first_ok,
+                           read_bandwidth_gbs=read_bw, ceiling_gbs=ceiling(copy_bw, read_bw)[1], first_ok_s=self._first_ok,
                            compile=self._compile_info or None)
 
     def _close(self, run: RunSession, dev: DeviceInfo, error: str) -> None:

@@ -68,7 +68,7 @@ FIELDS: tuple[tuple[str, Any, bool], ...] = (
     ("seed", int, False),
     ("shard", dict, True),  # {index, count}; null: the whole grid
     ("read_bandwidth_gbs", NUMBER, True),  # absent in runs from before the read ceiling
-    ("roofline_ceiling", str, False),  # which of the two roofline_frac is against
+    ("roofline_ceiling", str, True),  # which of the two roofline_frac is against; null: neither measured (a CPU)
     ("memory_peak_gbs", NUMBER, False),  # the memory's theoretical peak (NVML), where it says: a ceiling above it is none
     ("adaptive", dict, False),  # an adaptive sweep's (kbench.engine.plans.adaptive_plan): options, rounds, stopped_by, ...
     # a server bench's (kbench.server.bench)
