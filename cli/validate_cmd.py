@@ -81,8 +81,11 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     def on_module(o: dict) -> None:  # the modules the rows load, built first and in parallel
         console.print(f"  module {outcome_text(o)}", markup=False, highlight=False)
 
-    rows = validate_timer(names, on_row=lambda r: console.print(f"  {r.kernel} {r.case_id}: {r.kbench_us:.1f} us"),
-                          timing=timing, before=before_timing, on_module=on_module)
+    def on_row(r) -> None:  # a row that raised says why here and under the table, not only as nan in the JSON
+        said = f"error: {r.error}" if r.error else f"{r.kbench_us:.1f} us"
+        console.print(f"  {r.kernel} {r.case_id}: {said}", markup=False, highlight=False)
+
+    rows = validate_timer(names, on_row=on_row, timing=timing, before=before_timing, on_module=on_module)
     t = Table(title="kbench timer vs CUPTI (same graph replays; eager alone; eager back to back) and "
                     "flashinfer.testing.bench_gpu_time", header_style="bold")
     for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "diff us", "gaps us",
@@ -104,7 +107,11 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
                   f"{r.flashinfer_us:,.1f}" if r.flashinfer_us else "-", _pct(r.flashinfer_diff),
                   f"{r.kbench_wall_s:.2f}", f"{r.flashinfer_wall_s:.2f}" if r.flashinfer_wall_s else "-")
     console.print(t)
-    console.print(f"{len(rows) - outside}/{len(rows)} within {tolerance:.0%} of CUPTI")
+    failed = [r for r in rows if r.error]
+    for r in failed:
+        console.print(f"{r.kernel} {r.case_id}: not measured: {r.error}", markup=False, highlight=False)
+    console.print(f"{len(rows) - outside}/{len(rows)} within {tolerance:.0%} of CUPTI"
+                  + (f" ({len(failed)} not measured: an error, above)" if failed else ""))
     data = summary(rows, timing, before_timing)
     console.print(cost_table(data))
     for line in ratio_lines(data):

@@ -221,7 +221,12 @@ def test_validate_timer_writes_the_ratios_and_the_phases_and_times_the_before_se
         seen.update(timing=timing, before=before)
         on_module({"module": "batch_prefill_bf16_d128", "status": "built", "seconds": 113.2})
         on_module({"module": "fmha_v2_sm90", "status": "failed", "reason": "nvcc: out of memory"})
-        return [_check("a", 10, 0.08, 0.10, 0.15), _check("b", 16000, 0.30, 0.20, 0.45)]
+        rows = [_check("a", 10, 0.08, 0.10, 0.15), _check("b", 16000, 0.30, 0.20, 0.45)]
+        broken = V.TimerCheck("c", "bs1-q4-kv512-h32-c", float("nan"), None, None, None, None, None, 0.0, None,
+                              float("nan"), error="CUDA error: an illegal memory access")
+        for r in rows + [broken]:
+            on_row(r)
+        return rows + [broken]
 
     monkeypatch.setattr(V, "validate_timer", fake)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -234,12 +239,17 @@ def test_validate_timer_writes_the_ratios_and_the_phases_and_times_the_before_se
     # the modules the rows load are built first, a line each
     assert "module built 113 s batch_prefill_bf16_d128" in r.output
     assert "module failed fmha_v2_sm90: nvcc: out of memory" in r.output
+    # a row that raised says why, as it comes and under the table, and is counted apart
+    assert "  c bs1-q4-kv512-h32-c: error: CUDA error: an illegal memory access" in r.output
+    assert "c bs1-q4-kv512-h32-c: not measured: CUDA error: an illegal memory access" in r.output
+    assert "2/3 within 3% of CUPTI (1 not measured: an error, above)" in r.output
     data = json.loads((tmp_path / "res" / "validate-timer.json").read_text())
     assert data["timing"]["warmup_ms"] == Timing().warmup_ms and data["before_timing"]["settle_ms"] == 20.0
     assert data["wall_ratio"]["after"]["median"] == pytest.approx((0.8 + 1.5) / 2)
     assert data["wall_ratio"]["after"]["total"] == pytest.approx(0.38 / 0.30)
     assert data["wall_ratio"]["before"]["total"] == pytest.approx(0.60 / 0.30)
-    assert [x["wall_ratio"] for x in data["rows"]] == pytest.approx([0.8, 1.5])
+    assert [x["wall_ratio"] for x in data["rows"][:2]] == pytest.approx([0.8, 1.5])
+    assert data["rows"][2]["error"] == "CUDA error: an illegal memory access"
     assert set(data["phase_totals_s"]) == set(T.PHASES)
     assert "kbench wall / bench_gpu_time wall (before): median 1.88x, total 2.00x" in r.output
     assert "kbench wall / bench_gpu_time wall (after): median 1.15x, total 1.27x" in r.output
