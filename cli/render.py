@@ -269,7 +269,7 @@ def sweep_summary(console: Console, result, stop, allow_wrong: bool, max_table_c
     if ada_block and ada_block.get("stop_rule"):
         console.print(f"adaptive: {ada_block['measured_cases']} of {ada_block['grid_cases']} cases measured in "
                       f"{ada_block['rounds']} round(s) ({', '.join(f'{k} {v}' for k, v in ada_block['points'].items())}; "
-                      f"{ada_block['pruned']} kernel(s) pruned); stopped: {ada_block['stop_rule']}", markup=False)
+                      f"{ada_block['pruned']} (kernel, case) row(s) pruned); stopped: {ada_block['stop_rule']}", markup=False)
     if result.error.startswith("cannot write"):
         click.echo(f"error: {result.error}; the journal keeps {len(rows)} complete row(s); free space, then "
                    f"kbench sweep --resume {result.run_dir}", err=True)

@@ -8,7 +8,7 @@ from typing import Iterator
 
 from kbench.cases.case import Case
 from kbench.engine.plans import PlannedCase, Round, SweepState
-from kbench.engine.plans.adaptive import Planner, budget_left
+from kbench.engine.plans.adaptive import PRUNED_PREFIX, Planner, budget_left
 from kbench.engine.plans.adaptive_options import AdaptiveOptions
 from kbench.errors import BadInput
 
@@ -102,7 +102,7 @@ class AdaptivePlan:
             measured_cases=int(rows["case_id"].nunique()) if len(rows) else 0,
             points={t: int(n) for t, n in rows.drop_duplicates("case_id")["chosen_by"].value_counts().items()}
             if len(rows) else {},
-            pruned=int(rows["reason"].astype(str).str.startswith("adaptive:").sum()) if len(rows) else 0,
+            pruned=int(rows["reason"].astype(str).str.startswith(PRUNED_PREFIX).sum()) if len(rows) else 0,
             stop_rule=(f"converged: no unmeasured point can change the policy by more than "
                        f"{opt.regret_bound:.1%} (as its measured neighbours tell)") if stopped == "converged"
             else f"{stopped}: the budget ran out before the refinement converged")
