@@ -377,7 +377,6 @@ HEAD_AXES = names(HEADS)
 GROUP_COLUMNS = ["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout"]
 GROUP_COLUMNS += [n for n in names(GROUP) if n not in GROUP_COLUMNS]
 INT_AXES = [a.name for a in AXES if a.type is int]
-STR_AXES = [a.name for a in AXES if a.type is str]
 
 
 def case_id(case) -> str:

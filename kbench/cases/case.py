@@ -30,10 +30,6 @@ class _CaseMethods:
         return -(-self.kv_len // self.page_size)
 
     @property
-    def heads(self) -> str:
-        return f"{self.num_qo_heads}/{self.num_kv_heads}x{self.head_dim}"
-
-    @property
     def case_id(self) -> str:
         return axes.case_id(self)
 

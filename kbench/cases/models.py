@@ -33,11 +33,6 @@ class HeadConfig:
     def group(self) -> int:
         return self.num_qo_heads // self.num_kv_heads
 
-    def label(self) -> str:
-        if self.is_mla:
-            return f"mla {self.num_qo_heads}h {self.kv_lora_rank}+{self.qk_rope_head_dim}"
-        return f"{self.num_qo_heads}/{self.num_kv_heads}x{self.head_dim}"
-
     def text(self) -> str:
         """The --heads spelling: '32/8/128', or 'mla:128/512/64/128' for MLA."""
         return heads_text(asdict(self))

@@ -243,10 +243,6 @@ class BatchTrees:
     spec: str
     parents: tuple[tuple[int, ...], ...]
 
-    @property
-    def is_chain(self) -> bool:
-        return all(p == chain(len(p)) for p in self.parents)
-
     def summary(self) -> dict:
         """Row columns: the deepest tree's levels, the widest level of any tree, a hash of the lists."""
         digest = hashlib.sha1(";".join(",".join(map(str, p)) for p in self.parents).encode()).hexdigest()[:12]

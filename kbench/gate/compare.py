@@ -55,7 +55,6 @@ from kbench.gate.metrics import Metric, broken, key_columns, measurement, metric
 from kbench.gate.stats import is_worse
 from kbench.runs.winners import case_winners
 
-FAILING = ("regression", "invalid", "wrong", "failed", "skipped", "missing")
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
 DEFAULT_RUN_SPREAD_K = 3.0

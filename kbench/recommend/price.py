@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbench.errors import BadInput
-from kbench.recommend.settings import FAMILY_NAME, STEP_LABEL, STEPS, Engine, Setting, gpu_family, parse_version
+from kbench.recommend.settings import FAMILY_NAME, STEPS, Engine, Setting, gpu_family, parse_version
 from kbench.recommend.workload import Batch, Workload
 from kbench.report.nearest import LOOKUP_AXES, locate
 from kbench.report.policy import group_label, load_policy, select_group
@@ -337,7 +337,4 @@ def describe_beyond(p: Priced) -> str:
         parts.append(f"{c} ({f:.1f}x beyond)" if f else c)
     return "; ".join(parts)
 
-
-def step_label(step: str) -> str:
-    return STEP_LABEL[step]
 

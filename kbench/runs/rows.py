@@ -98,6 +98,5 @@ Row.__doc__ = "One (kernel, case) result: what was measured, the case's axes, ou
 COLUMNS = [f.name for f in fields(Row)]
 CASE_COLUMNS = Case.field_names()
 STATUSES = ("ok", "skipped", "wrong", "failed")
-# the columns a loaded row is checked on (kbench.runs.store.check_rows): numbers (or null) and strings
+# the columns beside the case axes a loaded row must hold numbers (or nothing) in (kbench.runs.store)
 NUMBER_COLUMNS = [f.name for f in fields(Row) if f.type in (int, float, int | None, float | None)]
-STRING_COLUMNS = [f.name for f in fields(Row) if f.type is str]
