@@ -12,7 +12,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 from rich.text import Text
 from rich.table import Table
 
-from kbench.cases.axes import GROUP_COLUMNS, extra_label, heads_label
+from kbench.cases.axes import GROUP_COLUMNS, group_label
 from kbench.runs.manifest import ceiling
 from kbench.runs.rows import Row
 from kbench.engine.sweep import SweepObserver
@@ -131,18 +131,11 @@ def summary_tables(rows: pd.DataFrame, ceiling_bw: float | None, max_cases: int 
     if rows.empty:
         return []
     kernels = [k for k in dict.fromkeys(rows["kernel"]) if k != "reference" or (rows[rows.kernel == k].status == "ok").any()]
-    win = case_winners(rows).set_index("case_id") if not rows.empty else pd.DataFrame()
+    win = case_winners(rows).set_index("case_id")
     tables = []
     for gkey, g in rows.groupby(GROUP_COLUMNS, sort=False):
         k = dict(zip(GROUP_COLUMNS, gkey))
-        kv_note = "" if k["kv_dtype"] == k["dtype"] else f" kv {k['kv_dtype']}"
-        if k.get("attention") == "mla":  # its heads label holds the latent widths; its cache has one layout
-            heads, layout = heads_label(k), ""
-        else:
-            heads, layout = f"{k['num_qo_heads']}/{k['num_kv_heads']}x{k['head_dim']}", f"{k['kv_layout']}  "
-        t = Table(title=f"heads {heads}  {k['dtype']}{kv_note}  "
-                        f"{layout}page {k['page_size']}{extra_label(k)}   "
-                        f"(us per call; KV GB/s, % of the read ceiling {fmt_bw(ceiling_bw)})",
+        t = Table(title=f"{group_label(k)}   (us per call; KV GB/s, % of the read ceiling {fmt_bw(ceiling_bw)})",
                   show_lines=False, header_style="bold")
         for c in ("bs", "q", "kv"):
             t.add_column(c, justify="right")
