@@ -241,3 +241,19 @@ def test_draft_trees_are_refused_the_table_covers_chains(tmp_path):
     tree = from_options({"batch_size": "8", "q_len": "4", "kv_len": "4096"}, {"tree": "topk:2"})
     with pytest.raises(BadInput, match="tree topk:2: kbench's engine table is read for EAGLE chains"):
         recommend(s, tree, SGLANG)
+
+
+def test_one_markdown_table_writer_and_no_cell_breaks_its_table():
+    # report, gate, recommend and recommend's check write their tables through one helper: a pipe or a newline in
+    # a value (a reason, a flag, a server's answer) stays inside its cell
+    import re
+
+    from kbench.gate import markdown as gate_md
+    from kbench.recommend import check, render
+    from kbench.report.markdown import cell, table
+
+    assert render.md_table is table and check.md_table is table and gate_md._cell is cell
+    lines = table(["kernel", "why"], [["fa2", "a | b\nc"], ["x", "y"]])
+    assert lines[0] == "| kernel | why |" and lines[1] == "|---|---|" and len(lines) == 4
+    assert all(len(re.findall(r"(?<!\\)\|", ln)) == 3 for ln in lines)
+    assert lines[2] == "| fa2 | a \\| b c |"

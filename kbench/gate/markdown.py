@@ -5,12 +5,9 @@ import os
 
 from pathlib import Path
 
+from kbench.report.markdown import cell as _cell
 from kbench.runs import atomic
 from kbench.gate.compare import GateResult, RowResult
-
-
-def _cell(v) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
 
 
 def fmt_value(v) -> str:

@@ -15,6 +15,7 @@ from kbench.errors import BadInput
 from kbench.recommend.price import Source, recommend
 from kbench.recommend.settings import Engine
 from kbench.recommend.workload import Workload
+from kbench.report.markdown import table as md_table
 
 
 @dataclass
@@ -118,9 +119,7 @@ def check_rows(chk: Check) -> tuple[list[str], list[list[str]]]:
 def check_markdown(chk: Check) -> str:
     headers, rows = check_rows(chk)
     lines = [f"### Check against the engine: A = `{chk.setting_a}`, B = `{chk.setting_b}`", "",
-             f"**Measured (kbench gate on the two server-bench runs):** {chk.answer}", "",
-             "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(x.replace("|", "\\|") for x in r) + " |" for r in rows]
+             f"**Measured (kbench gate on the two server-bench runs):** {chk.answer}", "", *md_table(headers, rows)]
     agree = [c.agrees(chk.threshold_pct) for c in chk.cases]
     judged = [a for a in agree if a != "-"]
     lines += ["", f"Predicted from kernel times: attention only (verify x {chk.layers['verify']} layers, draft extend "

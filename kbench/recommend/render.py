@@ -3,6 +3,7 @@ table of engine settings with its citations."""
 from __future__ import annotations
 
 from kbench.recommend.price import Recommendation, SettingResult, describe_beyond
+from kbench.report.markdown import table as md_table
 from kbench.recommend.settings import FAMILY_NAME, STEP_LABEL, STEPS, Engine
 
 
@@ -137,11 +138,6 @@ def to_json(rec: Recommendation) -> dict:
     }
 
 
-def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    esc = [[c.replace("|", "\\|") for c in r] for r in rows]
-    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + ["| " + " | ".join(r) + " |" for r in esc]
-
-
 def to_markdown(rec: Recommendation) -> str:
     best = rec.best
     lines = [f"### kbench recommend: {rec.engine.label} on {rec.source.device_label}", ""]
@@ -152,10 +148,10 @@ def to_markdown(rec: Recommendation) -> str:
                   f"{_us(best.per_step_us)} us of attention per step ({_layers(rec)})" + (
                       f"; per-shape routing would take {_us(_per_step(rec, rec.engine_oracle_us))} us "
                       f"({_pct(rec.gap_pct())} for one global setting)." if rec.gap_pct() is not None else "."), ""]
-    lines += _md_table(*setting_rows(rec)) + [""]
+    lines += md_table(*setting_rows(rec)) + [""]
     if rec.drivers:
         lines += ["**Where per-shape routing wins** (the shapes that drive the gap):", ""]
-        lines += _md_table(*driver_rows(rec)) + [""]
+        lines += md_table(*driver_rows(rec)) + [""]
     cav = caveats(rec)
     if cav:
         lines += ["**Caveats**", ""] + [f"- {c}" for c in cav] + [""]

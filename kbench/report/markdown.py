@@ -6,8 +6,19 @@ import html
 from pathlib import Path
 
 
-def _esc(s: str) -> str:
-    return html.escape(str(s), quote=False).replace("|", "\\|").replace("\n", " ")
+def cell(v) -> str:
+    """A markdown table cell: pipes escaped, newlines folded, so no value can break its table."""
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def table(headers: list, rows: list, esc=cell) -> list[str]:
+    """A markdown table's lines, every header and cell through `esc`."""
+    return (["| " + " | ".join(map(esc, headers)) + " |", "|" + "---|" * len(headers)]
+            + ["| " + " | ".join(map(esc, r)) + " |" for r in rows])
+
+
+def _esc(s: str) -> str:  # the report's results: HTML-escaped too (markdown renders raw HTML)
+    return cell(html.escape(str(s), quote=False))
 
 
 def render(doc: list[tuple], out_dir: Path) -> str:
@@ -21,11 +32,7 @@ def render(doc: list[tuple], out_dir: Path) -> str:
         elif kind == "list":
             lines += [f"- {_esc(i)}" for i in b[1]] + [""]
         elif kind == "table":
-            headers, rows = b[1], b[2]
-            lines.append("| " + " | ".join(map(_esc, headers)) + " |")
-            lines.append("|" + "---|" * len(headers))
-            lines += ["| " + " | ".join(map(_esc, r)) + " |" for r in rows]
-            lines.append("")
+            lines += table(b[1], b[2], _esc) + [""]
         elif kind == "img":
             rel = Path(b[1]).relative_to(out_dir) if Path(b[1]).is_relative_to(out_dir) else Path(b[1]).name
             lines += [f"![{_esc(b[2])}]({rel.as_posix()})", "", f"*{_esc(b[2])}*", ""]
