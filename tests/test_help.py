@@ -81,3 +81,50 @@ def test_top_level_exit_codes_are_the_readme_s():
     helped = text[text.index("Exit codes:"):]
     codes = lambda s: set(re.findall(r"\b(0|1|2|130|143)\b", s))  # noqa: E731
     assert codes(line) == {"0", "1", "2", "130", "143"} and codes(helped) == codes(line), (line, helped)
+
+
+def test_cli_defaults_are_the_engine_s(monkeypatch, tmp_path):
+    # the commands spell their defaults as literals (the CLI starts without importing the engine); each must be
+    # the value a Python user of the engine gets
+    import dataclasses
+    from click.testing import CliRunner
+    import inspect
+    from pathlib import Path
+
+    import kbench.cli.server_bench_cmd as sb
+    import kbench.gate as gate_pkg
+    from kbench.gate.baselines import DEFAULT_ROOT
+    from kbench.gate.compare import run_gate
+    from kbench.server.bench import ServerBenchConfig
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_gate(baseline, candidate, **kw):
+        seen["gate"] = kw
+        raise Stop
+
+    monkeypatch.setattr(gate_pkg, "run_gate", fake_gate)
+    r = CliRunner().invoke(cli, ["gate", "--baseline", "b", "--candidate", "c"])
+    assert isinstance(r.exception, Stop), r.output
+    engine = {n: p.default for n, p in inspect.signature(run_gate).parameters.items()
+              if p.default is not inspect.Parameter.empty}
+    assert seen["gate"] == engine
+
+    def fake_run(cfg, result_filename):
+        seen["server"] = cfg
+        raise Stop
+
+    monkeypatch.setattr(sb, "_run", fake_run)
+    r = CliRunner().invoke(cli, ["server-bench", "--url", "http://127.0.0.1:9"])
+    assert isinstance(r.exception, Stop), r.output
+    mine = ServerBenchConfig(url="http://127.0.0.1:9")
+    for f in dataclasses.fields(ServerBenchConfig):
+        if f.name not in ("command", "credentials"):
+            assert getattr(seen["server"], f.name) == getattr(mine, f.name), f.name
+    from kbench.cli.gate_cmd import baseline
+
+    out = next(p for p in baseline.params if p.name == "root")
+    assert Path(out.default) == DEFAULT_ROOT
