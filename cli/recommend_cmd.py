@@ -255,8 +255,6 @@ def export_cmd(source, fmt, out):
     returns, lookup(...) what kbench select --json prints, with no kbench (nor anything outside Python's standard
     library) to import; POLICY_OR_RUN: a policy.json from kbench report, or a sweep run folder (its policy is built
     as kbench report builds it)."""
-    from pathlib import Path
-
     from kbench.recommend.export import FORMATS, export_policy, summary
 
     from kbench.runs.outputs import distinct_outputs
@@ -264,13 +262,8 @@ def export_cmd(source, fmt, out):
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
     distinct_outputs({"--out": out}, [source])
-    if Path(source).is_dir():
-        from kbench.recommend.price import load_source
+    from kbench.report.policy import policy_from
 
-        policy = load_source([source]).policy
-    else:
-        from kbench.report.policy import load_policy
-
-        policy = load_policy(source)
+    policy = policy_from([source])[0]
     path = export_policy(policy, str(source), out, fmt)
     click.echo(f"wrote {path}: {summary(policy)}; try: python {path} BATCH_SIZE Q_LEN KV_LEN")

@@ -21,7 +21,7 @@ from kbench.errors import BadInput
 from kbench.recommend.settings import FAMILY_NAME, STEPS, Engine, Setting, gpu_family, parse_version
 from kbench.recommend.workload import Batch, Workload
 from kbench.report.nearest import LOOKUP_AXES, locate
-from kbench.report.policy import group_label, load_policy, select_group
+from kbench.report.policy import group_label, policy_from, select_group
 
 DEFAULT_MAX_EXTRAPOLATION = 2.0
 MAX_LAYERS = 1000  # attention layers of one model (the largest today have about 130)
@@ -48,28 +48,15 @@ class Source:
 
 def load_source(paths: list[str | Path]) -> Source:
     """One policy file (from `kbench report`), or one or more sweep run folders (merged as `kbench report` does)."""
-    if not paths:
-        raise BadInput("give a run folder or a policy file")
-    first = Path(paths[0])
-    if len(paths) == 1 and first.is_file():
-        pol = load_policy(first)
+    pol, rs = policy_from(paths)
+    if rs is None:
+        first = paths[0]
         cells = [c for g in pol["groups"] for c in g["cells"]]
         if not cells or not any("kernels_us" in c for c in cells):
             raise BadInput(f"{first}: this policy keeps only each case's winner (written before kbench kept every "
                            "kernel's time): pass the run folder, or re-run kbench report on it")
         dev = pol.get("device") if isinstance(pol.get("device"), dict) else {}
         return Source(pol, str(first), "policy", {"name": dev.get("name"), "sm": dev.get("sm")})
-    from kbench.report.policy import build_policy
-    from kbench.report.runs import combine
-    from kbench.runs.winners import case_winners, measured
-
-    rs = combine(list(paths))
-    cases = case_winners(rs.rows)
-    if cases.empty:
-        from kbench.report.build import nothing_to_report  # (imports the plots: only on this path)
-
-        raise BadInput(nothing_to_report(rs.rows, rs.device))
-    pol = build_policy(cases, rs.device, rs.sources(), times=measured(rs.rows))
     return Source(pol, ", ".join(map(str, paths)), "run", dict(rs.device))
 
 

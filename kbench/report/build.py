@@ -29,11 +29,10 @@ from kbench.report import html as html_out
 from kbench.report import markdown as md_out
 from kbench.report import plots, power_states
 from kbench.report.document import build_document
-from kbench.report.policy import REPORT_JSON, build_policy, save_policy
+from kbench.report.policy import REPORT_JSON, build_policy, policy_of, save_policy
 from kbench.report.regret import Regret, holdout_split, regret
 from kbench.report.runs import RunSet, combine
 from kbench.runs.store import Run, now_iso
-from kbench.runs.winners import case_winners, measured
 
 
 @dataclass
@@ -60,27 +59,11 @@ class ReportResult:
         return self.regrets[1] if len(self.regrets) > 1 else None
 
 
-COMMITTED_BASELINE = "results/baselines/h200-draft-extend-kv4096"
 PLOT_GROUPS = 2  # groups whose heatmap and time-vs-q_len plots are drawn by default (plots.plot_groups)
 # REPORT_JSON, written last: what the report wrote, {name: {bytes, sha256}} (kbench.files.record)
 # every name a report writes, plus its *.png plots: an --out folder holding anything else is not replaced
 REPORT_FILES = frozenset({"report.md", "report.html", REPORT_JSON, "policy.json", "policy-holdout.json", "cases.csv",
                           "crossovers.csv", "regret.csv", "power.csv"})
-
-
-def nothing_to_report(rows: pd.DataFrame, device: dict) -> str:
-    """Why a run has no kernel row to report on, with what to try instead (one line)."""
-    kern = rows[rows["path"] != "reference"]
-    counts = kern["status"].value_counts().to_dict()
-    ref_ok = int(((rows["path"] == "reference") & (rows["status"] == "ok")).sum())
-    parts = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no kernel rows"
-    ref = f"; its {ref_ok} ok row(s) are the float32 reference, which is not reported on" if ref_ok else ""
-    if not device.get("sm"):  # a CPU run: the FlashInfer kernels need a CUDA GPU
-        return (f"no row with status ok to report on: this run is from a CPU, where every FlashInfer kernel is "
-                f"skipped ({parts})"
-                f"{ref}; without a GPU, try report, select and gate on the committed H200 baseline: "
-                f"kbench report {COMMITTED_BASELINE}")
-    return f"no row with status ok to report on ({parts}){ref}"
 
 
 def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None, holdout: float | None = None,
@@ -98,11 +81,7 @@ def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None
     if power is not None:
         rs.rows = power_states.of_state(rs.rows, power)
         power = axes.AXIS["power"].parse(power, "--power", "report")[0]
-    cases = case_winners(rs.rows)
-    if cases.empty:
-        raise BadInput(nothing_to_report(rs.rows, rs.device))
-    ok = measured(rs.rows)
-    policy = build_policy(cases, rs.device, rs.sources(), times=ok)
+    policy, cases, ok = policy_of(rs)
     regrets = [regret(policy, ok, cases, "all cases (in-sample)")]
     holdout_policy = None
     if holdout is not None:

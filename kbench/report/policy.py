@@ -71,9 +71,9 @@ from kbench.errors import BadInput
 from kbench.cases.models import heads_text, parse_heads
 from kbench.report.nearest import LOG_AXES, LOOKUP_AXES, answer, index_cells, locate, nearest, upper_edge  # noqa: F401 (re-exported)
 from kbench.report.policy_schema import CLASSIC, POLICY_SCHEMA, check
-from kbench.report.runs import GROUP_COLUMNS, group_label
+from kbench.report.runs import GROUP_COLUMNS, RunSet, combine, group_label, nothing_to_report
 from kbench.runs.store import now_iso
-from kbench.runs.winners import TIE
+from kbench.runs.winners import TIE, case_winners, measured
 
 # older schemas still read, and how: /1 predates the realistic-batch axes, so its groups are idealised batches
 READ_AS_CURRENT = {"kbench.policy/1": {a.name: a.default for a in axes.axes_with(axes.REALISTIC)}}
@@ -184,6 +184,27 @@ def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], hold
 
 # ---- save / load -----------------------------------------------------------------------------------------
 REPORT_JSON = "report.json"  # what a report folder's files are (kbench.report.build writes it last)
+
+
+def policy_of(rs: RunSet) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """The policy `kbench report` writes for a set of runs, with the case winners and measured rows it came from;
+    BadInput saying why when no kernel row is ok (e.g. a CPU run)."""
+    cases = case_winners(rs.rows)
+    if cases.empty:
+        raise BadInput(nothing_to_report(rs.rows, rs.device))
+    ok = measured(rs.rows)
+    return build_policy(cases, rs.device, rs.sources(), times=ok), cases, ok
+
+
+def policy_from(paths: list[str | Path]) -> tuple[dict, RunSet | None]:
+    """A policy and the runs it was built from: one policy file (from `kbench report`; runs None), or one or more
+    run folders, whose policy is built as `kbench report` builds it."""
+    if not paths:
+        raise BadInput("give a run folder or a policy file")
+    if len(paths) == 1 and Path(paths[0]).is_file():
+        return load_policy(paths[0]), None
+    rs = combine(list(paths))
+    return policy_of(rs)[0], rs
 
 
 def save_policy(policy: dict, path: str | Path) -> Path:

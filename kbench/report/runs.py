@@ -96,3 +96,21 @@ def combine(runs: list[Run | str | Path]) -> RunSet:
         return next((float(b) for b in reversed(vals) if isinstance(b, (int, float)) and b > 0), None)
 
     return RunSet(loaded, rows, _device(loaded[-1]), last("copy_bandwidth_gbs"), last("read_bandwidth_gbs"))
+
+
+COMMITTED_BASELINE = "results/baselines/h200-draft-extend-kv4096"
+
+
+def nothing_to_report(rows: pd.DataFrame, device: dict) -> str:
+    """Why a run has no kernel row to report on, with what to try instead (one line)."""
+    kern = rows[rows["path"] != "reference"]
+    counts = kern["status"].value_counts().to_dict()
+    ref_ok = int(((rows["path"] == "reference") & (rows["status"] == "ok")).sum())
+    parts = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no kernel rows"
+    ref = f"; its {ref_ok} ok row(s) are the float32 reference, which is not reported on" if ref_ok else ""
+    if not device.get("sm"):  # a CPU run: the FlashInfer kernels need a CUDA GPU
+        return (f"no row with status ok to report on: this run is from a CPU, where every FlashInfer kernel is "
+                f"skipped ({parts})"
+                f"{ref}; without a GPU, try report, select and gate on the committed H200 baseline: "
+                f"kbench report {COMMITTED_BASELINE}")
+    return f"no row with status ok to report on ({parts}){ref}"
