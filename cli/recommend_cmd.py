@@ -266,4 +266,6 @@ def export_cmd(source, fmt, out):
 
     policy = policy_from([source])[0]
     path = export_policy(policy, str(source), out, fmt)
-    click.echo(f"wrote {path}: {summary(policy)}; try: python {path} BATCH_SIZE Q_LEN KV_LEN")
+    filters = " [--FILTER VALUE ...]" if len(policy["groups"]) > 1 else ""
+    click.echo(f"wrote {path}: {summary(policy)}; try: python {path} BATCH_SIZE Q_LEN KV_LEN{filters} (--help: the "
+               f"filters)")

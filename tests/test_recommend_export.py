@@ -107,7 +107,7 @@ def test_exported_file_needs_only_the_standard_library(exported):
                        cwd=path.parent)
     assert r.returncode == 0 and r.stdout.strip() in ("trtllm-decode", "fa2-prefill", "decode-wrapper"), r.stderr
     r = subprocess.run([sys.executable, "-I", "-S", str(path), "4096", "4", "4096"], capture_output=True, text=True)
-    assert r.returncode == 1 and "outside the measured range" in r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "outside the measured range" in r.stderr
 
 
 def test_groups_are_picked_by_filters_as_select_picks_them(tmp_path):
@@ -123,6 +123,20 @@ def test_groups_are_picked_by_filters_as_select_picks_them(tmp_path):
         got = answer(mod.lookup, 8, 4, 2000, **filters)
         assert (got == want) if not isinstance(want, tuple) else isinstance(got, tuple), (filters, want, got)
     assert isinstance(answer(mod.lookup, 8, 4, 2000), tuple)  # three groups: filters needed, as in select
+    # ... and on its command line: the filters as options, select's exit codes
+    def run(*args):
+        return subprocess.run([sys.executable, "-I", "-S", str(out), *map(str, args)], capture_output=True, text=True)
+
+    r = run(8, 4, 2000, "--heads", "8/1/128")
+    assert r.returncode == 0 and r.stdout.strip() == lookup(policy, 8, 4, 2000, heads="8/1/128")["kernel"], r.stderr
+    r = run(8, 4, 2000, "--kv-dist", "lognormal:1.0", "--heads", "32/8/128")
+    assert r.returncode == 0 and r.stdout.strip() == lookup(policy, 8, 4, 2000, kv_dist="lognormal:1.0",
+                                                            heads="32/8/128")["kernel"], r.stderr
+    r = run(8, 4, 2000)
+    assert r.returncode == 2 and r.stderr.startswith("error: 3 groups match") and r.stderr.count("\n") == 1
+    assert run(8, "x", 2000).returncode == 2 and run(8, 4, 2000, "--color", "red").returncode == 2
+    r = run("--help")
+    assert r.returncode == 0 and "--kv-dist VALUE" in r.stdout and "lognormal:1.0" in r.stdout
     with pytest.raises(ValueError, match="unknown filter"):
         mod.select(8, 4, 2000, color="red")
 

@@ -107,16 +107,33 @@ def select(batch_size, q_len, kv_len, extrapolate=False, **filters):
     return lookup(batch_size, q_len, kv_len, extrapolate, **filters)["kernel"]
 
 
-if __name__ == "__main__":
+def main(argv=None):
+    """The command line: python THIS_FILE BATCH_SIZE Q_LEN KV_LEN [--extrapolate] [--FILTER VALUE ...]; prints the
+    kernel (exit 0), or one line `error: ...` (exit 2, as kbench select)."""
+    import argparse
     import sys
 
-    args = [a for a in sys.argv[1:] if a != "--extrapolate"]
-    if len(args) != 3 or not all(a.isdigit() for a in args):
-        sys.exit(f"usage: python {{sys.argv[0]}} BATCH_SIZE Q_LEN KV_LEN [--extrapolate]")
+    p = argparse.ArgumentParser(description="The attention kernel for one shape, from kbench's policy (see the "
+                                "module docstring).", epilog="Filters choose the group when the policy has several.")
+    for name in ("batch_size", "q_len", "kv_len"):
+        p.add_argument(name, type=int, metavar=name.upper())
+    p.add_argument("--extrapolate", action="store_true", help="outside the measured range: clamp to its edge")
+    for f in FILTERS:
+        have = sorted({{str(g.get(f)) for g in GROUPS if g.get(f) is not None}})
+        p.add_argument("--" + f.replace("_", "-"), dest=f, metavar="VALUE",
+                       help=f"group filter; the policy has: {{', '.join(have) or '-'}}")
+    a = vars(p.parse_args(argv))  # usage errors: argparse's message, exit 2
+    shape = [a.pop(n) for n in ("batch_size", "q_len", "kv_len")]
+    extrapolate = a.pop("extrapolate")
     try:
-        print(select(*map(int, args), extrapolate="--extrapolate" in sys.argv[1:]))
+        print(select(*shape, extrapolate=extrapolate, **a))
     except ValueError as e:
-        sys.exit(f"error: {{e}}")
+        print(f"error: {{e}}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
 '''
 
 
