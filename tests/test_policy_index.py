@@ -37,8 +37,13 @@ def scan_every_cell(policy, batch_size, q_len, kv_len, extrapolate=False, **grou
         used = min(cells, key=lambda c: (distance(c, point), c["batch_size"], c["kv_len"], c["q_len"]))
         how = "nearest-available"
     exact = all(used[ax] == query[ax] for ax in LOOKUP_AXES)
-    brackets = {ax: bracket(grid[ax], point[ax]) for ax in LOOKUP_AXES}
-    neighbours = [c for c in cells if all(c[ax] in brackets[ax] for ax in LOOKUP_AXES)]
+    brackets = {ax: bracket(grid[ax], point[ax]) for ax in ("batch_size", "kv_len")}
+    # q_len bracketed among the q values measured at the cell's own (batch_size, kv_len)
+    measured_q = {}
+    for c in cells:
+        measured_q.setdefault((c["batch_size"], c["kv_len"]), []).append(c["q_len"])
+    neighbours = [c for c in cells if c["batch_size"] in brackets["batch_size"] and c["kv_len"] in brackets["kv_len"]
+                  and c["q_len"] in bracket(measured_q[(c["batch_size"], c["kv_len"])], point["q_len"])]
     if not exact and used not in neighbours:
         neighbours.append(used)
     return {"query": query, "group": g.get("label") or group_label(g), "power": g.get("power", "unthrottled"),

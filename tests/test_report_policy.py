@@ -408,3 +408,22 @@ def test_every_committed_baseline_reports_a_policy_select_and_export_read(tmp_pa
     assert json.loads(r.output)["kernel"] == lookup(pol, 16, 4, 4096, power="unthrottled")["kernel"]
     r = cli("export", f, "--out", tmp_path / "sel.py")
     assert r.exit_code == 0 and (tmp_path / "sel.py").exists(), r.output
+
+
+def test_neighbours_bracket_the_q_values_measured_at_that_batch_and_kv():
+    # an adaptive sweep measured q 13 at bs 64 only: at bs 16 the q 13 query's neighbours are q 9 and q 16 there
+    # (before, the grid's 13 bracketed alone and q 9's different kernel went unseen: "neighbours agree")
+    from kbench.report.nearest import locate
+
+    def cell(bs, q, kernel):
+        return {"batch_size": bs, "q_len": q, "kv_len": 4096, "kernel": kernel, "path": "x"}
+
+    cells = [cell(16, 1, "xqa"), cell(16, 9, "fa2"), cell(16, 16, "xqa"), cell(64, 13, "fa2")]
+    grid = {"batch_size": [16, 64], "q_len": [1, 9, 13, 16], "kv_len": [4096]}
+    got = locate(grid, cells, 16, 13, 4096)
+    assert got["used"] == {"batch_size": 16, "kv_len": 4096, "q_len": 16}
+    assert [(n["q_len"], n["kernel"]) for n in got["neighbours"]] == [(9, "fa2"), (16, "xqa")]
+    assert got["neighbours_agree"] is False
+    # a measured point still has no neighbours; a point between two measured q values brackets them
+    assert locate(grid, cells, 16, 9, 4096)["neighbours"] == []
+    assert [n["q_len"] for n in locate(grid, cells, 16, 5, 4096)["neighbours"]] == [1, 9]

@@ -91,9 +91,14 @@ def locate(grid, cells, batch_size, q_len, kv_len, extrapolate=False, error=Valu
         used = min(cells, key=lambda c: (distance(c, point), c["batch_size"], c["kv_len"], c["q_len"]))
         how = "nearest-available"
     exact = all(used[ax] == query[ax] for ax in LOOKUP_AXES)
-    brackets = {ax: bracket(grid[ax], point[ax]) for ax in LOOKUP_AXES}
-    near = [(i, c) for b in brackets["batch_size"] for k in brackets["kv_len"] for i, c in index.get((b, k), [])
-            if c["q_len"] in brackets["q_len"]]
+    # the bracketing cells: at each bracketing (batch_size, kv_len), the q values measured there on either side
+    # (an adaptive sweep's grid holds q values that not every (batch_size, kv_len) measured)
+    near = []
+    for b in bracket(grid["batch_size"], point["batch_size"]):
+        for k in bracket(grid["kv_len"], point["kv_len"]):
+            at = index.get((b, k), [])
+            qs = bracket([c["q_len"] for _, c in at], point["q_len"]) if at else []
+            near += [(i, c) for i, c in at if c["q_len"] in qs]
     neighbours = [c for _, c in sorted(near, key=lambda ic: ic[0])]  # in the order of cells
     if not exact and used not in neighbours:
         neighbours.append(used)
