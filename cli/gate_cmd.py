@@ -160,15 +160,17 @@ def noise_line(res) -> str:
 def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignore_winner_change, allow_missing,
          force, show_all, max_rows, **files):
     from kbench.gate import parse_threshold, run_gate
-    from kbench.gate.export import export
+    from kbench.gate.export import check_paths, export
     from kbench.runs.outputs import distinct_outputs
 
-    distinct_outputs({f"--{name.removesuffix('_file')}": path for name, path in files.items()}, [baseline, candidate])
+    outputs = {name.removesuffix("_file"): path for name, path in files.items()}
+    distinct_outputs({f"--{name}": path for name, path in outputs.items()}, [baseline, candidate])
+    check_paths(outputs)  # every report writable before the gate judges: none written when one cannot be
     res = run_gate(baseline, candidate, threshold=parse_threshold(threshold), alpha=alpha,
                    ignore_winner_change=ignore_winner_change, allow_missing=allow_missing, force=force,
                    run_spread_k=run_spread_k, noise_floor=parse_threshold(noise_floor, "--noise-floor"))
     render(res, make_console(), show_all, max_rows)
-    export(res, {name.removesuffix("_file"): path for name, path in files.items()})  # markdown: $GITHUB_STEP_SUMMARY too
+    export(res, outputs)  # markdown: $GITHUB_STEP_SUMMARY too
     sys.exit(res.exit_code)
 
 

@@ -156,3 +156,25 @@ def test_markdown_lists_at_most_rows_max_rows_a_table(tmp_path, monkeypatch):
     failures = md.read_text().split("### Failures")[1].split("###")[0]
     assert failures.count("| regression |") == 1 and "... and 1 more rows" in failures
     assert json.loads(js.read_text())["counts"]["regression"] == 2
+
+
+def test_no_report_is_written_when_another_cannot_be(tmp_path):
+    # every output is checked before the gate judges: a bad --json does not come after --markdown and --junit
+    # were written, and a $GITHUB_STEP_SUMMARY that cannot be appended to is one line too
+    base = write_run(tmp_path / "base", sweep_rows(seed=1))
+    md, xml = tmp_path / "new.md", tmp_path / "new.xml"
+    res = gate_cli("--baseline", base, "--candidate", base, "--markdown", md, "--junit", xml,
+                   "--json", tmp_path / "nonexist" / "g.json")
+    assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
+        f"error: cannot write {tmp_path / 'nonexist' / 'g.json'} (--json): its folder {tmp_path / 'nonexist'} "
+        f"does not exist"]
+    assert not md.exists() and not xml.exists() and "PASS" not in res.output
+    res = gate_cli("--baseline", base, "--candidate", base, "--markdown", md, "--json", tmp_path)
+    assert res.exit_code == 2 and "is a directory" in res.stderr and "--json" in res.stderr and not md.exists()
+    res = gate_cli("--baseline", base, "--candidate", base, "--markdown", md,
+                   env={"GITHUB_STEP_SUMMARY": str(tmp_path / "gone" / "summary.md")})
+    assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
+        f"error: GITHUB_STEP_SUMMARY {tmp_path / 'gone' / 'summary.md'}: its folder {tmp_path / 'gone'} does not exist"]
+    assert not md.exists()
+    res = gate_cli("--baseline", base, "--candidate", base, "--markdown", md, "--json", "/dev/null")
+    assert res.exit_code == 0 and md.exists()  # a device is a stream: fine

@@ -33,6 +33,20 @@ def formats() -> tuple[Exporter, ...]:
     )
 
 
+def check_paths(paths: dict[str, str | Path | None]) -> None:
+    """Every asked-for output can be written, and $GITHUB_STEP_SUMMARY (where set) appended to: BadInput before
+    the gate judges, so no report is written when another cannot be."""
+    import os
+
+    from kbench.runs.outputs import appendable_file, writable_file
+
+    for ex in formats():
+        if paths.get(ex.name) is not None:
+            writable_file(paths[ex.name], f"--{ex.name}")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        appendable_file(os.environ["GITHUB_STEP_SUMMARY"], "GITHUB_STEP_SUMMARY")
+
+
 def export(res: GateResult, paths: dict[str, str | Path | None]) -> None:
     """Write every asked-for format; a file that cannot be written is one BadInput line."""
     try:

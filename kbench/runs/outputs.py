@@ -42,6 +42,44 @@ def writable_dir(path: str | os.PathLike | None, option: str, create: bool = Tru
     return p
 
 
+def writable_file(path: str | os.PathLike, option: str) -> None:
+    """BadInput naming ``option`` when no file can be written at ``path`` (a folder, a read-only or missing
+    place): checked before a command works, so that a bad third output is not found after two were written. A
+    device or FIFO (/dev/stdout) is a stream and passes; a file is replaced by a rename, so its folder must take
+    a new file."""
+    from kbench.runs.atomic import named_destination
+
+    if path is None or not str(path).strip():
+        raise BadInput(f"{option}: an empty path; give a file name")
+    try:
+        dest, stream = named_destination(path)
+    except BadInput as e:
+        raise BadInput(f"{e} ({option})") from None
+    if stream:
+        return
+    folder = dest.parent
+    if not folder.is_dir():
+        raise BadInput(f"cannot write {path} ({option}): its folder {folder} does not exist")
+    try:
+        writable_dir(folder, option, create=False)
+    except BadInput:
+        raise BadInput(f"cannot write {path} ({option}): its folder {folder} takes no new file") from None
+
+
+def appendable_file(path: str | os.PathLike, what: str) -> None:
+    """BadInput when ``path`` cannot be appended to (a file a command adds to, as $GITHUB_STEP_SUMMARY)."""
+    p = Path(path)
+    if p.exists():
+        if p.is_dir():
+            raise BadInput(f"{what} {path}: a folder, not a file to append to")
+        if not os.access(p, os.W_OK):
+            raise BadInput(f"{what} {path}: cannot append to it (permission denied)")
+    elif not p.parent.is_dir():
+        raise BadInput(f"{what} {path}: its folder {p.parent} does not exist")
+    elif not os.access(p.parent, os.W_OK):
+        raise BadInput(f"{what} {path}: cannot create it (permission denied)")
+
+
 def _real(p: str | os.PathLike) -> str:
     return os.path.realpath(os.path.expanduser(str(p)))
 
