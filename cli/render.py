@@ -212,9 +212,10 @@ def cpu_sweep_warning(n_cases: int, timing) -> str | None:
             f"--batch-size/--q-len/--kv-len, or lower --budget")
 
 
-def sweep_header(console: Console, sc, n_cases: int) -> None:
-    console.print(f"[bold]{sc.name}[/]: {n_cases} cases x {len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels "
-                  f"({sc.source})")
+def sweep_header(console: Console, sc, n_cases: int, shard: tuple[int, int] | None = None) -> None:
+    cases = f"{n_cases} of {len(sc.cases())} cases (shard {shard[0]}/{shard[1]})" if shard else f"{n_cases} cases"
+    console.print(f"[bold]{sc.name}[/]: {cases} x "
+                  f"{len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels ({sc.source})")
     long_cpu = cpu_sweep_warning(n_cases, sc.timing)
     if long_cpu:
         console.print(f"[yellow]{long_cpu}[/]")

@@ -97,7 +97,7 @@ def sweep(**params):
     else:
         sc = checked.scenario
         runner = Sweep(sc, checked.options)  # refuses bad --slow-kernel names before anything is printed
-        sweep_header(console, sc, len(checked.plan.cases()))
+        sweep_header(console, sc, len(checked.plan.cases()), checked.options.shard)
         with terminate_as_interrupt() as stop, RichSweepObserver(console) as obs:
             runner.obs = obs
             result = runner.run(checked.plan)
@@ -133,8 +133,8 @@ def _sweep_on_devices(console, request: SweepRequest, checked) -> int:
 
 
 @click.command("merge", epilog=examples(
-    "kbench merge results/quick-shard0-20261203-101500 results/quick-shard1-20261203-101502",
-    "kbench merge results/draft-extend-shard*-2026* --name draft-extend-h200 --out results"))
+    "kbench merge results/quick-20261203-101500 results/quick-20261203-101502   # two --shard i/2 runs",
+    "kbench merge runs/de-shard*-* --name draft-extend-h200 --out results   # runs named --name de-shard<i>"))
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out_dir", default="results", show_default=True,
               type=OutputPath("results", "folder"), help="Folder that receives the merged run folder.")

@@ -86,11 +86,54 @@ def test_slurm_array_with_a_dependent_merge():
             slurm = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "8"}
             commands.setdefault(argv[0], []).append(check(argv, slurm))
     assert sorted(commands) == ["merge", "prebuild", "report", "sweep"]
-    assert commands["sweep"][0]["shard"] == "auto"
+    resume, sweep = commands["sweep"]  # a task that runs again resumes its own run, else it starts its slice
+    assert resume["resume"] and not resume["shard"] and sweep["shard"] == "auto"
     # the merge depends on the whole array, the array on the prebuild, and the array is a range (--shard auto)
-    assert re.search(r"--dependency=afterok:\"\$arr\" merge\.sbatch", submit)
+    assert re.search(r"--dependency=afterok:\"\$arr\" --export=ALL,ARRAY_JOB_ID=\"\$arr\" merge\.sbatch", submit)
     assert re.search(r"--dependency=afterok:\"\$pre\" --array=0-", submit)
     assert "#SBATCH --gres=gpu:1" in (folder / "sweep-array.sbatch").read_text()
+
+
+def test_slurm_scripts_run_twice_with_a_requeued_task_and_merge_each_submission(tmp_path):
+    # the array's and the merge's scripts as Slurm runs them (a tiny CPU grid): two submissions, one task of the
+    # first run again (a requeue). Each merge joins its own submission's slices, once each (before, the second
+    # merge met the first's folders too: "the same shard appears twice")
+    import os
+    import sys
+
+    folder = EX / "slurm"
+    # the scripts' venv: kbench itself, except `kbench report`, which has no kernel row to report on from a CPU
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    real = Path(sys.prefix) / "bin" / "kbench"
+    (venv / "bin" / "kbench").write_text(f'#!/bin/bash\nif [ "$1" = report ]; then test -f "$2/manifest.json" && '
+                                         f'echo "report of $2"; exit $?; fi\nexec {real} "$@"\n')
+    (venv / "bin" / "kbench").chmod(0o755)
+    (venv / "bin" / "activate").write_text(f'export PATH="{venv / "bin"}:$PATH"\n')
+    out_dir = tmp_path / "out"
+    env = {**os.environ, "KBENCH_VENV": str(venv), "OUT": str(out_dir), "NAME": "de",
+           "GRID": "--scenario quick -b 1 -q 1,2,4 -k 64 --budget 0.02 --kernels reference"}
+
+    def sbatch(script, **var):
+        r = subprocess.run(["bash", str(folder / script)], env={**env, **var}, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, (script, var, r.stdout[-2000:], r.stderr[-2000:])
+        return r.stdout
+
+    def task(job, i, n=2):
+        return sbatch("sweep-array.sbatch", SLURM_ARRAY_JOB_ID=job, SLURM_ARRAY_TASK_ID=str(i),
+                      SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_MAX=str(n - 1), SLURM_ARRAY_TASK_COUNT=str(n))
+
+    for job in ("101", "202"):
+        task(job, 0)
+        task(job, 1)
+        if job == "101":
+            assert "nothing to resume" in task(job, 0)  # requeued after it finished: its own run, untouched
+        out = sbatch("merge.sbatch", ARRAY_JOB_ID=job)
+        assert f"merged run: {out_dir}/de-{job}/de-2" in out and "report of" in out
+    for job in ("101", "202"):
+        runs = sorted(p.name for p in (out_dir / f"de-{job}").iterdir())
+        assert [r.split("-2")[0] for r in runs] == ["de", "de-shard0", "de-shard1"], runs
 
 
 def k8s_containers(doc: dict) -> list[dict]:
@@ -113,13 +156,15 @@ def test_kubernetes_indexed_job_and_merge():
             for argv in kbench_commands(c["args"][0], env):
                 commands.setdefault(argv[0], []).append((doc, check(argv, {"JOB_COMPLETION_INDEX": "3"})))
     assert sorted(commands) == ["merge", "prebuild", "report", "sweep"]
-    (sweep_doc, sweep), = commands["sweep"]
+    (_, resume), (sweep_doc, sweep) = commands["sweep"]  # a retried pod resumes its index's run
+    assert resume["resume"] and not resume["shard"]
     spec = sweep_doc["spec"]
     assert spec["completionMode"] == "Indexed"
     assert sweep["shard"] == f"auto/{spec['completions']}"  # the count the pod is not told
     run = (folder / "run.sh").read_text()
     bash_syntax(run)
-    order = [run.index(f"-f {f}") for f in ("prebuild-job.yaml", "sweep-job.yaml", "merge-job.yaml")]
+    order = [run.index(f) for f in ("prebuild-job.yaml", "sweep-job.yaml", "merge-job.yaml")]
+    assert "with_run_id sweep-job.yaml | kubectl apply -f -" in run and "with_run_id merge-job.yaml" in run
     assert order == sorted(order) and "kubectl wait --for=condition=complete --timeout=6h job/kbench-sweep" in run
 
 

@@ -10,8 +10,10 @@ from kbench.cases.models import MODELS
 from kbench.cases.scenario import Scenario
 
 
-def slurm(task, first, count, step=None):
+def slurm(task, first, count, step=None, last=None):
+    """A Slurm array task's variables; MAX as Slurm sets it for a range (last: another, as a list array gives)."""
     env = {"SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_MIN": str(first), "SLURM_ARRAY_TASK_COUNT": str(count),
+           "SLURM_ARRAY_TASK_MAX": str(first + (count - 1) * (step or 1) if last is None else last),
            "SLURM_ARRAY_JOB_ID": "77", "SLURM_JOB_ID": "78"}
     if step is not None:
         env["SLURM_ARRAY_TASK_STEP"] = str(step)
@@ -41,10 +43,13 @@ def test_slurm_without_step_variable_is_step_1():
 
 
 @pytest.mark.parametrize("env,text,msg", [
-    (slurm(9, 1, 3), "auto", "not MIN \\+ k\\*STEP"),  # --array=1,4,9: no range numbering
+    (slurm(9, 1, 3, last=9), "auto", "not a range"),  # --array=1,4,9: no range numbering, in every task ...
+    (slurm(1, 1, 3, step=1, last=9), "auto", "not a range"),  # ... the first one too (it used to run slice 0/3)
+    ({k: v for k, v in slurm(9, 1, 3).items() if k != "SLURM_ARRAY_TASK_MAX"}, "auto", "not MIN \\+ k\\*STEP"),
     (slurm(2, 3, 4), "auto", "not MIN"),
     (slurm(1, 0, 4), "auto/8", "has 4 tasks"),
     ({**slurm(1, 0, 4), "SLURM_ARRAY_TASK_COUNT": "four"}, "auto", "not a task number"),
+    ({k: v for k, v in slurm(1, 0, 4).items() if k != "SLURM_ARRAY_TASK_MIN"}, "auto", "SLURM_ARRAY_TASK_MIN is not set"),
     ({"JOB_COMPLETION_INDEX": "3"}, "auto", "give it as --shard auto/N"),
     ({"JOB_COMPLETION_INDEX": "4"}, "auto/4", "not below 4"),
     ({"JOB_COMPLETION_INDEX": "x"}, "auto/4", "not a task number"),
@@ -80,6 +85,7 @@ def test_sweep_shard_auto_records_the_resolved_slice(tmp_path, monkeypatch):
 
     (run,) = tmp_path.glob("quick-*")
     assert json.loads((run / "manifest.json").read_text())["shard"] == {"index": 2, "count": 3}
+    assert r.output.startswith("quick: 1 of 3 cases (shard 2/3) x 1 kernels")  # which slice this task took
     monkeypatch.delenv("SLURM_ARRAY_TASK_ID")
     r = CliRunner().invoke(cli, ["sweep", "-s", "quick", "--shard", "auto", "--out", str(tmp_path)])
     assert r.exit_code == 2 and r.output.startswith("error: --shard auto: no Slurm array") and len(

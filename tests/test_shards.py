@@ -70,8 +70,9 @@ def test_merge_refuses_mismatched_manifests(tmp_path):
     (c / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(BadInput, match="GPU"):
         merge_runs([a, c], tmp_path)
-    with pytest.raises(BadInput, match="twice"):
+    with pytest.raises(BadInput, match="twice") as e:
         merge_runs([a, a], tmp_path)
+    assert str(e.value).startswith(f"cannot merge: shard 0/2 appears twice ({a} and {a})")  # which, and where
     r = CliRunner().invoke(cli, ["merge", str(a), str(b), "--out", str(tmp_path)])
     assert r.exit_code == 2 and "Traceback" not in r.output
 

@@ -24,6 +24,8 @@ def parse_shard(text: str, env: Mapping[str, str] | None = None) -> tuple[int, i
 
 
 def _int(env: Mapping[str, str], name: str, text: str) -> int:
+    if name not in env:
+        raise BadInput(f"--shard {text}: {name} is not set (the scheduler sets it for each task)")
     v = env.get(name, "").strip()
     if not v.isdecimal():
         raise BadInput(f"--shard {text}: {name}={env.get(name)!r} is not a task number")
@@ -33,7 +35,7 @@ def _int(env: Mapping[str, str], name: str, text: str) -> int:
 def auto_shard(text: str, env: Mapping[str, str]) -> tuple[int, int]:
     """A Slurm array task: (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN) / SLURM_ARRAY_TASK_STEP of
     SLURM_ARRAY_TASK_COUNT tasks (so --array=1-8 and --array=0-14:2 both give 0..N-1; a list such as --array=1,4,9
-    has no such numbering and is refused). A Kubernetes Indexed Job: JOB_COMPLETION_INDEX of N, N given as
+    has no such numbering and is refused, in every task: SLURM_ARRAY_TASK_MAX is not MIN + (COUNT-1)*STEP). A Kubernetes Indexed Job: JOB_COMPLETION_INDEX of N, N given as
     `auto/N` (the Job's completions: the pod is not told). `auto/N` under Slurm must agree with the array."""
     _, sep, count = text.partition("/")
     if sep and (not count.strip().isdecimal() or int(count) < 1):
@@ -43,6 +45,10 @@ def auto_shard(text: str, env: Mapping[str, str]) -> tuple[int, int]:
         task, first, n = (_int(env, v, text) for v in SLURM)
         step = _int(env, "SLURM_ARRAY_TASK_STEP", text) if env.get("SLURM_ARRAY_TASK_STEP") else 1
         k, off = divmod(task - first, max(step, 1))
+        last = _int(env, "SLURM_ARRAY_TASK_MAX", text) if env.get("SLURM_ARRAY_TASK_MAX") else None
+        if last is not None and last != first + (n - 1) * max(step, 1):  # a list (--array=1,4,9): no k*STEP numbering
+            raise BadInput(f"--shard {text}: the Slurm array is not a range (MIN {first}, MAX {last}, COUNT {n}, STEP "
+                           f"{step}: a list such as --array=1,4,9); submit it as a range, e.g. --array=0-{n - 1}")
         if task < first or off or k >= n:
             raise BadInput(f"--shard {text}: Slurm array task {task} is not MIN + k*STEP for k < COUNT ({first}, "
                            f"{step}, {n}): submit the array as a range, e.g. --array=0-{n - 1}")

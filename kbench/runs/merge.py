@@ -18,9 +18,14 @@ def check_compatible(runs: list[Run]) -> None:
     counts = {s["count"] for s in shards if s}
     if len(counts) > 1:
         raise BadInput(f"cannot merge: shard counts differ ({sorted(counts)})")
-    idx = [s["index"] for s in shards if s]
-    if len(idx) != len(set(idx)):
-        raise BadInput("cannot merge: the same shard appears twice")
+    seen: dict[int, str] = {}
+    for r, s in zip(runs, shards):
+        if s and s["index"] in seen:
+            raise BadInput(f"cannot merge: shard {s['index']}/{s['count']} appears twice ({seen[s['index']]} and "
+                           f"{r.path}): keep one run per shard (an earlier submission's or a retried task's run is "
+                           f"the other)")
+        if s:
+            seen[s["index"]] = str(r.path)
 
 
 def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: str | None = None,
