@@ -191,7 +191,9 @@ def baseline(runs, name, root, force, allow_partial):
     """Write or refresh the baseline NAME from RUN (rows and manifest), meant to be committed.
 
     \b
-    With several runs of the same scenario on the same GPU (refused otherwise, exit 2), each row keeps
+    With several runs of the same scenario (name, model, heads), GPU, timer and --slow-kernel (refused
+    otherwise, exit 2; their grids may differ: a row some runs lack is kept with a warning, its runs column
+    saying how many measured it), each row keeps
     median_us = the median of the per-run medians, run_medians_us, runs (how many runs measured it ok),
     run_spread = (max - min) / median of the per-run medians, and the runs' samples pooled. The gate
     widens its band by run_spread: band = max(threshold, K * run_noise, run_spread), see kbench gate --help.
