@@ -274,8 +274,8 @@ def sweep_summary(console: Console, result, stop, allow_wrong: bool, max_table_c
                       f"its worker instead)[/]")
         return 1
     if result.status == "interrupted":
-        console.print(f"[yellow]interrupted ({stop.reason}): rows so far are kept; finish with "
-                      f"kbench sweep --resume {result.run_dir}[/]")
+        click.echo(f"error: {stop.reason}; {len(rows)} row(s) kept in {result.run_dir}; finish with: "
+                   f"kbench sweep --resume {result.run_dir}", err=True)
         return stop.exit_code
     bad = rows[rows["status"] == "wrong"]
     if len(bad):

@@ -56,8 +56,9 @@ def test_sigterm_ends_a_sweep_like_ctrl_c(tmp_path):
 
     out = signal_when(p, a_row_written, signal.SIGTERM, wait_s=120)
     assert p.returncode == 143, out[-2000:]
-    assert "interrupted (stopped by SIGTERM)" in out and "--resume" in out
     run = runs[0]
+    n = len(load_run(run).rows)
+    assert f"error: stopped by SIGTERM; {n} row(s) kept in {run}; finish with: kbench sweep --resume {run}" in out
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "interrupted" and m["stopped_by"] == "stopped by SIGTERM"
     assert (run / "rows.parquet").exists() and (run / "rows.csv").exists()
@@ -110,7 +111,7 @@ def test_sigint_in_a_real_process_keeps_rows(fake, tmp_path):
                        "1,2", "--input-len", "8", "--output-len", "2", "--out", str(out))
     output = signal_when(p, lambda: len(fake.seen("/generate")) >= 2, signal.SIGINT)
     assert p.returncode == 130, output
-    assert "interrupted; 1 row(s) kept" in output
+    assert "error: stopped by SIGINT; 1 row(s) kept in" in output
     (run_dir,) = out.iterdir()
     run = load_run(run_dir)
     assert run.manifest["status"] == "interrupted" and run.rows["case_id"].tolist() == ["bs1-in8-out2"]

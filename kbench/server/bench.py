@@ -217,9 +217,8 @@ class ServerBenchInterrupted(KbenchError):
 
         self.signum = signum or _signal.SIGINT
         self.exit_code = 128 + int(self.signum)
-        super().__init__(f"interrupted; {len(result.rows)} row(s) kept in {result.run_dir} (stopped by "
-                         f"{_signal.Signals(self.signum).name}); finish it with: "
-                         f"kbench server-bench --resume {result.run_dir}")
+        super().__init__(f"stopped by {_signal.Signals(self.signum).name}; {len(result.rows)} row(s) kept in "
+                         f"{result.run_dir}; finish with: kbench server-bench --resume {result.run_dir}")
         self.result = result
 
 
