@@ -29,6 +29,9 @@ COMMANDS = {
 }
 
 
+_NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2 raises it for a bare group
+
+
 class KbenchGroup(click.Group):
     """Lazy commands; kbench's own errors, file-system errors and click's usage errors as one line and
     their exit code (2 for bad input), never a traceback."""
@@ -71,6 +74,9 @@ class KbenchGroup(click.Group):
     def _standalone(self, args, prog_name, complete_var, **extra):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS as e:  # a bare `kbench`: the help, as --help prints it (not an error line made of it)
+            click.echo(e.ctx.get_help())
+            sys.exit(0)
         except click.UsageError as e:  # unknown option, missing argument, bad choice: one line, exit 2
             where = e.ctx.command_path if e.ctx is not None else (prog_name or "kbench")
             click.echo(f"error: {e.format_message()} (see {where} --help)", err=True)

@@ -28,6 +28,14 @@ def test_top_level_help_lists_every_command_without_loading_torch():
         assert f"  {name} " in out
 
 
+def test_a_bare_kbench_prints_the_help_and_exits_0():
+    # not "error: Usage: ..." on stderr with exit 2 (click >= 8.2 raises the help as a usage error)
+    bare = subprocess.run([sys.executable, "-m", "kbench.cli.main"], capture_output=True, text=True)
+    helped = subprocess.run([sys.executable, "-m", "kbench.cli.main", "--help"], capture_output=True, text=True)
+    assert bare.returncode == 0 and bare.stderr == "" and bare.stdout == helped.stdout
+    assert bare.stdout.startswith("Usage: kbench [OPTIONS] COMMAND")
+
+
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_listed_help_matches_the_command(name):
     import importlib
