@@ -478,8 +478,10 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
         n_ref = int(((base.rows["path"] == "reference") & (base.rows["status"] == "ok")).sum())
         if n_ref:
             warnings.append(f"{n_ref} ok reference row(s) are not gated (the float32 oracle, timed only on a "
-                            f"CPU); a CPU run has no kernel rows to gate: try the committed H200 baseline, e.g. "
-                            f"kbench gate --baseline results/baselines/h200-draft-extend-kv4096 --candidate RUN")
+                            f"CPU); a CPU run has no kernel rows to gate: the gate wants two runs of one GPU, e.g. the "
+                            f"committed H200 ones: kbench gate --baseline results/baselines/"
+                            f"h200-power-both-kv4096-sweep1 --candidate results/baselines/"
+                            f"h200-power-both-kv4096-sweep2 --noise-floor 1%")
     noise = run_noise_of(base_recs, noise_floor)
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
                         run_spread_k)
