@@ -60,8 +60,9 @@ def kernels_cmd(models, as_json):
 @click.option("--no-bandwidth", is_flag=True, help="Skip the copy and read bandwidth measurements.")
 def env_cmd(as_json, no_bandwidth):
     """The device, SM, versions, clocks and measured copy and read bandwidth (the read figure is the
-    roofline ceiling of sweep's roofline_frac; both are measured on a CPU too), and on a GPU the memory's
-    theoretical peak from NVML, with a warning when the read ceiling is above it."""
+    roofline ceiling of sweep's roofline_frac; env measures both on a CPU too, where a sweep records
+    neither), and on a GPU the memory's theoretical peak from NVML, with a warning when the read ceiling
+    is above it."""
     from kbench import __version__
     from kbench.timing.hardware import (ceiling_problem, clocks, copy_bandwidth_gbs, memory_peak_gbs,
                                         read_bandwidth_gbs)
@@ -119,5 +120,6 @@ def cache_rows(c) -> list[tuple[str, str]]:
         ("jit cache", f"{c.cache_dir} ({c.workspace_from}; {c.cache_bytes / 2**20:,.0f} MiB; {builds})"),
         ("aot modules", f"{c.aot_modules} in {c.aot_dir or '- (no FlashInfer)'} (kbench prebuild --load puts them there)"),
         ("fi packages", ", ".join(f"{p} {v or 'not installed'}" for p, v in c.packages.items())),
-        ("grid modules", "kbench prebuild -s SCENARIO (the sweep's grid options) --list: which a grid needs, which are built"),
+        ("grid modules", "kbench prebuild -s SCENARIO (the sweep's grid options) --list (without a GPU: --arch 9.0a): "
+                         "which a grid needs, which are built"),
     ]

@@ -62,6 +62,9 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
         if other:
             raise BadInput(f"--load installs an archive as it is: drop {', '.join(other)}")
         return _load(console, load)
+    if list_only and archive is not None:
+        raise BadInput("--list builds and packs nothing: drop --archive (or, to pack what is built, use --no-build "
+                       "--archive FILE)")
     if no_build and archive is None and not list_only:
         raise BadInput("--no-build packs what is built: give --archive FILE (or --list to see it)")
     if archive is not None:

@@ -266,6 +266,7 @@ def kbench(*args, env=None, timeout=600):
     (["--grid", "-s nosuch"], "nosuch"),
     (["--load", "aot.tgz", "--no-build"], "drop --no-build"),
     (["--arch", "9.0a", "--no-build"], "--no-build packs what is built: give --archive FILE"),
+    (["--arch", "9.0a", "--list", "--archive", "a.tgz"], "--list builds and packs nothing: drop --archive"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, msg, tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))
