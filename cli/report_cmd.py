@@ -11,7 +11,8 @@ from kbench.cases import axes
 from kbench.cli.console import make_console
 from kbench.cli.options import AliasOption, OutputPath, examples
 from kbench.errors import BadInput
-from kbench.report import build_report, load_policy, lookup
+from kbench.report import build_report, lookup
+from kbench.report.policy import policy_from
 from kbench.report.build import PLOT_GROUPS
 from kbench.report import crossovers as xo
 from kbench.report.document import case_table, regret_table, verdict_summary
@@ -129,7 +130,9 @@ def _realistic_filters(f):
     "kbench select --policy report/policy.json --batch-size 16 --q-len 4 --kv-len 4096",
     "kbench select --policy report/policy.json --batch-size 16 --q-len 4 --kv-len 4096 --heads 32/8/128 --kv-layout HND --json",
     "kbench select --policy report/policy.json --batch-size 512 --q-len 4 --kv-len 65536 --extrapolate"))
-@click.option("--policy", "policy_file", required=True, type=click.Path(), help="policy.json from `kbench report`.")
+@click.option("--policy", "policy_file", required=True, type=click.Path(),
+              help="policy.json from `kbench report`, the report's folder, or a sweep run folder (its policy built as "
+                   "kbench report builds it).")
 @click.option("--batch-size", type=click.IntRange(min=1), required=True, help="Requests in the batch.")
 @click.option("--q-len", type=click.IntRange(min=1), required=True,
               help="Query tokens per request (draft tokens + 1); at most --kv-len.")
@@ -149,7 +152,7 @@ def select_cmd(policy_file, batch_size, q_len, kv_len, heads, dtype, kv_dtype, p
                as_json, **realistic):
     """The kernel to use for one shape, from a policy file. Between grid points it uses the nearest measured
     neighbour (and says so); outside the measured range it refuses (exit 2) unless --extrapolate."""
-    ans = lookup(load_policy(policy_file), batch_size, q_len, kv_len, extrapolate=extrapolate, heads=heads,
+    ans = lookup(policy_from([policy_file])[0], batch_size, q_len, kv_len, extrapolate=extrapolate, heads=heads,
                  dtype=dtype, kv_dtype=kv_dtype, page_size=page_size, kv_layout=kv_layout, **realistic)
     if as_json:
         click.echo(json.dumps(ans, indent=2))

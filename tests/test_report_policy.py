@@ -427,3 +427,19 @@ def test_neighbours_bracket_the_q_values_measured_at_that_batch_and_kv():
     # a measured point still has no neighbours; a point between two measured q values brackets them
     assert locate(grid, cells, 16, 9, 4096)["neighbours"] == []
     assert [n["q_len"] for n in locate(grid, cells, 16, 5, 4096)["neighbours"]] == [1, 9]
+
+
+def test_select_takes_a_policy_file_its_report_folder_or_the_run_folder(tmp_path):
+    # as export and recommend do (one reader: report.policy.policy_from); the three give one answer
+    from report_synth import cli
+
+    run = write_run(tmp_path / "run", split_rows())
+    assert cli("report", run, "--out", tmp_path / "rep", "--plot-groups", 0).exit_code == 0
+    answers = []
+    for src in (tmp_path / "rep" / "policy.json", tmp_path / "rep", run):
+        r = cli("select", "--policy", src, "--batch-size", 2, "--q-len", 5, "--kv-len", 2048, "--json")
+        assert r.exit_code == 0, (src, r.output)
+        answers.append(json.loads(r.output)["kernel"])
+    assert len(set(answers)) == 1
+    r = cli("select", "--policy", tmp_path / "nothing", "--batch-size", 2, "--q-len", 5, "--kv-len", 2048)
+    assert r.exit_code == 2 and "no such policy file or folder" in r.output

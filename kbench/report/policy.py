@@ -197,12 +197,17 @@ def policy_of(rs: RunSet) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
 
 
 def policy_from(paths: list[str | Path]) -> tuple[dict, RunSet | None]:
-    """A policy and the runs it was built from: one policy file (from `kbench report`; runs None), or one or more
-    run folders, whose policy is built as `kbench report` builds it."""
+    """A policy and the runs it was built from: one policy file (from `kbench report`; runs None), a report folder
+    (its policy.json), or one or more run folders, whose policy is built as `kbench report` builds it."""
     if not paths:
         raise BadInput("give a run folder or a policy file")
-    if len(paths) == 1 and Path(paths[0]).is_file():
-        return load_policy(paths[0]), None
+    one = Path(paths[0])
+    if len(paths) == 1 and not one.exists():
+        raise BadInput(f"{one}: no such policy file or folder (a policy.json, a report folder or a sweep run folder)")
+    if len(paths) == 1 and one.is_dir() and (one / "policy.json").is_file() and not (one / "manifest.json").exists():
+        one = one / "policy.json"  # a report folder
+    if len(paths) == 1 and one.is_file():
+        return load_policy(one), None
     rs = combine(list(paths))
     return policy_of(rs)[0], rs
 
