@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kbench.cli.console import make_console
 from kbench.cli.options import OutputPath
 from kbench.errors import BadInput, KbenchError
 from kbench.server import Listener, ServerBenchConfig, ServerBenchInterrupted, run_server_bench
@@ -289,7 +290,7 @@ def _run(cfg, result_filename):
 
     cfg.validate()
     check_outputs(cfg)  # --out / --result-filename writable: exit 2 before anything runs
-    console = Console(stderr=False)
+    console = make_console()  # without a terminal: log width, not 80 columns that wrap every value
     ls = _RichListener(console)
     try:
         with terminate_as_interrupt():  # SIGTERM (Slurm, Kubernetes, CI) ends the run like Ctrl-C

@@ -113,6 +113,16 @@ def test_range_syntax_and_repeats_dropped(fake, tmp_path):
     assert load_run(run_dir).rows["batch_size"].tolist() == [1, 2, 4]
 
 
+def test_results_table_is_log_width_without_a_terminal(fake, tmp_path, monkeypatch):
+    # as every other command's (cli/console.make_console): not rich's 80 columns, which wrapped each value
+    monkeypatch.delenv("COLUMNS", raising=False)
+    r = invoke("--url", fake.url, "--batch-size", "1", "--input-len", "8", "--output-len", "2", "--skip-warmup",
+               "--out", tmp_path / "r")
+    assert r.exit_code == 0, r.output
+    row = next(ln for ln in r.output.splitlines() if ln.startswith("│ bs1-in8-out2 │ ok"))
+    assert len(row) > 80 and row.rstrip().endswith("│"), r.output  # the whole row on one line
+
+
 def test_name_is_a_hidden_alias_of_run_name(fake, tmp_path):
     r = invoke("--url", fake.url, "--name", "old", "--input-len", "8", "--output-len", "2", "--skip-warmup",
                "--out", tmp_path / "r")
