@@ -110,7 +110,7 @@ def check_rows(chk: Check) -> tuple[list[str], list[list[str]]]:
         rows.append([c.case, lat, m.outcome if m else "-",
                      f"{c.attention_a_us / 1000:,.3f} -> {c.attention_b_us / 1000:,.3f} ms",
                      (f"B saves {c.predicted_saving_ms:,.3f} ms" if c.predicted_saving_ms >= 0
-                      else f"B costs {-c.predicted_saving_ms:,.3f} ms") + (f" ({pct:+.2f}% of A's latency)"
+                      else f"B costs {-c.predicted_saving_ms:,.3f} ms") + (f" ({abs(pct):.2f}% of A's latency)"
                                                                          if pct is not None else ""),
                      c.agrees(chk.threshold_pct)])
     return headers, rows

@@ -295,10 +295,14 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
                   if v is not None]
         asked += [f"{axes.AXIS[k].flag} {v}" for k, v in realistic.items() if v is not None]
         raise BadInput(f"no measured group matches {' '.join(asked) or 'the query'} (policy has: {have})")
-    if len(groups) > 1:
-        flags = "/".join(["--heads", "--dtype", "--kv-dtype", "--page-size", "--kv-layout"]
-                         + [axes.AXIS[n].flag for n in FILTER_AXES])
-        raise BadInput(f"{len(groups)} groups match; narrow with {flags} (policy has: {have})")
+    if len(groups) > 1:  # name the filters that tell the matching groups apart, with each group's values
+        def value(g, k):
+            return heads_text(g) if k == "heads" else g.get(k, LATER_KEYS.get(k))
+
+        differ = [k for k in GROUP_FILTERS if len({str(value(g, k)) for g in groups}) > 1]
+        flag = {k: "--heads" if k == "heads" else axes.AXIS[k].flag for k in differ}
+        each = "; ".join(" ".join(f"{flag[k]} {value(g, k)}" for k in differ) for g in groups)
+        raise BadInput(f"{len(groups)} groups match; narrow with {'/'.join(flag.values())}: {each}")
     return groups[0]
 
 
