@@ -79,7 +79,7 @@ def test_group_selection(tmp_path):
     with pytest.raises(BadInput, match="2 groups match") as e:
         lookup(pol, 1, 1, 1024)
     # the filters that tell them apart, each group's value: what to pass
-    assert str(e.value) == "2 groups match; narrow with --heads: --heads 32/8/128; --heads 8/1/128"
+    assert str(e.value) == "2 groups match; narrow with --heads: --heads 8/1/128; --heads 32/8/128"
     assert lookup(pol, 1, 1, 1024, heads="8/1/128")["expected_speedup"] is None  # no context row there
     with pytest.raises(BadInput, match="no measured group"):
         lookup(pol, 1, 1, 1024, heads="64/8/128")
