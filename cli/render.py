@@ -264,26 +264,23 @@ def sweep_summary(console: Console, result, stop, allow_wrong: bool, max_table_c
         console.print(f"adaptive: {ada_block['measured_cases']} of {ada_block['grid_cases']} cases measured in "
                       f"{ada_block['rounds']} round(s) ({', '.join(f'{k} {v}' for k, v in ada_block['points'].items())}; "
                       f"{ada_block['pruned']} (kernel, case) row(s) pruned); stopped: {ada_block['stop_rule']}", markup=False)
-    if result.error.startswith("cannot write"):
+    outcome = result.outcome(allow_wrong)
+    if outcome == "unwritable":
         click.echo(f"error: {result.error}; the journal keeps {len(rows)} complete row(s); free space, then "
                    f"kbench sweep --resume {result.run_dir}", err=True)
-        return 2
-    if result.error:
+    elif outcome == "lost":
         console.print(f"[bold red]stopped: {result.error}[/]\n[yellow]rows so far are kept; finish in a fresh process "
                       f"with kbench sweep --resume {result.run_dir} (isolation, the default on a GPU, restarts "
                       f"its worker instead)[/]")
-        return 1
-    if result.status == "interrupted":
+    elif outcome == "interrupted":
         click.echo(f"error: {stop.reason}; {len(rows)} row(s) kept in {result.run_dir}; finish with: "
                    f"kbench sweep --resume {result.run_dir}", err=True)
-        return stop.exit_code
-    bad = rows[rows["status"] == "wrong"]
-    if len(bad):
-        console.print(f"[bold red]{len(bad)} kernel result(s) WRONG against the reference[/]"
-                      + ("" if allow_wrong else " (exit 1; --allow-wrong to accept)"))
-        if not allow_wrong:
-            return 1
-    return 0
+    else:
+        bad = rows[rows["status"] == "wrong"]
+        if len(bad):
+            console.print(f"[bold red]{len(bad)} kernel result(s) WRONG against the reference[/]"
+                          + ("" if allow_wrong else " (exit 1; --allow-wrong to accept)"))
+    return result.exit_code(allow_wrong, stop.exit_code - 128)
 
 
 class DevicesProgress:

@@ -147,6 +147,20 @@ def test_interrupt_keeps_rows_and_resume_finishes_with_the_same_rows(tmp_path):
     assert list(resumed.columns) == list(full.rows.columns)
 
 
+def test_a_sweep_result_says_how_it_ended_and_its_exit_code_from_python(tmp_path):
+    # the CLI's exit rule, on the engine's result (kbench sweep returns result.exit_code)
+    part = run_sweep(tiny(), out_dir=tmp_path / "part", observer=StopAfter(3))
+    assert part.outcome() == "interrupted" and part.exit_code() == 130 and part.exit_code(signum=15) == 143
+    full = run_sweep(tiny(), out_dir=tmp_path / "full")
+    assert full.outcome() == "ok" and full.exit_code() == 0
+    full.rows.loc[0, "status"] = "wrong"
+    assert full.outcome() == "wrong" and full.exit_code() == 1 and full.exit_code(allow_wrong=True) == 0
+    full.error = "cannot write the run: No space left on device"
+    assert full.outcome() == "unwritable" and full.exit_code() == 2
+    full.error = "CUDA context lost"
+    assert full.outcome() == "lost" and full.exit_code(allow_wrong=True) == 1
+
+
 def test_killed_mid_row_journal_is_tolerated_and_resumed(tmp_path):
     """kill -9 while a row is written leaves half a line: readers drop it and --resume re-measures it."""
     res = run_sweep(tiny(), out_dir=tmp_path)

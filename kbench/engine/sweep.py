@@ -52,6 +52,25 @@ class SweepResult:
     first_ok_s: float | None = None  # seconds from this call's start to its first ok row (None: no ok row)
     compile: dict | None = None  # the manifest's compile block: mode (stream | before), modules, build wall, ...
 
+    def outcome(self, allow_wrong: bool = False) -> str:
+        """How the run ended, worst first: unwritable (the journal could not grow), lost (a lost CUDA context
+        stopped an in-process sweep), interrupted (Ctrl-C, SIGTERM), wrong (a kernel computed the wrong thing;
+        not with allow_wrong), ok."""
+        if self.error.startswith("cannot write"):
+            return "unwritable"
+        if self.error:
+            return "lost"
+        if self.status == "interrupted":
+            return "interrupted"
+        if not allow_wrong and len(self.rows) and (self.rows["status"] == "wrong").any():
+            return "wrong"
+        return "ok"
+
+    def exit_code(self, allow_wrong: bool = False, signum: int = 2) -> int:
+        """`kbench sweep`'s exit code for this result: 2 unwritable, 1 lost or wrong, 128 + signum interrupted
+        (SIGINT's 130 unless the signal is given, 143 for SIGTERM), 0 ok."""
+        return {"unwritable": 2, "lost": 1, "interrupted": 128 + signum, "wrong": 1}.get(self.outcome(allow_wrong), 0)
+
 
 class Sweep:
     """One sweep: a run session (kbench.runs.session: new folder or resume, lock, journal, manifest, finish rules)
