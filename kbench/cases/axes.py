@@ -373,9 +373,10 @@ def names(role: str | None = None) -> list[str]:
 
 GRID_AXES = names(GRID)
 HEAD_AXES = names(HEADS)
-# report/policy group key, in the order groups are sorted and labelled
-GROUP_COLUMNS = ["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout"]
-GROUP_COLUMNS += [n for n in names(GROUP) if n not in GROUP_COLUMNS]
+# the group key of the first policies (every policy has it), in the order groups are sorted and labelled
+CLASSIC_GROUP = ("num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout")
+# report/policy group key: the classic seven, then every later group axis
+GROUP_COLUMNS = [*CLASSIC_GROUP, *(n for n in names(GROUP) if n not in CLASSIC_GROUP)]
 INT_AXES = [a.name for a in AXES if a.type is int]
 
 
@@ -396,8 +397,7 @@ def defaults() -> dict[str, Any]:
 
 # the labels of a group, e.g. '32/8/128 bf16 p64 HND'; an axis added later shows as ' name=value' when
 # it is not at its default (the attention kind and MLA's fields are part of the heads label instead)
-_LABELLED = {"num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout",
-             "attention", *names(MLA)}
+_LABELLED = {*CLASSIC_GROUP, "attention", *names(MLA)}
 
 
 LATER_GROUP_AXES = [n for n in GROUP_COLUMNS if n not in _LABELLED]

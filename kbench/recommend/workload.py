@@ -316,14 +316,13 @@ def workload_schema() -> dict:
     """The JSON Schema of one line of a workload file, built from the axis table (the group filters); the
     committed schemas/workload.schema.json is this (tests/test_recommend_workload.py). Regenerate with
     ``python -m kbench.recommend.workload > schemas/workload.schema.json``."""
-    from kbench.report.policy_schema import axis_schema
+    from kbench.report.policy_schema import HEADS, axis_schema
 
     pos = {"type": "integer", "minimum": 1}
     filters = {}
     for k in GROUP_FILTERS:
         if k == "heads":
-            filters[k] = {"type": "string", "pattern": r"^(\d+/\d+/\d+|mla:\d+/\d+/\d+/\d+)$",
-                          "description": "QO/KV/DIM heads, or mla:QO/KV_LORA_RANK/ROPE/NOPE (latent attention)"}
+            filters[k] = {**HEADS, "description": "QO/KV/DIM heads, or mla:QO/KV_LORA_RANK/ROPE/NOPE (latent attention)"}
         else:
             filters[k] = {**axis_schema(axes.AXIS[k]), "description": "group filter (as kbench select takes it): "
                           + axes.AXIS[k].help}

@@ -32,7 +32,9 @@ from kbench.report.nearest import LOOKUP_AXES
 from kbench.runs.winners import CONTEXT, CONTEXT_ONLY, DECODE, DECODE_ONLY, TIE
 
 POLICY_SCHEMA = "kbench.policy/2"
-CLASSIC = ["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size", "kv_layout"]
+CLASSIC = list(axes.CLASSIC_GROUP)
+# a group's --heads spelling (kbench.cases.models.heads_text): a policy's groups and a workload's filters
+HEADS = {"type": "string", "pattern": r"^(\d+/\d+/\d+|mla:\d+/\d+/\d+/\d+)$"}
 PATHS = [DECODE, CONTEXT]
 VERDICTS = [DECODE, CONTEXT, TIE, DECODE_ONLY, CONTEXT_ONLY]
 # a kernel's name as kbench's registry spells them (trtllm-decode, fa2-prefill): it is printed and exported
@@ -103,8 +105,7 @@ def policy_schema() -> dict:
                        "added after a policy was written read as their default",
         "required": [*CLASSIC, "grid", "rules", "cells"],
         "properties": {
-            "heads": {"type": "string", "pattern": r"^(\d+/\d+/\d+|mla:\d+/\d+/\d+/\d+)$",
-                      "description": "QO/KV/DIM, or mla:QO/KV_LORA_RANK/ROPE/NOPE for latent attention (issue #27)"},
+            "heads": {**HEADS, "description": "QO/KV/DIM, or mla:QO/KV_LORA_RANK/ROPE/NOPE for latent attention (issue #27)"},
             **group_axes,
             "label": {"type": "string"},
             "grid": {"type": "object", "required": list(LOOKUP_AXES),
