@@ -71,7 +71,7 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     before_timing = load_scenario(before).timing if before else None
     if not torch.cuda.is_available():
         raise BadInput("validate-timer needs a CUDA GPU (none here)")
-    from kbench.engine.validate import validate_timer
+    from kbench.engine.validate import summary, validate_timer
 
     console = make_console()
     names = [k.strip() for k in kernels.split(",")] if kernels else None
@@ -119,19 +119,6 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     if out_file:
         out_file.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_text(out_file, json.dumps(data, indent=2), named=True)
-
-
-def summary(rows, timing, before=None) -> dict:
-    """What validate-timer.json holds: the timing settings, the wall ratios to bench_gpu_time (median and total,
-    after = `timing`, before = `before`), the timer's seconds per phase over all rows, and the rows."""
-    from dataclasses import asdict
-
-    from kbench.engine.validate import phase_totals, wall_ratios
-
-    dicts = [r.to_dict() for r in rows]
-    return {"timing": asdict(timing), "before_timing": asdict(before) if before else None,
-            "wall_ratio": wall_ratios(dicts), "phase_totals_s": phase_totals(dicts),
-            "case_totals_s": phase_totals(dicts, "case_s"), "rows": dicts}
 
 
 def _ms(v) -> str:

@@ -152,6 +152,15 @@ def phase_totals(rows: list[dict], key: str = "phases") -> dict:
     return out
 
 
+def summary(rows: list, timing, before=None) -> dict:
+    """What validate-timer.json holds: the timing settings, the wall ratios to bench_gpu_time (median and total,
+    after = `timing`, before = `before`), the timer's seconds per phase over all rows, and the rows (TimerCheck)."""
+    dicts = [r.to_dict() for r in rows]
+    return {"timing": asdict(timing), "before_timing": asdict(before) if before else None,
+            "wall_ratio": wall_ratios(dicts), "phase_totals_s": phase_totals(dicts),
+            "case_totals_s": phase_totals(dicts, "case_s"), "rows": dicts}
+
+
 def _device_activity(prof) -> tuple[float, int]:
     """Total device time (us) and count of the kernels, memsets and copies CUPTI timed in a profile."""
     from torch.autograd import DeviceType
