@@ -238,3 +238,30 @@ def test_a_table_longer_than_the_cap_shows_its_first_rows_and_says_where_the_res
     monkeypatch.setattr(document, "TABLE_ROWS_MAX", 1000)
     assert cli("report", run, "--out", tmp_path / "full").exit_code == 0
     assert "more rows, not shown" not in (tmp_path / "full" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("value", [-5.0, 0.0, float("nan"), float("inf")])
+def test_an_ok_row_without_a_measured_time_is_refused_by_report_recommend_and_export(tmp_path, value):
+    # ranked, -5 us won every case (recommend printed negative attention time) and 0 divided the speedups
+    import shutil
+
+    import pandas as pd
+
+    from report_synth import cli as run_cli
+
+    run = tmp_path / "run"
+    shutil.copytree("results/baselines/h200-draft-extend-kv4096", run)
+    rows = pd.read_parquet(run / "rows.parquet")
+    i = rows.index[(rows.status == "ok") & (rows.path != "reference")][0]
+    rows.loc[i, "median_us"] = value
+    rows.to_parquet(run / "rows.parquet")
+    for f in ("rows.csv", "rows.jsonl"):
+        (run / f).unlink(missing_ok=True)
+    for args in (["report", run, "--out", tmp_path / "rep"], ["export", run, "--out", tmp_path / "sel.py"],
+                 ["recommend", run, "--engine", "sglang", "--batch-size", 16, "--q-len", 1, "--kv-len", 4096]):
+        r = run_cli(*args)
+        assert r.exit_code == 2, (args, r.output)
+        line = r.output.strip().splitlines()
+        assert len(line) == 1 and line[0].startswith(f"error: {run}: row {rows.loc[i, 'kernel']} / ") \
+            and f"median_us {value:g}" in line[0], r.output
+    assert not (tmp_path / "rep").exists() and not (tmp_path / "sel.py").exists()

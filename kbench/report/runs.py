@@ -91,6 +91,16 @@ def combine(runs: list[Run | str | Path]) -> RunSet:
     for c in ("median_us", "rel_spread", "iqr_us", "p25_us", "p75_us", "kv_bandwidth_gbs", "roofline_frac"):
         if c in rows:
             rows[c] = pd.to_numeric(rows[c], errors="coerce")
+    # an ok row is a measured time: a positive, finite median (a hand-edited or damaged row is refused here, not
+    # ranked: -5 us would win every case, and 0 divides the speedups)
+    timed = rows["median_us"].astype(float)
+    bad = (rows["status"] == "ok") & ~(timed.gt(0) & timed.lt(float("inf")))
+    if bad.any():
+        r = rows[bad].iloc[0]
+        where = next(str(x.path) for x in loaded if x.name == r["run"])
+        raise BadInput(f"{where}: row {r['kernel']} / {r['case_id']} is ok with median_us {float(r['median_us']):g}: "
+                       f"not a measured time (a positive, finite number of microseconds); {int(bad.sum())} such row(s)")
+
     def last(key):
         vals = [r.manifest.get(key) for r in loaded]
         return next((float(b) for b in reversed(vals) if isinstance(b, (int, float)) and b > 0), None)
