@@ -58,8 +58,29 @@ def one_line_errors(fn):
             if e.errno == errno.EPIPE:
                 closed_pipe()
             if e.errno not in _PATH_ERRNOS:
-                raise
+                _stopped_or_raise(e)
             where = f"{e.filename}: " if e.filename else ""
             click.echo(f"error: {where}{e.strerror or e}", err=True)
             sys.exit(2)
+        except ValueError as e:
+            if str(e).startswith("Exceeds the limit") and "integer string conversion" in str(e):
+                # Python refuses to read an integer of over 4,300 digits, wherever the input held it (a JSON
+                # field, a TOML value, an option): no size kbench takes is near that
+                click.echo("error: the input holds an integer of more than 4,300 digits (Python reads none that "
+                           "long; no size kbench takes is near it)", err=True)
+                sys.exit(2)
+            _stopped_or_raise(e)
+        except Exception as e:
+            _stopped_or_raise(e)
     return wrapper
+
+
+def _stopped_or_raise(e: Exception) -> None:
+    """An exception a Ctrl-C or SIGTERM caused (an import it cut in half raises RuntimeError or ImportError, not
+    KeyboardInterrupt) ends as that signal does; any other goes up."""
+    from kbench.runs.signals import interrupt_in
+
+    cause = interrupt_in(e)
+    if cause is None:
+        raise e
+    stopped(cause)

@@ -202,3 +202,49 @@ def test_sigterm_after_the_commands_block_is_143_and_one_line():
             "m.cli = cli; m.main()")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 143 and p.stderr.strip() == STOPPED.format("SIGTERM"), (p.returncode, p.stderr)
+
+
+def test_an_error_a_signal_caused_ends_as_the_signal_and_a_huge_integer_is_one_line(monkeypatch):
+    # a SIGTERM that cuts an import in half surfaces as RuntimeError (matplotlib's class set-up) or ImportError (a C
+    # extension's init), not as KeyboardInterrupt: exit 143 and the stop line, not a traceback and exit 1
+    import click
+    from click.testing import CliRunner
+
+    from kbench.cli.errors import one_line_errors
+    from kbench.runs import signals
+
+    def command(exc):
+        @click.command()
+        @one_line_errors
+        def cmd():
+            raise exc
+        return cmd
+
+    def caused_by(interrupt):
+        try:
+            try:
+                raise interrupt
+            except KeyboardInterrupt as e:
+                raise RuntimeError("Error calling __set_name__ on 'deprecate_privatize_attribute'") from e
+        except RuntimeError as e:
+            return e
+
+    monkeypatch.setattr(signals, "_RAISED", [])
+    r = CliRunner().invoke(command(caused_by(signals.Terminated())))
+    assert r.exit_code == 143 and r.output.startswith("error: stopped by SIGTERM")
+    r = CliRunner().invoke(command(ImportError("initialization failed")))  # the chain lost it: no signal, an error
+    assert isinstance(r.exception, ImportError)
+    monkeypatch.setattr(signals, "_RAISED", [signal.SIGTERM])  # ... unless this process raised a SIGTERM
+    r = CliRunner().invoke(command(ImportError("initialization failed")))
+    assert r.exit_code == 143 and "Traceback" not in r.output
+    monkeypatch.setattr(signals, "_RAISED", [])
+    try:
+        int("1" * 5000)
+    except ValueError as e:
+        huge = e
+    r = CliRunner().invoke(command(huge))
+    assert r.exit_code == 2 and r.output.strip().splitlines() == [
+        "error: the input holds an integer of more than 4,300 digits (Python reads none that long; no size kbench "
+        "takes is near it)"]
+    r = CliRunner().invoke(command(ValueError("a bug")))
+    assert isinstance(r.exception, ValueError)  # an error of kbench's own still goes up

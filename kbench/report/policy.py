@@ -202,8 +202,8 @@ def policy_from(paths: list[str | Path]) -> tuple[dict, RunSet | None]:
     if not paths:
         raise BadInput("give a run folder or a policy file")
     one = Path(paths[0])
-    if len(paths) == 1 and not one.exists():
-        raise BadInput(f"{one}: no such policy file or folder (a policy.json, a report folder or a sweep run folder)")
+    if len(paths) == 1 and not one.exists():  # said as the command that reads that kind says it
+        raise BadInput(f"{one}: no such policy file" if one.suffix == ".json" else f"{one}: no such run folder")
     if len(paths) == 1 and one.is_dir() and (one / "policy.json").is_file() and not (one / "manifest.json").exists():
         one = one / "policy.json"  # a report folder
     if len(paths) == 1 and one.is_file():

@@ -35,6 +35,28 @@ class Stop:
         return f"stopped by {signal.Signals(self.signum or signal.SIGINT).name}"
 
 
+_RAISED: list[int] = []  # the signals raised as Terminated in this process, in order
+
+
+def raised_signal() -> int | None:
+    """The first signal this process raised as Terminated, or None: an exception that escapes while one is
+    unwinding (an import cut in half: matplotlib's class set-up, a C extension's init) is that signal's doing."""
+    return _RAISED[0] if _RAISED else None
+
+
+def interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM behind an exception: one in its chain (__cause__, __context__), or, where the
+    chain lost it, a SIGTERM this process raised; None for an error of its own."""
+    seen = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return Terminated(_RAISED[0]) if _RAISED else None
+
+
 def stop_reason(exc: BaseException) -> str:
     """The manifest's `stopped_by` for an interrupt."""
     return str(exc) if isinstance(exc, Terminated) else "stopped by SIGINT"
@@ -52,6 +74,7 @@ def terminate_as_interrupt(signums=(signal.SIGTERM,)) -> Iterator[Stop]:
     def handler(signum, frame):
         if stop.signum is None:
             stop.signum = signum
+            _RAISED.append(signum)
             raise Terminated(signum)
 
     old = {s: signal.signal(s, handler) for s in signums}
@@ -79,6 +102,7 @@ def raise_on_sigterm() -> None:
     def handler(signum, frame):
         if not raised:
             raised.append(signum)
+            _RAISED.append(signum)
             raise Terminated(signum)
 
     signal.signal(signal.SIGTERM, handler)
