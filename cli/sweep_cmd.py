@@ -53,7 +53,7 @@ def grid_options(f):
 @click.option("--resume", "resume", type=OutputPath("results/RUN", "run folder"), help="Finish an interrupted run folder: measures only missing rows.")
 @click.option("--device", "device_index", default=0, show_default=True,
               help="The one GPU (CUDA index) this process sweeps on; --devices instead runs one worker per listed GPU.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs (report's --seed defaults to 0 too).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1), help="Seed of the random inputs (report's --seed defaults to 0 too).")
 @click.option("--allow-wrong", is_flag=True, help="Exit 0 even when a kernel fails its check.")
 @click.option("--slow-kernel", multiple=True, metavar="KERNEL=N",
               help="TEST ONLY: run KERNEL N times per timed call, to show that `kbench gate` catches a slow-down.")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+INT32_MAX = 2**31 - 1  # the index tensors (seq_lens, indptrs, page tables) are int32, as in the engines
+
 
 def finite(v) -> float | None:
     """v as a finite float, or None (missing, NaN, infinite, not a number)."""

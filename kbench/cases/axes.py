@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from kbench.values import INT32_MAX
 from kbench.errors import BadInput
 from kbench.timing import states as timing_states
 
@@ -194,6 +195,9 @@ class Axis:
         if not vals:
             raise BadInput(f"{where}: {field}: empty")
         if self.type is int:
+            if max(vals) > INT32_MAX:  # every int axis is a size or count an int32 index tensor holds
+                raise BadInput(f"{where}: {field}: {max(vals)} is beyond the int32 range of the kernels' indices "
+                               f"(at most {INT32_MAX:,})")
             if self.minimum is not None and min(vals) < self.minimum:
                 raise BadInput(f"{where}: {field}: values must be >= {self.minimum}, got {min(vals)}")
             if self.allowed:

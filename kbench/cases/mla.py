@@ -18,6 +18,7 @@ import math
 from typing import Mapping
 
 from kbench.cases import axes
+from kbench.values import INT32_MAX
 from kbench.errors import BadInput
 
 # the [heads] table of an MLA scenario: the kind, the q heads per rank and the three widths
@@ -110,6 +111,10 @@ def validate_heads(h, where: str) -> None:
         v = getattr(h, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise BadInput(f"{where}: heads.{name}: expected an integer >= 0, got {v!r}")
+    for name in ("num_qo_heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim"):
+        if getattr(h, name) > INT32_MAX:  # stored as int64 in the tables, int32 in the kernels
+            raise BadInput(f"{where}: heads.{name}: {getattr(h, name)} is beyond the int32 range of the kernels "
+                           f"(at most {INT32_MAX:,})")
     if h.qk_rope_head_dim + h.qk_nope_head_dim < 1:
         raise BadInput(f"{where}: heads: qk_rope_head_dim + qk_nope_head_dim must be > 0 (the softmax scale is "
                        "1/sqrt of their sum)")
