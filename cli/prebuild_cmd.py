@@ -68,7 +68,7 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
     if no_build and archive is None and not list_only:
         raise BadInput("--no-build packs what is built: give --archive FILE (or --list to see it)")
     if archive is not None:
-        _check_archive_path(archive)
+        _check_archive_path(archive, _input_files(scenario, grids, grid))
     for d in include:
         if not Path(d).is_dir():
             raise BadInput(f"--include {d}: not a folder")
@@ -152,10 +152,31 @@ def _grid(text: str):
     return _scenario(ctx.params)
 
 
-def _check_archive_path(archive: str) -> None:
-    """Before minutes of building: the archive must be a file that can be written."""
-    from kbench.runs.outputs import writable_dir
+def _input_files(scenario, grids, grid: dict) -> list[str]:
+    """The files the grid is read from: the scenario files and the file: lengths or trees (--kv-dist, --q-dist,
+    --tree), in the options and in each --grid."""
+    import re
+    import shlex
 
+    texts = [str(v) for v in grid.values() if v is not None]
+    found = [scenario] if scenario and Path(scenario).is_file() else []
+    for g in grids:
+        try:
+            words = shlex.split(g)
+        except ValueError:
+            words = []  # refused with its reason when the grid is read
+        texts += words
+        found += [w for w in words if w.endswith(".toml")]
+    found += [m for t in texts for m in re.findall(r"(?:^|,)\s*file:([^,]+)", t)]
+    return found
+
+
+def _check_archive_path(archive: str, inputs: list[str] = ()) -> None:
+    """Before minutes of building: the archive must be a file that can be written, and not one the grid is
+    read from (the scenario, a lengths or tree file)."""
+    from kbench.runs.outputs import distinct_outputs, writable_dir
+
+    distinct_outputs({"--archive": archive}, inputs)
     if Path(archive).is_dir():
         raise BadInput(f"--archive {archive}: a folder; give the archive's file name (e.g. aot.tgz)")
     writable_dir(Path(archive).parent if str(Path(archive).parent) else ".", "--archive")

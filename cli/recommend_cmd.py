@@ -126,7 +126,9 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         wl = from_options(shape, filters, tuple(s for s in STEPS if s in step_list))
     from kbench.runs.outputs import distinct_outputs
 
-    distinct_outputs({"--markdown": markdown_file}, sources)
+    distinct_outputs({"--markdown": markdown_file}, [*sources, workload_file, *(ab or ())])
+    if as_json and markdown_file == "-":
+        raise BadInput("--json prints to stdout, and so does --markdown -: give --markdown a file")
     src = load_source(list(sources))
     layers = {"verify": verify_layers, "draft_extend": draft_layers}
     kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu)

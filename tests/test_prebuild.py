@@ -432,3 +432,21 @@ def test_cuda_home_of_a_wrapper_script_is_the_toolkit_it_runs(tmp_path):
     wrapper.write_text(f"#!/bin/sh\nexec {kit}/bin/nvcc \"$@\"\n")
     assert cuda_home_of(str(wrapper)) == kit
     assert cuda_home_of(str(kit / "bin" / "nvcc")) == kit
+
+
+def test_the_archive_never_replaces_a_file_the_grid_is_read_from(tmp_path, monkeypatch):
+    # --archive s.toml (or the --kv-dist/--tree file) was packed over the scenario with exit 0
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "jit"))
+    monkeypatch.delenv("FLASHINFER_CUDA_ARCH_LIST", raising=False)
+    shutil.copy(Path(__file__).resolve().parent.parent / "scenarios" / "quick.toml", "s.toml")
+    Path("lens.csv").write_text("100\n200\n")
+    Path("tree.txt").write_text("-1 0\n")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    for args in (["-s", "s.toml", "--archive", "s.toml"], ["--kv-dist", "file:lens.csv", "--archive", "lens.csv"],
+                 ["--tree", "file:tree.txt", "--archive", "./tree.txt"], ["--grid", "-s s.toml", "--archive", "s.toml"]):
+        r = CliRunner().invoke(cli, ["prebuild", "--arch", "9.0a", "--no-build", *args])
+        assert r.exit_code == 2 and "writing there would replace what the command reads" in r.output, (args, r.output)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before

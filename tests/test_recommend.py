@@ -257,3 +257,14 @@ def test_one_markdown_table_writer_and_no_cell_breaks_its_table():
     assert lines[0] == "| kernel | why |" and lines[1] == "|---|---|" and len(lines) == 4
     assert all(len(re.findall(r"(?<!\\)\|", ln)) == 3 for ln in lines)
     assert lines[2] == "| fa2 | a \\| b c |"
+
+
+def test_recommend_never_writes_over_its_workload_and_json_and_markdown_do_not_share_stdout(tmp_path):
+    wl = tmp_path / "wl.jsonl"
+    wl.write_text('{"batch_size": 16, "q_len": 4, "kv_len": 4096}\n')
+    base = "results/baselines/h200-draft-extend-kv4096"
+    r = recommend_cli(base, "--engine", "sglang", "--workload", wl, "--markdown", wl)
+    assert r.exit_code == 2 and "writing there would replace what the command reads" in r.output, r.output
+    assert wl.read_text() == '{"batch_size": 16, "q_len": 4, "kv_len": 4096}\n'
+    r = recommend_cli(base, "--engine", "sglang", "--workload", wl, "--json", "--markdown", "-")
+    assert r.exit_code == 2 and "give --markdown a file" in r.output
