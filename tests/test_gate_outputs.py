@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 from gate_synth import CASE_A, CASE_B, CONTEXT, DECODE, gate_cli, sweep_rows, with_time, write_run
 
@@ -176,5 +177,8 @@ def test_no_report_is_written_when_another_cannot_be(tmp_path):
     assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
         f"error: GITHUB_STEP_SUMMARY {tmp_path / 'gone' / 'summary.md'}: its folder {tmp_path / 'gone'} does not exist"]
     assert not md.exists()
+    res = gate_cli("--baseline", base, "--candidate", base, "--json", "-", "--markdown", "-")
+    assert res.exit_code == 2 and "--markdown -: the gate prints its table on stdout" in res.stderr
+    assert not Path("-").exists()
     res = gate_cli("--baseline", base, "--candidate", base, "--markdown", md, "--json", "/dev/null")
     assert res.exit_code == 0 and md.exists()  # a device is a stream: fine
