@@ -120,3 +120,30 @@ def test_devices_validated(tmp_path, devs, says):
         pytest.skip("checks a machine without a GPU")
     line = one_error_line(run_cli(["sweep", *TINY, "--devices", devs, "--out", tmp_path]))
     assert says in line and not list(tmp_path.iterdir())
+
+
+def test_a_merge_stopped_midway_leaves_no_run_and_one_both_manifests_lack_a_field_merges(tmp_path, monkeypatch):
+    # SIGTERM after the first row left a 'running' run folder of 1 row that report and export then read
+    from kbench.runs import store
+
+    parts = [run_sweep(sc(), out_dir=tmp_path / "p", run_name=f"s{i}", shard=(i, 2)).run_dir for i in range(2)]
+    appended = []
+
+    def stop_after_one(self, rec):
+        if appended:
+            raise KeyboardInterrupt
+        appended.append(rec)
+        return real(self, rec)
+
+    real = store.RunWriter.append
+    monkeypatch.setattr(store.RunWriter, "append", stop_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        merge_runs(parts, tmp_path / "m")
+    assert appended and (not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir()))
+    monkeypatch.setattr(store.RunWriter, "append", real)
+    for p in parts:  # hand-made or older manifests without kbench_version and seed: merged, not a TypeError
+        m = json.loads((p / "manifest.json").read_text())
+        del m["kbench_version"], m["seed"]
+        (p / "manifest.json").write_text(json.dumps(m))
+    merged = load_run(merge_runs(parts, tmp_path / "m"))
+    assert merged.manifest["status"] == "complete" and "kbench_version" not in merged.manifest

@@ -1,13 +1,16 @@
 """Joining shard runs (`--shard i/N`, or `--devices` workers, or slices run on many hosts) into one run."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from kbench.errors import BadInput
 from kbench.runs.manifest import MERGE, MERGE_FIELDS, comparable
+from kbench.runs.signals import deferred_signals
 from kbench.runs.store import RunWriter, Run, load_run, new_run_dir
+
 
 def check_compatible(runs: list[Run]) -> None:
     for r in runs[1:]:
@@ -43,21 +46,28 @@ def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: s
     first = runs[0].manifest
     shards = [r.manifest.get("shard") for r in runs]
     complete = all(s for s in shards) and len(shards) == shards[0]["count"]
-    manifest = {k: first.get(k) for k in MERGE_FIELDS}
+    manifest = {k: first[k] for k in MERGE_FIELDS if first.get(k) is not None}  # a field both lack stays absent
     manifest.update(
-        device=first.get("device"), copy_bandwidth_gbs=first.get("copy_bandwidth_gbs"),
+        **({"device": first["device"]} if isinstance(first.get("device"), dict) else {}), copy_bandwidth_gbs=first.get("copy_bandwidth_gbs"),
         read_bandwidth_gbs=first.get("read_bandwidth_gbs"), roofline_ceiling=first.get("roofline_ceiling"),
         command_line=first.get("command_line", ""), shard=None,
-        merged_from=[{"run": r.name, "shard": r.manifest.get("shard"), "device": r.manifest.get("device", {}).get("index"),
-                      "host": r.manifest.get("device", {}).get("host"), "status": r.manifest.get("status"),
+        merged_from=[{"run": r.name, "shard": r.manifest.get("shard"), "device": (r.manifest.get("device") or {}).get("index"),
+                      "host": (r.manifest.get("device") or {}).get("host"), "status": r.manifest.get("status"),
                       "wall_s": r.manifest.get("wall_s"), "copy_bandwidth_gbs": r.manifest.get("copy_bandwidth_gbs")}
                      for r in runs],
         all_shards=complete,
         start_time=min(r.manifest.get("start_time", "") for r in runs),
     )
-    out = new_run_dir(out_dir, name or f"{first.get('scenario', {}).get('name', 'run')}-merged")
-    w = RunWriter(out, manifest)
-    for rec in rows.to_dict("records"):
-        w.append(rec)
+    out = new_run_dir(out_dir, name or f"{(first.get('scenario') or {}).get('name', 'run')}-merged")
     status = "complete" if complete and all(r.manifest.get("status") == "complete" for r in runs) else "partial"
-    return w.finalize(status)
+    mine = not out.exists()  # new_run_dir names a folder nobody has: only that one is removed on the way out
+    try:
+        w = RunWriter(out, manifest)
+        for rec in rows.to_dict("records"):
+            w.append(rec)
+        return w.finalize(status)
+    except BaseException:  # Ctrl-C, SIGTERM, a full disk: no half-merged run is left for report or export to read
+        if mine:
+            with deferred_signals():
+                shutil.rmtree(out, ignore_errors=True)
+        raise
