@@ -61,7 +61,8 @@ def test_heads_spelling_round_trips():
     assert h == MODELS["deepseek-v3-tp8"] and h.text() == "mla:16/512/64/128"
     assert heads_text(h.case_fields()) == "mla:16/512/64/128" and heads_text({"num_qo_heads": 32, "num_kv_heads": 8,
                                                                               "head_dim": 128}) == "32/8/128"
-    for bad in ("mla:16/512/64", "mla:a/512/64/128", "gqa:32/8/128", "mla:"):
+    for bad in ("mla:16/512/64", "mla:a/512/64/128", "gqa:32/8/128", "mla:", "mla:\u0661\u0666/512/64/128",
+                "\u0663\u0662/8/128"):  # digits 0-9 only (int() takes Arabic-Indic ones)
         with pytest.raises(BadInput, match="--heads"):
             parse_heads(bad)
 

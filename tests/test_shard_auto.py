@@ -50,6 +50,9 @@ def test_slurm_without_step_variable_is_step_1():
     (slurm(1, 0, 4), "auto/8", "has 4 tasks"),
     ({**slurm(1, 0, 4), "SLURM_ARRAY_TASK_COUNT": "four"}, "auto", "not a task number"),
     ({k: v for k, v in slurm(1, 0, 4).items() if k != "SLURM_ARRAY_TASK_MIN"}, "auto", "SLURM_ARRAY_TASK_MIN is not set"),
+    ({**slurm(1, 0, 4), "SLURM_ARRAY_TASK_STEP": "0"}, "auto", "STEP=0 is not a step"),  # was taken as 1
+    ({**slurm(1, 0, 4), "SLURM_ARRAY_TASK_ID": "\u0661"}, "auto", "not a task number"),  # an Arabic-Indic 1
+    ({"JOB_COMPLETION_INDEX": "1"}, "auto/\u0664", "auto or auto/N"),
     ({"JOB_COMPLETION_INDEX": "3"}, "auto", "give it as --shard auto/N"),
     ({"JOB_COMPLETION_INDEX": "4"}, "auto/4", "not below 4"),
     ({"JOB_COMPLETION_INDEX": "x"}, "auto/4", "not a task number"),

@@ -318,7 +318,7 @@ AXES: tuple[Axis, ...] = (
          id_part=lambda c: None),
     Axis("page_size", int, 64, "Override: 16, 32, 64 or 128 (a list is a grid axis).", _GROUP_GRID,
          allowed=PAGE_SIZES, id_part=lambda c: f"p{c.page_size}"),
-    Axis("kv_layout", str, "HND", "Override: HND, NHD or both.", _GROUP_GRID | {GATE}, allowed=LAYOUTS,
+    Axis("kv_layout", str, "HND", "Override: HND, NHD or both.", _GROUP_GRID | {GATE}, allowed=LAYOUTS, aliases={"both": LAYOUTS},
          id_part=lambda c: None if c.attention == "mla" else c.kv_layout),
     Axis("dtype", str, "bf16", "Override: bf16, fp16.", _GROUP_GRID | {GATE}, allowed=DTYPES, id_part=_dtype_part),
     Axis("kv_dtype", str, "bf16", "Override: bf16, fp16, fp8 (defaults to --dtype).", _GROUP_GRID,

@@ -58,7 +58,7 @@ def heads_text(g: Mapping) -> str:
 def parse_heads_text(body: str, whole: str) -> dict:
     """'128/512/64/128' (after 'mla:') -> the head fields of an MLA case."""
     parts = body.replace("x", "/").split("/")
-    if len(parts) != 4 or not all(p.strip().isdecimal() for p in parts):
+    if len(parts) != 4 or not all(p.strip().isascii() and p.strip().isdecimal() for p in parts):
         raise BadInput(f"--heads {whole!r}: expected mla:QO/KV_LORA_RANK/ROPE/NOPE, e.g. mla:128/512/64/128")
     return geometry(*(int(p) for p in parts))
 

@@ -56,9 +56,9 @@ def _norm(name, value):
     if name == "heads":  # the attention kind is part of it: a GQA group never answers MLA heads, nor the reverse
         kind, sep, body = str(value).partition(":")
         parts = (body if sep else kind).split("/")
-        if sep and kind.strip().lower() == "mla" and len(parts) == 4 and all(p.strip().isdigit() for p in parts):
+        if sep and kind.strip().lower() == "mla" and len(parts) == 4 and all(p.strip().isascii() and p.strip().isdigit() for p in parts):
             return ("mla", *(int(p) for p in parts))
-        if not sep and len(parts) == 3 and all(p.strip().isdigit() for p in parts):
+        if not sep and len(parts) == 3 and all(p.strip().isascii() and p.strip().isdigit() for p in parts):
             return ("gqa", *(int(p) for p in parts))
         raise ValueError(f"heads {{value!r}}: expected QO/KV/DIM, e.g. 32/8/128, or mla:QO/KV_LORA_RANK/ROPE/NOPE")
     if isinstance(value, bool):
@@ -66,7 +66,7 @@ def _norm(name, value):
     if isinstance(value, int):
         return value
     text = str(value).strip()
-    return int(text) if text.lstrip("-").isdigit() else text.lower()
+    return int(text) if text.isascii() and text.lstrip("-").isdigit() else text.lower()
 
 
 def _group_value(group, name):
