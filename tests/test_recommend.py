@@ -243,6 +243,16 @@ def test_draft_trees_are_refused_the_table_covers_chains(tmp_path):
         recommend(s, tree, SGLANG)
 
 
+def test_an_mla_run_is_refused_the_table_covers_gqa_and_mha(tmp_path):
+    # it said "no setting of this engine can be priced" after offering MHA flags (trtllm_mha, flashinfer)
+    mla = dict(heads=(16, 1, 576), attention="mla", kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128)
+    s = load_source([write_run(tmp_path / "run", known_rows(qs=(1, 2, 4), **mla))])
+    wl = from_options({"batch_size": "8", "q_len": "2", "kv_len": "4096"}, {})
+    with pytest.raises(BadInput, match=r"is latent attention \(MLA\): kbench's engine table holds the engines' "
+                                       r"GQA/MHA attention settings only"):
+        recommend(s, wl, SGLANG)
+
+
 def test_one_markdown_table_writer_and_no_cell_breaks_its_table():
     # report, gate, recommend and recommend's check write their tables through one helper: a pipe or a newline in
     # a value (a reason, a flag, a server's answer) stays inside its cell

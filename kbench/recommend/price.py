@@ -119,6 +119,11 @@ def _locate_all(source: Source, workload: Workload, max_extrapolation: float) ->
             raise BadInput(f"{workload.source}: {b.label}: tree {tree}: kbench's engine table is read for EAGLE chains "
                            "(topk 1) only, so recommend prices chains only (SGLang 0.5.23 refuses trtllm_mha for "
                            "topk > 1); select and report answer per tree shape")
+        if g.get("attention", "gqa") == "mla":
+            raise BadInput(f"{workload.source}: {b.label}: {g.get('label') or group_label(g)} is latent attention "
+                           "(MLA): kbench's engine table holds the engines' GQA/MHA attention settings only (their MLA "
+                           "backends, e.g. SGLang's flashmla/trtllm_mla and vLLM's FLASHMLA, are not read yet), so "
+                           "recommend prices GQA/MHA runs only; select and report answer per MLA shape")
         found = locate(g["grid"], g["cells"], b.batch_size, b.q_len, b.kv_len, extrapolate=True, error=BadInput)
         beyond = _beyond(g["grid"], found["query"])
         far = {ax: f for ax, f in beyond.items() if f > max_extrapolation}
