@@ -302,6 +302,16 @@ HOSTILE = [
      "group 32/8/128 fp64-kvbf16 p64 HND: dtype 'fp64' is not one of bf16, fp16", True),
     ("speedup-negative", lambda p: _cell(p).update(expected_speedup=-1.5),
      f"{C}: expected_speedup -1.5 is not above 0", True),
+    # what the schema cannot say: a group value kbench could not have written, heads that disagree, no group
+    ("tree-word", lambda p: p["groups"][0].update(tree="topk:banana"),
+     "group 32/8/128 bf16 p64 HND tree=topk:banana: tree topk:K needs an integer K (digits 0-9), got 'topk:banana'",
+     False),
+    ("heads-disagree", lambda p: p["groups"][0].update(heads="64/8/128"),
+     f"{G}: num_qo_heads 32 is not the heads' 64 (64/8/128)", False),
+    ("mla-on-gqa-heads", lambda p: p["groups"][0].update(attention="mla", kv_lora_rank=0),
+     "group mla h32 0+0 (nope 0) bf16 p64: attention 'mla' is not the heads' 'gqa' (32/8/128)", False),
+    ("no-group", lambda p: p.update(groups=[]), "groups is empty (kbench writes a policy only from measured rows)",
+     False),
 ]
 
 

@@ -312,6 +312,22 @@ def _shape(c: dict) -> str:
 
 def _group_checks(g: dict) -> None:
     """What the schema cannot say about one group (which the schema has passed)."""
+    from kbench.cases.models import parse_heads
+
+    if "heads" in g:  # the --heads spelling and the head fields are one head config
+        try:
+            fields = parse_heads(g["heads"]).case_fields()
+        except BadInput as e:
+            raise _Refused(("heads",), f"{g['heads']!r} is not a head config ({e})") from None
+        for k, v in fields.items():
+            if k in g and g[k] != v:
+                raise _Refused((k,), f"{g[k]!r} is not the heads' {v!r} ({g['heads']})")
+    for k, a in axes.AXIS.items():  # a group axis value kbench could not have written (tree 'topk:banana')
+        if k in g and a.has(axes.GROUP) and a.type is str and (a.spec is not None or a.allowed):
+            try:
+                a.one(g[k], "policy")
+            except BadInput as e:
+                raise _Refused((k,), str(e).split(": ", 2)[-1]) from None
     grid, cells, seen = g["grid"], g["cells"], {}
     for j, c in enumerate(cells):
         for ax in LOOKUP_AXES:
@@ -373,6 +389,8 @@ def check(policy: dict, where: str) -> None:
         _printable(policy)
         _validator()(dict(policy, schema=POLICY_SCHEMA))  # an older version reads as this one
         keys: dict[tuple, int] = {}
+        if not policy["groups"]:
+            raise _Refused(("groups",), "is empty (kbench writes a policy only from measured rows)")
         for i, g in enumerate(policy["groups"]):
             try:
                 _group_checks(g)

@@ -91,10 +91,10 @@ def combine(runs: list[Run | str | Path]) -> RunSet:
     for c in ("median_us", "rel_spread", "iqr_us", "p25_us", "p75_us", "kv_bandwidth_gbs", "roofline_frac"):
         if c in rows:
             rows[c] = pd.to_numeric(rows[c], errors="coerce")
-    # an ok row is a measured time: a positive, finite median (a hand-edited or damaged row is refused here, not
+    # an ok kernel row is a measured time (the reference is not ranked; on a GPU it is checked, not timed): a positive, finite median (a hand-edited or damaged row is refused here, not
     # ranked: -5 us would win every case, and 0 divides the speedups)
     timed = rows["median_us"].astype(float)
-    bad = (rows["status"] == "ok") & ~(timed.gt(0) & timed.lt(float("inf")))
+    bad = (rows["status"] == "ok") & (rows["path"] != "reference") & ~(timed.gt(0) & timed.lt(float("inf")))
     if bad.any():
         r = rows[bad].iloc[0]
         where = next(str(x.path) for x in loaded if x.name == r["run"])
