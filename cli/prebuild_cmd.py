@@ -112,7 +112,7 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
 
         out, n = write_archive(archive, modules, arch or arch_name(dev))
         console.print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {n} modules); on the GPU host: "
-                      f"kbench prebuild --load {out.name}", highlight=False)
+                      f"kbench prebuild --load {out}", highlight=False)
     return 1 if failed else 0
 
 

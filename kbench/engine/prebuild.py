@@ -258,6 +258,9 @@ def write_archive(out: str | Path, modules: list[Module], arch: str) -> tuple[Pa
 
     files = {m.name: module_file(m.spec) for m in modules}
     files = {name: f for name, f in files.items() if f is not None}
+    if not files:  # an archive of nothing would load "fine" on the GPU host and the sweep would compile anyway
+        raise BadInput(f"--archive {out}: none of the grid's {len(modules)} modules is built, so there is nothing to "
+                       f"pack (build them first: drop --no-build)")
     manifest = {"format": FORMAT, "flashinfer": flashinfer.__version__, "arch": arch, "kbench": __version__,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "modules": {n: {"bytes": f.stat().st_size, "sha256": _sha256(f)} for n, f in sorted(files.items())}}
