@@ -253,7 +253,8 @@ def sweep_summary(console: Console, result, stop, allow_wrong: bool, max_table_c
     console.print(
         f"device: {result.device.name} (SM{result.device.sm})  copy bandwidth {fmt_bw(result.copy_bandwidth_gbs)}, read "
         f"bandwidth {fmt_bw(result.read_bandwidth_gbs)} (the roofline ceiling: {fmt_bw(result.ceiling_gbs)})\n"
-        f"rows: {len(rows)} ({', '.join(f'{k} {v}' for k, v in counts.items())}); timed {result.measurements} this call\n"
+        f"rows: {len(rows)}{' (' + ', '.join(f'{k} {v}' for k, v in counts.items()) + ')' if counts else ''}; "
+        f"timed {result.measurements} this call\n"
         f"wall {w.total_s:.1f} s: compile {w.compile_s:.1f}{compile_note(result.compile)}, inputs {w.inputs_s:.1f}, "
         f"reference {w.reference_s:.1f}, check {w.check_s:.1f}, timing {w.timing_s:.1f}; first ok row "
         f"{'-' if result.first_ok_s is None else f'after {result.first_ok_s:.1f} s'}\n"
