@@ -199,7 +199,8 @@ def test_gate_of_two_cpu_runs_fails_nothing_compared(tmp_path, cpu_run):
     assert r.exit_code == 1, r.output
     out = " ".join(r.output.split())
     assert "FAIL: nothing compared" in out and "reference row(s) are not gated" in out
-    assert "h200-draft-extend-kv4096" in out
+    # the hint is a gate that runs on a CPU: two committed runs of one H200
+    assert "h200-power-both-kv4096-sweep1 --candidate results/baselines/h200-power-both-kv4096-sweep2" in out
     assert f"{2 * flashinfer_kernels()} row(s) not compared" in out and "not-compared │" not in r.output  # summarised, not listed
 
 
