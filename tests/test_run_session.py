@@ -4,6 +4,7 @@ crashed) whichever command wrote the run."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,31 @@ def test_a_resumed_run_of_another_kind_is_refused_before_anything_is_touched(tmp
         with RunSession.resume(run.dir, kind="server-bench"):
             pass
     assert {p.name: p.read_bytes() for p in run.dir.iterdir()} == before
+
+
+def test_a_stop_while_a_new_run_folder_is_made_leaves_no_folder_and_ends_as_the_signal(tmp_path, monkeypatch):
+    # SIGTERM the moment the folder appeared left one holding only .kbench.lock: the sweep said "not a kbench run
+    # (no manifest.json)", exit 2, and a requeued Slurm task's --resume failed on it every time
+    from click.testing import CliRunner
+
+    import kbench.runs.session as S
+    from helpers import tiny
+    from kbench.cli.main import cli
+    from kbench.engine.sweep import run_sweep
+
+    real = S.RunWriter
+
+    class CutShort(real):
+        def __init__(self, run_dir, manifest, resume=False):
+            Path(run_dir).mkdir(parents=True)
+            (Path(run_dir) / ".kbench.lock").write_text("1\n")
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(S, "RunWriter", CutShort)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(tiny(), out_dir=tmp_path / "py")
+    assert not any((tmp_path / "py").iterdir())
+    r = CliRunner().invoke(cli, ["sweep", "-b", "1", "-q", "1", "-k", "64", "--kernels", "reference",
+                                 "--out", str(tmp_path / "cli")])
+    assert r.exit_code == 130 and r.output.strip().splitlines()[-1].startswith("error: stopped by SIGINT"), r.output
+    assert not (tmp_path / "cli").exists() or not any((tmp_path / "cli").iterdir())

@@ -220,7 +220,10 @@ class Sweep:
                 finally:
                     self._close(run, dev, error)
         except KeyboardInterrupt:  # the session ended the run interrupted, its stopped_by saying by what
-            pass
+            if not session.opened:  # stopped while its folder was made: no run (the session removed the folder)
+                if self._isolated is not None:
+                    self._isolated.close()
+                raise
         rows = read_journal(session.dir / JOURNAL)
         return SweepResult(session.dir, rows, self.wall, session.status, dev, copy_bw, self.measurements, error,
                            read_bandwidth_gbs=read_bw, ceiling_gbs=ceiling(copy_bw, read_bw)[1], first_ok_s=self._first_ok,

@@ -24,13 +24,14 @@ every complete row.
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from kbench.errors import BadInput, KbenchError, first_line
 from kbench.runs.manifest import Manifest
-from kbench.runs.signals import stop_reason
+from kbench.runs.signals import deferred_signals, stop_reason
 from kbench.runs.store import JOURNAL, RunWriter, new_run_dir, now_iso, read_journal, read_manifest
 
 # the columns that name a row of a run kind (a second row with the same key is not measured again); a kind not
@@ -50,6 +51,7 @@ class RunSession:
         self.done: set[tuple] = set()  # keys of the rows in the journal (KEYS)
         self._new_manifest = manifest
         self._writer: RunWriter | None = None
+        self.opened = False  # the folder is a run (its manifest written, or the resumed one read): the block runs
 
     @classmethod
     def new(cls, out_dir: str | Path, name: str, manifest: Manifest | dict) -> "RunSession":
@@ -66,7 +68,17 @@ class RunSession:
             found = read_manifest(self.dir)
             if found.get("kind", "sweep") != self.kind:
                 raise BadInput(f"{self.dir}: not a {self.kind} run (kind {found.get('kind')!r})")
-        self._writer = RunWriter(self.dir, self._new_manifest or {}, resume=self.resumed)
+        if self.resumed:
+            self._writer = RunWriter(self.dir, self._new_manifest or {}, resume=True)
+        else:  # a new folder: cut short while it is made (Ctrl-C, SIGTERM, a full disk), it is removed, not left
+            fresh = not self.dir.exists()  # as a folder without a manifest that --resume refuses
+            try:
+                self._writer = RunWriter(self.dir, self._new_manifest or {}, resume=False)
+            except BaseException:
+                if fresh:
+                    with deferred_signals():
+                        shutil.rmtree(self.dir, ignore_errors=True)
+                raise
         if self.resumed:
             try:
                 rows = self.rows()
@@ -74,6 +86,7 @@ class RunSession:
             except BaseException:
                 self._writer.release()
                 raise
+        self.opened = True
         return self
 
     @property
