@@ -241,7 +241,7 @@ def test_a_table_longer_than_the_cap_shows_its_first_rows_and_says_where_the_res
 
 
 @pytest.mark.parametrize("value", [-5.0, 0.0, float("nan"), float("inf")])
-def test_an_ok_row_without_a_measured_time_is_refused_by_report_recommend_and_export(tmp_path, value):
+def test_an_ok_row_without_a_measured_time_is_refused_by_report_recommend_export_and_baseline(tmp_path, value):
     # ranked, -5 us won every case (recommend printed negative attention time) and 0 divided the speedups
     import shutil
 
@@ -258,10 +258,12 @@ def test_an_ok_row_without_a_measured_time_is_refused_by_report_recommend_and_ex
     for f in ("rows.csv", "rows.jsonl"):
         (run / f).unlink(missing_ok=True)
     for args in (["report", run, "--out", tmp_path / "rep"], ["export", run, "--out", tmp_path / "sel.py"],
-                 ["recommend", run, "--engine", "sglang", "--batch-size", 16, "--q-len", 1, "--kv-len", 4096]):
+                 ["recommend", run, "--engine", "sglang", "--batch-size", 16, "--q-len", 1, "--kv-len", 4096],
+                 ["baseline", run, "--name", "b", "--out", tmp_path / "bl", "--force"]):  # a baseline to commit
         r = run_cli(*args)
         assert r.exit_code == 2, (args, r.output)
         line = r.output.strip().splitlines()
         assert len(line) == 1 and line[0].startswith(f"error: {run}: row {rows.loc[i, 'kernel']} / ") \
             and f"median_us {value:g}" in line[0], r.output
     assert not (tmp_path / "rep").exists() and not (tmp_path / "sel.py").exists()
+    assert not (tmp_path / "bl" / "b").exists()

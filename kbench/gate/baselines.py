@@ -46,6 +46,7 @@ from kbench.values import finite, status
 from kbench.errors import BadInput
 from kbench.runs.manifest import POOL, Manifest, comparable, num_runs
 from kbench.runs.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, now_iso, safe_name, write_tables
+from kbench.runs.winners import check_ok_times
 
 DEFAULT_ROOT = Path("results") / "baselines"
 KEY = axes.gate_key()
@@ -174,6 +175,8 @@ def check_source(run: Run, allow_partial: bool = False) -> None:
         raise BadInput(f"{run.path} is {run_status!r}, not complete: finish it ({finish}) or pass --allow-partial")
     if rows.empty or "status" not in rows or not (rows["status"] == "ok").any():
         raise BadInput(f"{run.path}: no ok row ({len(rows)} row(s)); a baseline needs measured rows")
+    if run.kind == "sweep":  # a baseline to commit holds measured times only (as report, recommend and export read)
+        check_ok_times(rows, str(run.path))
     key = [c for c in (KEY if run.kind == "sweep" else ("case_id",)) if c in rows]
     dup = rows.duplicated(key, keep=False)
     if dup.any():

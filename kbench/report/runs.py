@@ -16,6 +16,7 @@ from kbench.cases import axes
 from kbench.errors import BadInput
 from kbench.runs.manifest import ceiling
 from kbench.runs.store import MANIFEST, Run, load_run, read_manifest
+from kbench.runs.winners import check_ok_times
 
 GROUP_COLUMNS = axes.GROUP_COLUMNS  # re-exported: the report's group key
 
@@ -79,6 +80,7 @@ def combine(runs: list[Run | str | Path]) -> RunSet:
         missing = [c for c in ("path", "median_us", *GROUP_COLUMNS, *axes.GRID_AXES) if c not in df.columns]
         if missing:
             raise BadInput(f"{r.path}: rows lack column {missing[0]!r}")
+        check_ok_times(df, str(r.path))
         df["run"] = r.name
         frames.append(df)
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -91,15 +93,6 @@ def combine(runs: list[Run | str | Path]) -> RunSet:
     for c in ("median_us", "rel_spread", "iqr_us", "p25_us", "p75_us", "kv_bandwidth_gbs", "roofline_frac"):
         if c in rows:
             rows[c] = pd.to_numeric(rows[c], errors="coerce")
-    # an ok kernel row is a measured time (the reference is not ranked; on a GPU it is checked, not timed): a positive, finite median (a hand-edited or damaged row is refused here, not
-    # ranked: -5 us would win every case, and 0 divides the speedups)
-    timed = rows["median_us"].astype(float)
-    bad = (rows["status"] == "ok") & (rows["path"] != "reference") & ~(timed.gt(0) & timed.lt(float("inf")))
-    if bad.any():
-        r = rows[bad].iloc[0]
-        where = next(str(x.path) for x in loaded if x.name == r["run"])
-        raise BadInput(f"{where}: row {r['kernel']} / {r['case_id']} is ok with median_us {float(r['median_us']):g}: "
-                       f"not a measured time (a positive, finite number of microseconds); {int(bad.sum())} such row(s)")
 
     def last(key):
         vals = [r.manifest.get(key) for r in loaded]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from kbench.errors import BadInput
 from kbench.values import number
 from kbench.runs.rows import CASE_COLUMNS
 
@@ -156,3 +157,19 @@ def case_winners(rows: pd.DataFrame) -> pd.DataFrame:
         rec["excluded"] = excluded.get(uniques[j], "")
         out.append(rec)
     return pd.DataFrame(out, columns=WINNER_COLUMNS)
+
+
+def check_ok_times(rows: pd.DataFrame, where: str) -> None:
+    """BadInput unless every ok kernel row holds a measured time: a positive, finite median_us (a hand-edited or
+    damaged row is refused, not ranked: -5 us would win every case, 0 divides the speedups). The reference is not
+    ranked (on a GPU it is checked, not timed)."""
+    if rows.empty or not {"status", "median_us"} <= set(rows.columns):
+        return
+    timed = pd.to_numeric(rows["median_us"], errors="coerce").astype(float)
+    kernel = rows["path"] != "reference" if "path" in rows.columns else True
+    bad = (rows["status"] == "ok") & kernel & ~(timed.gt(0) & timed.lt(float("inf")))
+    if bad.any():
+        i = bad[bad].index[0]
+        r = rows.loc[i]
+        raise BadInput(f"{where}: row {r.get('kernel')} / {r.get('case_id')} is ok with median_us {timed[i]:g}: not a measured time "
+                       f"(a positive, finite number of microseconds); {int(bad.sum())} such row(s)")
