@@ -78,6 +78,14 @@ def _group_value(group, name):
     return _norm(name, group.get(name))
 
 
+def _shown(group, name):
+    """A group's value of one filter as an option takes it (heads: 32/8/128 or mla:128/512/64/128)."""
+    if name == "heads":
+        v = _group_value(group, "heads")
+        return ("mla:" if v[0] == "mla" else "") + "/".join(map(str, v[1:]))
+    return None if group.get(name) is None else str(group[name])
+
+
 def select_group(**filters):
     """The one group the filters match (None values are ignored)."""
     unknown = sorted(set(filters) - set(FILTERS))
@@ -89,9 +97,11 @@ def select_group(**filters):
     if not found:
         asked = " ".join(f"--{{k.replace('_', '-')}} {{v}}" for k, v in filters.items() if v is not None)
         raise ValueError(f"no measured group matches {{asked or 'the query'}} (policy has: {{have}})")
-    if len(found) > 1:
-        raise ValueError(f"{{len(found)}} groups match; narrow with {{'/'.join('--' + f.replace('_', '-') for f in FILTERS)}} "
-                         f"(policy has: {{have}})")
+    if len(found) > 1:  # the filters that tell them apart, each group's value (as kbench select says it)
+        differ = [f for f in FILTERS if len({{_shown(g, f) for g in found}}) > 1]
+        flags = {{f: "--" + f.replace("_", "-") for f in differ}}
+        each = "; ".join(" ".join(f"{{flags[f]}} {{_shown(g, f)}}" for f in differ) for g in found)
+        raise ValueError(f"{{len(found)}} groups match; narrow with {{'/'.join(flags.values())}}: {{each}}")
     return found[0]
 
 
@@ -113,13 +123,18 @@ def main(argv=None):
     import argparse
     import sys
 
-    p = argparse.ArgumentParser(description="The attention kernel for one shape, from kbench's policy (see the "
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # one line, as kbench says it (argparse prints its usage too)
+            print(f"error: {{message}} (see --help)", file=sys.stderr)
+            sys.exit(2)
+
+    p = Parser(description="The attention kernel for one shape, from kbench's policy (see the "
                                 "module docstring).", epilog="Filters choose the group when the policy has several.")
     for name in ("batch_size", "q_len", "kv_len"):
         p.add_argument(name, type=int, metavar=name.upper())
     p.add_argument("--extrapolate", action="store_true", help="outside the measured range: clamp to its edge")
     for f in FILTERS:
-        have = sorted({{str(g.get(f)) for g in GROUPS if g.get(f) is not None}})
+        have = sorted({{_shown(g, f) for g in GROUPS if _shown(g, f) is not None}})
         p.add_argument("--" + f.replace("_", "-"), dest=f, metavar="VALUE",
                        help=f"group filter; the policy has: {{', '.join(have) or '-'}}")
     a = vars(p.parse_args(argv))  # usage errors: argparse's message, exit 2
