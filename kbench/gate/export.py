@@ -43,8 +43,7 @@ def check_paths(paths: dict[str, str | Path | None]) -> None:
     for ex in formats():
         if paths.get(ex.name) is not None:
             if str(paths[ex.name]).strip() == "-":  # not stdout here: it would be a file named '-'
-                raise BadInput(f"--{ex.name} -: the gate prints its table on stdout; give a file name (or "
-                               f"/dev/stdout to have both there)")
+                raise BadInput(f"--{ex.name} -: the gate prints its table on stdout; give a file name")
             writable_file(paths[ex.name], f"--{ex.name}")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         appendable_file(os.environ["GITHUB_STEP_SUMMARY"], "GITHUB_STEP_SUMMARY")

@@ -325,9 +325,11 @@ def _group_checks(g: dict) -> None:
     for k, a in axes.AXIS.items():  # a group axis value kbench could not have written (tree 'topk:banana')
         if k in g and a.has(axes.GROUP) and a.type is str and (a.spec is not None or a.allowed):
             try:
-                a.one(g[k], "policy")
+                spelled = a.one(g[k], "policy")
             except BadInput as e:
                 raise _Refused((k,), str(e).split(": ", 2)[-1]) from None
+            if spelled != g[k]:  # select compares kbench's spelling; the exported selector ignores case
+                raise _Refused((k,), f"is not written as kbench writes it ({spelled!r})")
     grid, cells, seen = g["grid"], g["cells"], {}
     for j, c in enumerate(cells):
         for ax in LOOKUP_AXES:
