@@ -310,6 +310,11 @@ HOSTILE = [
      f"{G}: num_qo_heads 32 is not the heads' 64 (64/8/128)", False),
     ("mla-on-gqa-heads", lambda p: p["groups"][0].update(attention="mla", kv_lora_rank=0),
      "group mla h32 0+0 (nope 0) bf16 p64: attention 'mla' is not the heads' 'gqa' (32/8/128)", False),
+    ("fp8-query-on-bf16-kv", lambda p: p["groups"][0].update(q_dtype="fp8"),
+     "group 32/8/128 bf16 p64 HND q_dtype=fp8: q_dtype fp8 needs kv_dtype fp8 (kernels take an fp8 query only with an "
+     "fp8 KV cache), got kv_dtype bf16", False),
+    ("tree-not-as-written", lambda p: p["groups"][0].update(tree="TOPK:2"),
+     "group 32/8/128 bf16 p64 HND tree=TOPK:2: tree is not written as kbench writes it ('topk:2')", False),
     ("no-group", lambda p: p.update(groups=[]), "groups is empty (kbench writes a policy only from measured rows)",
      False),
 ]

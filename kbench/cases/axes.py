@@ -367,6 +367,15 @@ AXES: tuple[Axis, ...] = (
 AXIS: dict[str, Axis] = {a.name: a for a in AXES}
 
 
+def fp8_query_problem(q_dtypes, kv_dtypes) -> str | None:
+    """Why these query dtypes cannot go with these KV dtypes, or None: kernels take an fp8 query only with an fp8
+    KV cache."""
+    if "fp8" in q_dtypes and set(kv_dtypes) != {"fp8"}:
+        return (f"fp8 needs kv_dtype fp8 (kernels take an fp8 query only with an fp8 KV cache), got kv_dtype "
+                f"{', '.join(kv_dtypes)}")
+    return None
+
+
 def axes_with(role: str) -> tuple[Axis, ...]:
     return tuple(a for a in AXES if a.has(role))
 

@@ -136,9 +136,9 @@ class _ScenarioMethods:
                 "(kv_len includes the new tokens, so it must be >= q_len)"
             )
         kv_dtypes = self.kv_dtype if self.kv_dtype is not None else self.dtype
-        if "fp8" in self.q_dtype and set(kv_dtypes) != {"fp8"}:
-            raise BadInput(f"{where}: grid.q_dtype: fp8 needs kv_dtype fp8 (kernels take an fp8 query only with an "
-                           f"fp8 KV cache), got kv_dtype {', '.join(kv_dtypes)}")
+        problem = axes.fp8_query_problem(self.q_dtype, kv_dtypes)
+        if problem:
+            raise BadInput(f"{where}: grid.q_dtype: {problem}")
         if self.timing.l2 not in L2_MODES:
             raise BadInput(f"{where}: timing.l2: {self.timing.l2!r} is not one of {', '.join(L2_MODES)}")
         if not (0 < self.timing.spread_target < 1):

@@ -330,6 +330,9 @@ def _group_checks(g: dict) -> None:
                 raise _Refused((k,), str(e).split(": ", 2)[-1]) from None
             if spelled != g[k]:  # select compares kbench's spelling; the exported selector ignores case
                 raise _Refused((k,), f"is not written as kbench writes it ({spelled!r})")
+    problem = axes.fp8_query_problem([g.get("q_dtype", "dtype")], [g.get("kv_dtype")])
+    if problem:
+        raise _Refused(("q_dtype",), problem)
     grid, cells, seen = g["grid"], g["cells"], {}
     for j, c in enumerate(cells):
         for ax in LOOKUP_AXES:
