@@ -343,3 +343,40 @@ def test_server_bench_resume_refuses_options_it_cannot_honour(fake, tmp_path):
     r = server_bench_cli("--resume", res.run_dir, "--out", tmp_path / "x", "--run-name", "y")
     assert r.exit_code == 2 and "--out, --run-name cannot be changed" in r.output
     assert {p.name: p.read_bytes() for p in res.run_dir.iterdir()} == before and len(fake.requests) == n
+
+
+def test_the_python_entry_points_keep_the_commands_rules(tmp_path, cpu_run):
+    # what a Python user of the engine could do that the CLI refuses: run_sweep(resume=) skipped every resume check
+    # (it appended CPU rows to a copy of an H200 baseline); resume_sweep ignored the options a run fixes; export
+    # wrote over its own policy; a path given where a list goes was read letter by letter
+    from kbench.cases.scenario import apply_overrides, load_scenario
+    from kbench.gate.compare import run_gate
+    from kbench.recommend.export import export_policy
+    from kbench.report import build_report, lookup
+    from kbench.report.policy import load_policy
+
+    base = tmp_path / "base"
+    shutil.copytree(BASELINE, base)
+    before = tree(base)
+    with pytest.raises(BadInput, match="finish one with resume_sweep"):
+        run_sweep(tiny(), out_dir=tmp_path / "o", resume=base)
+    part = run_sweep(tiny(), out_dir=tmp_path / "p", observer=StopAfter(2))
+    for opt in ({"seed": 5}, {"out_dir": tmp_path}, {"run_name": "x"}, {"shard": (0, 2)}):
+        with pytest.raises(BadInput, match="cannot change it"):
+            resume_sweep(part.run_dir, **opt)
+    assert tree(base) == before
+    rep = build_report(str(base), out_dir=tmp_path / "rep", plot_groups=0)  # one path, not a list of one
+    policy_file = tmp_path / "rep" / "policy.json"
+    with pytest.raises(BadInput, match="replace what the command reads"):
+        export_policy(rep.policy, str(policy_file), policy_file)
+    assert load_policy(policy_file)["groups"]
+    with pytest.raises(BadInput, match="batch_size must be an integer, got 16.5"):
+        lookup(rep.policy, 16.5, 4, 4096)
+    with pytest.raises(BadInput, match="unknown filter 'head'"):
+        lookup(rep.policy, 16, 4, 4096, head="32/8/128")
+    assert run_gate(base, base, threshold="5%").exit_code == 0
+    with pytest.raises(BadInput, match="unknown field 'kv_lens'"):
+        apply_overrides(load_scenario("quick"), kv_lens="128")
+    with pytest.raises(BadInput, match="budget_s 'fast' is not a number"):
+        apply_overrides(load_scenario("quick"), budget_s="fast")
+    assert apply_overrides(load_scenario("quick"), budget_s="0.2").timing.budget_s == 0.2

@@ -378,8 +378,17 @@ def load_scenario(name_or_path: str) -> Scenario:
     return scenario_from_dict(data, where)
 
 
+TIMING_OVERRIDES = ("spread_target", "budget_s", "l2", "min_time_s", "duty")  # the [timing] fields a flag overrides
+
+
 def apply_overrides(sc: Scenario, **axes) -> Scenario:
-    """CLI flags override any axis: values are strings in the axis syntax, None leaves an axis alone."""
+    """The scenario with overrides, as the sweep's flags give them: a grid axis as a string in its syntax ('1,16,64',
+    '1..16', '512..32768*2') or a list; kernels ('a,b'), model or heads; the timing's spread_target, budget_s,
+    min_time_s, duty (numbers) and l2. None leaves a field alone; an unknown name is BadInput."""
+    known = {*axes_mod.names(axes_mod.GRID), "kernels", "model", "heads", *TIMING_OVERRIDES}
+    unknown = sorted(k for k in axes if k not in known)
+    if unknown:
+        raise BadInput(f"apply_overrides: unknown field {unknown[0]!r} (fields: {', '.join(sorted(known))})")
     changes = {}
     for a in axes_mod.axes_with(axes_mod.GRID):
         if axes.get(a.name) is not None:
@@ -397,9 +406,15 @@ def apply_overrides(sc: Scenario, **axes) -> Scenario:
                            f"{axes['model']} is {h.text()}): give one")
         changes["heads"], changes["model"] = parse_heads(axes["heads"]), None
     timing = replace(sc.timing)
-    for k in ("spread_target", "budget_s", "l2", "min_time_s", "duty"):
+    for k in TIMING_OVERRIDES:
         if axes.get(k) is not None:
-            setattr(timing, k, axes[k])
+            v = axes[k]
+            if k != "l2":  # a number ('0.2' from a script too); anything else is bad input, not a TypeError later
+                try:
+                    v = float(v)
+                except (TypeError, ValueError):
+                    raise BadInput(f"apply_overrides: {k} {axes[k]!r} is not a number") from None
+            setattr(timing, k, v)
     changes["timing"] = timing
     out = replace(sc, **changes)
     if any(v is not None for v in axes.values()):

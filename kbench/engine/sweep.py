@@ -14,6 +14,7 @@ import pandas as pd
 from kbench import RESULT_SCHEMA_VERSION, __version__
 from kbench.cases.case import Case
 from kbench.device import DeviceInfo
+from kbench.errors import BadInput
 from kbench.runs.manifest import Manifest, ceiling
 from kbench.engine.measure import CaseMeasurer, CudaContextLost, MeasureOptions, Payload, WallSplit, kernel_reason
 from kbench.engine.placement import L2_COVER
@@ -458,19 +459,29 @@ def sweep_payload(sc: Scenario, opt: SweepOptions) -> Payload:
 
 def run_sweep(scenario: Scenario, out_dir: str | Path = "results", observer: SweepObserver | None = None,
               builder=None, **options) -> SweepResult:
-    """Run a scenario and write a run folder under out_dir. See SweepOptions for the options; builder: see Sweep."""
+    """Run a scenario and write a new run folder under out_dir (OUT/<run_name or scenario>-<time>). options:
+    SweepOptions' fields (run_name, seed, shard, adaptive, stream, isolate, ...); builder: see Sweep. An observer
+    whose callback raises KeyboardInterrupt stops the run as Ctrl-C does: status interrupted, rows kept, and
+    resume_sweep(result.run_dir) finishes it."""
+    if options.get("resume") is not None:  # resume_sweep checks the run (a baseline, another GPU, its options)
+        raise BadInput("run_sweep starts a new run: finish one with resume_sweep(RUN_DIR)")
     return Sweep(scenario, SweepOptions(out_dir=out_dir, **options), observer, builder).run()
 
 
 def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, builder=None, force: bool = False,
                  **options) -> SweepResult | None:
     """Finish an interrupted run folder, with `kbench sweep --resume`'s rules: BadInput for a baseline, a run of
-    another GPU or one another process is writing (force: resume a baseline or another GPU's run anyway); None,
-    touching nothing, for a complete run."""
+    another GPU or one another process is writing (force: resume a baseline or another GPU's run anyway), and for
+    an option the run fixes (its folder, name, seed, shard: FIXED_BY_RUN); None, touching nothing, for a complete
+    run. options: the SweepOptions a resume may change (device_index, stream, isolate, compile_workers, ...)."""
+    from kbench.engine.request import FIXED_BY_RUN
     from kbench.runs.resume import check_resume
     from kbench.runs.store import check_resumable, read_manifest
     from kbench.timing.probe import probe_device
 
+    fixed = [name for name, _ in FIXED_BY_RUN if name in options] + (["resume"] if "resume" in options else [])
+    if fixed:
+        raise BadInput(f"resume_sweep finishes the run as it was started: {', '.join(fixed)} cannot change it")
     manifest = read_manifest(Path(run_dir))
     check_resumable(run_dir, manifest)
     device = probe_device(options.get("device_index", 0), with_flashinfer=False).to_dict()

@@ -428,8 +428,13 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
              alpha: float = DEFAULT_ALPHA, ignore_winner_change: bool = False, allow_missing: bool = False,
              force: bool = False, run_spread_k: float = DEFAULT_RUN_SPREAD_K,
              noise_floor: float = DEFAULT_NOISE_FLOOR) -> GateResult:
-    """Compare a candidate run with a baseline. Raises BadInput for unusable input or incomparable runs."""
-    if not (0 <= threshold < 1):
+    """Compare a candidate run with a baseline. threshold and noise_floor: a fraction or a percentage text ('5%',
+    as --threshold takes it). Raises BadInput for unusable input or incomparable runs."""
+    if isinstance(threshold, str):
+        threshold = parse_threshold(threshold)
+    if isinstance(noise_floor, str):
+        noise_floor = parse_threshold(noise_floor, "--noise-floor")
+    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not (0 <= threshold < 1):
         raise BadInput(f"threshold {threshold!r}: must be a fraction between 0 and 1")
     if not (0 < alpha < 1):
         raise BadInput(f"--alpha {alpha!r}: must be between 0 and 1")

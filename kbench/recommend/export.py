@@ -192,8 +192,13 @@ def render_python(policy: dict, source: str, filename: str = "kbench_policy.py")
 
 
 def export_policy(policy: dict, source: str, out: str | Path, fmt: str = "python") -> Path:
+    """Write `policy` (a dict from load_policy or policy_from) as a standalone selector file at `out`; `source`
+    names where it came from (a policy file or run folder: never written over). Returns the file's path."""
+    from kbench.runs.outputs import distinct_outputs
+
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    distinct_outputs({"--out": out}, [source] if source and Path(source).exists() else [])
     out = Path(out)
     if out.is_dir():
         raise BadInput(f"--out {out}: is a folder (name the .py file to write)")

@@ -46,8 +46,11 @@ class Source:
         return f"{self.device.get('name') or 'unknown GPU'}" + (f" (SM{sm})" if sm else "")
 
 
-def load_source(paths: list[str | Path]) -> Source:
-    """One policy file (from `kbench report`), or one or more sweep run folders (merged as `kbench report` does)."""
+def load_source(paths: list[str | Path] | str | Path) -> Source:
+    """One policy file (from `kbench report`), or one or more sweep run folders (merged as `kbench report` does);
+    a list, or one path."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
     pol, rs = policy_from(paths)
     if rs is None:
         first = paths[0]

@@ -66,12 +66,14 @@ REPORT_FILES = frozenset({"report.md", "report.html", REPORT_JSON, "policy.json"
                           "crossovers.csv", "regret.csv", "power.csv"})
 
 
-def build_report(runs: list[Run | str | Path], out_dir: str | Path | None = None, holdout: float | None = None,
+def build_report(runs: list[Run | str | Path] | Run | str | Path, out_dir: str | Path | None = None, holdout: float | None = None,
                  seed: int = 0, plot_points: list[tuple[int, int]] | None = None,
                  power: str | None = None, plot_groups: int | None = PLOT_GROUPS) -> ReportResult:
     """power: build the report and policy for this one timing state (unthrottled | sustained); the two states
     side by side (cases measured in both) are computed from all the rows either way. plot_groups: draw the
     per-group plots for at most this many groups (None or < 0: every group; plots.plot_groups chooses)."""
+    if isinstance(runs, (str, Path, Run)):  # one run (a string is not a list of one-letter paths)
+        runs = [runs]
     rs = combine(runs)
     first = runs[0].path if isinstance(runs[0], Run) else Path(runs[0])
     out = Path(out_dir) if out_dir is not None else first / "report"

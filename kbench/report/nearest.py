@@ -62,7 +62,14 @@ def locate(grid, cells, batch_size, q_len, kv_len, extrapolate=False, error=Valu
     index_cells() (made here when not given). Returns
     {query, used_cell, interpolated, extrapolated, clamped, method, used, neighbours, neighbours_agree}.
     """
-    query = {"batch_size": int(batch_size), "q_len": int(q_len), "kv_len": int(kv_len)}
+    query = {}
+    for ax, v in (("batch_size", batch_size), ("q_len", q_len), ("kv_len", kv_len)):
+        try:
+            query[ax] = int(v)
+        except (TypeError, ValueError, OverflowError):
+            query[ax] = None
+        if isinstance(v, bool) or query[ax] is None or query[ax] != v:  # 16.5 is no shape; 16.0 is 16
+            raise error(f"{ax} must be an integer, got {v!r}")
     for ax, v in query.items():
         if v < 1:
             raise error(f"{ax} must be >= 1, got {v}")

@@ -196,9 +196,12 @@ def policy_of(rs: RunSet) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     return build_policy(cases, rs.device, rs.sources(), times=ok), cases, ok
 
 
-def policy_from(paths: list[str | Path]) -> tuple[dict, RunSet | None]:
+def policy_from(paths: list[str | Path] | str | Path) -> tuple[dict, RunSet | None]:
     """A policy and the runs it was built from: one policy file (from `kbench report`; runs None), a report folder
-    (its policy.json), or one or more run folders, whose policy is built as `kbench report` builds it."""
+    (its policy.json), or one or more run folders, whose policy is built as `kbench report` builds it (a list, or
+    one path)."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
     if not paths:
         raise BadInput("give a run folder or a policy file")
     one = Path(paths[0])
@@ -281,7 +284,7 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
         if k == "heads":
             continue
         if k not in GROUP_FILTERS:
-            raise TypeError(f"select_group() got an unexpected filter {k!r}")
+            raise BadInput(f"select: unknown filter {k!r} (filters: {', '.join(GROUP_FILTERS)})")
         if v is not None:
             want[k] = axes.AXIS[k].one(v, "select")
     # a key a group lacks reads as its default (LATER_KEYS), as validate_policy reads a file written before it

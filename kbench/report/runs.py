@@ -58,7 +58,10 @@ def _peek_kind(path: Path) -> str:
     return read_manifest(path).get("kind", "sweep") if (path / MANIFEST).is_file() else "sweep"
 
 
-def combine(runs: list[Run | str | Path]) -> RunSet:
+def combine(runs: list[Run | str | Path] | Run | str | Path) -> RunSet:
+    """The rows of one or more sweep runs (a list, or one run or path), on one device, each (kernel, case) once."""
+    if isinstance(runs, (str, Path, Run)):  # one run (a string is not a list of one-letter paths)
+        runs = [runs]
     if not runs:
         raise BadInput("no run given")
     for r in runs:  # the kind before the rows: another kind's rows are not this layer's to read
