@@ -196,3 +196,20 @@ def test_row_not_ok_in_every_run_is_not_compared(tmp_path):
     res, data = gate_json(tmp_path, root / "mixed", r1, "--ignore-winner-change")
     assert res.exit_code == 0
     assert outcomes(data)[(CONTEXT, CASE_A.case_id, None)] == "not-compared"
+
+
+def test_the_baseline_and_recommend_entry_points_from_python(tmp_path):
+    # kbench baseline and kbench recommend without the CLI: run folders as paths, the package's own names
+    from kbench.errors import BadInput
+    from kbench.gate import run_gate, write_multi_baseline
+    from kbench.recommend import recommend_for
+    from kbench.recommend.render import to_json
+
+    a, b = "results/baselines/h200-power-both-kv4096-sweep1", "results/baselines/h200-power-both-kv4096-sweep2"
+    folder, rows, warnings = write_multi_baseline([a, b], "pooled", root=tmp_path)
+    assert folder == tmp_path / "pooled" and len(rows) and (folder / "manifest.json").exists()
+    assert run_gate(folder, b, threshold="5%").exit_code == 0
+    rec = recommend_for("results/baselines/h200-draft-extend-kv4096", "sglang", batch_size=16, q_len=4, kv_len=4096)
+    assert rec.best is not None and to_json(rec)["best"]["flags"] == rec.best.setting.flags
+    with pytest.raises(BadInput, match="one way"):
+        recommend_for(a, "sglang", batch_size=16, q_len=4, kv_len=4096, workload=tmp_path / "w.jsonl")

@@ -33,6 +33,9 @@ def gpu_count() -> int:
 
 @dataclass
 class SweepOptions:
+    """How a sweep runs (the keyword options of run_sweep and resume_sweep): where its folder goes (out_dir,
+    run_name: OUT/<run_name or scenario>-<time>), the inputs' seed, a shard (i, n), an adaptive plan, streamed
+    compiles, process isolation, the device. A resume keeps the run's out_dir, run_name, seed and shard."""
     out_dir: str | Path = "results"
     resume: str | Path | None = None
     run_name: str | None = None

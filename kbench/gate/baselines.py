@@ -45,7 +45,7 @@ from kbench.cases import axes
 from kbench.values import finite, status
 from kbench.errors import BadInput
 from kbench.runs.manifest import POOL, Manifest, comparable, num_runs
-from kbench.runs.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, now_iso, safe_name, write_tables
+from kbench.runs.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, load_run, now_iso, safe_name, write_tables
 from kbench.runs.winners import check_ok_times
 
 DEFAULT_ROOT = Path("results") / "baselines"
@@ -235,10 +235,12 @@ def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT, force: 
     return dest
 
 
-def write_multi_baseline(runs: list[Run], name: str, root: str | Path = DEFAULT_ROOT, force: bool = False,
-                         allow_partial: bool = False) -> tuple[Path, pd.DataFrame, list[str]]:
-    """A baseline from several runs of the same scenario on the same GPU (module docstring).
-    Returns (folder, rows, warnings). One run: write_baseline."""
+def write_multi_baseline(runs: list[Run | str | Path], name: str, root: str | Path = DEFAULT_ROOT,
+                         force: bool = False, allow_partial: bool = False) -> tuple[Path, pd.DataFrame, list[str]]:
+    """`kbench baseline RUN... --name NAME` from Python: a baseline from one run, or from several runs of the same
+    scenario on the same GPU (module docstring), in ROOT/NAME (root: results/baselines under the current folder by
+    default). runs: Run objects or their folders. Returns (folder, rows, warnings)."""
+    runs = [r if isinstance(r, Run) else load_run(r) for r in ([runs] if isinstance(runs, (str, Path, Run)) else runs)]
     if not runs:
         raise BadInput("a baseline needs at least one run")
     if len(runs) == 1:
