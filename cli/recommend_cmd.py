@@ -268,6 +268,11 @@ def export_cmd(source, fmt, out):
 
     policy = policy_from([source])[0]
     path = export_policy(policy, str(source), out, fmt)
+    from kbench.runs.atomic import named_destination
+
+    if named_destination(path)[1]:  # a device or pipe (/dev/stdout): nothing there to run
+        click.echo(f"wrote {path}: {summary(policy)}", err=True)
+        return
     filters = " [--FILTER VALUE ...]" if len(policy["groups"]) > 1 else ""
     click.echo(f"wrote {path}: {summary(policy)}; try: python {path} BATCH_SIZE Q_LEN KV_LEN{filters} (--help: the "
                f"filters)")

@@ -196,3 +196,12 @@ def test_policy_schema_is_published_and_the_policies_kbench_writes_validate(tmp_
     broken = json.loads(json.dumps(written[0]))
     broken["groups"][0]["cells"][0]["kernels_us"] = {"fa2-prefill": "fast"}
     assert list(v.iter_errors(broken))
+
+
+def test_an_export_to_a_device_suggests_nothing_to_run(tmp_path):
+    # export --out /dev/null said "try: python /dev/null BATCH_SIZE ..."
+    run = write_run(tmp_path / "run", known_rows())
+    r = export_cli(run, "--out", "/dev/null")
+    assert r.exit_code == 0 and "wrote /dev/null:" in r.output and "try: python" not in r.output, r.output
+    r = export_cli(run, "--out", tmp_path / "sel.py")
+    assert r.exit_code == 0 and f"try: python {tmp_path / 'sel.py'}" in r.output

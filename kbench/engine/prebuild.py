@@ -283,8 +283,11 @@ def write_archive(out: str | Path, modules: list[Module], arch: str) -> tuple[Pa
 def read_manifest(archive: str | Path) -> dict:
     """The archive's KBENCH_PREBUILD.json; BadInput (one line) for a file that is not such an archive."""
     p = Path(archive)
-    if not p.is_file():
+    if not p.exists():
         raise BadInput(f"{archive}: no such archive")
+    if not p.is_file():
+        raise BadInput(f"{archive}: not an archive file (a folder or a device); give the .tgz kbench prebuild "
+                       f"--archive wrote")
     try:
         with tarfile.open(p, "r:gz") as tar:
             f = tar.extractfile(MANIFEST)
