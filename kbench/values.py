@@ -6,6 +6,12 @@ import math
 INT32_MAX = 2**31 - 1  # the index tensors (seq_lens, indptrs, page tables) are int32, as in the engines
 
 
+def ascii_digits(text: str) -> bool:
+    """Digits 0-9 only, blanks around allowed (str.isdecimal and int() take '١٢' and '６４' too)."""
+    s = str(text).strip()
+    return s.isascii() and s.isdecimal()
+
+
 def finite(v) -> float | None:
     """v as a finite float, or None (missing, NaN, infinite, not a number)."""
     try:

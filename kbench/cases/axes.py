@@ -210,13 +210,19 @@ class Axis:
             if msg:
                 raise BadInput(f"{where}: {field}: {msg}")
 
-    def one(self, value, where: str, field: str | None = None) -> Any:
-        """One value in kbench's spelling (any accepted form: 'BF16', 'hnd', '64' or 64, lognormal:1 for
-        lognormal:1.0), checked; more than one (a list, a range) is bad input. field: how an error names it
-        (default: the flag)."""
+    def values(self, value, where: str, field: str | None = None) -> list:
+        """The values a flag, filter or file gives (any accepted form: 'BF16', 'hnd', '64' or 64, lognormal:1 for
+        lognormal:1.0, a list or range), in kbench's spelling and checked. field: how an error names it (default:
+        the flag)."""
         field = field or self.flag
         vals = self.parse(str(value) if isinstance(value, (bool, int)) else value, field, where)
         self.validate(vals, field, where)
+        return vals
+
+    def one(self, value, where: str, field: str | None = None) -> Any:
+        """One value (values()); more than one (a list, a range) is bad input."""
+        field = field or self.flag
+        vals = self.values(value, where, field)
         if len(vals) != 1:
             raise BadInput(f"{where}: {field}: give one value, got {value!r}")
         return vals[0]

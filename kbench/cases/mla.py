@@ -18,7 +18,7 @@ import math
 from typing import Mapping
 
 from kbench.cases import axes
-from kbench.values import INT32_MAX
+from kbench.values import ascii_digits
 from kbench.errors import BadInput
 
 # the [heads] table of an MLA scenario: the kind, the q heads per rank and the three widths
@@ -58,7 +58,7 @@ def heads_text(g: Mapping) -> str:
 def parse_heads_text(body: str, whole: str) -> dict:
     """'128/512/64/128' (after 'mla:') -> the head fields of an MLA case."""
     parts = body.replace("x", "/").split("/")
-    if len(parts) != 4 or not all(p.strip().isascii() and p.strip().isdecimal() for p in parts):
+    if len(parts) != 4 or not all(ascii_digits(p) for p in parts):
         raise BadInput(f"--heads {whole!r}: expected mla:QO/KV_LORA_RANK/ROPE/NOPE, e.g. mla:128/512/64/128")
     return geometry(*(int(p) for p in parts))
 
@@ -111,10 +111,8 @@ def validate_heads(h, where: str) -> None:
         v = getattr(h, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise BadInput(f"{where}: heads.{name}: expected an integer >= 0, got {v!r}")
-    for name in ("num_qo_heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim"):
-        if getattr(h, name) > INT32_MAX:  # stored as int64 in the tables, int32 in the kernels
-            raise BadInput(f"{where}: heads.{name}: {getattr(h, name)} is beyond the int32 range of the kernels "
-                           f"(at most {INT32_MAX:,})")
+    for name in HEAD_KEYS[1:]:  # each field's own axis rules, the int32 bound too (as a GQA table's)
+        axes.AXIS[name].validate([getattr(h, name)], f"heads.{name}", where)
     if h.qk_rope_head_dim + h.qk_nope_head_dim < 1:
         raise BadInput(f"{where}: heads: qk_rope_head_dim + qk_nope_head_dim must be > 0 (the softmax scale is "
                        "1/sqrt of their sum)")

@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass
 
 from kbench.cases import axes, mla
 from kbench.errors import BadInput
+from kbench.values import ascii_digits
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def parse_heads(text: str) -> HeadConfig:
             raise BadInput(f"--heads {text!r}: expected QO/KV/DIM (GQA) or mla:QO/KV_LORA_RANK/ROPE/NOPE")
         return HeadConfig(**mla.parse_heads_text(body, text))
     parts = text.replace("x", "/").split("/")
-    if len(parts) != 3 or not all(p.strip().isascii() and p.strip().isdecimal() for p in parts):
+    if len(parts) != 3 or not all(ascii_digits(p) for p in parts):
         raise BadInput(f"--heads {text!r}: expected QO/KV/DIM, e.g. 32/8/128 (or mla:128/512/64/128 for MLA)")
     return HeadConfig(*(int(p) for p in parts))
 

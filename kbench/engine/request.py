@@ -174,7 +174,7 @@ class SweepRequest:
                 raise BadInput("--devices runs its own shards: drop --shard/--resume")
             devs = parse_devices(self.devices, gpu_count())
             return CheckedSweep(sc, opts, None, devs, jit_cache)
-        opts.shard = parse_shard(self.shard) if self.shard else None  # isdecimal digits only: int() takes each
+        opts.shard = parse_shard(self.shard) if self.shard else None  # digits 0-9 only: int() takes '١٢' too
         return CheckedSweep(sc, opts, opts.plan(sc, manifest), None, jit_cache)
 
     def check_resume_options(self) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from kbench.cases.case import Case
 from kbench.errors import BadInput
+from kbench.values import ascii_digits
 
 SLURM = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT")
 KUBERNETES = "JOB_COMPLETION_INDEX"
@@ -18,21 +19,16 @@ def parse_shard(text: str, env: Mapping[str, str] | None = None) -> tuple[int, i
     if text.strip().split("/")[0].strip() == "auto":
         return auto_shard(text.strip(), os.environ if env is None else env)
     i, sep, n = text.partition("/")
-    if not sep or not _digits(i) or not _digits(n) or not 0 <= int(i) < int(n):
+    if not sep or not ascii_digits(i) or not ascii_digits(n) or not 0 <= int(i) < int(n):
         raise BadInput(f"--shard: expected i/N with 0 <= i < N, or auto, got {text!r}")
     return int(i), int(n)
-
-
-def _digits(text: str) -> bool:
-    """Digits 0-9 only (str.isdecimal and int() take '١٢' too)."""
-    return text.strip().isascii() and text.strip().isdecimal()
 
 
 def _int(env: Mapping[str, str], name: str, text: str) -> int:
     if name not in env:
         raise BadInput(f"--shard {text}: {name} is not set (the scheduler sets it for each task)")
     v = env.get(name, "").strip()
-    if not _digits(v):
+    if not ascii_digits(v):
         raise BadInput(f"--shard {text}: {name}={env.get(name)!r} is not a task number")
     return int(v)
 
@@ -43,7 +39,7 @@ def auto_shard(text: str, env: Mapping[str, str]) -> tuple[int, int]:
     has no such numbering and is refused, in every task: SLURM_ARRAY_TASK_MAX is not MIN + (COUNT-1)*STEP). A Kubernetes Indexed Job: JOB_COMPLETION_INDEX of N, N given as
     `auto/N` (the Job's completions: the pod is not told). `auto/N` under Slurm must agree with the array."""
     _, sep, count = text.partition("/")
-    if sep and (not _digits(count) or int(count) < 1):
+    if sep and (not ascii_digits(count) or int(count) < 1):
         raise BadInput(f"--shard {text}: expected auto or auto/N with N >= 1")
     given = int(count) if sep else None
     if SLURM[0] in env:

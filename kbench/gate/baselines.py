@@ -45,7 +45,8 @@ from kbench.cases import axes
 from kbench.values import finite, status
 from kbench.errors import BadInput
 from kbench.runs.manifest import POOL, Manifest, comparable, num_runs
-from kbench.runs.store import CSV, JOURNAL, MANIFEST, PARQUET, Run, load_run, now_iso, safe_name, write_tables
+from kbench.runs.store import (CSV, JOURNAL, MANIFEST, PARQUET, Run, as_run_list, load_run, now_iso, safe_name,
+                               write_tables)
 from kbench.runs.winners import check_ok_times
 
 DEFAULT_ROOT = Path("results") / "baselines"
@@ -240,7 +241,7 @@ def write_multi_baseline(runs: list[Run | str | Path], name: str, root: str | Pa
     """`kbench baseline RUN... --name NAME` from Python: a baseline from one run, or from several runs of the same
     scenario on the same GPU (module docstring), in ROOT/NAME (root: results/baselines under the current folder by
     default). runs: Run objects or their folders. Returns (folder, rows, warnings)."""
-    runs = [r if isinstance(r, Run) else load_run(r) for r in ([runs] if isinstance(runs, (str, Path, Run)) else runs)]
+    runs = [r if isinstance(r, Run) else load_run(r) for r in as_run_list(runs)]
     if not runs:
         raise BadInput("a baseline needs at least one run")
     if len(runs) == 1:

@@ -22,6 +22,7 @@ from kbench.recommend.settings import FAMILY_NAME, STEPS, Engine, Setting, gpu_f
 from kbench.recommend.workload import Batch, Workload
 from kbench.report.nearest import LOOKUP_AXES, locate
 from kbench.report.policy import group_label, policy_from, select_group
+from kbench.runs.store import as_run_list
 
 DEFAULT_MAX_EXTRAPOLATION = 2.0
 MAX_LAYERS = 1000  # attention layers of one model (the largest today have about 130)
@@ -49,8 +50,7 @@ class Source:
 def load_source(paths: list[str | Path] | str | Path) -> Source:
     """One policy file (from `kbench report`), or one or more sweep run folders (merged as `kbench report` does);
     a list, or one path."""
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
+    paths = as_run_list(paths)
     pol, rs = policy_from(paths)
     if rs is None:
         first = paths[0]

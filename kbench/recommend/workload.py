@@ -165,9 +165,7 @@ def canonical(name: str, value, where: str, many: bool = False, field: str | Non
             raise BadInput(f"{where}: {e}") from None
         vals = [h.text()]  # 32/8/128, or mla:128/512/64/128 (the attention kind and MLA's widths)
     elif name in axes.AXIS:
-        a = axes.AXIS[name]
-        vals = a.parse(value if not isinstance(value, bool) else str(value), field or a.flag, where)
-        a.validate(vals, field or a.flag, where)
+        vals = axes.AXIS[name].values(value, where, field)
     else:
         raise BadInput(f"{where}: unknown field {name!r}")
     if not many and len(vals) != 1:

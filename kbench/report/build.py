@@ -32,7 +32,7 @@ from kbench.report.document import build_document
 from kbench.report.policy import REPORT_JSON, build_policy, policy_of, save_policy
 from kbench.report.regret import Regret, holdout_split, regret
 from kbench.report.runs import RunSet, combine
-from kbench.runs.store import Run, now_iso
+from kbench.runs.store import Run, as_run_list, now_iso
 
 
 @dataclass
@@ -72,8 +72,7 @@ def build_report(runs: list[Run | str | Path] | Run | str | Path, out_dir: str |
     """power: build the report and policy for this one timing state (unthrottled | sustained); the two states
     side by side (cases measured in both) are computed from all the rows either way. plot_groups: draw the
     per-group plots for at most this many groups (None or < 0: every group; plots.plot_groups chooses)."""
-    if isinstance(runs, (str, Path, Run)):  # one run (a string is not a list of one-letter paths)
-        runs = [runs]
+    runs = as_run_list(runs)
     rs = combine(runs)
     first = runs[0].path if isinstance(runs[0], Run) else Path(runs[0])
     out = Path(out_dir) if out_dir is not None else first / "report"

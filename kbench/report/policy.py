@@ -72,7 +72,7 @@ from kbench.cases.models import heads_text, parse_heads
 from kbench.report.nearest import LOG_AXES, LOOKUP_AXES, answer, index_cells, locate, nearest, upper_edge  # noqa: F401 (re-exported)
 from kbench.report.policy_schema import CLASSIC, POLICY_SCHEMA, check
 from kbench.report.runs import GROUP_COLUMNS, RunSet, combine, group_label, nothing_to_report
-from kbench.runs.store import now_iso
+from kbench.runs.store import as_run_list, now_iso
 from kbench.runs.winners import TIE, case_winners, measured
 
 # older schemas still read, and how: /1 predates the realistic-batch axes, so its groups are idealised batches
@@ -200,8 +200,7 @@ def policy_from(paths: list[str | Path] | str | Path) -> tuple[dict, RunSet | No
     """A policy and the runs it was built from: one policy file (from `kbench report`; runs None), a report folder
     (its policy.json), or one or more run folders, whose policy is built as `kbench report` builds it (a list, or
     one path)."""
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
+    paths = as_run_list(paths)
     if not paths:
         raise BadInput("give a run folder or a policy file")
     one = Path(paths[0])

@@ -15,7 +15,7 @@ import pandas as pd
 from kbench.cases import axes
 from kbench.errors import BadInput
 from kbench.runs.manifest import ceiling
-from kbench.runs.store import MANIFEST, Run, load_run, read_manifest
+from kbench.runs.store import MANIFEST, Run, as_run_list, load_run, read_manifest
 from kbench.runs.winners import check_ok_times
 
 GROUP_COLUMNS = axes.GROUP_COLUMNS  # re-exported: the report's group key
@@ -60,8 +60,7 @@ def _peek_kind(path: Path) -> str:
 
 def combine(runs: list[Run | str | Path] | Run | str | Path) -> RunSet:
     """The rows of one or more sweep runs (a list, or one run or path), on one device, each (kernel, case) once."""
-    if isinstance(runs, (str, Path, Run)):  # one run (a string is not a list of one-letter paths)
-        runs = [runs]
+    runs = as_run_list(runs)
     if not runs:
         raise BadInput("no run given")
     for r in runs:  # the kind before the rows: another kind's rows are not this layer's to read

@@ -1,15 +1,13 @@
 """Joining shard runs (`--shard i/N`, or `--devices` workers, or slices run on many hosts) into one run."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from kbench.errors import BadInput
 from kbench.runs.manifest import MERGE, MERGE_FIELDS, comparable
-from kbench.runs.signals import deferred_signals
-from kbench.runs.store import RunWriter, Run, load_run, new_run_dir
+from kbench.runs.store import RunWriter, Run, load_run, new_run_dir, removed_unless_written
 
 
 def check_compatible(runs: list[Run]) -> None:
@@ -60,14 +58,8 @@ def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: s
     )
     out = new_run_dir(out_dir, name or f"{(first.get('scenario') or {}).get('name', 'run')}-merged")
     status = "complete" if complete and all(r.manifest.get("status") == "complete" for r in runs) else "partial"
-    mine = not out.exists()  # new_run_dir names a folder nobody has: only that one is removed on the way out
-    try:
+    with removed_unless_written(out):  # a merge cut short leaves no half-merged run for report or export to read
         w = RunWriter(out, manifest)
         for rec in rows.to_dict("records"):
             w.append(rec)
         return w.finalize(status)
-    except BaseException:  # Ctrl-C, SIGTERM, a full disk: no half-merged run is left for report or export to read
-        if mine:
-            with deferred_signals():
-                shutil.rmtree(out, ignore_errors=True)
-        raise

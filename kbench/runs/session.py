@@ -24,15 +24,15 @@ every complete row.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from kbench.errors import BadInput, KbenchError, first_line
 from kbench.runs.manifest import Manifest
-from kbench.runs.signals import deferred_signals, stop_reason
-from kbench.runs.store import JOURNAL, RunWriter, new_run_dir, now_iso, read_journal, read_manifest
+from kbench.runs.signals import stop_reason
+from kbench.runs.store import (JOURNAL, RunWriter, new_run_dir, now_iso, read_journal, read_manifest,
+                               removed_unless_written)
 
 # the columns that name a row of a run kind (a second row with the same key is not measured again); a kind not
 # listed: case_id (a server bench's row is its case)
@@ -68,18 +68,11 @@ class RunSession:
             found = read_manifest(self.dir)
             if found.get("kind", "sweep") != self.kind:
                 raise BadInput(f"{self.dir}: not a {self.kind} run (kind {found.get('kind')!r})")
-        if self.resumed:
-            self._writer = RunWriter(self.dir, self._new_manifest or {}, resume=True)
-        else:  # a new folder: cut short while it is made (Ctrl-C, SIGTERM, a full disk), it is removed, not left
-            fresh = not self.dir.exists()  # as a folder without a manifest that --resume refuses
-            try:
+        if not self.resumed:  # a new folder, removed if it is cut short while it is made (not left without a manifest)
+            with removed_unless_written(self.dir):
                 self._writer = RunWriter(self.dir, self._new_manifest or {}, resume=False)
-            except BaseException:
-                if fresh:
-                    with deferred_signals():
-                        shutil.rmtree(self.dir, ignore_errors=True)
-                raise
-        if self.resumed:
+        else:
+            self._writer = RunWriter(self.dir, self._new_manifest or {}, resume=True)
             try:
                 rows = self.rows()
                 self.done = set(zip(*(rows[c] for c in self.key))) if len(rows) else set()

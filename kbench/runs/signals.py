@@ -38,12 +38,6 @@ class Stop:
 _RAISED: list[int] = []  # the signals raised as Terminated in this process, in order
 
 
-def raised_signal() -> int | None:
-    """The first signal this process raised as Terminated, or None: an exception that escapes while one is
-    unwinding (an import cut in half: matplotlib's class set-up, a C extension's init) is that signal's doing."""
-    return _RAISED[0] if _RAISED else None
-
-
 def interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
     """The Ctrl-C or SIGTERM behind an exception: one in its chain (__cause__, __context__), or, where the
     chain lost it, a SIGTERM this process raised; None for an error of its own."""

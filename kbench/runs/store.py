@@ -9,15 +9,18 @@ Readers take the journal when it is there (it is the truth after a kill), else t
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import importlib
 import io
 import json
 import os
 import re
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -31,6 +34,7 @@ from kbench.values import json_safe
 from kbench.errors import BadInput
 from kbench.runs.lock import LOCK_FILE, RunLock
 from kbench.runs.manifest import Manifest
+from kbench.runs.signals import deferred_signals
 from kbench.runs.rows import COLUMNS, NUMBER_COLUMNS, STATUSES, Row
 MANIFEST = "manifest.json"
 JOURNAL = "rows.jsonl"
@@ -90,6 +94,27 @@ def name_note(name: str | None, flag: str = "--name") -> str | None:
         return None
     return (f"note: {flag} {name!r} is written as {safe_name(name)!r} (folder names keep only A-Z, a-z, 0-9, "
             f"'.', '_' and '-')")
+
+
+def as_run_list(runs) -> list:
+    """A list of runs or paths: the list given, or one Run or path made a list (a string is not a list of
+    one-letter paths)."""
+    return [runs] if isinstance(runs, (str, Path, Run)) else list(runs)
+
+
+@contextlib.contextmanager
+def removed_unless_written(folder: Path) -> Iterator[None]:
+    """For a block that makes a new run folder: if the block does not end (Ctrl-C, SIGTERM, a full disk), the
+    folder it made is removed, so no half-made run is left for --resume to refuse or report to read. A folder
+    that was already there is left alone."""
+    fresh = not folder.exists()
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            with deferred_signals():
+                shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def new_run_dir(out_dir: str | Path, name: str) -> Path:
