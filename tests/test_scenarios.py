@@ -116,12 +116,21 @@ def test_bad_scenario_file_exits_2_with_one_line_naming_field_and_file(case, tmp
     (["--kv-dist", "uniform:\u0661..\u0669"], "uniform:LO..HI with integers"),
     (["--max-seq-len", "context:\u0664\u0660\u0669\u0666"], "expected 'tight' or 'context:N'"),
     (["--tree", "topk:\u0664"], "topk:K needs an integer K (digits 0-9)"),
+    # numbers beyond what the kernels index: a 20-digit seed or window crashed mid-run (numpy/torch overflow) and
+    # left a 'crashed' run folder; a huge qk_nope_head_dim ran and was stored as -9223372036854775808
+    (["--seed", "99999999999999999999"], "--seed"),
+    (["--seed", "-1"], "--seed"),
+    (["--window-left", "99999999999999999999"], "window_left: 99999999999999999999 is beyond the int32 range"),
+    (["--batch-size", "3000000000"], "batch_size: 3000000000 is beyond the int32 range"),
+    (["--heads", "32/8/99999999999999999999"], "head_dim: 99999999999999999999 is beyond the int32 range"),
+    (["--heads", "mla:16/512/64/99999999999999999999"], "qk_nope_head_dim: 99999999999999999999 is beyond"),
 ])
 def test_bad_cli_axes_exit_2(args, needle, tmp_path):
-    res = CliRunner().invoke(cli, ["sweep", "--out", str(tmp_path), *args])
+    res = CliRunner().invoke(cli, ["sweep", "--out", str(tmp_path / "o"), *args])
     assert res.exit_code == 2, res.output
     assert needle in res.output and "Traceback" not in res.output
     assert len([l for l in res.output.splitlines() if l.strip()]) == 1
+    assert not (tmp_path / "o").exists()  # refused before a run folder exists
 
 
 def test_bad_input_through_the_real_console_script(tmp_path):
