@@ -10,7 +10,7 @@ from rich.table import Table
 
 from kbench.cli.console import make_console
 from kbench.cli.errors import one_line_errors
-from kbench.cli.options import AliasOption, OutputPath, examples
+from kbench.cli.options import FLOAT, INT, AliasOption, OutputPath, examples
 
 GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
 
@@ -142,9 +142,9 @@ def noise_line(res) -> str:
               help="Baseline folder (results/baselines/NAME) or any run folder.")
 @click.option("--candidate", "candidate", required=True, metavar="RUN", help="The run to judge.")
 @click.option("--threshold", default="5%", show_default=True, help="Relative change that counts: 5% or 0.05.")
-@click.option("--alpha", type=float, default=0.01, show_default=True,
+@click.option("--alpha", type=FLOAT, default=0.01, show_default=True,
               help="Significance level of the one-sided Mann-Whitney test.")
-@click.option("--run-spread-k", type=float, default=3.0, show_default=True,
+@click.option("--run-spread-k", type=FLOAT, default=3.0, show_default=True,
               help="K in band = max(threshold, K * run_noise, run_spread): how many pooled run-to-run spreads a change must exceed.")
 @click.option("--noise-floor", default="0%", show_default=True,
               help="Smallest run-to-run noise assumed for every row (e.g. 2%), also for single-run baselines.")
@@ -153,7 +153,7 @@ def noise_line(res) -> str:
 @click.option("--force", is_flag=True, help="Compare across GPU models, SM versions or result schema versions.")
 @export_options
 @click.option("--show-all", is_flag=True, help="List every row in the terminal table, not only the notable ones.")
-@click.option("--max-rows", type=int, default=40, show_default=True,
+@click.option("--max-rows", type=INT, default=40, show_default=True,
               help="Rows of each listing shown on screen: the table (failing rows first), winner changes and ties "
                    "(negative: all; --show-all lists every row; the --json/--markdown/--junit files have them all).")
 @one_line_errors

@@ -47,3 +47,33 @@ class OutputPath(click.Path):
             opt = param.opts[0] if param is not None and param.opts else "the path"
             raise click.UsageError(f"{opt}: an empty path; give a {self.what} (e.g. {opt} {self.example})", ctx)
         return super().convert(value, param, ctx)
+
+
+class _AsciiNumber:
+    """A number option written in ASCII: click's int and float types (Python's int() and float()) take '١٢' and
+    '６４' as 12 and 64; kbench refuses them everywhere else (values.ascii_digits), so its options do too."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.isascii():
+            self.fail(f"{value!r} is not a number written in ASCII (digits 0-9)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class _Int(_AsciiNumber, click.types.IntParamType):
+    pass
+
+
+class _Float(_AsciiNumber, click.types.FloatParamType):
+    pass
+
+
+class IntRange(_AsciiNumber, click.IntRange):
+    """click.IntRange, ASCII digits only."""
+
+
+class FloatRange(_AsciiNumber, click.FloatRange):
+    """click.FloatRange, ASCII digits only."""
+
+
+INT = _Int()      # type=INT where click would take type=int
+FLOAT = _Float()  # type=FLOAT where click would take type=float

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from kbench.cli.console import make_console
-from kbench.cli.options import OutputPath, examples
+from kbench.cli.options import IntRange, OutputPath, examples
 from kbench.cli.sweep_cmd import grid_options
 from kbench.errors import BadInput
 
@@ -33,8 +33,8 @@ from kbench.errors import BadInput
 @click.option("--list", "list_only", is_flag=True, help="List the grid's modules and whether each is built; build nothing.")
 @click.option("--no-build", is_flag=True, help="Build nothing: with --archive, pack the grid's modules that are built "
                                                 "(e.g. while another prebuild of them still runs).")
-@click.option("--parallel", type=click.IntRange(1, 64), help="Modules built at once (default: cores/4, at least 1).")
-@click.option("--jobs", type=click.IntRange(1, 256), help="Compile jobs per module (MAX_JOBS; default: cores / --parallel).")
+@click.option("--parallel", type=IntRange(1, 64), help="Modules built at once (default: cores/4, at least 1).")
+@click.option("--jobs", type=IntRange(1, 256), help="Compile jobs per module (MAX_JOBS; default: cores / --parallel).")
 @click.option("--include", multiple=True, type=click.Path(), help="An extra header folder for nvcc and c++ (the cuBLAS "
                                                                    "and cuRAND headers of fmha-v2 and fa3 where the CUDA toolkit lacks them).")
 @click.option("--jit-cache", type=OutputPath("~/.cache/flashinfer", file_okay=False),

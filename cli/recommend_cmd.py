@@ -10,7 +10,7 @@ from rich.table import Table
 
 from kbench.cli.console import make_console
 from kbench.cli.errors import one_line_errors
-from kbench.cli.options import OutputPath, examples
+from kbench.cli.options import FLOAT, INT, IntRange, OutputPath, examples
 from kbench.errors import BadInput
 
 
@@ -59,16 +59,16 @@ def _group_filters(f):
                    "kbench server-bench writes RUN/workload.jsonl).")
 @click.option("--steps", default="verify,draft_extend", show_default=True,
               help="The steps each batch of the shape options runs: verify, draft_extend or both.")
-@click.option("--verify-layers", type=int, default=1, show_default=True,
+@click.option("--verify-layers", type=INT, default=1, show_default=True,
               help="Attention layers of the target model: verify steps count this many calls (0..1000; 0: not priced).")
-@click.option("--draft-layers", type=int, default=1, show_default=True,
+@click.option("--draft-layers", type=INT, default=1, show_default=True,
               help="Attention layers of the draft model: draft-extend steps count this many calls (0..1000).")
 @click.option("--setting", "setting_ids", multiple=True, help="Price only this setting (an id from --settings; repeat).")
 @click.option("--flashinfer", default=None, metavar="VERSION", help="FlashInfer the engine runs with [default: its pin].")
 @click.option("--gpu", default=None, help="The GPU the recommendation is for (SM90, sm100, H200): refused unless the run is from it.")
-@click.option("--max-extrapolation", type=float, default=2.0, show_default=True, metavar="FACTOR",
+@click.option("--max-extrapolation", type=FLOAT, default=2.0, show_default=True, metavar="FACTOR",
               help="Refuse shapes more than FACTOR beyond the measured range (closer ones are priced at its edge, and said so).")
-@click.option("--top", type=click.IntRange(min=0), default=5, show_default=True, help="Shapes listed as driving the gap.")
+@click.option("--top", type=IntRange(min=0), default=5, show_default=True, help="Shapes listed as driving the gap.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 @click.option("--markdown", "markdown_file", default=None, type=OutputPath("recommend.md", dir_okay=False),
               help="Also write the answer as markdown (a PR comment) to this file ('-': print it instead of the tables).")

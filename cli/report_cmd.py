@@ -9,7 +9,7 @@ from rich.table import Table
 
 from kbench.cases import axes
 from kbench.cli.console import make_console
-from kbench.cli.options import AliasOption, OutputPath, examples
+from kbench.cli.options import FLOAT, INT, AliasOption, IntRange, OutputPath, examples
 from kbench.errors import BadInput
 from kbench.report import build_report, lookup
 from kbench.report.policy import policy_from
@@ -37,15 +37,15 @@ def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str
 @click.option("--out", "out_dir", type=OutputPath("report", file_okay=False), default=None,
               help="Output folder, replaced whole; one holding anything a report does not write is refused "
                    "[default: FIRST_RUN/report].")
-@click.option("--holdout", type=float, default=None, metavar="FRACTION",
+@click.option("--holdout", type=FLOAT, default=None, metavar="FRACTION",
               help="Also build a policy without this random fraction of the cases and report its regret on them.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the holdout draw.")
-@click.option("--plot-batch", type=int, multiple=True, help="Batch size of a time-vs-q_len plot (pairs with --plot-kv).")
-@click.option("--plot-kv", type=int, multiple=True, help="kv_len of a time-vs-q_len plot (pairs with --plot-batch).")
-@click.option("--max-rows", type=int, default=40, show_default=True,
+@click.option("--seed", type=INT, default=0, show_default=True, help="Seed of the holdout draw.")
+@click.option("--plot-batch", type=INT, multiple=True, help="Batch size of a time-vs-q_len plot (pairs with --plot-kv).")
+@click.option("--plot-kv", type=INT, multiple=True, help="kv_len of a time-vs-q_len plot (pairs with --plot-batch).")
+@click.option("--max-rows", type=INT, default=40, show_default=True,
               help="Rows of each listing shown on screen: per case, crossovers, timing-state flips (negative: all; "
                    "all are in cases.csv, crossovers.csv, power.csv and the reports).")
-@click.option("--plot-groups", type=int, default=PLOT_GROUPS, show_default=True, metavar="N",
+@click.option("--plot-groups", type=INT, default=PLOT_GROUPS, show_default=True, metavar="N",
               help="Draw the speedup heatmap and time-vs-q_len plots for at most N groups, the idealised batch "
                    "first (negative: every group; a full grid over the realistic axes has a group per combination).")
 @click.option("--power", default=None, metavar="STATE",
@@ -133,16 +133,16 @@ def _realistic_filters(f):
 @click.option("--policy", "policy_file", required=True, type=click.Path(),
               help="policy.json from `kbench report`, the report's folder, or a sweep run folder (its policy built as "
                    "kbench report builds it).")
-@click.option("--batch-size", type=click.IntRange(min=1), required=True, help="Requests in the batch.")
-@click.option("--q-len", type=click.IntRange(min=1), required=True,
+@click.option("--batch-size", type=IntRange(min=1), required=True, help="Requests in the batch.")
+@click.option("--q-len", type=IntRange(min=1), required=True,
               help="Query tokens per request (draft tokens + 1); at most --kv-len.")
-@click.option("--kv-len", type=click.IntRange(min=1), required=True, help="KV tokens per request (the context so far).")
+@click.option("--kv-len", type=IntRange(min=1), required=True, help="KV tokens per request (the context so far).")
 @click.option("--heads", default=None, help="QO/KV/DIM heads, e.g. 32/8/128, or mla:QO/KV_LORA_RANK/ROPE/NOPE for "
               "latent attention, e.g. mla:128/512/64/128 (needed when the policy has several; a GQA group never "
               "answers MLA heads).")
 @click.option("--dtype", default=None, help="Query/output dtype: bf16, fp16 (needed when the policy has several).")
 @click.option("--kv-dtype", default=None, help="KV-cache dtype: bf16, fp16, fp8 (needed when the policy has several).")
-@click.option("--page-size", type=int, default=None, help="KV page size in tokens (needed when the policy has several).")
+@click.option("--page-size", type=INT, default=None, help="KV page size in tokens (needed when the policy has several).")
 @click.option("--kv-layout", "--layout", "kv_layout", cls=AliasOption, hidden_aliases=("--layout",), default=None,
               help="KV layout: HND or NHD, as in kbench sweep (needed when the policy has several).")
 @click.option("--extrapolate", is_flag=True, help="Answer outside the measured range (clamped to its edge).")

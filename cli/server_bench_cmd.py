@@ -67,6 +67,8 @@ def _int_list(name: str, values: tuple[str, ...]) -> tuple[int, ...]:
 
 def _num(name: str, v: str, kind=float):
     try:
+        if not str(v).isascii():  # int() and float() take '١٢' and '６４'
+            raise ValueError(v)
         x = kind(v)
     except (TypeError, ValueError):
         raise BadInput(f"{name} {v!r}: not {'an integer' if kind is int else 'a number'}") from None

@@ -18,7 +18,7 @@ from kbench.runs.outputs import writable_dir
 from kbench.runs.signals import terminate_as_interrupt
 from kbench.runs.store import load_run, name_note
 
-from kbench.cli.options import OutputPath, examples
+from kbench.cli.options import FLOAT, INT, FloatRange, IntRange, OutputPath, examples
 from kbench.cli.render import DevicesProgress, RichSweepObserver, devices_summary, sweep_header, sweep_summary
 
 
@@ -42,22 +42,22 @@ def grid_options(f):
 @click.option("--scenario", "-s", default="quick", show_default=True,
               help=f"Built-in scenario name ({', '.join(builtin_names())}) or a TOML file.")
 @grid_options
-@click.option("--spread-target", type=float, help="Stop timing when the 95% CI half-width of the median is below this fraction.")
-@click.option("--budget", "budget_s", type=float, help="Seconds of timing per (kernel, case) at most.")
-@click.option("--min-time", "min_time_s", type=float, help="Seconds of sampling per (kernel, case) at least, before the spread may stop it.")
-@click.option("--duty", type=float, help="Fraction of the sampling time the GPU is busy (default 0.4, off the power cap; 1 = back to back).")
+@click.option("--spread-target", type=FLOAT, help="Stop timing when the 95% CI half-width of the median is below this fraction.")
+@click.option("--budget", "budget_s", type=FLOAT, help="Seconds of timing per (kernel, case) at most.")
+@click.option("--min-time", "min_time_s", type=FLOAT, help="Seconds of sampling per (kernel, case) at least, before the spread may stop it.")
+@click.option("--duty", type=FLOAT, help="Fraction of the sampling time the GPU is busy (default 0.4, off the power cap; 1 = back to back).")
 @click.option("--l2", type=click.Choice(["rotate", "warm"]), help="rotate input copies so L2 is cold (default), or warm.")
 @click.option("--out", "out_dir", default="results", show_default=True,
               type=OutputPath("results", "folder"), help="Folder that receives the run folder.")
 @click.option("--name", "run_name", help="Run folder name prefix (default: the scenario name).")
 @click.option("--resume", "resume", type=OutputPath("results/RUN", "run folder"), help="Finish an interrupted run folder: measures only missing rows.")
-@click.option("--device", "device_index", default=0, show_default=True,
+@click.option("--device", "device_index", type=INT, default=0, show_default=True,
               help="The one GPU (CUDA index) this process sweeps on; --devices instead runs one worker per listed GPU.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1), help="Seed of the random inputs (report's --seed defaults to 0 too).")
+@click.option("--seed", default=0, show_default=True, type=IntRange(0, 2**63 - 1), help="Seed of the random inputs (report's --seed defaults to 0 too).")
 @click.option("--allow-wrong", is_flag=True, help="Exit 0 even when a kernel fails its check.")
 @click.option("--slow-kernel", multiple=True, metavar="KERNEL=N",
               help="TEST ONLY: run KERNEL N times per timed call, to show that `kbench gate` catches a slow-down.")
-@click.option("--compile-workers", type=click.IntRange(1, 64), help="FlashInfer modules compiled at once (default: cores/2, at most 8).")
+@click.option("--compile-workers", type=IntRange(1, 64), help="FlashInfer modules compiled at once (default: cores/2, at most 8).")
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="Compile the FlashInfer modules in the background (nice 10, ninja -j cores-2) and measure each kernel as soon as its modules are built, so rows come while others compile; --no-stream compiles every module first, then measures.")
 @click.option("--jit-cache", type=OutputPath("~/.cache/flashinfer", file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
@@ -65,14 +65,14 @@ def grid_options(f):
 @click.option("--devices", help="One worker process per listed GPU (e.g. 0,1) over the shards, merged into one run (not with --device).")
 @click.option("--isolate/--no-isolate", default=None,
               help="Run kernels in a worker process restarted after a crash (a CUDA fault poisons the process): the crashed kernel gets a failed row, the sweep goes on. Default: on when a GPU is there.")
-@click.option("--max-table-cases", default=200, show_default=True, help="Rows shown per summary table.")
+@click.option("--max-table-cases", type=IntRange(0), default=200, show_default=True, help="Rows shown per summary table.")
 @click.option("--force", is_flag=True, help="With --resume: finish a baseline folder or a run measured on another device anyway.")
 @click.option("--adaptive", is_flag=True,
               help="Measure a coarse sub-grid, then only where the kernel choice is uncertain (crossovers, ties, the q x G = 16/32 steps); stops when no unmeasured point can cost more than --regret-bound, or at a budget. An ordinary run; rows say how their case was chosen (chosen_by).")
-@click.option("--budget-measurements", type=click.IntRange(1), help="With --adaptive: stop after this many timed (kernel, case) measurements in the run (not --budget, which is seconds of timing per measurement).")
-@click.option("--budget-minutes", type=click.FloatRange(0, min_open=True), help="With --adaptive: stop after this many minutes of sweep wall time (compile included; a --resume adds to the run's earlier calls).")
-@click.option("--regret-bound", type=click.FloatRange(0, 100, max_open=True), default=ADAPTIVE.regret_bound * 100, show_default=True, help="With --adaptive: percent; stop when no unmeasured point can change the policy by more than this.")
-@click.option("--coarse-step", type=click.IntRange(1), default=ADAPTIVE.coarse_step, show_default=True, help="With --adaptive: the coarse sub-grid takes every Nth value of each axis (and the last).")
+@click.option("--budget-measurements", type=IntRange(1), help="With --adaptive: stop after this many timed (kernel, case) measurements in the run (not --budget, which is seconds of timing per measurement).")
+@click.option("--budget-minutes", type=FloatRange(0, min_open=True), help="With --adaptive: stop after this many minutes of sweep wall time (compile included; a --resume adds to the run's earlier calls).")
+@click.option("--regret-bound", type=FloatRange(0, 100, max_open=True), default=ADAPTIVE.regret_bound * 100, show_default=True, help="With --adaptive: percent; stop when no unmeasured point can change the policy by more than this.")
+@click.option("--coarse-step", type=IntRange(1), default=ADAPTIVE.coarse_step, show_default=True, help="With --adaptive: the coarse sub-grid takes every Nth value of each axis (and the last).")
 def sweep(**params):
     """Sweep batch size x q_len x kv_len (and heads, page size, dtype) over every decode and context kernel.
 

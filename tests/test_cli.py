@@ -148,6 +148,34 @@ def test_every_output_option_is_in_the_empty_path_table():
                 assert (name, p.name) in INPUT_PATHS, f"{name} {p.opts}: an output? make it an OutputPath"
 
 
+def test_every_number_option_is_ascii_only():
+    """click's int and float types take '١٢' and '６４' (Python's int() and float() do): every number option uses
+    kbench's types (cli.options INT, FLOAT, IntRange, FloatRange), which refuse them as the rest of kbench does."""
+    import importlib
+
+    from kbench.cli.main import COMMANDS
+    from kbench.cli.options import _AsciiNumber
+
+    numbers = []
+    for name, (mod, attr, _) in COMMANDS.items():
+        cmd = getattr(importlib.import_module(mod), attr)
+        numbers += [(name, p) for p in cmd.params
+                    if isinstance(p.type, (click.types.IntParamType, click.types.FloatParamType))]
+    assert len(numbers) >= 20, numbers  # the scan sees the commands' options
+    for name, p in numbers:
+        assert isinstance(p.type, _AsciiNumber), f"{name} {p.opts}: use cli.options' INT/FLOAT/IntRange/FloatRange"
+
+
+@pytest.mark.parametrize("args", [["sweep", "-s", "quick", "--seed", "\u0661"], ["report", "x", "--max-rows", "\uff13"],
+                                  ["validate-timer", "--tolerance", "\u0660.03"], ["prebuild", "--parallel", "\u0662"],
+                                  ["server-bench", "--url", "http://127.0.0.1:9", "--seed", "\u0661"]])
+def test_a_number_in_other_digits_is_one_line_exit_2(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(run_cli(args))
+    assert "ASCII" in line or "not an integer" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
 def _select_filters() -> list[str]:
     from kbench.cli.report_cmd import select_cmd
 

@@ -22,6 +22,7 @@ from kbench.engine.shards import check_device, parse_devices, parse_shard
 from kbench.errors import BadInput
 from kbench.runs.outputs import writable_dir
 from kbench.runs.store import check_resumable, name_note, read_manifest
+from kbench.values import ascii_digits
 
 
 def gpu_count() -> int:
@@ -208,7 +209,7 @@ class SweepRequest:
         out = {}
         for v in self.slow_kernel:
             name, sep, n = v.partition("=")
-            if not sep or not n.strip().isdecimal() or int(n) < 2:
+            if not sep or not ascii_digits(n) or int(n) < 2:
                 raise BadInput(f"--slow-kernel: expected KERNEL=N with N >= 2, got {v!r}")
             out[name.strip()] = int(n)
         return out
