@@ -67,7 +67,7 @@ def _group_filters(f):
 @click.option("--flashinfer", default=None, metavar="VERSION", help="FlashInfer the engine runs with [default: its pin].")
 @click.option("--gpu", default=None, help="The GPU the recommendation is for (SM90, sm100, H200): refused unless the run is from it.")
 @click.option("--max-extrapolation", type=FLOAT, default=2.0, show_default=True, metavar="FACTOR",
-              help="Refuse shapes more than FACTOR beyond the measured range (closer ones are priced at its edge, and said so).")
+              help="Refuse shapes more than FACTOR beyond the measured range (closer ones are priced at its edge, and said so; 1: none beyond it; inf: no limit).")
 @click.option("--top", type=IntRange(min=0), default=5, show_default=True, help="Shapes listed as driving the gap.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 @click.option("--markdown", "markdown_file", default=None, type=OutputPath("recommend.md", dir_okay=False),

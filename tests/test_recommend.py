@@ -84,6 +84,10 @@ def test_extrapolation_is_priced_at_the_edge_and_said_with_how_far(src):
     assert rec.extrapolated[0].beyond == {"batch_size": 8.0}
     with pytest.raises(BadInput, match="kv_len 256 is 4.0x beyond"):
         recommend(src, wl((1, 2, 256, 1.0)), SGLANG)
+    rec = recommend(src, wl((1024, 4, 4096, 1.0)), SGLANG, max_extrapolation=float("inf"))  # inf: no limit
+    assert rec.extrapolated[0].beyond == {"batch_size": 128.0}
+    with pytest.raises(BadInput, match="must be >= 1"):
+        recommend(src, wl((16, 4, 4096, 1.0)), SGLANG, max_extrapolation=float("nan"))
 
 
 def test_vllm_prices_its_table_and_flashinfer_version_picks_the_sm90_prefill(src):
