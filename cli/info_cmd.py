@@ -63,30 +63,11 @@ def env_cmd(as_json, no_bandwidth):
     roofline ceiling of sweep's roofline_frac; env measures both on a CPU too, where a sweep records
     neither), and on a GPU the memory's theoretical peak from NVML, with a warning when the read ceiling
     is above it."""
-    from kbench import __version__
-    from kbench.timing.hardware import (ceiling_problem, clocks, copy_bandwidth_gbs, memory_peak_gbs,
-                                        read_bandwidth_gbs)
+    from kbench.engine.environment import environment
+    from kbench.engine.jit_cache import CacheInfo
 
-    dev = probe_device()
-    info = {"kbench": __version__, **dev.to_dict()}
-    peak = None
-    if dev.cuda:
-        info["clocks"] = clocks(dev.index)
-        peak = info["memory_peak_gbs"] = memory_peak_gbs(dev.index)
-    if not no_bandwidth:
-        info["copy_bandwidth_gbs"] = copy_bandwidth_gbs(dev.torch_device)
-        info["read_bandwidth_gbs"] = read_bandwidth_gbs(dev.torch_device)
-        if info["copy_bandwidth_gbs"] and info["read_bandwidth_gbs"]:
-            info["read_over_copy"] = round(info["read_bandwidth_gbs"] / info["copy_bandwidth_gbs"], 3)
-        if peak and info["read_bandwidth_gbs"]:
-            info["read_over_peak"] = round(info["read_bandwidth_gbs"] / peak, 3)
-        problem = ceiling_problem(info["read_bandwidth_gbs"], peak)
-        if problem:
-            info["warning"] = problem
-    from kbench.engine.jit_cache import cache_info
-
-    cache = cache_info()
-    info["flashinfer_cache"] = cache.to_dict()
+    info = environment(bandwidth=not no_bandwidth)
+    cache = CacheInfo(**info["flashinfer_cache"])
     if as_json:
         click.echo(json.dumps(info, indent=2, default=str))
         return

@@ -1,9 +1,7 @@
 """`kbench prebuild`: build the FlashInfer modules a sweep's grid needs, here or for another machine."""
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import click
 
@@ -53,9 +51,9 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
     console = make_console()
     given = click.get_current_context()
     if jit_cache is not None:
-        from kbench.runs.outputs import writable_dir
+        from kbench.engine.jit_cache import use_jit_cache
 
-        os.environ["FLASHINFER_WORKSPACE_BASE"] = os.path.abspath(writable_dir(jit_cache, "--jit-cache"))
+        use_jit_cache(jit_cache)
     if load is not None:
         other = [p.opts[0] for p in given.command.params if p.name not in ("load", "jit_cache")
                  and given.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
@@ -67,50 +65,36 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
                        "--archive FILE)")
     if no_build and archive is None and not list_only:
         raise BadInput("--no-build packs what is built: give --archive FILE (or --list to see it)")
-    if archive is not None:
-        _check_archive_path(archive, _input_files(scenario, grids, grid))
-    for d in include:
-        if not Path(d).is_dir():
-            raise BadInput(f"--include {d}: not a folder")
-    from kbench.engine.prebuild import plan, target_device
-    from kbench.kernels.registry import select
+    from kbench.engine.prebuild import check_archive_path, plan_prebuild
 
     direct = any(_given(given, p) for p in _grid_params())
     scenarios = [_scenario(dict(grid, scenario=scenario, model=model, heads=heads, kernels=kernels))] \
         if direct or not grids else []
     scenarios += [_grid(g) for g in grids]
-    chosen = [(sc, select(sc.kernels, sc.source)) for sc in scenarios]  # unknown kernel names: before any work
-    dev = target_device(arch)  # before FlashInfer is imported: it names its JIT folder after the target
-    if not no_build and not list_only:  # before planning: a module's spec may write its ninja file (fmha-v2 does)
-        from kbench.engine.prebuild import toolchain  # with CUDA_HOME and the stub library as the build needs them
-
-        for note in toolchain(list(include)):
-            console.print(f"[yellow]note:[/] {note}", highlight=False)
-    t0 = time.perf_counter()
-    modules = []
-    for sc, ks in chosen:
-        modules = plan(ks, sc.cases(), dev, modules)
+    if archive is not None:
+        check_archive_path(archive, scenarios)
+    pp = plan_prebuild(scenarios, arch, include, for_build=not no_build and not list_only)
+    for note in pp.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
     from flashinfer.jit import env as fi_env
 
     names = " + ".join(f"{sc.name} ({len(sc.cases())} cases)" for sc in scenarios)
-    console.print(f"[bold]{names}[/]: {len(modules)} FlashInfer modules for {dev.name} (planned in "
-                  f"{time.perf_counter() - t0:.1f} s); JIT cache {fi_env.FLASHINFER_JIT_DIR}", highlight=False)
+    console.print(f"[bold]{names}[/]: {len(pp.modules)} FlashInfer modules for {pp.device.name} (planned in "
+                  f"{pp.seconds:.1f} s); JIT cache {fi_env.FLASHINFER_JIT_DIR}", highlight=False)
     if list_only:
-        return _list(console, modules)
+        return _list(console, pp.modules)
     failed = []
     if not no_build:
-        parallel = parallel or max(1, (os.cpu_count() or 1) // 4)
-        if jobs or "MAX_JOBS" not in os.environ:
-            os.environ["MAX_JOBS"] = str(jobs or max(1, (os.cpu_count() or 1) // parallel))
-        outcomes = _build(console, modules, parallel)
+        t0 = time.perf_counter()
+        outcomes = _build(console, pp, parallel, jobs)
         failed = [o for o in outcomes if o.status == "failed"]
         counts = {s: sum(o.status == s for o in outcomes) for s in ("built", "cached", "aot", "failed")}
-        console.print(f"{len(modules)} modules: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s == "failed")
-                      + f" in {time.perf_counter() - t0:.0f} s", highlight=False)
+        console.print(f"{len(pp.modules)} modules: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s == "failed")
+                      + f" in {time.perf_counter() - t0 + pp.seconds:.0f} s", highlight=False)
     if archive is not None:
         from kbench.engine.prebuild import arch_name, write_archive
 
-        out, n = write_archive(archive, modules, arch or arch_name(dev))
+        out, n = write_archive(archive, pp.modules, arch or arch_name(pp.device))
         console.print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {n} modules); on the GPU host: "
                       f"kbench prebuild --load {out}", highlight=False)
     return 1 if failed else 0
@@ -152,36 +136,6 @@ def _grid(text: str):
     return _scenario(ctx.params)
 
 
-def _input_files(scenario, grids, grid: dict) -> list[str]:
-    """The files the grid is read from: the scenario files and the file: lengths or trees (--kv-dist, --q-dist,
-    --tree), in the options and in each --grid."""
-    import re
-    import shlex
-
-    texts = [str(v) for v in grid.values() if v is not None]
-    found = [scenario] if scenario and Path(scenario).is_file() else []
-    for g in grids:
-        try:
-            words = shlex.split(g)
-        except ValueError:
-            words = []  # refused with its reason when the grid is read
-        texts += words
-        found += [w for w in words if w.endswith(".toml")]
-    found += [m for t in texts for m in re.findall(r"(?:^|,)\s*file:([^,]+)", t)]
-    return found
-
-
-def _check_archive_path(archive: str, inputs: list[str] = ()) -> None:
-    """Before minutes of building: the archive must be a file that can be written, and not one the grid is
-    read from (the scenario, a lengths or tree file)."""
-    from kbench.runs.outputs import distinct_outputs, writable_dir
-
-    distinct_outputs({"--archive": archive}, inputs)
-    if Path(archive).is_dir():
-        raise BadInput(f"--archive {archive}: a folder; give the archive's file name (e.g. aot.tgz)")
-    writable_dir(Path(archive).parent if str(Path(archive).parent) else ".", "--archive")
-
-
 def _list(console, modules) -> int:
     from rich.table import Table
 
@@ -206,22 +160,22 @@ def _line(o) -> str:
     return f"  {o.status:<6}           {o.module}"
 
 
-def _build(console, modules, parallel):
+def _build(console, pp, parallel, jobs):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from kbench.engine.prebuild import build
+    from kbench.engine.prebuild import build_plan
 
     if not console.is_terminal:  # CI logs: a plain line per module, nothing redrawn
-        return build(modules, parallel, lambda o: console.print(_line(o), markup=False, highlight=False))
+        return build_plan(pp, parallel, jobs, lambda o: console.print(_line(o), markup=False, highlight=False))
     with Progress(SpinnerColumn(), TextColumn("[bold]building"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as prog:
-        task = prog.add_task("", total=len(modules))
+        task = prog.add_task("", total=len(pp.modules))
 
         def done(o):
             prog.console.print(_line(o), markup=False, highlight=False)
             prog.advance(task)
 
-        return build(modules, parallel, done)
+        return build_plan(pp, parallel, jobs, done)
 
 
 def _load(console, archive) -> int:

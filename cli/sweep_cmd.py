@@ -1,7 +1,6 @@
 """`kbench sweep`: expand the grid, check every kernel against the reference, time it, write a run."""
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 
@@ -11,6 +10,7 @@ from kbench.cases.axes import GRID, axes_with
 from kbench.cases.scenario import builtin_names
 from kbench.cli.console import make_console
 from kbench.engine.devices import run_on_devices
+from kbench.engine.jit_cache import use_jit_cache
 from kbench.engine.plans.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
 from kbench.engine.request import OVERRIDE_FLAGS, SweepRequest
 from kbench.engine.sweep import Sweep, sweep_payload
@@ -91,7 +91,7 @@ def sweep(**params):
         console.print(checked.nothing_to_do, markup=False)
         return
     if checked.jit_cache is not None:
-        os.environ["FLASHINFER_WORKSPACE_BASE"] = checked.jit_cache
+        use_jit_cache(checked.jit_cache)
     if checked.devices is not None:
         code = _sweep_on_devices(console, request, checked)
     else:

@@ -13,6 +13,9 @@ The engine is usable without the CLI, a command each::
     from kbench.recommend.export import export_policy                 # kbench export
     from kbench.runs.merge import merge_runs                          # kbench merge
     from kbench.server import ServerBenchConfig, run_server_bench     # kbench server-bench
+    from kbench.engine.prebuild import prebuild, load_archive        # kbench prebuild, prebuild --load
+    from kbench.engine.jit_cache import use_jit_cache                # --jit-cache (before FlashInfer loads)
+    from kbench.engine.environment import environment                # kbench env --json
 
 Bad input is kbench.errors.BadInput everywhere, with the line the command would print.
 

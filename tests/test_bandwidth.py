@@ -23,6 +23,18 @@ def test_env_measures_copy_and_read_bandwidth_on_a_cpu():
     assert info["read_over_copy"] == round(info["read_bandwidth_gbs"] / info["copy_bandwidth_gbs"], 3)
 
 
+def test_env_from_python_is_the_json_the_command_prints(monkeypatch, tmp_path):
+    """kbench.engine.environment.environment() is `kbench env --json` without the CLI (one place for both)."""
+    from kbench.engine.environment import environment
+
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))
+    info = environment(bandwidth=False)
+    r = run_cli(["env", "--json", "--no-bandwidth"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output) == json.loads(json.dumps(info, default=str))
+    assert "copy_bandwidth_gbs" not in info and info["flashinfer_cache"]["workspace_base"] == str(tmp_path)
+
+
 def test_read_ceiling_is_the_fastest_of_several_read_only_probes(monkeypatch):
     # on the H200 one torch reduction read 4,017 GB/s while fa2 read KV at 4,370: a single probe is no ceiling
     from kbench.timing import hardware

@@ -14,3 +14,20 @@ def test_the_check_sees_a_lazy_cycle_and_an_upward_import():
     assert import_graph.cycles(edges) == [["kbench.engine.isolation", "kbench.engine.sweep"]]
     assert import_graph.upward(edges) == [("kbench.kernels.inputs", "kbench.runs.store")]
     assert len(import_graph.graph()) > 50  # every module of kbench, kbench.cli and kbench.kernels was read
+
+
+def test_every_python_api_named_in_the_docs_imports():
+    """The 'from Python, without the CLI' lines of kbench/__init__.py and the README name importable things."""
+    import importlib
+    import re
+    from pathlib import Path
+
+    import kbench
+
+    root = Path(__file__).resolve().parents[1]
+    lines = re.findall(r"^\s*from (kbench[\w.]*) import ([\w, ]+)", kbench.__doc__ + (root / "README.md").read_text(), re.M)
+    assert len(lines) >= 15, lines
+    for mod, names in lines:
+        m = importlib.import_module(mod)
+        for name in (n.strip() for n in names.split(",")):
+            assert hasattr(m, name), f"from {mod} import {name}"

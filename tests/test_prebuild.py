@@ -442,13 +442,21 @@ def test_the_archive_never_replaces_a_file_the_grid_is_read_from(tmp_path, monke
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "jit"))
     monkeypatch.delenv("FLASHINFER_CUDA_ARCH_LIST", raising=False)
     shutil.copy(Path(__file__).resolve().parent.parent / "scenarios" / "quick.toml", "s.toml")
-    Path("lens.csv").write_text("100\n200\n")
+    Path("lens.csv").write_text("100\n200\n300\n400\n")
     Path("tree.txt").write_text("-1 0\n")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     for args in (["-s", "s.toml", "--archive", "s.toml"], ["--kv-dist", "file:lens.csv", "--archive", "lens.csv"],
                  ["--tree", "file:tree.txt", "--archive", "./tree.txt"], ["--grid", "-s s.toml", "--archive", "s.toml"]):
         r = CliRunner().invoke(cli, ["prebuild", "--arch", "9.0a", "--no-build", *args])
         assert r.exit_code == 2 and "writing there would replace what the command reads" in r.output, (args, r.output)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    # the same rule from Python (kbench.engine.prebuild.prebuild), a lengths file included
+    from kbench.cases.scenario import apply_overrides, load_scenario
+
+    sc = apply_overrides(load_scenario("s.toml"), kv_dist="file:lens.csv")
+    for out in ("s.toml", "./lens.csv"):
+        with pytest.raises(BadInput, match="writing there would replace what the command reads"):
+            prebuild.prebuild([sc], "9.0a", build_modules=False, archive=out)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
@@ -457,3 +465,67 @@ def test_no_build_with_nothing_built_packs_no_empty_archive(tmp_path):
     r = kbench("prebuild", "-s", "quick", "--arch", "9.0a", "--no-build", "--archive", str(tmp_path / "a.tgz"),
                env={"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "empty-jit"), "FLASHINFER_CUDA_ARCH_LIST": ""})
     assert r.returncode == 2 and "nothing to pack" in r.stderr and not (tmp_path / "a.tgz").exists(), r.stderr
+
+
+def test_use_jit_cache_sets_the_folder_and_refuses_one_flashinfer_would_ignore(tmp_path):
+    """kbench.engine.jit_cache.use_jit_cache is --jit-cache for a Python user: it sets FLASHINFER_WORKSPACE_BASE
+    before FlashInfer reads it, and refuses a new folder once FlashInfer has read another (it would be ignored)."""
+    code = r"""
+import os, sys
+from kbench.engine.jit_cache import use_jit_cache, cache_info
+from kbench.errors import BadInput
+a, b = sys.argv[1], sys.argv[2]
+print(use_jit_cache(a) == os.path.abspath(a), os.environ["FLASHINFER_WORKSPACE_BASE"] == os.path.abspath(a))
+print(cache_info().cache_dir == os.path.join(os.path.abspath(a), ".cache", "flashinfer"))
+import flashinfer.jit.env as env
+print(str(env.FLASHINFER_BASE_DIR) == os.path.abspath(a))
+print(use_jit_cache(a) == os.path.abspath(a))  # the same folder again: fine
+try:
+    use_jit_cache(b)
+    print("accepted")
+except BadInput as e:
+    print("refused:", e)
+print(os.environ["FLASHINFER_WORKSPACE_BASE"] == os.path.abspath(a))
+"""
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a"), str(tmp_path / "b")],
+                         capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stderr
+    assert lines[:4] == ["True True", "True", "True", "True"], out.stdout
+    assert lines[4].startswith(f"refused: --jit-cache {tmp_path / 'b'}: FlashInfer is already loaded"), lines[4]
+    assert lines[5] == "True"
+    with pytest.raises(BadInput, match="--jit-cache"):
+        from kbench.engine.jit_cache import use_jit_cache
+
+        (tmp_path / "file").write_text("x")
+        use_jit_cache(tmp_path / "file")
+
+
+def test_prebuild_from_python_joins_grids_builds_and_packs(tmp_path, monkeypatch):
+    """kbench.engine.prebuild.prebuild is `kbench prebuild --grid A --grid B --archive F` without the CLI: every
+    scenario's modules once, the missing ones built (a failure reported, not raised), the built ones packed."""
+    from kbench.kernels import registry
+
+    monkeypatch.setenv("MAX_JOBS", "1")  # build_plan sets it to --jobs
+    targets = []  # FlashInfer is imported in this process: the target is asked for, not set (its own tests above)
+    monkeypatch.setattr(prebuild, "target_device", lambda arch: targets.append(arch) or H200)
+    a, b = FakeKernel("a", tmp_path), FakeKernel("b", tmp_path, shared="shared")
+    monkeypatch.setattr(registry, "select", lambda names, where: [a] if names == ["a"] else [a, b])
+    monkeypatch.setattr(prebuild, "toolchain", lambda include: ["a note"])
+    one = Scenario(name="one", heads=MODELS["llama3-8b"], batch_size=[1], q_len=[1, 2], kv_len=[64], page_size=[16],
+                   kernels=["a"]).validate()
+    two = Scenario(name="two", heads=MODELS["llama3-8b"], batch_size=[1], q_len=[2, 4], kv_len=[64], page_size=[16],
+                   kernels=["a", "b"]).validate()
+    packed = {}
+    monkeypatch.setattr(prebuild, "write_archive",
+                        lambda out, modules, arch: packed.update(out=out, arch=arch, names=[m.name for m in modules])
+                        or (Path(out), len(modules)))
+    res = prebuild.prebuild([one, two], "9.0a", archive=tmp_path / "aot.tgz", parallel=2, jobs=3)
+    names = [m.name for m in res.plan.modules]
+    assert names == ["a_q1", "shared", "a_q2", "b_q2", "a_q4", "b_q4"]  # in the order first needed, each once
+    assert targets == ["9.0a"] and res.plan.notes == ["a note"] and os.environ["MAX_JOBS"] == "3"
+    assert sorted(o.module for o in res.outcomes) == sorted(names) and not res.failed
+    assert all(o.status == "built" for o in res.outcomes)
+    assert packed == {"out": tmp_path / "aot.tgz", "arch": "9.0a", "names": names} and res.archived == len(names)
+    again = prebuild.prebuild([two], "9.0a")  # what is built is not built again
+    assert {o.status for o in again.outcomes} == {"cached"} and again.archive is None

@@ -86,6 +86,15 @@ class _ScenarioMethods:
     def grid(self) -> dict[str, list | None]:
         return {n: getattr(self, n) for n in axes.GRID_AXES}
 
+    def input_files(self) -> list[str]:
+        """The files this scenario is read from: its TOML file and every file: lengths or tree in its axes (an
+        output must not replace one of them: prebuild --archive)."""
+        first = str(self.source).split(" + ")[0]
+        found = [first] if first and Path(first).is_file() else []
+        for values in self.grid().values():
+            found += [v[len("file:"):] for v in values or [] if isinstance(v, str) and v.startswith("file:")]
+        return found
+
     def cases(self) -> list[Case]:
         grid = self.grid()
         lists = [grid[n] if grid[n] is not None else [None] for n in axes.GRID_AXES]

@@ -15,6 +15,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kbench.errors import BadInput
+
 PACKAGES = ("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache")
 WORKSPACE_VAR = "FLASHINFER_WORKSPACE_BASE"
 
@@ -23,6 +25,24 @@ def workspace_base() -> tuple[Path, str]:
     """(the folder FlashInfer's cache lives under, where that choice came from)."""
     base = os.environ.get(WORKSPACE_VAR)
     return (Path(base), WORKSPACE_VAR) if base else (Path.home(), "default: the home folder")
+
+
+def use_jit_cache(folder: str | Path, option: str = "--jit-cache") -> str:
+    """Make `folder` FlashInfer's JIT cache for this process and the workers it starts (FLASHINFER_WORKSPACE_BASE;
+    `kbench sweep --jit-cache`, `kbench prebuild --jit-cache`); returns its absolute path. FlashInfer reads the
+    variable once, when flashinfer.jit.env is imported: later, another folder would be silently ignored, so that
+    is refused (BadInput), as is a folder that cannot be made or written."""
+    import sys
+
+    from kbench.runs.outputs import writable_dir
+
+    path = os.path.abspath(writable_dir(folder, option))
+    env = sys.modules.get("flashinfer.jit.env")
+    if env is not None and Path(getattr(env, "FLASHINFER_BASE_DIR", path)).resolve() != Path(path).resolve():
+        raise BadInput(f"{option} {folder}: FlashInfer is already loaded with its JIT cache under "
+                       f"{env.FLASHINFER_BASE_DIR}; set the cache before FlashInfer is imported")
+    os.environ[WORKSPACE_VAR] = path
+    return path
 
 
 def cache_dir() -> Path:

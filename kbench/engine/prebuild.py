@@ -123,6 +123,37 @@ def plan(kernels, cases: list[Case], device: DeviceInfo, joined: list[Module] | 
     return list(modules.values())
 
 
+@dataclass
+class PrebuildPlan:
+    """What a prebuild builds: the target device, the modules of every grid (each once), what planning took, and
+    the toolchain's notes for the user (a stub libcuda, missing cuBLAS headers)."""
+    device: DeviceInfo
+    modules: list[Module]
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_prebuild(scenarios, arch: str | None = None, include: list[str] | tuple = (),
+                  for_build: bool = True) -> PrebuildPlan:
+    """The modules a sweep of each scenario compiles (`kbench prebuild`, one scenario per grid, joined each once),
+    on this GPU or for `arch` ('9.0a') with or without a GPU here. The kernels are chosen first (an unknown name is
+    refused before any work), then the target (FlashInfer pointed at it before it is imported), then, when the plan
+    is for building, the toolchain (a module's spec may write its ninja file as it is planned)."""
+    from kbench.kernels.registry import select
+
+    chosen = [(sc, select(sc.kernels, sc.source)) for sc in scenarios]
+    for d in include:
+        if not Path(d).is_dir():
+            raise BadInput(f"--include {d}: not a folder")
+    device = target_device(arch)
+    notes = toolchain(list(include)) if for_build else []
+    t0 = time.perf_counter()
+    modules: list[Module] = []
+    for sc, kernels in chosen:
+        modules = plan(kernels, sc.cases(), device, modules)
+    return PrebuildPlan(device, modules, time.perf_counter() - t0, notes)
+
+
 # --- building ----------------------------------------------------------------------------------------------
 @dataclass
 class Outcome:
@@ -236,6 +267,60 @@ def build(modules: list[Module], parallel: int = 1, on_done=None) -> list[Outcom
             for fut in as_completed([ex.submit(one, m) for m in todo]):
                 report(fut.result())
     return outcomes
+
+
+def default_parallel() -> int:
+    """Modules built at once by default: a quarter of the cores, at least 1 (each runs ninja with several jobs)."""
+    return max(1, (os.cpu_count() or 1) // 4)
+
+
+def build_plan(pp: PrebuildPlan, parallel: int | None = None, jobs: int | None = None, on_done=None) -> list[Outcome]:
+    """Build the plan's missing modules, `parallel` at a time (default_parallel()), each with `jobs` compile jobs
+    (MAX_JOBS; default: the cores over `parallel`, unless MAX_JOBS is set already)."""
+    parallel = parallel or default_parallel()
+    if jobs or "MAX_JOBS" not in os.environ:
+        os.environ["MAX_JOBS"] = str(jobs or max(1, (os.cpu_count() or 1) // parallel))
+    return build(pp.modules, parallel, on_done)
+
+
+@dataclass
+class PrebuildResult:
+    plan: PrebuildPlan
+    outcomes: list[Outcome] = field(default_factory=list)
+    archive: Path | None = None
+    archived: int = 0  # modules in the archive
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+def check_archive_path(archive: str | Path, scenarios=()) -> None:
+    """Before minutes of building: the archive must be a file that can be written, and not one the scenarios are
+    read from (a scenario file, a lengths or tree file)."""
+    from kbench.runs.outputs import distinct_outputs, writable_dir
+
+    distinct_outputs({"--archive": archive}, [f for sc in scenarios for f in sc.input_files()])
+    if Path(archive).is_dir():
+        raise BadInput(f"--archive {archive}: a folder; give the archive's file name (e.g. aot.tgz)")
+    writable_dir(Path(archive).parent if str(Path(archive).parent) else ".", "--archive")
+
+
+def prebuild(scenarios, arch: str | None = None, *, build_modules: bool = True, archive: str | Path | None = None,
+             parallel: int | None = None, jobs: int | None = None, include: list[str] | tuple = (),
+             on_done=None) -> PrebuildResult:
+    """`kbench prebuild` from Python: plan the scenarios' modules (plan_prebuild), build the missing ones
+    (build_plan; build_modules=False packs what is built), and with `archive` pack them for `load_archive` on the
+    GPU host. The archive must not be one of the scenarios' own files; one already there is replaced whole."""
+    if archive is not None:
+        check_archive_path(archive, scenarios)
+    pp = plan_prebuild(scenarios, arch, include, for_build=build_modules)
+    result = PrebuildResult(pp)
+    if build_modules:
+        result.outcomes = build_plan(pp, parallel, jobs, on_done)
+    if archive is not None:
+        result.archive, result.archived = write_archive(archive, pp.modules, arch or arch_name(pp.device))
+    return result
 
 
 # --- the archive -------------------------------------------------------------------------------------------
