@@ -53,7 +53,7 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
     if jit_cache is not None:
         from kbench.engine.jit_cache import use_jit_cache
 
-        use_jit_cache(jit_cache)
+        use_jit_cache(jit_cache, create=False)  # FlashInfer makes it as it plans or builds
     if load is not None:
         other = [p.opts[0] for p in given.command.params if p.name not in ("load", "jit_cache")
                  and given.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]

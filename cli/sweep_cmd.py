@@ -86,12 +86,12 @@ def sweep(**params):
     """
     console = make_console()
     request = _request(params)
+    if request.jit_cache is not None:  # first: FlashInfer reads it once, when it is imported (the checks may import
+        use_jit_cache(request.jit_cache, create=False)  # it); made by the checks, once every other one has passed
     checked = request.check(note=lambda line: click.echo(line, err=True))
     if checked.nothing_to_do:
         console.print(checked.nothing_to_do, markup=False)
         return
-    if checked.jit_cache is not None:
-        use_jit_cache(checked.jit_cache)
     if checked.devices is not None:
         code = _sweep_on_devices(console, request, checked)
     else:

@@ -44,6 +44,13 @@ def test_jit_cache_report_merge_baseline_outputs_unwritable(tmp_path, cpu_run):
     assert f.read_text() == "keep" and not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("bad", [["-b", "abc"], ["--budget-minutes", "3"], ["--shard", "3/2"], ["--seed", "-1"]])
+def test_bad_input_leaves_no_new_jit_cache_folder(tmp_path, bad):
+    # the --jit-cache folder was made before the other options were read: bad input left it behind, empty
+    one_error_line(run_cli(["sweep", *TINY, "--jit-cache", tmp_path / "jc" / "new", "--out", tmp_path / "r", *bad]))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_atomic_write_failure_keeps_the_old_file_and_no_tmp(tmp_path):
     p = tmp_path / "gate.json"
     p.write_text('{"valid": true}\n')

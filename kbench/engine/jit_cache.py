@@ -27,16 +27,17 @@ def workspace_base() -> tuple[Path, str]:
     return (Path(base), WORKSPACE_VAR) if base else (Path.home(), "default: the home folder")
 
 
-def use_jit_cache(folder: str | Path, option: str = "--jit-cache") -> str:
+def use_jit_cache(folder: str | Path, option: str = "--jit-cache", create: bool = True) -> str:
     """Make `folder` FlashInfer's JIT cache for this process and the workers it starts (FLASHINFER_WORKSPACE_BASE;
     `kbench sweep --jit-cache`, `kbench prebuild --jit-cache`); returns its absolute path. FlashInfer reads the
     variable once, when flashinfer.jit.env is imported: later, another folder would be silently ignored, so that
-    is refused (BadInput), as is a folder that cannot be made or written."""
+    is refused (BadInput), as is a folder that cannot be made or written (create=False: checked, not made; FlashInfer
+    makes it when it first writes there)."""
     import sys
 
     from kbench.runs.outputs import writable_dir
 
-    path = os.path.abspath(writable_dir(folder, option))
+    path = os.path.abspath(writable_dir(folder, option, create=create))
     env = sys.modules.get("flashinfer.jit.env")
     if env is not None and Path(getattr(env, "FLASHINFER_BASE_DIR", path)).resolve() != Path(path).resolve():
         raise BadInput(f"{option} {folder}: FlashInfer is already loaded with its JIT cache under "

@@ -138,7 +138,9 @@ class SweepRequest:
         ada = self.adaptive_options()
         if not self.devices:
             check_device(self.device_index, gpu_count())
-        jit_cache = os.path.abspath(writable_dir(self.jit_cache, "--jit-cache")) if self.jit_cache is not None else None
+        # checked here, made once every rule has passed (bad input leaves no empty folder behind)
+        jit_cache = os.path.abspath(writable_dir(self.jit_cache, "--jit-cache", create=False)) \
+            if self.jit_cache is not None else None
         manifest = None
         if self.resume:
             manifest = read_manifest(self.resume)
@@ -174,9 +176,16 @@ class SweepRequest:
             if self.shard or self.resume:
                 raise BadInput("--devices runs its own shards: drop --shard/--resume")
             devs = parse_devices(self.devices, gpu_count())
-            return CheckedSweep(sc, opts, None, devs, jit_cache)
+            return CheckedSweep(sc, opts, None, devs, self._made(jit_cache))
         opts.shard = parse_shard(self.shard) if self.shard else None  # digits 0-9 only: int() takes '١٢' too
-        return CheckedSweep(sc, opts, opts.plan(sc, manifest), None, jit_cache)
+        plan = opts.plan(sc, manifest)
+        return CheckedSweep(sc, opts, plan, None, self._made(jit_cache))
+
+    @staticmethod
+    def _made(jit_cache: str | None) -> str | None:
+        if jit_cache is not None:
+            writable_dir(jit_cache, "--jit-cache")
+        return jit_cache
 
     def check_resume_options(self) -> None:
         """With --resume: BadInput naming every option given that the run fixes (its scenario and overrides of it,
