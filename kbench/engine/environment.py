@@ -12,7 +12,10 @@ def environment(bandwidth: bool = True, device_index: int = 0) -> dict:
                                         read_bandwidth_gbs)
     from kbench.timing.probe import probe_device
 
-    dev = probe_device(device_index)
+    from kbench.engine.request import gpu_count
+    from kbench.engine.shards import check_device
+
+    dev = probe_device(check_device(device_index, gpu_count()))
     info = {"kbench": __version__, **dev.to_dict()}
     peak = None
     if dev.cuda:

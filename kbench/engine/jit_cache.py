@@ -37,11 +37,13 @@ def use_jit_cache(folder: str | Path, option: str = "--jit-cache", create: bool 
 
     from kbench.runs.outputs import writable_dir
 
-    path = os.path.abspath(writable_dir(folder, option, create=create))
+    path = os.path.abspath(writable_dir(folder, option, create=False))  # checked; made only if it is to be used
     env = sys.modules.get("flashinfer.jit.env")
     if env is not None and Path(getattr(env, "FLASHINFER_BASE_DIR", path)).resolve() != Path(path).resolve():
         raise BadInput(f"{option} {folder}: FlashInfer is already loaded with its JIT cache under "
                        f"{env.FLASHINFER_BASE_DIR}; set the cache before FlashInfer is imported")
+    if create:
+        writable_dir(path, option)
     os.environ[WORKSPACE_VAR] = path
     return path
 

@@ -133,6 +133,17 @@ class PrebuildPlan:
     notes: list[str] = field(default_factory=list)
 
 
+def scenario_list(scenarios) -> list:
+    """One Scenario or several, as a list (BadInput for anything else)."""
+    from kbench.cases.scenario import Scenario
+
+    out = [scenarios] if isinstance(scenarios, Scenario) else list(scenarios) \
+        if isinstance(scenarios, (list, tuple)) else None
+    if not out or not all(isinstance(sc, Scenario) for sc in out):
+        raise BadInput("give one or more scenarios (load_scenario(NAME), apply_overrides(...))")
+    return out
+
+
 def plan_prebuild(scenarios, arch: str | None = None, include: list[str] | tuple = (),
                   for_build: bool = True) -> PrebuildPlan:
     """The modules a sweep of each scenario compiles (`kbench prebuild`, one scenario per grid, joined each once),
@@ -141,7 +152,7 @@ def plan_prebuild(scenarios, arch: str | None = None, include: list[str] | tuple
     is for building, the toolchain (a module's spec may write its ninja file as it is planned)."""
     from kbench.kernels.registry import select
 
-    chosen = [(sc, select(sc.kernels, sc.source)) for sc in scenarios]
+    chosen = [(sc, select(sc.kernels, sc.source)) for sc in scenario_list(scenarios)]
     for d in include:
         if not Path(d).is_dir():
             raise BadInput(f"--include {d}: not a folder")
@@ -312,6 +323,7 @@ def prebuild(scenarios, arch: str | None = None, *, build_modules: bool = True, 
     """`kbench prebuild` from Python: plan the scenarios' modules (plan_prebuild), build the missing ones
     (build_plan; build_modules=False packs what is built), and with `archive` pack them for `load_archive` on the
     GPU host. The archive must not be one of the scenarios' own files; one already there is replaced whole."""
+    scenarios = scenario_list(scenarios)
     if archive is not None:
         check_archive_path(archive, scenarios)
     pp = plan_prebuild(scenarios, arch, include, for_build=build_modules)

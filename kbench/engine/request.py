@@ -20,7 +20,7 @@ from kbench.engine.plans import SweepPlan, check_plan, plan_for
 from kbench.engine.plans.adaptive_options import AdaptiveOptions
 from kbench.engine.shards import check_device, parse_devices, parse_shard
 from kbench.errors import BadInput
-from kbench.runs.outputs import writable_dir
+from kbench.runs.outputs import given_path, writable_dir
 from kbench.runs.store import check_resumable, name_note, read_manifest
 from kbench.values import ascii_digits
 
@@ -55,6 +55,26 @@ class SweepOptions:
     isolate: bool | None = False
     # measure a coarse sub-grid, then refine where the decision is uncertain (kbench.engine.plans.adaptive_plan)
     adaptive: AdaptiveOptions | None = None
+
+    def checked(self, new_run: bool = True) -> "SweepOptions":
+        """The rules `kbench sweep` applies to its flags, for options given from Python (run_sweep, resume_sweep):
+        BadInput for an empty out_dir, a seed outside 0..2**63-1, a GPU index this machine lacks, a shard that is
+        not (i, n) with 0 <= i < n (the text 'i/N' or 'auto' is read as --shard reads it). new_run=False (a
+        resume): only what a resume may set."""
+        if new_run:
+            given_path(self.out_dir, "--out", "results")
+            if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+                raise BadInput(f"seed {self.seed!r}: expected an integer in 0..2**63-1")
+            if isinstance(self.shard, str):
+                self.shard = parse_shard(self.shard)
+            elif self.shard is not None:
+                pair = tuple(self.shard) if isinstance(self.shard, (tuple, list)) else ()
+                if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair) \
+                        or not 0 <= pair[0] < pair[1]:
+                    raise BadInput(f"shard {self.shard!r}: expected (i, n) with 0 <= i < n (or the text 'i/N')")
+                self.shard = pair
+        check_device(self.device_index, gpu_count())
+        return self
 
     def plan(self, scenario: Scenario, manifest: dict | None = None) -> SweepPlan:
         """The sweep plan these options ask for (a resumed run's manifest: its own kind of plan and shard)."""

@@ -465,7 +465,8 @@ def run_sweep(scenario: Scenario, out_dir: str | Path = "results", observer: Swe
     resume_sweep(result.run_dir) finishes it."""
     if options.get("resume") is not None:  # resume_sweep checks the run (a baseline, another GPU, its options)
         raise BadInput("run_sweep starts a new run: finish one with resume_sweep(RUN_DIR)")
-    return Sweep(scenario, SweepOptions(out_dir=out_dir, **options), observer, builder).run()
+    opts = SweepOptions(out_dir=out_dir, **options).checked()  # --shard's, --device's, --seed's and --out's rules
+    return Sweep(scenario, opts, observer, builder).run()
 
 
 def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, builder=None, force: bool = False,
@@ -484,7 +485,8 @@ def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, bui
         raise BadInput(f"resume_sweep finishes the run as it was started: {', '.join(fixed)} cannot change it")
     manifest = read_manifest(Path(run_dir))
     check_resumable(run_dir, manifest)
-    device = probe_device(options.get("device_index", 0), with_flashinfer=False).to_dict()
+    opts = SweepOptions(resume=run_dir, **options).checked(new_run=False)
+    device = probe_device(opts.device_index, with_flashinfer=False).to_dict()
     if check_resume(run_dir, manifest, device, force):
         return None
-    return Sweep(scenario_of_run(manifest), SweepOptions(resume=run_dir, **options), observer, builder).run()
+    return Sweep(scenario_of_run(manifest), opts, observer, builder).run()

@@ -45,6 +45,7 @@ from kbench.cases import axes
 from kbench.values import finite, status
 from kbench.errors import BadInput
 from kbench.runs.manifest import POOL, Manifest, comparable, num_runs
+from kbench.runs.outputs import given_path
 from kbench.runs.store import (CSV, JOURNAL, MANIFEST, PARQUET, Run, as_run_list, load_run, now_iso, safe_name,
                                write_tables)
 from kbench.runs.winners import check_ok_times
@@ -187,6 +188,7 @@ def check_source(run: Run, allow_partial: bool = False) -> None:
 
 
 def _prepare_dest(name: str, root, sources: list[Path], force: bool = False) -> Path:
+    given_path(root, "--out", "results/baselines")
     dest = baseline_dir(name, root)
     for src in sources:
         if dest.resolve() == Path(src).resolve():

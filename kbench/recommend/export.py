@@ -191,15 +191,22 @@ def render_python(policy: dict, source: str, filename: str = "kbench_policy.py")
     return text
 
 
-def export_policy(policy: dict, source: str, out: str | Path, fmt: str = "python") -> Path:
-    """Write `policy` (a dict from load_policy or policy_from) as a standalone selector file at `out`; `source`
-    names where it came from (a policy file or run folder: never written over). Returns the file's path."""
-    from kbench.runs.outputs import distinct_outputs
+def export_policy(policy: dict | str | Path, source: str | None, out: str | Path, fmt: str = "python") -> Path:
+    """Write `policy` as a standalone selector file at `out`: a dict (load_policy(FILE), policy_from(PATH)[0]) or
+    the path of a policy file, report folder or run folder (kbench.report.policy.as_policy); `source` names where
+    it came from (default: that path; a file or folder never written over). Returns the file's path."""
+    from kbench.report.policy import as_policy
+    from kbench.runs.outputs import distinct_outputs, given_path
+
+    if source is None and isinstance(policy, (str, Path)):
+        source = str(policy)
+    policy = as_policy(policy)
+    source = source or "<python>"
 
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    out = given_path(out, "--out", "policy_selector.py", "file")
     distinct_outputs({"--out": out}, [source] if source and Path(source).exists() else [])
-    out = Path(out)
     if out.is_dir():
         raise BadInput(f"--out {out}: is a folder (name the .py file to write)")
     atomic.write_text(out, render_python(policy, source, out.name), named=True)

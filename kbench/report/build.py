@@ -23,7 +23,7 @@ from kbench.runs import atomic
 
 from kbench.cases import axes
 from kbench.errors import BadInput
-from kbench.runs.outputs import writable_dir
+from kbench.runs.outputs import given_path, writable_dir
 from kbench.report import crossovers as xo
 from kbench.report import html as html_out
 from kbench.report import markdown as md_out
@@ -75,7 +75,7 @@ def build_report(runs: list[Run | str | Path] | Run | str | Path, out_dir: str |
     runs = as_run_list(runs)
     rs = combine(runs)
     first = runs[0].path if isinstance(runs[0], Run) else Path(runs[0])
-    out = Path(out_dir) if out_dir is not None else first / "report"
+    out = given_path(out_dir, "--out", "report") if out_dir is not None else first / "report"
     check_report_folder(out)
     writable_dir(out, "--out", create=False)
     pairs = power_states.side_by_side(rs.rows)

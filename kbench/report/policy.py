@@ -308,13 +308,29 @@ def select_group(policy: dict, heads: str | None = None, dtype: str | None = Non
     return groups[0]
 
 
+def as_policy(policy) -> dict:
+    """The policy a Python caller means: a policy dict as given (one with groups: load_policy's, policy_from's
+    first item, a report's .policy), or the policy of a path as `kbench select` reads it (policy_from: a policy
+    file, a report folder, one or more run folders); BadInput for anything else."""
+    if isinstance(policy, dict):
+        if not isinstance(policy.get("groups"), list):
+            raise BadInput("not a kbench policy (no groups): give a policy file, report folder or run folder, or "
+                           "the dict load_policy(FILE) returns")
+        return policy
+    if isinstance(policy, (str, Path)) or (isinstance(policy, list) and all(isinstance(p, (str, Path)) for p in policy)):
+        return policy_from(policy)[0]
+    raise BadInput(f"expected a policy (a dict, or the path of a policy file, report folder or run folder), got "
+                   f"{type(policy).__name__}" + (" (policy_from returns (policy, runs): take its first item)"
+                                                 if isinstance(policy, tuple) else ""))
+
+
 class Lookup:
     """lookup() for many shapes of one policy: each group is selected, and its cells indexed, once (the report
     looks up every measured case: 12,000 at 100,000 rows, each of which selected its group anew and read every
     cell of it three times)."""
 
-    def __init__(self, policy: dict):
-        self.policy = policy
+    def __init__(self, policy: dict | str | Path):
+        self.policy = as_policy(policy)
         self._groups: dict[tuple, tuple[dict, dict] | BadInput] = {}
 
     def __call__(self, batch_size: int, q_len: int, kv_len: int, extrapolate: bool = False, **group) -> dict:
@@ -333,8 +349,10 @@ class Lookup:
         return answer(where, g.get("label") or group_label(g), g.get("power", axes.AXIS["power"].default))
 
 
-def lookup(policy: dict, batch_size: int, q_len: int, kv_len: int, extrapolate: bool = False, **group) -> dict:
-    """The kernel for one shape. group: heads='32/8/128', dtype, kv_dtype, page_size, kv_layout and the
+def lookup(policy: dict | str | Path, batch_size: int, q_len: int, kv_len: int, extrapolate: bool = False,
+           **group) -> dict:
+    """The kernel for one shape, `kbench select` from Python. policy: a dict, or a policy file, report folder or
+    run folder (as_policy). group: heads='32/8/128', dtype, kv_dtype, page_size, kv_layout and the
     realistic-batch axes as filters (see select_group)."""
     return Lookup(policy)(batch_size, q_len, kv_len, extrapolate, **group)
 

@@ -7,6 +7,7 @@ import pandas as pd
 
 from kbench.errors import BadInput
 from kbench.runs.manifest import MERGE, MERGE_FIELDS, comparable
+from kbench.runs.outputs import given_path
 from kbench.runs.store import RunWriter, Run, load_run, new_run_dir, removed_unless_written
 
 
@@ -31,7 +32,9 @@ def check_compatible(runs: list[Run]) -> None:
 
 def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: str | None = None,
                min_runs: int = 2) -> Path:
-    """min_runs=1 lets `--devices` with a single device turn its one shard (1/1) into the run."""
+    """`kbench merge` from Python: the runs' rows in one new run folder under out_dir. min_runs=1 lets `--devices`
+    with a single device turn its one shard (0/1) into the run."""
+    given_path(out_dir, "--out", "results")
     if len(paths) < min_runs:
         raise BadInput(f"merge needs at least {min_runs} runs")
     runs = [load_run(p) for p in paths]

@@ -8,6 +8,14 @@ from pathlib import Path
 from kbench.errors import BadInput
 
 
+def given_path(path: str | os.PathLike | None, option: str, example: str, what: str = "folder") -> Path:
+    """An output path given from Python: BadInput naming ``option`` for an empty one ('' or blanks), which Path
+    reads as the current folder (the CLI refuses it as it parses: kbench.cli.options.OutputPath)."""
+    if path is None or not str(path).strip():
+        raise BadInput(f"{option}: an empty path; give a {what} (e.g. {option} {example})")
+    return Path(path)
+
+
 def writable_dir(path: str | os.PathLike | None, option: str, create: bool = True) -> Path:
     """Creates ``path`` (and its parents) when missing and proves a file can be written in it.
     BadInput names ``option`` when the path is empty, a file, or not writable (read-only, /proc, full).

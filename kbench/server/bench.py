@@ -32,7 +32,7 @@ import requests
 from kbench import __version__, files
 from kbench.runs.atomic import write_text
 from kbench.errors import BadInput, KbenchError
-from kbench.runs.outputs import writable_dir
+from kbench.runs.outputs import given_path, writable_dir
 from kbench.server import counters as ctr
 from kbench.server.auth import API_KEY_ENV, HIDDEN, Credentials, redact_argv, redact_url, split_url
 from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
@@ -163,7 +163,7 @@ class ServerBenchConfig:
         if self.vocab_size is not None and (not isinstance(self.vocab_size, int) or self.vocab_size < 2):
             raise BadInput(f"--vocab-size {self.vocab_size!r}: must be an integer >= 2")
         if self.result_filename is not None:
-            p = Path(self.result_filename)
+            p = given_path(self.result_filename, "--result-filename", "result.jsonl", "file")
             if p.is_dir():
                 raise BadInput(f"--result-filename {p}: is a folder")
             if not p.parent.is_dir():

@@ -1,0 +1,106 @@
+"""The engine from Python follows the commands' rules: what a command refuses with one line is BadInput (never
+another exception, never a half-made folder), an empty output path is refused rather than read as the current
+folder, and the functions that read a policy take a path as the commands do."""
+from __future__ import annotations
+
+import pytest
+from helpers import BASELINE, run_cli, tiny
+
+from kbench.errors import BadInput
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"shard": "0/2x"}, "--shard: expected i/N"), ({"shard": (0, 0)}, "0 <= i < n"), ({"shard": (2, 2)}, "0 <= i < n"),
+    ({"shard": (-1, 2)}, "0 <= i < n"), ({"shard": [0]}, "0 <= i < n"), ({"shard": (True, 2)}, "0 <= i < n"),
+    ({"out_dir": ""}, "--out: an empty path"), ({"out_dir": "  "}, "--out: an empty path"),
+    ({"seed": -1}, "0..2**63-1"), ({"seed": 2**63}, "0..2**63-1"), ({"seed": 1.5}, "0..2**63-1"),
+    ({"device_index": 1}, "no GPU"), ({"device_index": -1}, "0 or more")])
+def test_run_sweep_refuses_what_sweep_refuses_before_any_folder(tmp_path, monkeypatch, kw, says):
+    # a shard of (0, 0) raised ZeroDivisionError, '0/2' unpacked as ('0', '/'), (2, 2) ran a "complete" empty
+    # run, out_dir '' wrote into the current folder, device_index 1 ran on the CPU: each after making a run folder
+    from kbench.engine.sweep import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BadInput, match=says.replace("*", r"\*").replace(".", r"\.")):
+        run_sweep(tiny(), **{"out_dir": "runs", **kw})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_sweep_reads_a_shard_as_the_flag_does(tmp_path):
+    from kbench.engine.sweep import run_sweep
+    from kbench.runs.merge import merge_runs
+    from kbench.runs.store import load_run
+
+    a = run_sweep(tiny(), out_dir=tmp_path, shard="0/2", run_name="s")
+    b = run_sweep(tiny(), out_dir=tmp_path, shard=[1, 2], run_name="s")
+    assert load_run(a.run_dir).manifest["shard"] == {"index": 0, "count": 2}
+    merged = load_run(merge_runs([a.run_dir, b.run_dir], out_dir=tmp_path / "m"))
+    assert len(merged.rows) == len(load_run(run_sweep(tiny(), out_dir=tmp_path / "whole").run_dir).rows)
+
+
+def test_an_empty_output_path_is_refused_from_python_too(tmp_path, monkeypatch, cpu_run):
+    from kbench.gate import write_multi_baseline
+    from kbench.recommend.export import export_policy
+    from kbench.report import build_report
+    from kbench.runs.merge import merge_runs
+    from kbench.server import ServerBenchConfig
+
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", "   "):
+        with pytest.raises(BadInput, match="--out: an empty path"):
+            merge_runs([cpu_run, cpu_run], out_dir=empty)
+        with pytest.raises(BadInput, match="--out: an empty path"):
+            write_multi_baseline([cpu_run], "b", root=empty)
+        with pytest.raises(BadInput, match="--out: an empty path"):
+            build_report(BASELINE, out_dir=empty)
+        with pytest.raises(BadInput, match="--out: an empty path"):
+            export_policy(BASELINE, None, empty)
+        with pytest.raises(BadInput, match="--result-filename: an empty path"):
+            ServerBenchConfig(url="http://127.0.0.1:9", result_filename=empty).validate()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_lookup_and_export_take_a_path_as_select_and_export_do(tmp_path):
+    from kbench.recommend.export import export_policy
+    from kbench.report import lookup
+    from kbench.report.policy import load_policy, policy_from
+
+    r = run_cli(["select", "--policy", BASELINE, "--batch-size", "16", "--q-len", "4", "--kv-len", "4096", "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    want = json.loads(r.output)
+    policy, _ = policy_from(BASELINE)
+    assert lookup(BASELINE, 16, 4, 4096) == lookup(str(BASELINE), 16, 4, 4096) == lookup(policy, 16, 4, 4096)
+    assert lookup(BASELINE, 16, 4, 4096)["kernel"] == want["kernel"]
+    rep = tmp_path / "rep"
+    assert run_cli(["report", BASELINE, "--out", rep]).exit_code == 0
+    assert lookup(rep, 16, 4, 4096) == lookup(load_policy(rep / "policy.json"), 16, 4, 4096)
+    for bad, says in (({}, "not a kbench policy"), ((policy, None), "take its first item"), (3, "got int"),
+                      (tmp_path / "none", "no such run folder")):
+        with pytest.raises(BadInput, match=says):
+            lookup(bad, 16, 4, 4096)
+    out = export_policy(BASELINE, None, tmp_path / "sel.py")
+    assert str(BASELINE) in out.read_text() and export_policy(policy, "x", tmp_path / "sel2.py").is_file()
+    with pytest.raises(BadInput, match="take its first item"):
+        export_policy(policy_from(BASELINE), "x", tmp_path / "sel3.py")
+    assert not (tmp_path / "sel3.py").exists()
+
+
+def test_prebuild_environment_and_jit_cache_refuse_cleanly(tmp_path):
+    from kbench.engine.environment import environment
+    from kbench.engine.jit_cache import use_jit_cache
+    from kbench.engine.prebuild import plan_prebuild, prebuild
+
+    for bad in (None, [], ["quick"], "quick", [tiny(), 3]):
+        with pytest.raises(BadInput, match="give one or more scenarios"):
+            prebuild(bad, "9.0a", build_modules=False)
+    with pytest.raises(BadInput, match="give one or more scenarios"):
+        plan_prebuild(3)
+    for index in (-1, 1, True):
+        with pytest.raises(BadInput, match="--device"):
+            environment(bandwidth=False, device_index=index)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(BadInput, match="not a folder"):
+        use_jit_cache(tmp_path / "f" / "sub")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
