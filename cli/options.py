@@ -50,12 +50,13 @@ class OutputPath(click.Path):
 
 
 class _AsciiNumber:
-    """A number option written in ASCII: click's int and float types (Python's int() and float()) take '١٢' and
-    '６４' as 12 and 64; kbench refuses them everywhere else (values.ascii_digits), so its options do too."""
+    """A number option written in ASCII: click's int and float types (Python's int() and float()) take '١٢',
+    '６４' and '1_000' as 12, 64 and 1000; kbench refuses them everywhere else (values.ascii_digits, parse_float),
+    so its options do too."""
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and not value.isascii():
-            self.fail(f"{value!r} is not a number written in ASCII (digits 0-9)", param, ctx)
+        if isinstance(value, str) and (not value.isascii() or "_" in value):
+            self.fail(f"{value!r} is not a number written in ASCII (digits 0-9, no '_')", param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -72,7 +73,14 @@ class IntRange(_AsciiNumber, click.IntRange):
 
 
 class FloatRange(_AsciiNumber, click.FloatRange):
-    """click.FloatRange, ASCII digits only."""
+    """click.FloatRange, ASCII digits only and finite (click's takes inf where no maximum is set: a manifest
+    would then hold JSON's non-standard Infinity)."""
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if v != v or v in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return v
 
 
 INT = _Int()      # type=INT where click would take type=int

@@ -35,8 +35,9 @@ from kbench.errors import BadInput
 @click.option("--jobs", type=IntRange(1, 256), help="Compile jobs per module (MAX_JOBS; default: cores / --parallel).")
 @click.option("--include", multiple=True, type=click.Path(), help="An extra header folder for nvcc and c++ (the cuBLAS "
                                                                    "and cuRAND headers of fmha-v2 and fa3 where the CUDA toolkit lacks them).")
-@click.option("--jit-cache", type=OutputPath("~/.cache/flashinfer", file_okay=False),
-              help="FlashInfer's JIT cache folder (sets FLASHINFER_WORKSPACE_BASE), as `kbench sweep --jit-cache`.")
+@click.option("--jit-cache", type=OutputPath("/ci-cache/kbench-jit", file_okay=False), metavar="DIR",
+              help="Keep FlashInfer's JIT cache under DIR (FLASHINFER_WORKSPACE_BASE: DIR/.cache/flashinfer/...), "
+                   "as `kbench sweep --jit-cache`.")
 def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_only, no_build, parallel, jobs, include,
              jit_cache, **grid):
     """Build exactly the FlashInfer modules a sweep of this grid compiles, before the sweep.
@@ -125,11 +126,20 @@ def _grid(text: str):
     import shlex
 
     try:
-        ctx = prebuild.make_context("prebuild", shlex.split(text))  # parses only: nothing runs
+        words = shlex.split(text)
     except ValueError as e:  # an unclosed quote
         raise BadInput(f"--grid {text!r}: {e}") from None
+    if not words:
+        raise BadInput(f"--grid {text!r}: an empty grid; give the sweep's grid options (e.g. --grid '-s draft-extend "
+                       f"--q-len 32,64')")
+    if any(w in ("-h", "--help") for w in words):  # click would print the help and end the command with 0
+        raise BadInput(f"--grid {text!r}: only the sweep's grid options go in a grid, not --help")
+    try:
+        ctx = prebuild.make_context("prebuild", words)  # parses only: nothing runs
     except click.UsageError as e:
         raise BadInput(f"--grid {text!r}: {e.format_message()}") from None
+    except click.exceptions.Exit:  # an eager option that ends the command (--help): nothing of a grid
+        raise BadInput(f"--grid {text!r}: only the sweep's grid options go in a grid") from None
     other = [p.opts[0] for p in prebuild.params if p.name not in _grid_params() and _given(ctx, p.name)]
     if other:
         raise BadInput(f"--grid {text!r}: only the sweep's grid options go in a grid, not {', '.join(other)}")

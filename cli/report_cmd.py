@@ -39,7 +39,7 @@ def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str
                    "[default: FIRST_RUN/report].")
 @click.option("--holdout", type=FLOAT, default=None, metavar="FRACTION",
               help="Also build a policy without this random fraction of the cases and report its regret on them.")
-@click.option("--seed", type=INT, default=0, show_default=True, help="Seed of the holdout draw.")
+@click.option("--seed", type=IntRange(0, 2**63 - 1), default=0, show_default=True, help="Seed of the holdout draw.")
 @click.option("--plot-batch", type=INT, multiple=True, help="Batch size of a time-vs-q_len plot (pairs with --plot-kv).")
 @click.option("--plot-kv", type=INT, multiple=True, help="kv_len of a time-vs-q_len plot (pairs with --plot-batch).")
 @click.option("--max-rows", type=INT, default=40, show_default=True,

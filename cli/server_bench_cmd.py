@@ -12,6 +12,7 @@ from rich.table import Table
 from kbench.cli.console import make_console
 from kbench.cli.options import OutputPath
 from kbench.errors import BadInput, KbenchError
+from kbench.values import ascii_digits, parse_float
 from kbench.server import Listener, ServerBenchConfig, ServerBenchInterrupted, run_server_bench
 
 
@@ -67,9 +68,9 @@ def _int_list(name: str, values: tuple[str, ...]) -> tuple[int, ...]:
 
 def _num(name: str, v: str, kind=float):
     try:
-        if not str(v).isascii():  # int() and float() take '١٢' and '６４'
+        x = kind(v) if kind is not float else parse_float(v)
+        if kind is int and not ascii_digits(str(v).lstrip("+-")):  # int() takes '١٢', '６４' and '1_000'
             raise ValueError(v)
-        x = kind(v)
     except (TypeError, ValueError):
         raise BadInput(f"{name} {v!r}: not {'an integer' if kind is int else 'a number'}") from None
     if kind is float and not math.isfinite(x):
@@ -275,7 +276,7 @@ def server_bench(ctx, url, api_key, api_key_file, header, header_file, backend, 
         skip_warmup=skip_warmup, flush_retries=_num("--flush-retries", flush_retries, int),
         flush_retry_wait=_num("--flush-retry-wait", flush_retry_wait),
         flush_timeout=_num("--flush-timeout", flush_timeout), request_timeout=_num("--request-timeout", request_timeout),
-        profile=profile, model=model, vocab_size=_num("--vocab-size", vocab_size, int) if vocab_size else None,
+        profile=profile, model=model, vocab_size=_num("--vocab-size", vocab_size, int) if vocab_size is not None else None,
         seed=_num("--seed", seed, int), out_dir=out_dir, result_filename=result_filename, fail_fast=fail_fast,
         cache_hit_rate=_num("--cache-hit-rate", cache_hit_rate), return_logprob=return_logprob,
         client_stream_interval=_num("--client-stream-interval", client_stream_interval, int),

@@ -60,7 +60,9 @@ def grid_options(f):
 @click.option("--compile-workers", type=IntRange(1, 64), help="FlashInfer modules compiled at once (default: cores/2, at most 8).")
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="Compile the FlashInfer modules in the background (nice 10, ninja -j cores-2) and measure each kernel as soon as its modules are built, so rows come while others compile; --no-stream compiles every module first, then measures.")
-@click.option("--jit-cache", type=OutputPath("~/.cache/flashinfer", file_okay=False), help="Persistent FlashInfer JIT cache folder (sets FLASHINFER_WORKSPACE_BASE).")
+@click.option("--jit-cache", type=OutputPath("/ci-cache/kbench-jit", file_okay=False), metavar="DIR",
+              help="Keep FlashInfer's JIT cache under DIR (sets FLASHINFER_WORKSPACE_BASE: the modules go to "
+                   "DIR/.cache/flashinfer/VERSION/ARCH; the default DIR is the home folder).")
 @click.option("--shard", help="Run slice i/N of the cases (deterministic: case j goes to shard j mod N); join slices with kbench merge. auto: this Slurm array task's slice; auto/N: this Kubernetes Indexed Job pod's (examples/).")
 @click.option("--devices", help="One worker process per listed GPU (e.g. 0,1) over the shards, merged into one run (not with --device).")
 @click.option("--isolate/--no-isolate", default=None,

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from kbench.cli.console import make_console
-from kbench.cli.options import FLOAT, OutputPath, examples
+from kbench.cli.options import FloatRange, OutputPath, examples
 
 from kbench.runs import atomic
 from kbench.errors import BadInput
@@ -45,7 +45,7 @@ def _pct(v):
 @click.option("--out", "out_file", type=OutputPath("results", "folder (or a .json file)"),
               help="Folder that receives validate-timer.json (timing settings, wall ratios, rows), like every --out; a path ending in .json "
                    "is that file (the old meaning).")
-@click.option("--tolerance", type=FLOAT, default=0.03, show_default=True, help="Agreement target with CUPTI.")
+@click.option("--tolerance", type=FloatRange(0, 1, min_open=True, max_open=True), default=0.03, show_default=True, help="Agreement target with CUPTI.")
 @click.option("--before", "before", metavar="SCENARIO",
               help="Also time every row with this scenario's [timing] table (a built-in name or a .toml file; its "
                    "grid is not used), by kbench's timer alone, to compare two timing settings' walls against the "

@@ -12,6 +12,15 @@ def ascii_digits(text: str) -> bool:
     return s.isascii() and s.isdecimal()
 
 
+def parse_float(text) -> float:
+    """A number as kbench's inputs write one: ASCII, without Python's digit separators (float() also takes '١٢',
+    '６４' and '1_000'); ValueError otherwise, as float() raises it. nan and inf are the caller's to refuse."""
+    s = str(text).strip()
+    if not s.isascii() or "_" in s:
+        raise ValueError(f"not a number written in ASCII digits: {text!r}")
+    return float(s)
+
+
 def finite(v) -> float | None:
     """v as a finite float, or None (missing, NaN, infinite, not a number)."""
     try:

@@ -266,3 +266,51 @@ def test_every_command_taking_a_run_says_the_same_of_a_missing_path_or_a_file(tm
         line = one_error_line(r)
         assert line.endswith(f"{given}: {says}"), line
     assert not (tmp_path / "bl").exists()
+
+
+_ARCHIVE_GRID = ["prebuild", "--arch", "9.0a", "--no-build"]
+
+
+@pytest.mark.parametrize("args", [
+    ["report", BASELINE, "--out", "rep", "--holdout", "0.5", "--seed", "-1"],  # was numpy's traceback
+    ["validate-timer", "--tolerance", "nan"], ["validate-timer", "--tolerance", "0"],
+    ["sweep", *TINY, "--adaptive", "--budget-minutes", "inf"],  # wrote Infinity into the manifest
+    ["sweep", *TINY, "--slow-kernel", "reference=1001"],
+    ["sweep", *TINY, "--seed", "1_000"], ["sweep", *TINY, "--budget", "1_0"],
+    ["sweep", *TINY, "--kv-dist", "lognormal:\uff10.5"], ["sweep", *TINY, "--q-dist", "accept:\uff10.5"],
+    ["sweep", *TINY, "--skip-softmax", "\uff11000"],
+    ["gate", "--baseline", BASELINE, "--candidate", BASELINE, "--threshold", "\u0667%"],
+    ["gate", "--baseline", BASELINE, "--candidate", BASELINE, "--noise-floor", "0.0\uff15"],
+    ["recommend", BASELINE, "--engine", "sglang", "--batch-size", "16@\uff16", "--q-len", "4", "--kv-len", "4096"],
+    ["recommend", BASELINE, "--engine", "sglang", "--batch-size", "16", "--q-len", "4", "--kv-len",
+     "lognormal:\uff14096:0.5"],
+    ["prebuild", "--arch", "\uff19.0a", "--list"],
+    ["server-bench", "--url", "http://127.0.0.1:9", "--vocab-size", ""],
+    ["server-bench", "--url", "http://127.0.0.1:9", "--repeat", "1_0"],
+    [*_ARCHIVE_GRID, "--grid", "-s quick", "--grid", "--help", "--archive", "a.tgz"],  # was help and exit 0
+    [*_ARCHIVE_GRID, "--grid", "-h", "--archive", "a.tgz"], [*_ARCHIVE_GRID, "--grid", "  ", "--archive", "a.tgz"],
+    [*_ARCHIVE_GRID, "--kernels", "nosuch", "--archive", "nd/a.tgz"],  # left ./nd behind
+    ["prebuild", "--arch", "99.9z", "--no-build", "--archive", "nd/a.tgz"],
+    ["sweep", *TINY, "--kernels", "nosuch", "--jit-cache", "jc"],  # left an empty ./jc behind
+])
+def test_hostile_inputs_of_this_round_are_one_line_and_write_nothing(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path.parent / f"{tmp_path.name}-jit"))
+    if args[0] == "prebuild":  # FlashInfer in this process reads the target once: each case in its own process
+        r = subprocess.run([sys.executable, "-m", "kbench.cli.main", *[str(a) for a in args]], capture_output=True,
+                           text=True, timeout=120, env=os.environ)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    else:
+        one_error_line(run_cli(args))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_devices_take_ascii_digits_only():
+    from kbench.engine.shards import parse_devices
+    from kbench.errors import BadInput
+
+    assert parse_devices("0, 1", 2) == [0, 1]
+    for bad in ("\uff10,\uff11", "\u0661", "1_0", "+1"):
+        with pytest.raises(BadInput, match="--devices"):
+            parse_devices(bad, 2)

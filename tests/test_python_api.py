@@ -104,3 +104,64 @@ def test_prebuild_environment_and_jit_cache_refuse_cleanly(tmp_path):
     with pytest.raises(BadInput, match="not a folder"):
         use_jit_cache(tmp_path / "f" / "sub")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_prebuild_api_checks_its_arguments_as_the_flags_are_checked(tmp_path, monkeypatch):
+    from kbench.cases.scenario import load_scenario
+    from kbench.engine.jit_cache import use_jit_cache
+    from kbench.engine.prebuild import PrebuildPlan, build_plan, check_archive_path, plan_prebuild
+    from kbench.device import DeviceInfo
+
+    monkeypatch.chdir(tmp_path)
+    sc = load_scenario("quick")
+    for archive, says in ((None, "--archive None"), (5, "--archive 5"), ("", "an empty path"), ("  ", "an empty path"),
+                          (sc.input_files()[0], "would replace what the command reads")):
+        with pytest.raises(BadInput, match=says):
+            check_archive_path(archive, sc)  # one scenario, as prebuild() takes it
+    check_archive_path("new/a.tgz", [sc])  # fine, and nothing made before the archive is written
+    with pytest.raises(BadInput, match="give one or more scenarios"):
+        check_archive_path("x.tgz", "quick")
+    with pytest.raises(BadInput, match="--arch 9.0"):
+        plan_prebuild([sc], 9.0, for_build=False)
+    with pytest.raises(BadInput, match=f"--include {tmp_path / 'nope'}: not a folder"):
+        plan_prebuild([sc], "9.0a", include=str(tmp_path / "nope"), for_build=False)  # one folder, not its letters
+    pp = PrebuildPlan(DeviceInfo(cuda=True, name="H200", sm=90), [])
+    for kw in ({"jobs": -3}, {"jobs": "abc"}, {"jobs": 2.5}, {"parallel": 0}, {"parallel": "4"}, {"parallel": 65}):
+        with pytest.raises(BadInput, match="expected an integer in 1.."):
+            build_plan(pp, **kw)
+    with pytest.raises(BadInput, match="give a folder"):
+        use_jit_cache(5)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_builtin_scenario_names_its_installed_file_from_any_folder(tmp_path, monkeypatch):
+    # from another folder the built-in scenario's file was not seen: --archive could have replaced it
+    from importlib import resources
+
+    from kbench.cases.scenario import load_scenario
+
+    monkeypatch.chdir(tmp_path)
+    want = str(resources.files("kbench.scenarios").joinpath("quick.toml"))
+    assert load_scenario("quick").input_files() == [want]
+
+
+def test_use_jit_cache_reads_a_tilde_as_the_shell_does(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code = "from kbench.engine.jit_cache import use_jit_cache; print(use_jit_cache('~/kb-jit'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env=os.environ)
+    assert out.returncode == 0 and out.stdout.strip() == str(tmp_path / "kb-jit"), out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kb-jit"]
+
+
+def test_build_report_refuses_a_negative_holdout_seed(tmp_path):
+    from kbench.report import build_report
+
+    for seed in (-1, 2**63, 1.5):  # numpy raised ValueError
+        with pytest.raises(BadInput, match="--seed"):
+            build_report(BASELINE, out_dir=tmp_path / "rep", holdout=0.5, seed=seed)
+    assert list(tmp_path.iterdir()) == []

@@ -35,6 +35,7 @@ import numpy as np
 from kbench.errors import BadInput
 from kbench import files
 from kbench.values import INT32_MAX  # noqa: F401 - re-exported: the bound every length is checked against
+from kbench.values import parse_float
 
 KV_KINDS = ("fixed", "uniform", "lognormal", "zipf", "file")
 Q_KINDS = ("fixed", "accept", "file")
@@ -88,7 +89,7 @@ def canonical(field: str):
 
 def _float(text: str, what: str) -> float:
     try:
-        v = float(text)
+        v = parse_float(text)
     except ValueError:
         raise ValueError(f"{what} must be a number, got {text!r}") from None
     if not math.isfinite(v):
@@ -152,8 +153,8 @@ def parse_skip_softmax(text) -> str:
     if t == "off":
         return "off"
     try:
-        v = float(t)
-    except (TypeError, ValueError):
+        v = parse_float(t) if t is not None else float("nan")
+    except ValueError:
         raise ValueError(f"expected 'off' or a positive number, got {text!r}") from None
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"expected 'off' or a positive number, got {text!r}")

@@ -91,6 +91,10 @@ class _ScenarioMethods:
         output must not replace one of them: prebuild --archive)."""
         first = str(self.source).split(" + ")[0]
         found = [first] if first and Path(first).is_file() else []
+        name = first[len("scenarios/"):-len(".toml")] if first.startswith("scenarios/") and first.endswith(".toml") \
+            else None
+        if name in builtin_names():  # a built-in, read from the installed package wherever kbench runs
+            found.append(str(resources.files("kbench.scenarios").joinpath(f"{name}.toml")))
         for values in self.grid().values():
             found += [v[len("file:"):] for v in values or [] if isinstance(v, str) and v.startswith("file:")]
         return found

@@ -39,7 +39,7 @@ from kbench.errors import BadInput, first_line
 MANIFEST = "aot/KBENCH_PREBUILD.json"
 STAMP = "aot/FLASHINFER_VERSION"
 FORMAT = 1
-ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
+ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$", re.ASCII)  # \d: 0-9 only (not '９')
 MODULE_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
@@ -153,6 +153,9 @@ def plan_prebuild(scenarios, arch: str | None = None, include: list[str] | tuple
     from kbench.kernels.registry import select
 
     chosen = [(sc, select(sc.kernels, sc.source)) for sc in scenario_list(scenarios)]
+    if arch is not None and not isinstance(arch, str):
+        raise BadInput(f"--arch {arch!r}: give the architecture as FlashInfer names it, a string such as '9.0a'")
+    include = [include] if isinstance(include, (str, Path)) else list(include or ())
     for d in include:
         if not Path(d).is_dir():
             raise BadInput(f"--include {d}: not a folder")
@@ -288,6 +291,9 @@ def default_parallel() -> int:
 def build_plan(pp: PrebuildPlan, parallel: int | None = None, jobs: int | None = None, on_done=None) -> list[Outcome]:
     """Build the plan's missing modules, `parallel` at a time (default_parallel()), each with `jobs` compile jobs
     (MAX_JOBS; default: the cores over `parallel`, unless MAX_JOBS is set already)."""
+    for name, v, top in (("--parallel", parallel, 64), ("--jobs", jobs, 256)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top):
+            raise BadInput(f"{name} {v!r}: expected an integer in 1..{top}")
     parallel = parallel or default_parallel()
     if jobs or "MAX_JOBS" not in os.environ:
         os.environ["MAX_JOBS"] = str(jobs or max(1, (os.cpu_count() or 1) // parallel))
@@ -309,12 +315,16 @@ class PrebuildResult:
 def check_archive_path(archive: str | Path, scenarios=()) -> None:
     """Before minutes of building: the archive must be a file that can be written, and not one the scenarios are
     read from (a scenario file, a lengths or tree file)."""
-    from kbench.runs.outputs import distinct_outputs, writable_dir
+    from kbench.runs.outputs import distinct_outputs, given_path, writable_dir
 
-    distinct_outputs({"--archive": archive}, [f for sc in scenarios for f in sc.input_files()])
-    if Path(archive).is_dir():
+    if not isinstance(archive, (str, os.PathLike)):
+        raise BadInput(f"--archive {archive!r}: give the archive's file name (e.g. aot.tgz)")
+    path = given_path(archive, "--archive", "aot.tgz", "file")
+    distinct_outputs({"--archive": path}, [f for sc in (scenario_list(scenarios) if scenarios else [])
+                                           for f in sc.input_files()])
+    if path.is_dir():
         raise BadInput(f"--archive {archive}: a folder; give the archive's file name (e.g. aot.tgz)")
-    writable_dir(Path(archive).parent if str(Path(archive).parent) else ".", "--archive")
+    writable_dir(path.parent, "--archive", create=False)  # made when the archive is written, not before
 
 
 def prebuild(scenarios, arch: str | None = None, *, build_modules: bool = True, archive: str | Path | None = None,
@@ -374,6 +384,9 @@ def write_archive(out: str | Path, modules: list[Module], arch: str) -> tuple[Pa
             for name, f in sorted(files.items()):
                 tar.add(f, arcname=f"aot/{name}/{name}.so", recursive=False)
 
+    from kbench.runs.outputs import writable_dir
+
+    writable_dir(Path(out).parent, "--archive")  # its folder, made now (checked, not made, before the build)
     return atomic.write_with(out, pack, named=True), len(files)
 
 

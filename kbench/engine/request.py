@@ -158,8 +158,9 @@ class SweepRequest:
         ada = self.adaptive_options()
         if not self.devices:
             check_device(self.device_index, gpu_count())
-        # checked here, made once every rule has passed (bad input leaves no empty folder behind)
-        jit_cache = os.path.abspath(writable_dir(self.jit_cache, "--jit-cache", create=False)) \
+        # checked, not made: FlashInfer makes it when it first builds there (bad input leaves no empty folder)
+        jit_cache = os.path.abspath(writable_dir(Path(self.jit_cache).expanduser() if str(self.jit_cache).strip()
+                                                 else self.jit_cache, "--jit-cache", create=False)) \
             if self.jit_cache is not None else None
         manifest = None
         if self.resume:
@@ -196,16 +197,9 @@ class SweepRequest:
             if self.shard or self.resume:
                 raise BadInput("--devices runs its own shards: drop --shard/--resume")
             devs = parse_devices(self.devices, gpu_count())
-            return CheckedSweep(sc, opts, None, devs, self._made(jit_cache))
+            return CheckedSweep(sc, opts, None, devs, jit_cache)
         opts.shard = parse_shard(self.shard) if self.shard else None  # digits 0-9 only: int() takes '١٢' too
-        plan = opts.plan(sc, manifest)
-        return CheckedSweep(sc, opts, plan, None, self._made(jit_cache))
-
-    @staticmethod
-    def _made(jit_cache: str | None) -> str | None:
-        if jit_cache is not None:
-            writable_dir(jit_cache, "--jit-cache")
-        return jit_cache
+        return CheckedSweep(sc, opts, opts.plan(sc, manifest), None, jit_cache)
 
     def check_resume_options(self) -> None:
         """With --resume: BadInput naming every option given that the run fixes (its scenario and overrides of it,
@@ -238,7 +232,7 @@ class SweepRequest:
         out = {}
         for v in self.slow_kernel:
             name, sep, n = v.partition("=")
-            if not sep or not ascii_digits(n) or int(n) < 2:
-                raise BadInput(f"--slow-kernel: expected KERNEL=N with N >= 2, got {v!r}")
+            if not sep or not ascii_digits(n) or not 2 <= int(n) <= 1000:
+                raise BadInput(f"--slow-kernel: expected KERNEL=N with N in 2..1000, got {v!r}")
             out[name.strip()] = int(n)
         return out

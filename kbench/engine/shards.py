@@ -96,10 +96,10 @@ def check_device(index: int, available: int) -> int:
 
 def parse_devices(text: str, available: int | None = None) -> list[int]:
     """GPU indices, each once; with ``available`` (the GPUs torch sees) each must exist."""
-    try:
-        devs = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}") from None
+    parts = [x for x in text.split(",") if x.strip()]
+    if not parts or not all(ascii_digits(x) for x in parts):  # int() takes '١' and '０' too
+        raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}")
+    devs = [int(x) for x in parts]
     if not devs or min(devs) < 0:
         raise BadInput(f"--devices: expected a list of GPU indices such as 0,1, got {text!r}")
     dup = sorted({d for d in devs if devs.count(d) > 1})

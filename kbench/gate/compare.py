@@ -47,7 +47,7 @@ from statistics import median
 import numpy as np
 import pandas as pd
 
-from kbench.values import finite, number, status
+from kbench.values import finite, number, parse_float, status
 from kbench.errors import BadInput
 from kbench.runs.manifest import GATE, comparable, hardware_of, num_runs
 from kbench.gate.loading import RowSamples, load_for_gate, read_samples
@@ -169,7 +169,7 @@ def parse_threshold(text, option: str = "--threshold") -> float:
     s = str(text).strip()
     pct = s.endswith("%")
     try:
-        v = float(s[:-1] if pct else s)
+        v = parse_float(s[:-1] if pct else s)
     except ValueError:
         raise BadInput(f"{option} {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
     if pct:

@@ -30,6 +30,7 @@ from kbench.cases.dists import INT32_MAX
 from kbench.cases.models import parse_heads
 from kbench.cases.scenario import MAX_BATCH
 from kbench.errors import BadInput
+from kbench.values import ascii_digits, parse_float
 from kbench.recommend.settings import STEPS
 from kbench.report.policy import GROUP_FILTERS
 
@@ -85,7 +86,7 @@ class Workload:
 # ---- values ----------------------------------------------------------------------------------------------
 def _weight(text: str, where: str) -> float:
     try:
-        w = float(text)
+        w = parse_float(text)
     except ValueError:
         raise BadInput(f"{where}: weight {text!r} is not a number") from None
     if not math.isfinite(w) or w < 0 or w > MAX_WEIGHT:
@@ -119,7 +120,9 @@ def _lognormal(name: str, spec: str, where: str) -> list[tuple[int, float]]:
     try:
         if len(parts) not in (3, 4):
             raise ValueError
-        median, sigma = float(parts[1]), float(parts[2])
+        median, sigma = parse_float(parts[1]), parse_float(parts[2])
+        if len(parts) == 4 and not ascii_digits(parts[3]):
+            raise ValueError(parts[3])
         bins = int(parts[3]) if len(parts) == 4 else DEFAULT_BINS
     except ValueError:
         raise BadInput(f"{where}: {spec!r}: expected lognormal:MEDIAN:SIGMA[:BINS], e.g. lognormal:4096:1.0") from None

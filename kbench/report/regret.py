@@ -38,6 +38,8 @@ def holdout_split(case_ids: list[str], fraction: float, seed: int = 0) -> tuple[
     """(train, test): a seeded random `fraction` of the cases (at least one, never all) held out."""
     if not 0 < fraction < 1:
         raise BadInput(f"--holdout {fraction}: expected a fraction between 0 and 1 (exclusive)")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise BadInput(f"--seed {seed!r}: expected an integer in 0..2**63-1")
     ids = sorted(set(case_ids))
     if len(ids) < 2:
         raise BadInput(f"--holdout needs at least 2 measured cases, have {len(ids)}")

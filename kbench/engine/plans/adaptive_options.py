@@ -36,8 +36,8 @@ class AdaptiveOptions:
             raise BadInput(f"twin: expected 0 to 50%, got {self.twin * 100:g}%")
         if self.budget_measurements is not None and self.budget_measurements < 1:
             raise BadInput(f"--budget-measurements: expected >= 1, got {self.budget_measurements}")
-        if self.budget_minutes is not None and not self.budget_minutes > 0:
-            raise BadInput(f"--budget-minutes: expected > 0, got {self.budget_minutes}")
+        if self.budget_minutes is not None and not 0 < self.budget_minutes < float("inf"):
+            raise BadInput(f"--budget-minutes: expected a finite number > 0, got {self.budget_minutes}")
         return self
 
     def to_dict(self) -> dict:
