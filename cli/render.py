@@ -17,8 +17,24 @@ from kbench.runs.manifest import ceiling
 from kbench.runs.rows import Row
 from kbench.engine.sweep import SweepObserver
 from kbench.runs.winners import case_winners
+from kbench.errors import BadInput
+from kbench.values import parse_float
 
 LOG_EVERY_S = 30  # progress line period without a terminal (env KBENCH_PROGRESS_S)
+
+
+def progress_period() -> float:
+    """Seconds between progress lines in a log (KBENCH_PROGRESS_S, default 30; 0: a line per measurement)."""
+    text = os.environ.get("KBENCH_PROGRESS_S")
+    if text is None:
+        return LOG_EVERY_S
+    try:
+        v = parse_float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 <= v < float("inf"):
+        raise BadInput(f"KBENCH_PROGRESS_S={text!r}: expected the seconds between progress lines, a number >= 0")
+    return v
 STATUS_STYLE = {"ok": "green", "skipped": "dim", "wrong": "bold red", "failed": "red"}
 
 
@@ -63,7 +79,7 @@ class RichSweepObserver(SweepObserver):
         self.task = None
         self.counted = False
         # without a terminal the bar is drawn once, at the end: log a progress line every LOG_EVERY_S instead
-        self.log_every_s = float(os.environ.get("KBENCH_PROGRESS_S", LOG_EVERY_S))
+        self.log_every_s = progress_period()
         self._last_log = time.monotonic()
 
     def __enter__(self):

@@ -19,7 +19,8 @@ from kbench.runs.signals import terminate_as_interrupt
 from kbench.runs.store import load_run, name_note
 
 from kbench.cli.options import FLOAT, INT, FloatRange, IntRange, OutputPath, examples
-from kbench.cli.render import DevicesProgress, RichSweepObserver, devices_summary, sweep_header, sweep_summary
+from kbench.cli.render import (DevicesProgress, RichSweepObserver, devices_summary, progress_period, sweep_header,
+                               sweep_summary)
 
 
 def grid_options(f):
@@ -91,6 +92,7 @@ def sweep(**params):
     if request.jit_cache is not None:  # first: FlashInfer reads it once, when it is imported (the checks may import
         use_jit_cache(request.jit_cache, create=False)  # it); made by the checks, once every other one has passed
     checked = request.check(note=lambda line: click.echo(line, err=True))
+    progress_period()  # KBENCH_PROGRESS_S, read before anything is printed
     if checked.nothing_to_do:
         console.print(checked.nothing_to_do, markup=False)
         return

@@ -56,6 +56,8 @@ def open_regular(path: str | os.PathLike, label: str | None = None,
     """A regular file opened for binary reading, or BadInput (`LABEL: ...`, LABEL defaults to the path).
     The open itself cannot block: O_NONBLOCK (a FIFO opens at once, then is refused by its type)."""
     label = label or str(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise BadInput(f"{label}: not a file's path")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except OSError as e:

@@ -314,3 +314,36 @@ def test_devices_take_ascii_digits_only():
     for bad in ("\uff10,\uff11", "\u0661", "1_0", "+1"):
         with pytest.raises(BadInput, match="--devices"):
             parse_devices(bad, 2)
+
+
+def test_outputs_made_on_the_way_are_removed_when_the_command_fails(tmp_path, monkeypatch):
+    # report --out o/a/b with an unmeasured --plot-batch left o/a; server-bench --out made its folder before it
+    # reached the server
+    monkeypatch.chdir(tmp_path)
+    one_error_line(run_cli(["report", BASELINE, "--out", "o/a/b", "--plot-batch", "7", "--plot-kv", "5"]))
+    r = run_cli(["server-bench", "--url", "http://127.0.0.1:9", "--out", "s/deep/er"])
+    assert r.exit_code == 1 and "cannot use the server" in r.output, r.output
+    for bad in (["--seed", "-1"], ["--prompt-pattern", "repeat:\uff15"], ["--prompt-pattern", "repeat:99999999999"]):
+        one_error_line(run_cli(["server-bench", "--url", "http://127.0.0.1:9", *bad]))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_progress_period_from_the_environment_is_checked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for bad in ("abc", "nan", "-1", "\u0661", "1_0"):
+        monkeypatch.setenv("KBENCH_PROGRESS_S", bad)
+        r = run_cli(["sweep", *TINY, "--out", "o"])
+        assert r.exit_code == 2 and r.output.strip().splitlines() == [
+            f"error: KBENCH_PROGRESS_S={bad!r}: expected the seconds between progress lines, a number >= 0"], r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_exported_selector_reads_numbers_as_select_does(tmp_path, policy):
+    out = tmp_path / "sel.py"
+    assert run_cli(["export", policy, "--out", out]).exit_code == 0
+    for args, code in ((["16", "4", "4096"], 0), (["1_6", "4", "4096"], 2), (["\u0661\u0666", "4", "4096"], 2),
+                       (["\uff11\uff16", "4", "4096"], 2)):
+        r = subprocess.run([sys.executable, str(out), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == code, (args, r.stdout, r.stderr)
+        if code:
+            assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr

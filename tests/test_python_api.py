@@ -165,3 +165,62 @@ def test_build_report_refuses_a_negative_holdout_seed(tmp_path):
         with pytest.raises(BadInput, match="--seed"):
             build_report(BASELINE, out_dir=tmp_path / "rep", holdout=0.5, seed=seed)
     assert list(tmp_path.iterdir()) == []
+
+
+def _quick():
+    from kbench.cases.scenario import apply_overrides, load_scenario
+
+    return apply_overrides(load_scenario("quick"), batch_size="1", q_len="1", kv_len="64", kernels="reference")
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"adaptive": "nan-minutes"}, "budget_minutes"), ({"adaptive": "nan-twin"}, "twin"),
+    ({"adaptive": "str-bound"}, "regret_bound"), ({"adaptive": 5}, "AdaptiveOptions"),
+    ({"slow_kernel": {"reference": 1}}, "slow_kernel"), ({"slow_kernel": ["reference=2"]}, "slow_kernel"),
+    ({"compile_workers": 0}, "compile_workers"), ({"compile_workers": "2"}, "compile_workers"),
+    ({"run_name": 5}, "run_name"), ({"bogus": 1}, "unknown sweep option 'bogus'"), ({"out_dir": 5}, "out_dir 5")])
+def test_run_sweep_checks_every_option_before_a_folder(tmp_path, monkeypatch, kw, says):
+    # bad adaptive options were refused only after the run folder (and a manifest holding NaN) was written
+    from kbench.engine.plans.adaptive_options import AdaptiveOptions
+    from kbench.engine.sweep import run_sweep
+
+    made = {"nan-minutes": AdaptiveOptions(budget_minutes=float("nan")), "nan-twin": AdaptiveOptions(twin=float("nan")),
+            "str-bound": AdaptiveOptions(regret_bound="x")}
+    if isinstance(kw.get("adaptive"), str):
+        kw = {"adaptive": made[kw["adaptive"]]}
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BadInput, match=says):
+        run_sweep(_quick(), **{"out_dir": "o", **kw})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_arguments_of_the_wrong_kind_are_bad_input_not_a_python_error(tmp_path):
+    from kbench.engine.prebuild import load_archive
+    from kbench.engine.sweep import resume_sweep, run_sweep
+    from kbench.gate import run_gate, write_multi_baseline
+    from kbench.recommend import recommend_for
+    from kbench.recommend.export import export_policy
+    from kbench.report import build_report, lookup
+    from kbench.report.policy import policy_from
+    from kbench.runs.merge import merge_runs
+
+    policy, _ = policy_from(BASELINE)
+    calls = [lambda: run_gate(5, BASELINE), lambda: run_gate([BASELINE], BASELINE), lambda: resume_sweep(5),
+             lambda: load_archive(5), lambda: merge_runs(5), lambda: merge_runs([5, 6]),
+             lambda: write_multi_baseline([5], "x", root=tmp_path), lambda: build_report(5),
+             lambda: build_report(BASELINE, 5), lambda: build_report(BASELINE, tmp_path / "r", holdout="0.2"),
+             lambda: build_report(BASELINE, tmp_path / "r", plot_groups="2"),
+             lambda: build_report(BASELINE, tmp_path / "r", plot_points=5),
+             lambda: recommend_for(5, "sglang", batch_size=16, q_len=4, kv_len=4096),
+             lambda: recommend_for(BASELINE, "sglang", batch_size=16, q_len=4, kv_len=4096, steps=["bogus"]),
+             lambda: recommend_for(BASELINE, "sglang", batch_size=16, q_len=4, kv_len=4096, filters=5),
+             lambda: recommend_for(BASELINE, "sglang", workload=5),
+             lambda: run_gate(BASELINE, BASELINE, alpha="0.01"), lambda: run_gate(BASELINE, BASELINE, run_spread_k="3"),
+             lambda: lookup({"groups": [5]}, 16, 1, 4096), lambda: lookup({"groups": [{}]}, 16, 1, 4096),
+             lambda: lookup(policy, 16, 1, 4096, heads=5), lambda: lookup(policy, 16, 1, 4096, page_size=[64]),
+             lambda: export_policy({"groups": [5]}, None, tmp_path / "x.py"),
+             lambda: export_policy(policy, 5, tmp_path / "x.py"), lambda: run_sweep("quick", tmp_path / "o")]
+    for i, call in enumerate(calls):
+        with pytest.raises(BadInput):
+            call()
+    assert list(tmp_path.iterdir()) == []

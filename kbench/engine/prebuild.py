@@ -392,6 +392,8 @@ def write_archive(out: str | Path, modules: list[Module], arch: str) -> tuple[Pa
 
 def read_manifest(archive: str | Path) -> dict:
     """The archive's KBENCH_PREBUILD.json; BadInput (one line) for a file that is not such an archive."""
+    if not isinstance(archive, (str, os.PathLike)):
+        raise BadInput(f"--load {archive!r}: give the archive's path")
     p = Path(archive)
     if not p.exists():
         raise BadInput(f"{archive}: no such archive")

@@ -62,7 +62,15 @@ class SweepOptions:
         not (i, n) with 0 <= i < n (the text 'i/N' or 'auto' is read as --shard reads it). new_run=False (a
         resume): only what a resume may set."""
         if new_run:
+            if not isinstance(self.out_dir, (str, os.PathLike)):
+                raise BadInput(f"out_dir {self.out_dir!r}: give a folder (e.g. results)")
             given_path(self.out_dir, "--out", "results")
+            if self.run_name is not None and not isinstance(self.run_name, str):
+                raise BadInput(f"run_name {self.run_name!r}: expected a name (a string)")
+            if self.adaptive is not None:
+                if not isinstance(self.adaptive, AdaptiveOptions):
+                    raise BadInput(f"adaptive {self.adaptive!r}: expected AdaptiveOptions(...) or None")
+                self.adaptive.check()
             if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
                 raise BadInput(f"seed {self.seed!r}: expected an integer in 0..2**63-1")
             if isinstance(self.shard, str):
@@ -73,6 +81,13 @@ class SweepOptions:
                         or not 0 <= pair[0] < pair[1]:
                     raise BadInput(f"shard {self.shard!r}: expected (i, n) with 0 <= i < n (or the text 'i/N')")
                 self.shard = pair
+        if not isinstance(self.slow_kernel, dict) or not all(
+                isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and 2 <= n <= 1000
+                for k, n in self.slow_kernel.items()):
+            raise BadInput(f"slow_kernel {self.slow_kernel!r}: expected {{KERNEL: N}} with N in 2..1000")
+        w = self.compile_workers
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 64):
+            raise BadInput(f"compile_workers {w!r}: expected an integer in 1..64")
         check_device(self.device_index, gpu_count())
         return self
 

@@ -465,8 +465,21 @@ def run_sweep(scenario: Scenario, out_dir: str | Path = "results", observer: Swe
     resume_sweep(result.run_dir) finishes it."""
     if options.get("resume") is not None:  # resume_sweep checks the run (a baseline, another GPU, its options)
         raise BadInput("run_sweep starts a new run: finish one with resume_sweep(RUN_DIR)")
+    if not isinstance(scenario, Scenario):
+        raise BadInput(f"run_sweep takes a Scenario (load_scenario(NAME), apply_overrides(...)), got "
+                       f"{type(scenario).__name__}")
+    _known_options(options)
     opts = SweepOptions(out_dir=out_dir, **options).checked()  # --shard's, --device's, --seed's and --out's rules
     return Sweep(scenario, opts, observer, builder).run()
+
+
+def _known_options(options: dict) -> None:
+    from dataclasses import fields
+
+    unknown = sorted(set(options) - {f.name for f in fields(SweepOptions)})
+    if unknown:
+        raise BadInput(f"unknown sweep option {unknown[0]!r} (options: "
+                       f"{', '.join(f.name for f in fields(SweepOptions) if f.name != 'resume')})")
 
 
 def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, builder=None, force: bool = False,
@@ -477,14 +490,15 @@ def resume_sweep(run_dir: str | Path, observer: SweepObserver | None = None, bui
     run. options: the SweepOptions a resume may change (device_index, stream, isolate, compile_workers, ...)."""
     from kbench.engine.request import FIXED_BY_RUN
     from kbench.runs.resume import check_resume
-    from kbench.runs.store import check_resumable, read_manifest
+    from kbench.runs.store import check_resumable, check_run_folder, read_manifest
     from kbench.timing.probe import probe_device
 
     fixed = [name for name, _ in FIXED_BY_RUN if name in options] + (["resume"] if "resume" in options else [])
     if fixed:
         raise BadInput(f"resume_sweep finishes the run as it was started: {', '.join(fixed)} cannot change it")
-    manifest = read_manifest(Path(run_dir))
+    manifest = read_manifest(check_run_folder(run_dir))
     check_resumable(run_dir, manifest)
+    _known_options(options)
     opts = SweepOptions(resume=run_dir, **options).checked(new_run=False)
     device = probe_device(opts.device_index, with_flashinfer=False).to_dict()
     if check_resume(run_dir, manifest, device, force):

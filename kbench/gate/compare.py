@@ -436,11 +436,11 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
         noise_floor = parse_threshold(noise_floor, "--noise-floor")
     if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not (0 <= threshold < 1):
         raise BadInput(f"threshold {threshold!r}: must be a fraction between 0 and 1")
-    if not (0 < alpha < 1):
-        raise BadInput(f"--alpha {alpha!r}: must be between 0 and 1")
-    if finite(run_spread_k) is None or not (0 <= run_spread_k <= 100):
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (0 < alpha < 1):
+        raise BadInput(f"--alpha {alpha!r}: must be a number between 0 and 1")
+    if isinstance(run_spread_k, (bool, str)) or finite(run_spread_k) is None or not (0 <= run_spread_k <= 100):
         raise BadInput(f"--run-spread-k {run_spread_k!r}: must be a number between 0 and 100")
-    if finite(noise_floor) is None or not (0 <= noise_floor < 1):
+    if isinstance(noise_floor, bool) or finite(noise_floor) is None or not (0 <= noise_floor < 1):
         raise BadInput(f"--noise-floor {noise_floor!r}: must be a fraction between 0 and 1")
     warnings: list[str] = []
     base = load_for_gate(baseline_path, "baseline", force, warnings)

@@ -27,6 +27,11 @@ def recommend_for(sources, engine: str, *, batch_size=None, q_len=None, kv_len=N
     from kbench.recommend.workload import from_options, read_workload
 
     eng = load_table().engine(engine, engine_version)
+    steps = (steps,) if isinstance(steps, str) else steps
+    if steps is not None and (not isinstance(steps, (list, tuple)) or not steps or any(s not in STEPS for s in steps)):
+        raise BadInput(f"steps {steps!r}: one or more of {', '.join(STEPS)}")
+    if filters is not None and not isinstance(filters, dict):
+        raise BadInput(f"filters {filters!r}: a dict of group filters, e.g. {{'power': 'sustained'}}")
     shape = {"batch_size": batch_size, "q_len": q_len, "kv_len": kv_len}
     if workload is not None:
         if any(v is not None for v in shape.values()) or filters:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from pathlib import Path
 
 from kbench import __version__
@@ -130,8 +131,13 @@ def main(argv=None):
 
     p = Parser(description="The attention kernel for one shape, from kbench's policy (see the "
                                 "module docstring).", epilog="Filters choose the group when the policy has several.")
+    def count(text):  # the digits 0-9 only, as kbench select: int() also takes '١٦', '１６' and '1_6'
+        if not (text.isascii() and text.strip().isdigit()):
+            raise argparse.ArgumentTypeError(f"{{text!r}} is not a number written with the digits 0-9")
+        return int(text)
+
     for name in ("batch_size", "q_len", "kv_len"):
-        p.add_argument(name, type=int, metavar=name.upper())
+        p.add_argument(name, type=count, metavar=name.upper())
     p.add_argument("--extrapolate", action="store_true", help="outside the measured range: clamp to its edge")
     for f in FILTERS:
         have = sorted({{_shown(g, f) for g in GROUPS if _shown(g, f) is not None}})
@@ -200,8 +206,13 @@ def export_policy(policy: dict | str | Path, source: str | None, out: str | Path
 
     if source is None and isinstance(policy, (str, Path)):
         source = str(policy)
+    from kbench.report.policy import validate_policy
+
     policy = as_policy(policy)
-    source = source or "<python>"
+    policy = validate_policy(policy, "policy")  # a dict made by hand is checked as a policy file is
+    if source is not None and not isinstance(source, (str, os.PathLike)):
+        raise BadInput(f"source {source!r}: the policy's origin, a path or a name")
+    source = str(source) if source else "<python>"
 
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: one of {', '.join(FORMATS)}")

@@ -353,8 +353,18 @@ def lookup(policy: dict | str | Path, batch_size: int, q_len: int, kv_len: int, 
            **group) -> dict:
     """The kernel for one shape, `kbench select` from Python. policy: a dict, or a policy file, report folder or
     run folder (as_policy). group: heads='32/8/128', dtype, kv_dtype, page_size, kv_layout and the
-    realistic-batch axes as filters (see select_group)."""
-    return Lookup(policy)(batch_size, q_len, kv_len, extrapolate, **group)
+    realistic-batch axes as filters (see select_group). A dict is read as it is (validate_policy checks one the
+    way a file is checked); one whose shape is not a policy's is BadInput, as a wrong-typed filter is."""
+    bad = {k: v for k, v in group.items() if v is not None and (isinstance(v, bool) or not isinstance(
+        v, str if k == "heads" else (str, int)))}
+    if bad:
+        k, v = next(iter(bad.items()))
+        raise BadInput(f"--{k.replace('_', '-')} {v!r}: a filter is one value, written as select takes it")
+    try:
+        return Lookup(policy)(batch_size, q_len, kv_len, extrapolate, **group)
+    except (KeyError, TypeError, AttributeError, IndexError) as e:  # a hand-made dict: not what kbench writes
+        raise BadInput(f"not a valid kbench policy ({type(e).__name__}: {e}); check a dict with "
+                       f"validate_policy(policy), as a policy file is checked") from None
 
 
 def rule_for(group: dict, batch_size: int, q_len: int, kv_len: int) -> dict | None:

@@ -36,8 +36,8 @@ class Regret:
 
 def holdout_split(case_ids: list[str], fraction: float, seed: int = 0) -> tuple[list[str], list[str]]:
     """(train, test): a seeded random `fraction` of the cases (at least one, never all) held out."""
-    if not 0 < fraction < 1:
-        raise BadInput(f"--holdout {fraction}: expected a fraction between 0 and 1 (exclusive)")
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+        raise BadInput(f"--holdout {fraction!r}: expected a fraction between 0 and 1 (exclusive)")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise BadInput(f"--seed {seed!r}: expected an integer in 0..2**63-1")
     ids = sorted(set(case_ids))

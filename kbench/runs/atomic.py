@@ -164,6 +164,7 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
     if dest.exists() and not dest.is_dir():
         raise BadInput(f"{label} {dest}: exists and is not a folder")
     parent = dest.parent
+    made = _missing_folders(parent)  # the folders this call makes on the way: removed again if it fails
     with terminate_as_interrupt():
         try:
             parent.mkdir(parents=True, exist_ok=True)
@@ -189,11 +190,32 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
         except OSError as e:
             with deferred_signals():
                 shutil.rmtree(tmp, ignore_errors=True)
+                _remove_empty(made)
             raise BadInput(f"{label} {dest}: cannot write there ({e.strerror or e}); it is as it was") from None
         except BaseException:
             with deferred_signals():
                 shutil.rmtree(tmp, ignore_errors=True)
+                _remove_empty(made)
             raise
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders on the way to ``folder`` (itself included) that do not exist yet, deepest first."""
+    out = []
+    p = Path(os.path.abspath(folder))
+    while not p.exists() and p != p.parent:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove these folders (deepest first) while they are empty: what a failed write made, nothing else."""
+    for f in folders:
+        try:
+            f.rmdir()
+        except OSError:
+            return
 
 
 _RENAME_EXCHANGE = 2

@@ -8,7 +8,7 @@ import pandas as pd
 from kbench.errors import BadInput
 from kbench.runs.manifest import MERGE, MERGE_FIELDS, comparable
 from kbench.runs.outputs import given_path
-from kbench.runs.store import RunWriter, Run, load_run, new_run_dir, removed_unless_written
+from kbench.runs.store import RunWriter, Run, as_run_list, load_run, new_run_dir, removed_unless_written
 
 
 def check_compatible(runs: list[Run]) -> None:
@@ -35,6 +35,7 @@ def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: s
     """`kbench merge` from Python: the runs' rows in one new run folder under out_dir. min_runs=1 lets `--devices`
     with a single device turn its one shard (0/1) into the run."""
     given_path(out_dir, "--out", "results")
+    paths = as_run_list(paths)
     if len(paths) < min_runs:
         raise BadInput(f"merge needs at least {min_runs} runs")
     runs = [load_run(p) for p in paths]

@@ -13,6 +13,8 @@ def given_path(path: str | os.PathLike | None, option: str, example: str, what: 
     reads as the current folder (the CLI refuses it as it parses: kbench.cli.options.OutputPath)."""
     if path is None or not str(path).strip():
         raise BadInput(f"{option}: an empty path; give a {what} (e.g. {option} {example})")
+    if not isinstance(path, (str, os.PathLike)):
+        raise BadInput(f"{option} {path!r}: give a {what} path (e.g. {option} {example})")
     return Path(path)
 
 

@@ -99,7 +99,11 @@ def name_note(name: str | None, flag: str = "--name") -> str | None:
 def as_run_list(runs) -> list:
     """A list of runs or paths: the list given, or one Run or path made a list (a string is not a list of
     one-letter paths)."""
-    return [runs] if isinstance(runs, (str, Path, Run)) else list(runs)
+    out = [runs] if isinstance(runs, (str, os.PathLike, Run)) else list(runs) if isinstance(runs, (list, tuple)) \
+        else None
+    if out is None or not all(isinstance(r, (str, os.PathLike, Run)) for r in out):
+        raise BadInput(f"expected a run folder or a list of them, got {runs!r}"[:200])
+    return out
 
 
 @contextlib.contextmanager
@@ -503,6 +507,8 @@ def check_device(rows: pd.DataFrame, manifest: dict, where, kind: str = "sweep")
 def check_run_folder(path: str | Path) -> Path:
     """The one check of a path given as a run (report, gate, baseline, merge, recommend, sweep and server-bench
     --resume): BadInput "no such run folder" where nothing is there, what it is where it is no folder."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise BadInput(f"{path!r}: not a run folder's path"[:200])
     p = Path(path)
     if p.is_dir():
         return p

@@ -32,6 +32,7 @@ import requests
 from kbench import __version__, files
 from kbench.runs.atomic import write_text
 from kbench.errors import BadInput, KbenchError
+from kbench.values import INT32_MAX
 from kbench.runs.outputs import given_path, writable_dir
 from kbench.server import counters as ctr
 from kbench.server.auth import API_KEY_ENV, HIDDEN, Credentials, redact_argv, redact_url, split_url
@@ -144,7 +145,12 @@ class ServerBenchConfig:
             for v in vals:
                 if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                     raise BadInput(f"{name}: {v!r} is not a positive integer")
-        if not isinstance(self.flush_retries, int) or self.flush_retries < 1:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise BadInput(f"--seed {self.seed!r}: expected an integer in 0..2**63-1")
+        if self.vocab_size is not None and (isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int)
+                                            or not 2 <= self.vocab_size <= INT32_MAX):
+            raise BadInput(f"--vocab-size {self.vocab_size!r}: must be an integer in 2..{INT32_MAX}")
+        if isinstance(self.flush_retries, bool) or not isinstance(self.flush_retries, int) or self.flush_retries < 1:
             raise BadInput(f"--flush-retries {self.flush_retries!r}: must be at least 1 (it counts attempts)")
         for name, v, lo in (("--flush-retry-wait", self.flush_retry_wait, 0.0),
                             ("--flush-timeout", self.flush_timeout, 0.0),
@@ -160,8 +166,6 @@ class ServerBenchConfig:
                 self.input_len_step_percentage) or self.input_len_step_percentage < 0:
             raise BadInput(f"--input-len-step-percentage {self.input_len_step_percentage!r}: must be a number >= 0")
         parse_prompt_pattern(self.prompt_pattern)
-        if self.vocab_size is not None and (not isinstance(self.vocab_size, int) or self.vocab_size < 2):
-            raise BadInput(f"--vocab-size {self.vocab_size!r}: must be an integer >= 2")
         if self.result_filename is not None:
             p = given_path(self.result_filename, "--result-filename", "result.jsonl", "file")
             if p.is_dir():
@@ -512,7 +516,7 @@ def check_outputs(config: ServerBenchConfig) -> None:
             raise BadInput(f"--resume {e}") from None
         writable_dir(config.resume, "--resume")
     else:
-        writable_dir(config.out_dir, "--out")
+        writable_dir(config.out_dir, "--out", create=False)  # made with the run folder, once the server answers
     if config.result_filename is not None:
         p = Path(config.result_filename)  # a folder or a missing parent: refused by config.validate()
         try:

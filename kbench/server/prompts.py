@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from kbench.errors import BadInput
+from kbench.values import INT32_MAX
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def parse_prompt_pattern(text: str | PromptPattern) -> PromptPattern:
     s = str(text).strip().lower()
     if s == "random":
         return PromptPattern()
-    m = re.fullmatch(r"repeat:(\d+)", s)
-    if m and int(m.group(1)) >= 1:
+    m = re.fullmatch(r"repeat:([0-9]{1,10})", s)  # ASCII digits ('\d' takes '５'), at most a prompt's length
+    if m and 1 <= int(m.group(1)) <= INT32_MAX:
         return PromptPattern("repeat", int(m.group(1)))
-    raise BadInput(f"--prompt-pattern {text!r}: expected random or repeat:N (N >= 1 tokens, e.g. repeat:5)")
+    raise BadInput(f"--prompt-pattern {text!r}: expected random or repeat:N (N in 1..{INT32_MAX} tokens, e.g. repeat:5)")

@@ -26,6 +26,16 @@ class AdaptiveOptions:
     budget_minutes: float | None = None  # stop after this many minutes of sweep wall time (all calls of the run)
 
     def check(self) -> "AdaptiveOptions":
+        def number(v, integer=False):
+            kinds = (int,) if integer else (int, float)
+            return not isinstance(v, bool) and isinstance(v, kinds) and (integer or v == v)
+
+        for name in ("regret_bound", "close", "prune_factor", "twin", "coarse_step", "budget_measurements",
+                     "budget_minutes"):
+            v = getattr(self, name)
+            if not (v is None and name.startswith("budget")) and not number(v, name in ("coarse_step",
+                                                                                         "budget_measurements")):
+                raise BadInput(f"adaptive {name} {v!r}: expected {'an integer' if name in ('coarse_step', 'budget_measurements') else 'a number'}")
         if not 0 <= self.regret_bound < 1:
             raise BadInput(f"--regret-bound: expected 0 to 100%, got {self.regret_bound * 100:g}%")
         if self.coarse_step < 1:
