@@ -224,3 +224,23 @@ def test_arguments_of_the_wrong_kind_are_bad_input_not_a_python_error(tmp_path):
         with pytest.raises(BadInput):
             call()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_overrides_and_server_config_of_the_wrong_kind_are_bad_input():
+    from kbench.cases.scenario import apply_overrides, load_scenario
+    from kbench.engine.prebuild import plan_prebuild, prebuild
+    from kbench.server import ServerBenchConfig
+
+    for v in ("1_0", "\uff10.5", True):  # float() read '1_0' as 10 and '０.5' as 0.5
+        with pytest.raises(BadInput, match="budget_s"):
+            apply_overrides(load_scenario("quick"), budget_s=v)
+    assert apply_overrides(load_scenario("quick"), budget_s="0.5").timing.budget_s == 0.5
+    for kw, says in ((dict(url=5), "--url 5"), (dict(url="http://127.0.0.1:9", batch_sizes=5), "--batch-size 5"),
+                     (dict(url="http://127.0.0.1:9", seed=-1), "--seed -1"),
+                     (dict(url="http://127.0.0.1:9", vocab_size=2**40), "--vocab-size")):
+        with pytest.raises(BadInput, match=says):
+            ServerBenchConfig(**kw).validate()
+    with pytest.raises(BadInput, match="--parallel 0"):
+        prebuild(tiny(), "9.0a", build_modules=False, parallel=0)  # before any planning
+    with pytest.raises(BadInput, match="--include: one folder or a list"):
+        plan_prebuild(tiny(), "9.0a", include=5, for_build=False)

@@ -43,6 +43,7 @@ from kbench.cases.models import MODELS, HeadConfig, parse_heads
 from kbench.cases.dists import INT32_MAX, max_kv_len
 from kbench.cases.trees import check_grid as check_trees
 from kbench.cases.trees import fits as tree_fits
+from kbench.values import parse_float
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -424,7 +425,9 @@ def apply_overrides(sc: Scenario, **axes) -> Scenario:
             v = axes[k]
             if k != "l2":  # a number ('0.2' from a script too); anything else is bad input, not a TypeError later
                 try:
-                    v = float(v)
+                    if isinstance(v, bool):
+                        raise TypeError(v)
+                    v = float(v) if isinstance(v, (int, float)) else parse_float(v)  # ASCII digits, no '_'
                 except (TypeError, ValueError):
                     raise BadInput(f"apply_overrides: {k} {axes[k]!r} is not a number") from None
             setattr(timing, k, v)

@@ -155,7 +155,10 @@ def plan_prebuild(scenarios, arch: str | None = None, include: list[str] | tuple
     chosen = [(sc, select(sc.kernels, sc.source)) for sc in scenario_list(scenarios)]
     if arch is not None and not isinstance(arch, str):
         raise BadInput(f"--arch {arch!r}: give the architecture as FlashInfer names it, a string such as '9.0a'")
-    include = [include] if isinstance(include, (str, Path)) else list(include or ())
+    include = [include] if isinstance(include, (str, Path)) else list(include or ()) \
+        if isinstance(include, (list, tuple)) or include is None else None
+    if include is None or not all(isinstance(d, (str, os.PathLike)) for d in include):
+        raise BadInput("--include: one folder or a list of folders")
     for d in include:
         if not Path(d).is_dir():
             raise BadInput(f"--include {d}: not a folder")
@@ -288,12 +291,16 @@ def default_parallel() -> int:
     return max(1, (os.cpu_count() or 1) // 4)
 
 
-def build_plan(pp: PrebuildPlan, parallel: int | None = None, jobs: int | None = None, on_done=None) -> list[Outcome]:
-    """Build the plan's missing modules, `parallel` at a time (default_parallel()), each with `jobs` compile jobs
-    (MAX_JOBS; default: the cores over `parallel`, unless MAX_JOBS is set already)."""
+def _check_counts(parallel, jobs) -> None:
     for name, v, top in (("--parallel", parallel, 64), ("--jobs", jobs, 256)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top):
             raise BadInput(f"{name} {v!r}: expected an integer in 1..{top}")
+
+
+def build_plan(pp: PrebuildPlan, parallel: int | None = None, jobs: int | None = None, on_done=None) -> list[Outcome]:
+    """Build the plan's missing modules, `parallel` at a time (default_parallel()), each with `jobs` compile jobs
+    (MAX_JOBS; default: the cores over `parallel`, unless MAX_JOBS is set already)."""
+    _check_counts(parallel, jobs)
     parallel = parallel or default_parallel()
     if jobs or "MAX_JOBS" not in os.environ:
         os.environ["MAX_JOBS"] = str(jobs or max(1, (os.cpu_count() or 1) // parallel))
@@ -334,6 +341,7 @@ def prebuild(scenarios, arch: str | None = None, *, build_modules: bool = True, 
     (build_plan; build_modules=False packs what is built), and with `archive` pack them for `load_archive` on the
     GPU host. The archive must not be one of the scenarios' own files; one already there is replaced whole."""
     scenarios = scenario_list(scenarios)
+    _check_counts(parallel, jobs)
     if archive is not None:
         check_archive_path(archive, scenarios)
     pp = plan_prebuild(scenarios, arch, include, for_build=build_modules)

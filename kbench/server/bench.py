@@ -125,6 +125,12 @@ class ServerBenchConfig:
                                                                        self.output_lens)]
 
     def validate(self) -> None:
+        if not isinstance(self.url, str):
+            raise BadInput(f"--url {self.url!r}: expected the server's base URL, e.g. http://127.0.0.1:30000")
+        for name, vals in (("--batch-size", self.batch_sizes), ("--input-len", self.input_lens),
+                           ("--output-len", self.output_lens)):
+            if not isinstance(vals, (list, tuple)):
+                raise BadInput(f"{name} {vals!r}: a list of integers (batch_sizes=(1, 16))")
         shown = redact_url(str(self.url))  # never a password in a message
         try:
             u = urlparse(self.url)
