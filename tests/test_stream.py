@@ -502,3 +502,15 @@ def test_a_ready_kernel_that_gets_no_row_is_a_failed_row_not_a_hang_or_a_gap(tmp
     assert len(rows) == 8 and len(kb) == 4 and (kb.status == "failed").all()
     assert kb.reason.str.contains("no row came back from its measurement").all()
     assert (rows[rows.kernel == "ka"].status == "ok").all()
+
+
+def test_validate_timer_times_only_the_kernels_the_sweep_would_run_there():
+    # on the H200 validate-timer gave the MLA wrappers its GQA shapes: an error row each ('head_dim_ckv must be > 0')
+    from kbench.device import DeviceInfo
+    from kbench.engine import validate
+
+    h200 = DeviceInfo(cuda=True, name="H200", sm=90)
+    case = validate.validate_cases()[0]
+    names = {k.name for k in validate.runnable_kernels(registry.select(["all"]), h200, case)}
+    assert {"trtllm-decode", "fa2-prefill", "fa3-prefill", "trtllm-fmha-v2"} <= names
+    assert not names & {"flashmla", "flashinfer-mla-fa3", "flashinfer-mla-fa2", "trtllm-gen-mla"}
