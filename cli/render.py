@@ -35,6 +35,8 @@ def progress_period() -> float:
     if not 0 <= v < float("inf"):
         raise BadInput(f"KBENCH_PROGRESS_S={text!r}: expected the seconds between progress lines, a number >= 0")
     return v
+
+
 STATUS_STYLE = {"ok": "green", "skipped": "dim", "wrong": "bold red", "failed": "red"}
 
 

@@ -11,6 +11,7 @@ from kbench.cases import axes
 from kbench.cli.console import make_console
 from kbench.cli.options import FLOAT, INT, AliasOption, IntRange, OutputPath, examples
 from kbench.errors import BadInput
+from kbench.values import SEED_MAX
 from kbench.report import build_report, lookup
 from kbench.report.policy import policy_from
 from kbench.report.build import PLOT_GROUPS
@@ -39,7 +40,7 @@ def _table(title: str, headers: list[str], rows: list[list[str]], highlight: str
                    "[default: FIRST_RUN/report].")
 @click.option("--holdout", type=FLOAT, default=None, metavar="FRACTION",
               help="Also build a policy without this random fraction of the cases and report its regret on them.")
-@click.option("--seed", type=IntRange(0, 2**63 - 1), default=0, show_default=True, help="Seed of the holdout draw.")
+@click.option("--seed", type=IntRange(0, SEED_MAX), default=0, show_default=True, help="Seed of the holdout draw.")
 @click.option("--plot-batch", type=INT, multiple=True, help="Batch size of a time-vs-q_len plot (pairs with --plot-kv).")
 @click.option("--plot-kv", type=INT, multiple=True, help="kv_len of a time-vs-q_len plot (pairs with --plot-batch).")
 @click.option("--max-rows", type=INT, default=40, show_default=True,

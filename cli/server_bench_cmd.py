@@ -68,9 +68,9 @@ def _int_list(name: str, values: tuple[str, ...]) -> tuple[int, ...]:
 
 def _num(name: str, v: str, kind=float):
     try:
-        x = kind(v) if kind is not float else parse_float(v)
         if kind is int and not ascii_digits(str(v).lstrip("+-")):  # int() takes '١٢', '６４' and '1_000'
             raise ValueError(v)
+        x = int(v) if kind is int else parse_float(v)
     except (TypeError, ValueError):
         raise BadInput(f"{name} {v!r}: not {'an integer' if kind is int else 'a number'}") from None
     if kind is float and not math.isfinite(x):

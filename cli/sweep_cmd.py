@@ -10,13 +10,13 @@ from kbench.cases.axes import GRID, axes_with
 from kbench.cases.scenario import builtin_names
 from kbench.cli.console import make_console
 from kbench.engine.devices import run_on_devices
-from kbench.engine.jit_cache import use_jit_cache
 from kbench.engine.plans.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
 from kbench.engine.request import OVERRIDE_FLAGS, SweepRequest
 from kbench.engine.sweep import Sweep, sweep_payload
 from kbench.runs.outputs import writable_dir
 from kbench.runs.signals import terminate_as_interrupt
 from kbench.runs.store import load_run, name_note
+from kbench.values import SEED_MAX
 
 from kbench.cli.options import FLOAT, INT, FloatRange, IntRange, OutputPath, examples
 from kbench.cli.render import (DevicesProgress, RichSweepObserver, devices_summary, progress_period, sweep_header,
@@ -54,7 +54,7 @@ def grid_options(f):
 @click.option("--resume", "resume", type=OutputPath("results/RUN", "run folder"), help="Finish an interrupted run folder: measures only missing rows.")
 @click.option("--device", "device_index", type=INT, default=0, show_default=True,
               help="The one GPU (CUDA index) this process sweeps on; --devices instead runs one worker per listed GPU.")
-@click.option("--seed", default=0, show_default=True, type=IntRange(0, 2**63 - 1), help="Seed of the random inputs (report's --seed defaults to 0 too).")
+@click.option("--seed", default=0, show_default=True, type=IntRange(0, SEED_MAX), help="Seed of the random inputs (report's --seed defaults to 0 too).")
 @click.option("--allow-wrong", is_flag=True, help="Exit 0 even when a kernel fails its check.")
 @click.option("--slow-kernel", multiple=True, metavar="KERNEL=N",
               help="TEST ONLY: run KERNEL N times per timed call, to show that `kbench gate` catches a slow-down.")
@@ -89,8 +89,6 @@ def sweep(**params):
     """
     console = make_console()
     request = _request(params)
-    if request.jit_cache is not None:  # first: FlashInfer reads it once, when it is imported (the checks may import
-        use_jit_cache(request.jit_cache, create=False)  # it); made by the checks, once every other one has passed
     checked = request.check(note=lambda line: click.echo(line, err=True))
     progress_period()  # KBENCH_PROGRESS_S, read before anything is printed
     if checked.nothing_to_do:

@@ -4,6 +4,14 @@ from __future__ import annotations
 import math
 
 INT32_MAX = 2**31 - 1  # the index tensors (seq_lens, indptrs, page tables) are int32, as in the engines
+SEED_MAX = 2**63 - 1  # a seed: numpy's and torch's generators take 0..2**63-1 (sweep, report, server-bench)
+
+
+def int_in(v, lo: int | None = None, hi: int | None = None) -> bool:
+    """v is an int (a bool is not) in lo..hi, a bound None meaning none. What an option given from Python must be
+    where the command's flag is an integer or an integer range."""
+    return (isinstance(v, int) and not isinstance(v, bool) and (lo is None or lo <= v)
+            and (hi is None or v <= hi))
 
 
 def ascii_digits(text: str) -> bool:

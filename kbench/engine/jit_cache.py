@@ -28,18 +28,19 @@ def workspace_base() -> tuple[Path, str]:
 
 
 def use_jit_cache(folder: str | Path, option: str = "--jit-cache", create: bool = True) -> str:
-    """Make `folder` the base of FlashInfer's JIT cache (DIR/.cache/flashinfer/VERSION/ARCH) for this process and the workers it starts (FLASHINFER_WORKSPACE_BASE;
-    `kbench sweep --jit-cache`, `kbench prebuild --jit-cache`); returns its absolute path. FlashInfer reads the
-    variable once, when flashinfer.jit.env is imported: later, another folder would be silently ignored, so that
-    is refused (BadInput), as is a folder that cannot be made or written (create=False: checked, not made; FlashInfer
-    makes it when it first writes there)."""
+    """Make `folder` the base of FlashInfer's JIT cache (DIR/.cache/flashinfer/VERSION/ARCH) for this process and
+    the workers it starts (FLASHINFER_WORKSPACE_BASE; `kbench sweep --jit-cache`, `kbench prebuild --jit-cache`);
+    returns its absolute path ('~' read as a shell reads it). FlashInfer reads the variable once, when
+    flashinfer.jit.env is imported: later, another folder would be silently ignored, so that is refused
+    (BadInput), as is a folder that cannot be made or written (create=False: checked, not made; FlashInfer makes
+    it when it first writes there)."""
     import sys
 
     from kbench.runs.outputs import writable_dir
 
     if not isinstance(folder, (str, os.PathLike)):
         raise BadInput(f"{option} {folder!r}: give a folder")
-    folder = Path(folder).expanduser() if str(folder).strip() else folder  # '~/x' as a shell would read it
+    folder = Path(folder).expanduser() if str(folder).strip() else folder
     path = os.path.abspath(writable_dir(folder, option, create=False))  # checked; made only if it is to be used
     env = sys.modules.get("flashinfer.jit.env")
     if env is not None and Path(getattr(env, "FLASHINFER_BASE_DIR", path)).resolve() != Path(path).resolve():

@@ -35,6 +35,7 @@ from pathlib import Path
 from kbench.cases.case import Case
 from kbench.device import DeviceInfo
 from kbench.errors import BadInput, first_line
+from kbench.values import int_in
 
 MANIFEST = "aot/KBENCH_PREBUILD.json"
 STAMP = "aot/FLASHINFER_VERSION"
@@ -293,7 +294,7 @@ def default_parallel() -> int:
 
 def _check_counts(parallel, jobs) -> None:
     for name, v, top in (("--parallel", parallel, 64), ("--jobs", jobs, 256)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top):
+        if v is not None and not int_in(v, 1, top):
             raise BadInput(f"{name} {v!r}: expected an integer in 1..{top}")
 
 

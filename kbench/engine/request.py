@@ -17,12 +17,13 @@ from typing import Callable
 from kbench.cases.axes import GRID, axes_with
 from kbench.cases.scenario import Scenario, apply_overrides, load_scenario, scenario_data, scenario_from_dict
 from kbench.engine.plans import SweepPlan, check_plan, plan_for
+from kbench.engine.jit_cache import use_jit_cache
 from kbench.engine.plans.adaptive_options import AdaptiveOptions
 from kbench.engine.shards import check_device, parse_devices, parse_shard
 from kbench.errors import BadInput
 from kbench.runs.outputs import given_path, writable_dir
 from kbench.runs.store import check_resumable, name_note, read_manifest
-from kbench.values import ascii_digits
+from kbench.values import SEED_MAX, ascii_digits, int_in
 
 
 def gpu_count() -> int:
@@ -71,23 +72,20 @@ class SweepOptions:
                 if not isinstance(self.adaptive, AdaptiveOptions):
                     raise BadInput(f"adaptive {self.adaptive!r}: expected AdaptiveOptions(...) or None")
                 self.adaptive.check()
-            if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            if not int_in(self.seed, 0, SEED_MAX):
                 raise BadInput(f"seed {self.seed!r}: expected an integer in 0..2**63-1")
             if isinstance(self.shard, str):
                 self.shard = parse_shard(self.shard)
             elif self.shard is not None:
                 pair = tuple(self.shard) if isinstance(self.shard, (tuple, list)) else ()
-                if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair) \
-                        or not 0 <= pair[0] < pair[1]:
+                if len(pair) != 2 or not int_in(pair[1], 1) or not int_in(pair[0], 0, pair[1] - 1):
                     raise BadInput(f"shard {self.shard!r}: expected (i, n) with 0 <= i < n (or the text 'i/N')")
                 self.shard = pair
         if not isinstance(self.slow_kernel, dict) or not all(
-                isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and 2 <= n <= 1000
-                for k, n in self.slow_kernel.items()):
+                isinstance(k, str) and int_in(n, 2, 1000) for k, n in self.slow_kernel.items()):
             raise BadInput(f"slow_kernel {self.slow_kernel!r}: expected {{KERNEL: N}} with N in 2..1000")
-        w = self.compile_workers
-        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 64):
-            raise BadInput(f"compile_workers {w!r}: expected an integer in 1..64")
+        if self.compile_workers is not None and not int_in(self.compile_workers, 1, 64):
+            raise BadInput(f"compile_workers {self.compile_workers!r}: expected an integer in 1..64")
         check_device(self.device_index, gpu_count())
         return self
 
@@ -132,7 +130,6 @@ class CheckedSweep:
     options: SweepOptions | None = None
     plan: SweepPlan | None = None
     devices: list[int] | None = None  # --devices: one worker per GPU over the shards, merged into one run
-    jit_cache: str | None = None  # the absolute --jit-cache folder (FLASHINFER_WORKSPACE_BASE)
     nothing_to_do: str | None = None  # --resume of a complete run: this line, exit 0, nothing touched
 
 
@@ -167,16 +164,16 @@ class SweepRequest:
 
     def check(self, note: Callable[[str], None] = lambda line: None) -> CheckedSweep:
         """Every rule, in order; BadInput names the first one broken. `note` gets the lines to say on the way
-        (a --name written differently as a folder name)."""
+        (a --name written differently as a folder name). A --jit-cache folder is set first (FlashInfer reads it
+        once, when it is imported, and a check below may import it), checked but not made: FlashInfer makes it when
+        it first builds there, so bad input leaves no empty folder."""
+        if self.jit_cache is not None:
+            use_jit_cache(self.jit_cache, create=False)
         if self.resume:
             self.check_resume_options()
         ada = self.adaptive_options()
         if not self.devices:
             check_device(self.device_index, gpu_count())
-        # checked, not made: FlashInfer makes it when it first builds there (bad input leaves no empty folder)
-        jit_cache = os.path.abspath(writable_dir(Path(self.jit_cache).expanduser() if str(self.jit_cache).strip()
-                                                 else self.jit_cache, "--jit-cache", create=False)) \
-            if self.jit_cache is not None else None
         manifest = None
         if self.resume:
             manifest = read_manifest(self.resume)
@@ -212,9 +209,9 @@ class SweepRequest:
             if self.shard or self.resume:
                 raise BadInput("--devices runs its own shards: drop --shard/--resume")
             devs = parse_devices(self.devices, gpu_count())
-            return CheckedSweep(sc, opts, None, devs, jit_cache)
+            return CheckedSweep(sc, opts, None, devs)
         opts.shard = parse_shard(self.shard) if self.shard else None  # digits 0-9 only: int() takes '١٢' too
-        return CheckedSweep(sc, opts, opts.plan(sc, manifest), None, jit_cache)
+        return CheckedSweep(sc, opts, opts.plan(sc, manifest), None)
 
     def check_resume_options(self) -> None:
         """With --resume: BadInput naming every option given that the run fixes (its scenario and overrides of it,

@@ -201,13 +201,11 @@ def export_policy(policy: dict | str | Path, source: str | None, out: str | Path
     """Write `policy` as a standalone selector file at `out`: a dict (load_policy(FILE), policy_from(PATH)[0]) or
     the path of a policy file, report folder or run folder (kbench.report.policy.as_policy); `source` names where
     it came from (default: that path; a file or folder never written over). Returns the file's path."""
-    from kbench.report.policy import as_policy
+    from kbench.report.policy import as_policy, validate_policy
     from kbench.runs.outputs import distinct_outputs, given_path
 
     if source is None and isinstance(policy, (str, Path)):
         source = str(policy)
-    from kbench.report.policy import validate_policy
-
     policy = as_policy(policy)
     policy = validate_policy(policy, "policy")  # a dict made by hand is checked as a policy file is
     if source is not None and not isinstance(source, (str, os.PathLike)):

@@ -33,6 +33,7 @@ from kbench.report.policy import REPORT_JSON, build_policy, policy_of, save_poli
 from kbench.report.regret import Regret, holdout_split, regret
 from kbench.report.runs import RunSet, combine
 from kbench.runs.store import Run, as_run_list, now_iso
+from kbench.values import int_in
 
 
 @dataclass
@@ -73,11 +74,10 @@ def build_report(runs: list[Run | str | Path] | Run | str | Path, out_dir: str |
     side by side (cases measured in both) are computed from all the rows either way. plot_groups: draw the
     per-group plots for at most this many groups (None or < 0: every group; plots.plot_groups chooses)."""
     runs = as_run_list(runs)
-    if plot_groups is not None and (isinstance(plot_groups, bool) or not isinstance(plot_groups, int)):
+    if plot_groups is not None and not int_in(plot_groups):
         raise BadInput(f"--plot-groups {plot_groups!r}: an integer (negative: every group)")
     if plot_points is not None and (not isinstance(plot_points, (list, tuple)) or not all(
-            isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                                 for v in p) for p in plot_points)):
+            isinstance(p, (list, tuple)) and len(p) == 2 and all(int_in(v) for v in p) for p in plot_points)):
         raise BadInput(f"plot_points {plot_points!r}: a list of (batch_size, kv_len) pairs")
     rs = combine(runs)
     first = runs[0].path if isinstance(runs[0], Run) else Path(runs[0])

@@ -15,6 +15,7 @@ import pandas as pd
 
 from kbench.cases.models import heads_text
 from kbench.errors import BadInput
+from kbench.values import SEED_MAX, int_in
 from kbench.report.policy import FILTER_AXES, Lookup
 
 
@@ -38,7 +39,7 @@ def holdout_split(case_ids: list[str], fraction: float, seed: int = 0) -> tuple[
     """(train, test): a seeded random `fraction` of the cases (at least one, never all) held out."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
         raise BadInput(f"--holdout {fraction!r}: expected a fraction between 0 and 1 (exclusive)")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+    if not int_in(seed, 0, SEED_MAX):
         raise BadInput(f"--seed {seed!r}: expected an integer in 0..2**63-1")
     ids = sorted(set(case_ids))
     if len(ids) < 2:

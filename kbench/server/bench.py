@@ -32,7 +32,7 @@ import requests
 from kbench import __version__, files
 from kbench.runs.atomic import write_text
 from kbench.errors import BadInput, KbenchError
-from kbench.values import INT32_MAX
+from kbench.values import INT32_MAX, SEED_MAX, int_in
 from kbench.runs.outputs import given_path, writable_dir
 from kbench.server import counters as ctr
 from kbench.server.auth import API_KEY_ENV, HIDDEN, Credentials, redact_argv, redact_url, split_url
@@ -149,14 +149,13 @@ class ServerBenchConfig:
             if not vals:
                 raise BadInput(f"{name}: give at least one value")
             for v in vals:
-                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                if not int_in(v, 1):
                     raise BadInput(f"{name}: {v!r} is not a positive integer")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+        if not int_in(self.seed, 0, SEED_MAX):
             raise BadInput(f"--seed {self.seed!r}: expected an integer in 0..2**63-1")
-        if self.vocab_size is not None and (isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int)
-                                            or not 2 <= self.vocab_size <= INT32_MAX):
+        if self.vocab_size is not None and not int_in(self.vocab_size, 2, INT32_MAX):
             raise BadInput(f"--vocab-size {self.vocab_size!r}: must be an integer in 2..{INT32_MAX}")
-        if isinstance(self.flush_retries, bool) or not isinstance(self.flush_retries, int) or self.flush_retries < 1:
+        if not int_in(self.flush_retries, 1):
             raise BadInput(f"--flush-retries {self.flush_retries!r}: must be at least 1 (it counts attempts)")
         for name, v, lo in (("--flush-retry-wait", self.flush_retry_wait, 0.0),
                             ("--flush-timeout", self.flush_timeout, 0.0),
@@ -166,7 +165,7 @@ class ServerBenchConfig:
         if not isinstance(self.cache_hit_rate, (int, float)) or not 0.0 <= self.cache_hit_rate < 1.0:
             raise BadInput(f"--cache-hit-rate {self.cache_hit_rate!r}: must be a fraction in [0, 1)")
         for name, v in (("--client-stream-interval", self.client_stream_interval), ("--repeat", self.repeat)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not int_in(v, 1):
                 raise BadInput(f"{name} {v!r}: must be an integer >= 1")
         if not isinstance(self.input_len_step_percentage, (int, float)) or not math.isfinite(
                 self.input_len_step_percentage) or self.input_len_step_percentage < 0:
