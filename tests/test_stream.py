@@ -38,14 +38,18 @@ class ModuleKernel(ReferenceKernel):
                                 jit_library_path=Path("/nonexistent/kbench-test.so"))]
 
 
-@pytest.fixture
-def two_kernels():
+def _registered(names):
     registry._load()
-    for n in ("ka", "kb"):
+    for n in names:
         registry.register(ModuleKernel(n))
     yield
-    for n in ("ka", "kb"):
+    for n in names:
         registry._REGISTRY.pop(n, None)
+
+
+@pytest.fixture
+def two_kernels():
+    yield from _registered(("ka", "kb"))
 
 
 def scenario():
@@ -140,30 +144,22 @@ def test_ready_kernel_rows_come_before_the_late_module_and_the_late_ones_after(t
     assert res.first_ok_s == pytest.approx(first_ok, abs=1e-3)
 
 
-class StagedBuild(FakeBuild):
-    """ka's modules at once; kb's one at a time: first the module of the last case's q_len (on an idle poll, once
-    ka's rows are written), then the other on the first poll that follows a kb row, which is a poll between two
-    cases of the sweep's second pass. Before December 2026 the cases walked past before that module came were
-    dropped from the pass: the run said complete with their kb rows missing (45 of 432 rows of an MLA run on
-    the H200)."""
+class GatedBuild(FakeBuild):
+    """Every module at once but those `due` holds back, each sent on the first poll where `due` says so; the order
+    sent is kept. `seen`: the rows written so far (Arrivals)."""
 
     def __init__(self, request, seen):
         super().__init__(request, delay=0.0)
         self.seen, self.order = seen, []
-        last_q = request["cases"][-1]["q_len"]
-        late = [m for m in request["modules"] if "_kb_" in m]
-        self.first = next(m for m in late if m.endswith(f"_q{last_q}"))
-        self.second = next(m for m in late if m != self.first)
+
+    def due(self, name, kinds, timeout) -> bool:
+        raise NotImplementedError
 
     def poll(self, timeout=0.0):
         kinds = [k for k, _ in self.seen.rows]
         out = []
         for name in self.request["modules"]:
-            if name in self.sent:
-                continue
-            if name == self.first and not (timeout and kinds.count("ka") == 4):
-                continue
-            if name == self.second and "kb" not in kinds:
+            if name in self.sent or not self.due(name, kinds, timeout):
                 continue
             self.sent.add(name)
             self.order.append(name)
@@ -172,6 +168,26 @@ class StagedBuild(FakeBuild):
             time.sleep(min(timeout, 0.02))
         self.finished = len(self.sent) == len(self.request["modules"])
         return out
+
+
+class StagedBuild(GatedBuild):
+    """ka's modules at once; kb's one at a time: first the module of the last case's q_len (on an idle poll, once
+    ka's rows are written), then the other on the first poll that follows a kb row, which is a poll between two
+    cases of the sweep's second pass. Before December 2026 the cases walked past before that module came were
+    dropped from the pass: the run said complete with their kb rows missing (45 of 432 rows of an MLA run on
+    the H200)."""
+
+    def __init__(self, request, seen):
+        super().__init__(request, seen)
+        last_q = request["cases"][-1]["q_len"]
+        late = [m for m in request["modules"] if "_kb_" in m]
+        self.first = next(m for m in late if m.endswith(f"_q{last_q}"))
+        self.second = next(m for m in late if m != self.first)
+
+    def due(self, name, kinds, timeout):
+        if name == self.first:
+            return bool(timeout) and kinds.count("ka") == 4
+        return name != self.second or "kb" in kinds
 
 
 def test_a_module_that_arrives_between_two_waiting_cases_leaves_no_case_without_its_row(tmp_path, two_kernels):
@@ -428,44 +444,22 @@ def test_validate_timer_builds_its_modules_first(two_kernels, monkeypatch):
     assert seen[0]["status"] == "failed" and "cannot plan the modules: " in seen[0]["reason"]
 
 
-class ChainedBuild(FakeBuild):
+class ChainedBuild(GatedBuild):
     """Three kernels: ka's modules at once; kb's once every ka row is written (on an idle poll); kc's on the first
     poll after a kb row, which is the poll right after the first waiting case was measured for kb. Before this
     test that case was dropped from the waiting list (it had been measured in the pass and nothing of it was
     building any more), and its kc row was never measured: 19 of 432 rows of an MLA run on the H200 were missing
     from a run that said complete."""
 
-    def __init__(self, request, seen):
-        super().__init__(request, delay=0.0)
-        self.seen, self.order = seen, []
-
-    def poll(self, timeout=0.0):
-        kinds = [k for k, _ in self.seen.rows]
-        out = []
-        for name in self.request["modules"]:
-            if name in self.sent:
-                continue
-            if "_kb_" in name and not (timeout and kinds.count("ka") == 4):
-                continue
-            if "_kc_" in name and "kb" not in kinds:
-                continue
-            self.sent.add(name)
-            self.order.append(name)
-            out.append({"module": name, "status": "built", "seconds": 0.1, "reason": ""})
-        if not out and timeout:
-            time.sleep(min(timeout, 0.02))
-        self.finished = len(self.sent) == len(self.request["modules"])
-        return out
+    def due(self, name, kinds, timeout):
+        if "_kb_" in name:
+            return bool(timeout) and kinds.count("ka") == 4
+        return "_kc_" not in name or "kb" in kinds
 
 
 @pytest.fixture
 def three_kernels():
-    registry._load()
-    for n in ("ka", "kb", "kc"):
-        registry.register(ModuleKernel(n))
-    yield
-    for n in ("ka", "kb", "kc"):
-        registry._REGISTRY.pop(n, None)
+    yield from _registered(("ka", "kb", "kc"))
 
 
 def test_a_module_that_arrives_right_after_a_case_is_measured_still_gets_that_case_its_row(tmp_path, three_kernels):
