@@ -45,7 +45,7 @@ def _pct(v):
 @click.option("--out", "out_file", type=OutputPath("results", "folder (or a .json file)"),
               help="Folder that receives validate-timer.json (timing settings, wall ratios, rows), like every --out; a path ending in .json "
                    "is that file (the old meaning).")
-@click.option("--tolerance", type=FloatRange(0, 1, min_open=True, max_open=True), default=0.03, show_default=True, help="Agreement target with CUPTI.")
+@click.option("--tolerance", type=FloatRange(0, 1, min_open=True, max_open=True), default=0.03, show_default=True, help="Agreement target with CUPTI (how a row is judged: below).")
 @click.option("--before", "before", metavar="SCENARIO",
               help="Also time every row with this scenario's [timing] table (a built-in name or a .toml file; its "
                    "grid is not used), by kbench's timer alone, to compare two timing settings' walls against the "
@@ -57,9 +57,15 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     inflates it) and with FlashInfer's bench_gpu_time defaults (the FlashInfer modules the rows load are
     built first, in parallel, a line each); print the medians, the differences, the launch
     gaps per call between the graph's nodes (in kbench's figure as in an engine's graph, not in CUPTI's kernel
-    times) and kbench against CUPTI's span of the same replays (gaps in both: the timer's own error), each
-    harness's wall time, and where kbench's wall went (warm-up, capture, fence, probe replay, settle,
-    sampling) with both walls' ratio (median and total over the rows)."""
+    times) and kbench against CUPTI's span of the same replays (gaps in both; "same replays": kbench's events
+    on the very replays CUPTI profiled, the timer's own error), each harness's wall time, and where kbench's
+    wall went (warm-up, capture, fence, probe replay, settle, sampling) with both walls' ratio (median and
+    total over the rows).
+
+    A row agrees with CUPTI when a one-kernel call is within --tolerance of its kernel's CUPTI time; a call
+    of several kernels (whose gaps an engine pays, and CUPTI's tracing lengthens) when kbench's events on the
+    profiled replays are within it of CUPTI's span of them and its figure lies between CUPTI's kernel sum
+    and span."""
     import torch
 
     from kbench.cases.scenario import Timing, load_scenario
@@ -71,7 +77,7 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     before_timing = load_scenario(before).timing if before else None
     if not torch.cuda.is_available():
         raise BadInput("validate-timer needs a CUDA GPU (none here)")
-    from kbench.engine.validate import summary, validate_timer
+    from kbench.engine.validate import cupti_verdict, summary, validate_timer
 
     console = make_console()
     names = [k.strip() for k in kernels.split(",")] if kernels else None
@@ -89,19 +95,21 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     t = Table(title="kbench timer vs CUPTI (same graph replays; eager alone; eager back to back) and "
                     "flashinfer.testing.bench_gpu_time", header_style="bold")
     for c in ("kernel", "case", "kbench us", "CUPTI us", "kernels/call", "vs CUPTI", "diff us", "gaps us",
-              "vs span", "CUPTI alone us", "vs alone", "CUPTI b2b us", "bench_gpu_time us",
+              "vs span", "same replays", "CUPTI alone us", "vs alone", "CUPTI b2b us", "bench_gpu_time us",
               "vs FI", "kbench wall s", "FI wall s"):
         t.add_column(c, justify="right" if c not in ("kernel", "case") else "left")
     outside = 0
     for r in rows:
         d = r.cupti_diff
-        bad = d is None or abs(d) > tolerance
+        ok, _ = cupti_verdict(r.to_dict(), tolerance)
+        bad = not ok
         outside += bad
         style = "red" if bad else "green"
         t.add_row(r.kernel, r.case_id.split("-h")[0], f"{r.kbench_us:,.1f}", f"{r.cupti_us:,.1f}" if r.cupti_us else "-",
                   str(r.cupti_kernels or "-"), f"[{style}]{_pct(d)}[/]",
                   f"{r.kbench_us - r.cupti_us:+.1f}" if r.cupti_us else "-",
                   f"{r.cupti_gap_us:.1f}" if r.cupti_gap_us is not None else "-", _pct(r.span_diff),
+                  _pct(r.profiled_span_diff),
                   f"{r.cupti_alone_us:,.1f}" if r.cupti_alone_us else "-", _pct(r.alone_diff),
                   f"{r.cupti_b2b_us:,.1f}" if r.cupti_b2b_us else "-",
                   f"{r.flashinfer_us:,.1f}" if r.flashinfer_us else "-", _pct(r.flashinfer_diff),

@@ -441,6 +441,22 @@ def test_validate_checks_every_row_of_30_us_or_more(gpu, monkeypatch):
     assert v.status == "FAILED" and "fa2-prefill bs1-q4-kv34 +5.2% (vs span +0.4%, gaps 1.6 us)" in v.reason, v.line()
     assert "2/2 of >= 30 us within 3% of CUPTI's span of the same replays (gaps included); worst 2.00%" in v.figures
     assert "launch gaps per call: median 1.35 us, max 1.60 us" in v.figures
+    # a call of two kernels, 6% over their sum: judged on the replays CUPTI profiled (kbench.engine.validate)
+    two = {**row(37.67, 0.06, 0.05), "cupti_us": 35.53, "cupti_kernels": 2, "cupti_span_us": 39.70,
+           "span_diff": -0.051, "cupti_gap_us": 3.8, "cupti_profiled_us": 39.5, "profiled_span_diff": -0.005,
+           "cupti_names": ["fmha_v2_flash_attention_bf16_64_128", "Memset (Device)"]}
+    monkeypatch.setenv("FAKE_VALIDATE", json.dumps([two, row(500, 0.01, 0.05)]))
+    rc, o = call("validate")
+    v = o["validate"]
+    assert rc == 0, v.line()
+    assert "2/2 within 3% of CUPTI, 2/2 of >= 30 us" in v.figures
+    assert ("fa2-prefill bs1-q4-kv37.67: 2 kernels (fmha_v2_flash_attention_bf16_64_128, Memset (Device)); kbench "
+            "37.7 us = +6.0% over their sum, -5.1% vs span 39.7 us; on the profiled replays 39.5 us = -0.5% vs span"
+            ) in v.figures
+    assert "kbench's events on the profiled replays vs CUPTI's span of them, 1 rows of >= 30 us: worst 0.50%" in v.figures
+    monkeypatch.setenv("FAKE_VALIDATE", json.dumps([{**two, "cupti_profiled_us": 37.6, "profiled_span_diff": -0.053}]))
+    rc, o = call("validate")
+    assert o["validate"].status == "FAILED" and "1 row(s) of >= 30 us outside 3%" in o["validate"].reason
 
 
 # --- time to the answer (#29) ----------------------------------------------------------------------------

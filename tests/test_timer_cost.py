@@ -258,6 +258,29 @@ def test_validate_timer_writes_the_ratios_and_the_phases_and_times_the_before_se
         f"error: scenario file {str(tmp_path / 'none.toml')!r} does not exist"]
 
 
+def test_validate_timer_counts_a_call_of_two_kernels_by_the_replays_cupti_profiled(monkeypatch):
+    import torch
+    from click.testing import CliRunner
+
+    import kbench.engine.validate as V
+    from kbench.cli.main import cli
+
+    def fake(names, on_row=None, timing=None, before=None, on_module=None):
+        rows = [V.TimerCheck("trtllm-fmha-v2", "bs4-q4-kv2048-h32.8.128-p64", kb, 35.53, 2, None, None, None, 0.1,
+                             0.1, 0.001, cupti_span_us=39.70, cupti_profiled_us=prof, cupti_gap_us=3.8)
+                for kb, prof in ((37.67, 39.5), (37.67, 37.6))]
+        for r in rows:
+            on_row(r)
+        return rows
+
+    monkeypatch.setattr(V, "validate_timer", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    r = CliRunner().invoke(cli, ["validate-timer"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    assert "1/2 within 3% of CUPTI" in r.output  # the second row's events saw 5% less than CUPTI's span
+    assert "same replays" in r.output and "-0.5%" in r.output and "-5.3%" in r.output
+
+
 def test_the_gate_compares_a_run_with_the_new_defaults_to_the_committed_baselines_without_a_timer_warning():
     """The committed baselines were timed with the pre-#29 defaults (warmup 25 ms, min time 0.1 s, 10 samples):
     how long a row was sampled does not change what its median means, so no 'timed with different settings'
@@ -422,6 +445,43 @@ def test_cupti_span_is_kbench_arithmetic_on_cuptis_clock_and_the_gaps_are_what_i
     # a call: its kernels, a gap after each, the fence and the gap after it; the fences alone: fence + gap each
     assert got["span_us"] == pytest.approx(sum(kernels_us) + n * gap)
     assert got["gap_us"] == pytest.approx(n * gap)
+    assert got["names"] == [f"k{j}" for j in range(n)] + ["fill"]  # one call's nodes, its fence last
+
+
+def _row(kbench_us, kernels_us, n=1, span_us=None, profiled_us=None) -> dict:
+    from kbench.engine.validate import TimerCheck
+
+    r = TimerCheck("trtllm-fmha-v2", "bs4-q4-kv2048-h32.8.128-p64", kbench_us, kernels_us, n, None, None, None,
+                   0.1, 0.1, 0.001, cupti_span_us=span_us, cupti_profiled_us=profiled_us)
+    return r.to_dict()
+
+
+def test_a_one_kernel_call_is_judged_against_its_kernels_cupti_time():
+    from kbench.engine.validate import cupti_verdict
+
+    assert cupti_verdict(_row(102.9, 100.0), 0.03) == (True, "kernels")
+    assert cupti_verdict(_row(96.9, 100.0), 0.03) == (False, "kernels")
+    # a span on the same replays does not widen a one-kernel call's target
+    assert cupti_verdict(_row(104.0, 100.0, 1, span_us=104.5, profiled_us=104.4), 0.03) == (False, "kernels")
+    assert cupti_verdict(_row(float("nan"), None), 0.03) == (None, "no CUPTI figure")
+
+
+def test_a_call_of_several_kernels_is_judged_on_the_replays_cupti_profiled():
+    """The H200's fmha-v2 row (December 2026): two kernels per call, 37.67 us by kbench, 35.53 us of kernels and a
+    39.70 us span under CUPTI. kbench's events on the profiled replays must match CUPTI's span of them, and the
+    unprofiled figure lie between the kernels' sum and the span."""
+    from kbench.engine.validate import cupti_verdict
+
+    assert cupti_verdict(_row(37.67, 35.53, 2, 39.70, 39.5), 0.03) == (True, "same replays")
+    # the events saw less than CUPTI's span of the same replays: the timer's own error
+    assert cupti_verdict(_row(37.67, 35.53, 2, 39.70, 37.6), 0.03) == (False, "same replays")
+    # below the kernels' sum, or above the span, whatever the events on the profiled replays say
+    assert cupti_verdict(_row(34.0, 35.53, 2, 39.70, 39.6), 0.03) == (False, "same replays")
+    assert cupti_verdict(_row(41.5, 35.53, 2, 39.70, 39.6), 0.03) == (False, "same replays")
+    assert cupti_verdict(_row(40.5, 35.53, 2, 39.70, 39.6), 0.03) == (True, "same replays")
+    # no span (the profile did not split into the replays): the kernels' sum, as a one-kernel call
+    assert cupti_verdict(_row(37.67, 35.53, 2), 0.03) == (False, "kernels")
+    assert cupti_verdict(_row(36.0, 35.53, 2), 0.03) == (True, "kernels")
 
 
 def test_cupti_span_refuses_a_profile_that_does_not_split_into_the_replays():

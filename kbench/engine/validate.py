@@ -80,6 +80,10 @@ class TimerCheck:
     cupti_span_us: float | None = None
     cupti_kernels_us: float | None = None
     cupti_gap_us: float | None = None
+    # kbench's events on the very replays CUPTI profiled (that measurement's own median): against cupti_span_us,
+    # the same replays on two clocks; and the call's device activities as CUPTI names them, in order
+    cupti_profiled_us: float | None = None
+    cupti_names: list = field(default_factory=list)
 
     @property
     def wall_ratio(self) -> float | None:
@@ -101,6 +105,12 @@ class TimerCheck:
         return None if not self.cupti_span_us else self.kbench_us / self.cupti_span_us - 1
 
     @property
+    def profiled_span_diff(self) -> float | None:
+        """kbench's events over CUPTI's span on the same profiled replays: the timer's own error, gaps and all."""
+        return None if not (self.cupti_span_us and self.cupti_profiled_us) else \
+            self.cupti_profiled_us / self.cupti_span_us - 1
+
+    @property
     def alone_diff(self) -> float | None:
         return None if not self.cupti_alone_us else self.kbench_us / self.cupti_alone_us - 1
 
@@ -110,10 +120,33 @@ class TimerCheck:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(cupti_diff=self.cupti_diff, span_diff=self.span_diff, alone_diff=self.alone_diff,
+        d.update(cupti_diff=self.cupti_diff, span_diff=self.span_diff, profiled_span_diff=self.profiled_span_diff,
+                 alone_diff=self.alone_diff,
                  flashinfer_diff=self.flashinfer_diff,
                  wall_ratio=self.wall_ratio, before_wall_ratio=self.before_wall_ratio)
         return d
+
+
+def cupti_verdict(row: dict, tol: float) -> tuple[bool | None, str]:
+    """Does kbench's figure for a row (TimerCheck.to_dict()) agree with CUPTI within tol, and on what was it
+    judged ("kernels", "same replays" or "no CUPTI figure"; None: no CUPTI figure to judge on).
+
+    - One kernel per call: kbench's figure against CUPTI's device time of the call's kernel in replays of the
+      same graph (cupti_diff); the idle time between the graph's nodes is a fraction of a microsecond there.
+    - Several device activities per call (fmha-v2: two, a few us apart): the idle time between them is part of
+      the call an engine's graph pays. kbench's figure holds it and CUPTI's sum of kernel times does not, while
+      CUPTI's span of the replays holds it as lengthened by CUPTI's own tracing of each node. Such a row is
+      judged on what both clocks see alike: kbench's events on the very replays CUPTI profiled against CUPTI's
+      span of them (profiled_span_diff: the timer's own error) within tol, and kbench's figure between CUPTI's
+      kernel sum and its span (each widened by tol). Without those figures it falls back to the kernels."""
+    us, kernels, span, same = (row.get(k) for k in ("kbench_us", "cupti_us", "cupti_span_us", "profiled_span_diff"))
+    if (row.get("cupti_kernels") or 1) > 1 and us and kernels and span and same is not None:
+        inside = kernels * (1 - tol) <= us <= max(span, kernels) * (1 + tol)
+        return abs(same) <= tol and inside, "same replays"
+    diff = row.get("cupti_diff")
+    if diff is None or diff != diff:
+        return None, "no CUPTI figure"
+    return abs(diff) <= tol, "kernels"
 
 
 def spreads(samples: list[float]) -> tuple[float | None, float | None]:
@@ -255,7 +288,8 @@ def replay_spans_from_profile(spans: list[tuple[str, float, float]], replays: in
       nodes, which an engine's graph pays too;
     - kernels_us: the median over the replays of the call's own device time (every event of the replay less
       `calls` fences at their median duration in the fences-alone replays): cupti_us's figure as a median;
-    - gap_us: span_us - kernels_us, the idle device time per call between the graph's nodes."""
+    - gap_us: span_us - kernels_us, the idle device time per call between the graph's nodes;
+    - names: one call's nodes as CUPTI names them, in order (its fence among them)."""
     if replays <= 0 or fence_replays <= 0 or calls <= 0 or replays % fence_replays:
         return None
     batch = replays // fence_replays
@@ -277,7 +311,8 @@ def replay_spans_from_profile(spans: list[tuple[str, float, float]], replays: in
     fence_us = statistics.median(fence_durs)
     span = (statistics.median(replay_spans) - statistics.median(fence_spans)) / calls
     kernels = statistics.median(own) / calls - fence_us
-    return {"span_us": span, "kernels_us": kernels, "gap_us": span - kernels}
+    return {"span_us": span, "kernels_us": kernels, "gap_us": span - kernels,
+            "names": [name for name, _, _ in spans[:per_replay // calls]]}
 
 
 def cupti_same_replays(timer: GraphTimer, fn, copies: int, fence_names: set[str]) -> tuple[float | None, int, Measurement, dict | None]:
@@ -297,6 +332,8 @@ def cupti_same_replays(timer: GraphTimer, fn, copies: int, fence_names: set[str]
     us, n = call_time_from_profile(_durations(spans), fence_names if timer.fence else set(),
                                    len(m.samples_us), m.fence_replays, m.calls_per_sample)
     timing = replay_spans_from_profile(spans, len(m.samples_us), m.fence_replays, m.calls_per_sample)
+    if timing is not None and timer.fence:
+        timing["names"] = [x for x in timing["names"] if x not in fence_names]
     return us, n, m, timing
 
 
@@ -376,7 +413,7 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                     time.sleep(COOL_S)
                     b = _before(old.measure(fn, copies))
                 time.sleep(COOL_S)
-                cu, nk, _, spans = cupti_same_replays(timer, fn, copies, fence_names)
+                cu, nk, profiled, spans = cupti_same_replays(timer, fn, copies, fence_names)
                 calls = max(3, min(20, int(CUPTI_BURST_US / max(m.median_us, 1.0))))
                 time.sleep(COOL_S)
                 alone, nk_alone = cupti_us_per_call(fn, copies, calls)
@@ -391,6 +428,7 @@ def validate_timer(kernels: list[str] | None = None, shapes=None, device: str = 
                                case_s=case_s, kbench_samples=len(m.samples_us), kbench_stop=m.stop,
                                kbench_spread=ks_spread, kbench_iqr_rel=ks_iqr, flashinfer_samples=len(fi_samples),
                                flashinfer_spread=fi_spread, flashinfer_iqr_rel=fi_iqr, before=b,
+                               cupti_profiled_us=profiled.median_us,
                                **{f"cupti_{k}": v for k, v in (spans or {}).items()})
             except Exception as e:
                 r = TimerCheck(k.name, case.case_id, float("nan"), None, None, None, None, None, 0.0, None, float("nan"),
