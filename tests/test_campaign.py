@@ -394,6 +394,19 @@ def test_a_step_that_needs_another_steps_run_says_which(gpu):
     assert "run the adaptive-full step first" in o["adaptive-table"].reason
 
 
+def test_the_tests_step_reads_pytests_summary_framed_or_bare():
+    """On the H100 (2026-12-05) `pytest -q` printed its summary bare after a warnings summary, "10 passed, 1 warning
+    in 220.41s (0:03:40)", and the step said "no GPU test passed"."""
+    from campaign_steps.machine import pytest_summary
+
+    bare = "..........\n-- Docs: https://docs.pytest.org\n10 passed, 1 warning in 220.41s (0:03:40)\n"
+    assert pytest_summary(bare) == "10 passed, 1 warning"
+    framed = "==== 2 failed, 8 passed in 12.00s ====\n"
+    assert pytest_summary(framed) == "2 failed, 8 passed"
+    assert pytest_summary("=== 10 skipped in 1.0s ===") == "10 skipped"
+    assert pytest_summary("ERROR: file not found: tests/x.py\n") is None
+
+
 def test_ceiling_ratio_parser():
     assert studies.ceiling_ratio("x\nhighest kernel rate / read ceiling: 0.982 (a ceiling)\n") == 0.982
     assert studies.ceiling_ratio("no such line") is None

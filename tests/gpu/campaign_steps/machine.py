@@ -53,11 +53,17 @@ def aot(ctx: Ctx) -> None:
 def tests(ctx: Ctx) -> None:
     d = ctx.run([ctx.cfg.python, "-m", "pytest", "-m", "gpu", "tests/test_gpu_kernels.py", "-q", "-rs",
                  "-p", "no:cacheprovider"], ok=None)
-    m = re.findall(r"=+ (.*(?:passed|failed|error|skipped).*) in [\d.]+s", d.text)
-    ctx.figure(m[-1] if m else last_line(d.text))
-    passed = re.search(r"(\d+) passed", m[-1]) if m else None
+    summary = pytest_summary(d.text)
+    ctx.figure(summary or last_line(d.text))
     ctx.check(d.rc == 0, f"pytest exited {d.rc}")
-    ctx.check(bool(passed), "no GPU test passed")
+    ctx.check(bool(re.search(r"\b[1-9]\d* passed", summary or "")), "no GPU test passed")
+
+
+def pytest_summary(text: str) -> str | None:
+    """pytest's last summary line ("10 passed, 1 warning in 220.41s"), framed by '=' or not (-q prints it bare)."""
+    m = re.findall(r"^=*\s*(\d+ (?:passed|failed|errors?|skipped|deselected|warnings?)\b.*?) in [\d.]+s",
+                   text, re.M)
+    return m[-1] if m else None
 
 
 @step("cache", limit=120, help="FlashInfer's JIT cache as OUT/jit-cache.tgz.part-* (15 MiB each): carry them "
