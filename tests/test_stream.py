@@ -104,13 +104,20 @@ class Arrivals(SweepObserver):
         self.rows.append((row.kernel, time.perf_counter()))
 
 
-def _run(tmp_path, observer=None, **kw):
+def _recorded(make):
+    """A builder that makes each build with make(request), keeps it in the list returned beside it, and hands out
+    the first (a sweep asks once)."""
     builds = []
 
     def builder(request):
-        builds.append(FakeBuild(request, **kw))
+        builds.append(make(request))
         return builds[0]
 
+    return builder, builds
+
+
+def _run(tmp_path, observer=None, **kw):
+    builder, builds = _recorded(lambda request: FakeBuild(request, **kw))
     res = run_sweep(scenario(), out_dir=tmp_path, builder=builder, observer=observer)
     return res, builds[0]
 
@@ -192,12 +199,7 @@ class StagedBuild(GatedBuild):
 
 def test_a_module_that_arrives_between_two_waiting_cases_leaves_no_case_without_its_row(tmp_path, two_kernels):
     seen = Arrivals()
-    builds = []
-
-    def builder(request):
-        builds.append(StagedBuild(request, seen))
-        return builds[0]
-
+    builder, builds = _recorded(lambda request: StagedBuild(request, seen))
     res = run_sweep(scenario(), out_dir=tmp_path, builder=builder, observer=seen)
     rows = load_run(res.run_dir).rows
     assert builds[0].order[-2:] == [builds[0].first, builds[0].second]  # the staging happened as planned
@@ -239,12 +241,7 @@ def test_interrupt_while_building_keeps_rows_stops_the_build_and_resume_finishes
     assert sorted(kept.rows.kernel) == ["ka"] * 4 and (kept.rows.status == "ok").all()
     assert kept.manifest["compile"]["unbuilt"] == 2  # kb's modules never came
 
-    resumed = []
-
-    def builder2(request):
-        resumed.append(FakeBuild(request, delay=0.0))
-        return resumed[0]
-
+    builder2, resumed = _recorded(lambda request: FakeBuild(request, delay=0.0))
     done = resume_sweep(part.run_dir, builder=builder2)
     assert done.status == "complete"
     assert resumed[0].request["modules"] == ["mod_kb_q1", "mod_kb_q4"]  # only what the missing rows need
@@ -464,12 +461,7 @@ def three_kernels():
 
 def test_a_module_that_arrives_right_after_a_case_is_measured_still_gets_that_case_its_row(tmp_path, three_kernels):
     seen = Arrivals()
-    builds = []
-
-    def builder(request):
-        builds.append(ChainedBuild(request, seen))
-        return builds[0]
-
+    builder, builds = _recorded(lambda request: ChainedBuild(request, seen))
     sc = Scenario(name="stream3", heads=MODELS["gqa8-d64"], batch_size=[1, 2], q_len=[1, 4], kv_len=[64],
                   page_size=[16], timing=FAST, kernels=["ka", "kb", "kc"]).validate()
     res = run_sweep(sc, out_dir=tmp_path, builder=builder, observer=seen)
