@@ -21,15 +21,16 @@ def _load() -> None:
     from kbench.kernels.flashinfer_mla import FlashInferMla
     from kbench.kernels.flashmla import FlashMla
     from kbench.kernels.reference import ReferenceKernel
+    from kbench.kernels.routes import all_routes
     from kbench.kernels.trtllm_context import TrtllmContext
     from kbench.kernels.trtllm_decode import TrtllmDecode
     from kbench.kernels.trtllm_fmha_v2 import TrtllmFmhaV2
     from kbench.kernels.trtllm_gen_mla import TrtllmGenMla
 
-    # GQA kernels, then the MLA ones (issue #27; each kind skips the other's cases), then the oracle
+    # GQA kernels, then the MLA ones (each kind skips the other's cases), the engines' routes, then the oracle
     for k in (TrtllmDecode(), TrtllmDecode(ragged=True), DecodeWrapper(), TrtllmContext(), TrtllmFmhaV2(), FaPrefill("fa2"),
               FaPrefill("fa3"), FlashMla(), TrtllmGenMla(), FlashInferMla("fa3"), FlashInferMla("fa2"),
-              ReferenceKernel(), OutOfBoundsWrite()):
+              *all_routes(), ReferenceKernel(), OutOfBoundsWrite()):
         register(k)
 
 
@@ -46,16 +47,28 @@ def all_kernels() -> list[Kernel]:
 def get_kernel(name: str, where: str = "") -> Kernel:
     _load()
     if name not in _REGISTRY:
-        raise BadInput(f"{where + ': kernels: ' if where else ''}unknown kernel {name!r} (known: {', '.join(_REGISTRY)})")
+        raise BadInput(f"{where + ': kernels: ' if where else ''}unknown kernel {name!r} (known: {', '.join(_REGISTRY)}; "
+                       "groups: all, routes)")
     return _REGISTRY[name]
 
 
 def select(names: list[str], where: str = "") -> list[Kernel]:
-    """'all' means every registered kernel but the test-only ones; otherwise the named ones (a test-only
-    kernel too, added to 'all' when named beside it), in registry order. where: the scenario's source, named
-    in the error for an unknown name."""
+    """'all' means every registered kernel but the routes and the test-only ones; 'routes' every route (kernels as
+    the engines call them, kbench.kernels.routes); otherwise the named ones (a test-only kernel too, added to 'all'
+    when named beside it), in registry order. where: the scenario's source, named in the error for an unknown name."""
     _load()
     for n in names:
-        if n != "all":
+        if n not in GROUPS:
             get_kernel(n, where)
-    return [k for k in _REGISTRY.values() if k.name in names or ("all" in names and not k.test_only)]
+    return [k for k in _REGISTRY.values()
+            if k.name in names or ("all" in names and not k.test_only and not is_route(k))
+            or ("routes" in names and is_route(k))]
+
+
+GROUPS = ("all", "routes")  # names that select several kernels
+
+
+def is_route(kernel: Kernel) -> bool:
+    from kbench.kernels.routes.base import Route
+
+    return isinstance(kernel, Route)

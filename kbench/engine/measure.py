@@ -21,7 +21,8 @@ from kbench.device import DeviceInfo
 from kbench.timing.probe import probe_device
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.reference import reference_attention
-from kbench.kernels.registry import select
+from kbench.kernels.registry import is_route, select
+from kbench.timing.host import host_cpu, time_host
 from kbench.timing.states import Timed, Timers
 from kbench.engine.placement import Placement, placement
 from kbench.runs.rows import Row
@@ -278,8 +279,27 @@ class CaseMeasurer:
             return
         fn, errs = checked
         timed = self.time(k, case, fn, data.where.copies, errs, emit)
-        if timed is not None:
-            emit(self.ok_row(k, case, timed, data.where, bw, errs))
+        if timed is None:
+            return
+        host = self.time_host(k, case, data, errs, emit) if is_route(k) else {}
+        if host is not None:
+            emit(self.ok_row(k, case, timed, data.where, bw, errs, **host))
+
+    def time_host(self, k: Kernel, case: Case, data: "CaseData", errs: dict, emit: Emit) -> dict | None:
+        """A route's per-step host work (kbench.timing.host) as row columns; None once a failed row is out."""
+        import torch
+
+        t0 = time.perf_counter()
+        try:
+            sync = (lambda: torch.cuda.synchronize(self.dev.index)) if self.dev.cuda else None
+            m = time_host(k.host_step(data.inputs), sync)
+        except Exception as e:
+            self.wall.timing_s += time.perf_counter() - t0
+            self._failed(emit, self.row(k, case, "failed", reason="host work: " + first_line(e), **errs))
+            return None
+        self.wall.timing_s += time.perf_counter() - t0
+        cpus, model = host_cpu()
+        return dict(host_us=m.median_us, host_p25_us=m.p25_us, host_p75_us=m.p75_us, host_cpus=cpus, host_cpu=model)
 
     def check(self, k: Kernel, case: Case, data: "CaseData", emit: Emit):
         """Prepare k, run it once on copy 0 (its output poisoned first by the kernel module) and compare with the
@@ -322,7 +342,8 @@ class CaseMeasurer:
         self.measurements += 1
         return timed
 
-    def ok_row(self, k: Kernel, case: Case, timed: Timed, where: Placement, bw: float | None, errs: dict) -> Row:
+    def ok_row(self, k: Kernel, case: Case, timed: Timed, where: Placement, bw: float | None, errs: dict,
+               **host) -> Row:
         """The row of a timed kernel: its times, KV bandwidth and roofline fraction, check and environment."""
         m = timed.measurement
         kv_bw = case.kv_bytes(self.opt.seed) / (m.median_us * 1e-6) / 1e9
@@ -335,5 +356,5 @@ class CaseMeasurer:
             k, case, "ok", median_us=m.median_us, p25_us=m.p25_us, p75_us=m.p75_us, iqr_us=m.iqr_us,
             min_us=m.min_us, rel_spread=m.rel_spread, num_samples=len(m.samples_us),
             calls_per_sample=m.calls_per_sample, samples_us=m.samples_us, timer=m.timer, l2=where.l2, stop=m.stop,
-            kv_bandwidth_gbs=kv_bw, roofline_frac=(kv_bw / bw) if bw else None, **errs, **env,
+            kv_bandwidth_gbs=kv_bw, roofline_frac=(kv_bw / bw) if bw else None, **errs, **env, **host,
         )

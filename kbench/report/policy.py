@@ -149,12 +149,45 @@ def _rules(cells: list[dict], grid: dict[str, list[int]]) -> list[dict]:
 
 def kernel_times(measured_rows: pd.DataFrame | None) -> dict[str, dict[str, float]]:
     """case_id -> {kernel: median_us} of the rows that may compete (kbench.runs.winners.measured)."""
-    if measured_rows is None or measured_rows.empty:
+    return _per_case(measured_rows, "median_us")
+
+
+# what a cell keeps besides kernels_us, when the rows have it: the per-step host work of the routes
+# (kbench.kernels.routes), its interquartile range, and every kernel's relative spread of the median
+CELL_EXTRAS = {"kernels_host_us": "host_us", "kernels_host_iqr_us": "host_iqr_us", "kernels_rel_spread": "rel_spread"}
+
+
+def _per_case(rows: pd.DataFrame | None, column: str) -> dict[str, dict[str, float]]:
+    if rows is None or rows.empty or column not in rows:
         return {}
     out: dict[str, dict[str, float]] = {}
-    for cid, kernel, us in zip(measured_rows["case_id"], measured_rows["kernel"], measured_rows["median_us"]):
-        out.setdefault(str(cid), {})[str(kernel)] = round(float(us), 4)
+    values = pd.to_numeric(rows[column], errors="coerce")
+    for cid, kernel, v in zip(rows["case_id"], rows["kernel"], values):
+        if v == v:  # not NaN
+            out.setdefault(str(cid), {})[str(kernel)] = round(float(v), 4)
     return out
+
+
+def route_host(measured_rows: pd.DataFrame | None) -> dict:
+    """{"cpus", "cpu"} of the host the routes' host work was timed on ({} when no row has it)."""
+    if measured_rows is None or "host_cpus" not in measured_rows:
+        return {}
+    have = measured_rows[pd.to_numeric(measured_rows["host_cpus"], errors="coerce") > 0]
+    if have.empty:
+        return {}
+    first = have.iloc[0]
+    return {"cpus": int(first["host_cpus"]), "cpu": str(first.get("host_cpu") or "")}
+
+
+def cell_extras(measured_rows: pd.DataFrame | None) -> dict[str, dict[str, dict[str, float]]]:
+    """field -> case_id -> {kernel: value} for CELL_EXTRAS (only what the rows hold)."""
+    if measured_rows is None or measured_rows.empty:
+        return {}
+    rows = measured_rows
+    if "host_p25_us" in rows and "host_p75_us" in rows:
+        rows = rows.assign(host_iqr_us=pd.to_numeric(rows["host_p75_us"], errors="coerce")
+                           - pd.to_numeric(rows["host_p25_us"], errors="coerce"))
+    return {field: got for field, column in CELL_EXTRAS.items() if (got := _per_case(rows, column))}
 
 
 def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], holdout: dict | None = None,
@@ -164,6 +197,7 @@ def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], hold
     `kbench recommend` prices engine settings with."""
     groups = []
     per_case = kernel_times(times)
+    extras = cell_extras(times)
     if not cases.empty:
         for key, g in cases.groupby(GROUP_COLUMNS, sort=True):
             meta = {c: axes.AXIS[c].type(v) for c, v in zip(GROUP_COLUMNS, key)}
@@ -171,14 +205,17 @@ def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], hold
                       "kernel": str(r.winner), "path": str(r.winner_path), "time_us": float(r.winner_us),
                       "expected_speedup": _f(r.decode_speedup), "verdict": str(r.path_verdict),
                       "tie": r.path_verdict == TIE,
-                      **({"kernels_us": per_case[r.case_id]} if r.case_id in per_case else {})}
+                      **({"kernels_us": per_case[r.case_id]} if r.case_id in per_case else {}),
+                      **{f: by_case[r.case_id] for f, by_case in extras.items() if r.case_id in by_case}}
                      for r in g.sort_values(["batch_size", "kv_len", "q_len"]).itertuples()]
             grid = {ax: sorted({c[ax] for c in cells}) for ax in LOOKUP_AXES}
             groups.append({"heads": heads_text(meta), **meta,
                            "label": group_label(meta), "grid": grid, "rules": _rules(cells, grid),
                            "cells": cells})
+    host = route_host(times)
     return {"schema": POLICY_SCHEMA, "kbench_version": __version__, "created_at": now_iso(),
-            "device": {"name": device.get("name"), "sm": device.get("sm")}, "built_from": built_from,
+            "device": {"name": device.get("name"), "sm": device.get("sm")}, **({"host": host} if host else {}),
+            "built_from": built_from,
             "holdout": holdout, "tie_rule": TIE_RULE, "lookup": LOOKUP_RULE, "groups": groups}
 
 

@@ -85,6 +85,16 @@ def policy_schema() -> dict:
             "kernels_us": {"type": "object", "propertyNames": {"pattern": KERNEL_NAME},
                            "additionalProperties": {"type": "number", "exclusiveMinimum": 0},
                            "description": "every kernel that passed its check here -> its median time in us"},
+            "kernels_host_us": {"type": "object", "propertyNames": {"pattern": KERNEL_NAME},
+                                "additionalProperties": {"type": "number", "minimum": 0},
+                                "description": "each route here -> the median of its per-step host work in us"},
+            "kernels_host_iqr_us": {"type": "object", "propertyNames": {"pattern": KERNEL_NAME},
+                                    "additionalProperties": {"type": "number", "minimum": 0},
+                                    "description": "each route here -> the interquartile range of its host work"},
+            "kernels_rel_spread": {"type": "object", "propertyNames": {"pattern": KERNEL_NAME},
+                                   "additionalProperties": {"type": "number", "minimum": 0},
+                                   "description": "each kernel here -> the relative half-width of the 95% CI of "
+                                                  "its median"},
         },
     }
     rule = {
@@ -128,6 +138,9 @@ def policy_schema() -> dict:
             "created_at": {"type": "string"},
             "device": {"type": "object", "required": ["name", "sm"],
                        "properties": {"name": {"type": ["string", "null"]}, "sm": {"type": ["integer", "null"]}}},
+            "host": {"type": "object", "required": ["cpus", "cpu"],
+                     "description": "the host CPU the routes' per-step host work was timed on",
+                     "properties": {"cpus": {"type": "integer", "minimum": 1}, "cpu": {"type": "string"}}},
             "built_from": {"type": "array", "items": {
                 "type": "object", "required": ["run", "cases"],
                 "properties": {"run": {"type": "string"}, "path": {"type": "string"},

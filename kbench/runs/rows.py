@@ -74,6 +74,13 @@ _TAIL = [
     # how an adaptive sweep chose this case (kbench.engine.plans.adaptive.TAGS: coarse | refine-crossover | refine-tie |
     # refine-step); "" in a full-grid sweep
     ("chosen_by", str, field(default="")),
+    # a route (kbench.kernels.routes: a kernel as an engine calls it): the host work the engine redoes every step
+    # (plan, masks, metadata), wall time on the host's CPU per step, and that CPU; None for a plain kernel
+    ("host_us", float | None, field(default=None)),
+    ("host_p25_us", float | None, field(default=None)),
+    ("host_p75_us", float | None, field(default=None)),
+    ("host_cpus", int | None, field(default=None)),  # the host's logical CPUs (os.cpu_count)
+    ("host_cpu", str, field(default="")),  # the host CPU's model name
 ]
 
 

@@ -29,6 +29,7 @@ def feature(name: str, script: str, issue: int, limit: float = 300, report_lines
 
 feature("tree", "tests/gpu/tree_check.py", 26, limit=330, report_lines=60)  # EAGLE draft trees, ~4 min
 feature("mla", "tests/gpu/mla_check.py", 27, limit=420)  # MLA kernels (FlashMLA from the carried wheel): 4 sweeps, ~4-5 min cold
+feature("routes", "tests/gpu/engine_replay.py", 37, limit=540, report_lines=90)  # engine routes + one step replayed
 
 
 # --- time to the answer (#29): the README sweep three times, each a fresh run (never resumed: a resumed run's

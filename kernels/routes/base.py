@@ -1,0 +1,238 @@
+"""What every route shares: a kernel as an engine calls it, plus the host work the engine redoes every step.
+
+A route is measured like any kernel (checked against the reference, timed on the GPU by the case's timer, one
+row per case) and, besides, its per-step host work is timed on the host's CPU (`host_step`; the row's
+`host_us`). `host_waits_for_gpu` says whether that host work blocks on the GPU (a device-to-host copy inside
+FlashInfer's plan(), for instance): such work cannot overlap the previous step's GPU work, whatever the engine's
+scheduler does, and `kbench recommend` adds it to the GPU time instead of overlapping it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from kbench.kernels.base import Kernel, KernelFn, fa2_batch_prefill_spec, needs_cuda, realistic_reason
+from kbench.kernels.tree_masks import tree_reason
+
+if TYPE_CHECKING:
+    from kbench.kernels.inputs import Inputs
+
+# host_step(inputs) returns this: one step's host work, called once per sample by the host timer
+HostStep = Callable[[], object]
+
+
+class Route(Kernel):
+    engine: str = ""  # sglang | vllm
+    runs: str = ""  # the kbench kernel family it runs (fa2-prefill, trtllm-decode, ...)
+    steps: tuple[str, ...] = ("verify", "draft_extend")  # the engine steps that take this route
+    host_work: str = ""  # what host_step redoes, in words (kbench kernels prints it)
+    host_waits_for_gpu: bool = False
+    source: str = ""  # the engine source lines it follows
+
+    def host_step(self, inputs: "Inputs") -> HostStep:
+        """The per-step host work on this case's inputs, as the engine does it (after prepare())."""
+        raise NotImplementedError
+
+    def uniform_q_reason(self, case) -> str | None:
+        if case.q_dist != "fixed":
+            return (f"q_dist {case.q_dist}: {self.engine}'s verify and draft-extend CUDA graphs give every request "
+                    "the same q_len (a ragged batch is padded); measure this route at fixed q")
+        return None
+
+
+class PagedPrefillRoute(Route):
+    """FlashInfer's BatchPrefillWithPagedKVCacheWrapper as an engine drives it: the wrapper built once (with the
+    engine's CUDA-graph buffers when it captures one), plan() every step with the engine's index tensors (on the
+    GPU: plan copies them to the host and waits for the GPU; on the host: no wait), then run() per layer."""
+
+    path = "context"
+    runs = "fa2-prefill"
+    kv_dtypes = ("bf16", "fp16", "fp8")
+
+    def __init__(self, name: str, engine: str, *, backend: str = "fa2", cuda_graph: bool, custom_mask: bool,
+                 indices_on_gpu: bool, steps: tuple[str, ...], source: str, description: str):
+        self.name, self.engine, self.fa, self.steps, self.source = name, engine, backend, steps, source
+        self.cuda_graph, self.custom_mask, self.indices_on_gpu = cuda_graph, custom_mask, indices_on_gpu
+        self.host_waits_for_gpu = indices_on_gpu
+        self.description = description
+        self.host_work = ("plan()" + (" with the draft mask as custom_mask (packed on the GPU by plan)"
+                                      if custom_mask else " causal")
+                          + (", offsets on the GPU (plan copies them to the host: waits for the GPU)"
+                             if indices_on_gpu else ", offsets on the host"))
+
+    def backend(self, device) -> str:
+        return self.fa
+
+    def supports(self, device, case):
+        reason = needs_cuda(device, min_sm=80) or self.uniform_q_reason(case)
+        if reason is None and not self.custom_mask:
+            reason = tree_reason(case, "fa3-prefill") if case.tree != "chain" else None
+            if reason:
+                reason = f"tree: {self.name} is a causal route (the engine runs draft trees with a custom mask)"
+        return reason or realistic_reason(
+            case, sinks="sinks: FlashInfer's fa2 paged prefill route drops run(sinks=)",
+            skip_softmax="skip-softmax: FlashInfer's fa2 paged prefill route drops it",
+            q_fp8="q_dtype fp8: the engine plans this route with a bf16/fp16 query")
+
+    def jit_key(self, case):
+        return (case.dtype, case.kv_dtype, case.head_dim, case.window_left >= 0) + (
+            ("custom-mask",) if self.custom_mask else ())
+
+    def jit_specs(self, device, case):
+        specs = [fa2_batch_prefill_spec(case, self.fa)]
+        if self.custom_mask:  # plan(custom_mask=) packs the mask with segment_packbits
+            from flashinfer.jit.quantization import gen_quantization_module
+
+            specs.append(gen_quantization_module())
+        return specs
+
+    def _plan_args(self, inputs: "Inputs") -> tuple[tuple, dict]:
+        from kbench.kernels.inputs import torch_dtype
+
+        c = inputs.case
+        pick = (lambda n: getattr(inputs, n)) if self.indices_on_gpu else inputs.host
+        # the page list stays on the GPU either way (both engines build it there); the offsets are the engine's
+        args = (pick("qo_indptr"), pick("kv_indptr"), inputs.kv_indices, pick("last_page_len"),
+                c.num_qo_heads, c.num_kv_heads, c.head_dim, c.page_size)
+        kw = dict(causal=not self.custom_mask, window_left=c.window_left, sm_scale=inputs.sm_scale,
+                  q_data_type=torch_dtype(c.dtype), kv_data_type=torch_dtype(c.kv_dtype),
+                  o_data_type=torch_dtype(c.dtype), non_blocking=True)
+        if self.custom_mask:
+            mask = inputs.extra.get("route_fa2_mask")
+            if mask is None:
+                mask = chain_or_tree_mask(inputs)
+                inputs.extra["route_fa2_mask"] = mask
+            kw["custom_mask"] = mask
+        return args, kw
+
+    def prepare(self, inputs: "Inputs") -> KernelFn:
+        import flashinfer
+        import torch
+
+        c = inputs.case
+        launch = self.launch(inputs)
+        bufs = {}
+        if self.cuda_graph:  # fixed buffers as the engine allocates them for its captured graphs
+            dev = inputs.device
+            bufs = dict(use_cuda_graph=True,
+                        qo_indptr_buf=torch.empty_like(inputs.qo_indptr, device=dev),
+                        paged_kv_indptr_buf=torch.empty_like(inputs.kv_indptr, device=dev),
+                        paged_kv_indices_buf=torch.empty_like(inputs.kv_indices, device=dev),
+                        paged_kv_last_page_len_buf=torch.empty_like(inputs.last_page_len, device=dev))
+            if self.custom_mask:
+                n = sum((q * kv + 7) // 8 for q, kv in zip(inputs.lengths.q, inputs.lengths.kv))  # packed bytes
+                bufs["custom_mask_buf"] = torch.empty(n, dtype=torch.uint8, device=dev)
+                bufs["mask_indptr_buf"] = torch.empty_like(inputs.qo_indptr, device=dev)
+        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(launch.ws, c.kv_layout, backend=self.fa, **bufs)
+        args, kw = self._plan_args(inputs)
+        w.plan(*args, **kw)
+        self._wrapper = w
+        return launch.run(lambda q, kv: w.run(q, kv, out=launch.out))
+
+    def host_step(self, inputs: "Inputs") -> HostStep:
+        w = self._wrapper
+        args, kw = self._plan_args(inputs)
+        return lambda: w.plan(*args, **kw)
+
+
+def chain_or_tree_mask(inputs: "Inputs"):
+    """FA2's custom mask of the case on its device: a draft tree's, or a chain's causal block written out (as
+    SGLang's EAGLE verify hands it for topk 1 too)."""
+    import torch
+
+    from kbench.kernels.tree_masks import fa2_mask
+
+    if inputs.tree is not None:
+        return inputs.tree.fa2
+    q = inputs.lengths.q
+    n = max(q)
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool, device=inputs.device))
+    return fa2_mask(causal.expand(len(q), n, n), q, inputs.lengths.kv)
+
+
+class DecodeRoute(Route):
+    """FlashInfer's TRT-LLM decode (xqa on SM90/SM120, trtllm-gen on SM100/103) with one q_len per request and the
+    draft mask, as trtllm-decode calls it, captured in the engine's CUDA graph; per step the engine only refreshes
+    the graph's metadata buffers (`metadata`: the engine's ops, launched from the host, no wait for the GPU)."""
+
+    path = "decode"
+    runs = "trtllm-decode"
+    kv_dtypes = ("bf16", "fp16", "fp8")
+    host_waits_for_gpu = False
+
+    def __init__(self, name: str, engine: str, *, metadata: str, steps: tuple[str, ...], source: str,
+                 description: str, host_work: str):
+        from kbench.kernels.trtllm_decode import TrtllmDecode
+
+        self.name, self.engine, self.steps, self.source = name, engine, steps, source
+        self.metadata, self.description, self.host_work = metadata, description, host_work
+        self._kernel = TrtllmDecode()
+
+    def backend(self, device) -> str:
+        return self._kernel.backend(device)
+
+    def supports(self, device, case):
+        return self._kernel.supports(device, case) or self.uniform_q_reason(case)
+
+    def jit_key(self, case):
+        return self._kernel.jit_key(case)
+
+    def jit_specs(self, device, case):
+        return self._kernel.jit_specs(device, case)
+
+    def checked_output(self, inputs, out):
+        return self._kernel.checked_output(inputs, out)
+
+    def prepare(self, inputs: "Inputs") -> KernelFn:
+        return self._kernel.prepare(inputs)
+
+    def host_step(self, inputs: "Inputs") -> HostStep:
+        return METADATA[self.metadata](inputs)
+
+
+def _sglang_trtllm_metadata(inputs: "Inputs") -> HostStep:
+    """SGLang's trtllm_mha CUDA-graph replay for target verify / draft extend v2: the KV lengths (with the draft
+    tokens) into the graph's buffer, the longest one read from the host copy, and the page table gathered from
+    req_to_token (every page_size-th slot, divided by page_size) into the graph's page table."""
+    import torch
+
+    c, dev = inputs.case, inputs.device
+    bs, page = len(inputs.lengths.kv), c.page_size
+    width = inputs.block_tables.shape[1]
+    slots = (inputs.block_tables.to(torch.int64).unsqueeze(-1) * page
+             + torch.arange(page, device=dev)).reshape(bs, -1).to(torch.int32)  # req_to_token rows
+    rows = torch.arange(bs, device=dev)
+    strided = torch.arange(0, width * page, page, device=dev)
+    prefix = (inputs.seq_lens - c.q_len).to(torch.int32)  # the batch's lengths before the draft tokens
+    prefix_host = prefix.cpu()
+    seq_buf = torch.empty_like(inputs.seq_lens)
+    table_buf = torch.empty_like(inputs.block_tables)
+    draft = c.q_len
+
+    def step():
+        seq_buf.copy_(prefix + draft)
+        int(prefix_host.max()) + draft
+        table_buf[:, :width].copy_(slots[rows[:, None], strided[None, :width]] // page)
+
+    return step
+
+
+def _vllm_flashinfer_metadata(inputs: "Inputs") -> HostStep:
+    """vLLM FLASHINFER's attention metadata for a uniform spec-decode batch on the TRT-LLM decode kernel: the
+    block table and KV lengths copied from pinned host buffers to the GPU (no plan() for this kernel); the model
+    runner's work common to every backend is not counted."""
+    import torch
+
+    table_host = inputs.block_tables.cpu().pin_memory()
+    lens_host = inputs.seq_lens.cpu().pin_memory()
+    table_buf = torch.empty_like(inputs.block_tables)
+    lens_buf = torch.empty_like(inputs.seq_lens)
+
+    def step():
+        table_buf.copy_(table_host, non_blocking=True)
+        lens_buf.copy_(lens_host, non_blocking=True)
+        int(lens_host.max())
+
+    return step
+
+
+METADATA = {"sglang-trtllm": _sglang_trtllm_metadata, "vllm-flashinfer": _vllm_flashinfer_metadata}

@@ -1,0 +1,38 @@
+"""SGLang 0.5.23's speculative-decoding attention routes (EAGLE v2, topk 1 chains and draft trees).
+
+Sources (the sglang 0.5.23 wheel, python/sglang/srt/...; kbench/recommend/engines.toml cites them per setting):
+- flashinfer backend, target verify: BatchPrefillWithPagedKVCacheWrapper(backend fa2) with the CUDA-graph buffers
+  (flashinfer_backend.py:1326-1336), planned every step by FlashInfer's own plan() with the spec input's custom
+  mask, a chain's too (eagle_info.py:90-153, eagle_worker_common.py:449-462), the offsets on the GPU
+  (flashinfer_backend.py:781-792): plan() reads them back to the host, which waits for the GPU. SGLang's
+  sync-free verify plan is opt-in (SGLANG_OPT_FLASHINFER_VERIFY_HOST_PLAN, default off: environ.py:1566;
+  flashinfer_backend.py:889-903) and packs the mask for page size 1 only (flashinfer_backend.py:264-266);
+- flashinfer backend, draft extend v2: the same wrapper, causal, no mask (flashinfer_backend.py:807-818, 1337-1341),
+  replayed with SGLang's fast_prefill_plan (flashinfer_backend.py:848-860, 180-316): FlashInfer's planner fed host
+  offsets, no read-back. kbench calls the public plan() with host offsets, which runs the same planner and copies
+  the offsets into the graph's buffers from the host (SGLang copies them on the GPU);
+- trtllm_mha: trtllm_batch_decode_with_kv_cache with q_len_per_req and the draft mask (trtllm_mha_backend.py:
+  1869-1889, 1480-1527) in a CUDA graph whose metadata buffers are refreshed every step.
+"""
+from __future__ import annotations
+
+from kbench.kernels.routes.base import DecodeRoute, PagedPrefillRoute
+
+FLASHINFER_VERIFY = PagedPrefillRoute(
+    "sglang-fi-verify", "sglang", cuda_graph=True, custom_mask=True, indices_on_gpu=True, steps=("verify",),
+    source="flashinfer_backend.py:781-792, 1326-1336; eagle_info.py:90-153",
+    description="SGLang flashinfer target verify: fa2 paged prefill, CUDA-graph wrapper, the draft mask as "
+                "custom_mask (a chain's too), plan() every step")
+FLASHINFER_DRAFT_EXTEND = PagedPrefillRoute(
+    "sglang-fi-extend", "sglang", cuda_graph=True, custom_mask=False, indices_on_gpu=False, steps=("draft_extend",),
+    source="flashinfer_backend.py:807-818, 848-860, 1337-1341",
+    description="SGLang flashinfer draft extend v2: fa2 paged prefill, CUDA-graph wrapper, causal, planned every "
+                "step from host offsets (no wait for the GPU)")
+TRTLLM_MHA = DecodeRoute(
+    "sglang-trtllm-mha", "sglang", metadata="sglang-trtllm", steps=("verify", "draft_extend"),
+    source="trtllm_mha_backend.py:1749-1752, 1869-1889",
+    description="SGLang trtllm_mha verify and draft extend v2: TRT-LLM decode (xqa on SM90) with q_len_per_req and "
+                "the draft mask, in a CUDA graph",
+    host_work="the graph's KV lengths and page table refreshed on the GPU (4 launches), no plan")
+
+ROUTES = (FLASHINFER_VERIFY, FLASHINFER_DRAFT_EXTEND, TRTLLM_MHA)
