@@ -383,3 +383,19 @@ def test_sglang_parses_the_flags_to_what_was_priced(sglang_python):
         # topk 1: SGLang would reset the draft tokens to steps + 1 (speculative_hook.py:1254-1265): already so
         assert k > 1 or got["speculative_num_draft_tokens"] == got["speculative_num_steps"] + 1
     print(f"[sglang {results[0]['version']}] {len(results)} command lines parsed as priced")
+
+
+@pytest.mark.server
+def test_sglang_parser_check_refuses_what_sglang_refuses(sglang_python):
+    """SGLang's parser checks backend names against its choices and knows no vLLM flag: the check can fail."""
+    code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport sglang_args\nout = []\n"
+            "for argv in json.load(sys.stdin):\n"
+            "    try:\n        sglang_args.parse(argv); out.append('accepted')\n"
+            "    except SystemExit as e:\n        out.append(f'exit {e.code}')\nprint(json.dumps(out))\n")
+    argvs = [["--model-path", "m", "--attention-backend", "trtllm_mhaX"], ["--model-path", "m", "--block-size", "16"],
+             ["--model-path", "m", *F.server_flags("sglang", TRT, F.SpecConfig.chain(4), 64)]]
+    r = subprocess.run([str(sglang_python), "-c", code, str(SERVERS)], input=json.dumps(argvs), capture_output=True,
+                       text=True, timeout=600, cwd=tempfile.gettempdir(), env=_clean_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == ["exit 2", "exit 2", "accepted"]
+    assert "invalid choice: 'trtllm_mhaX'" in r.stderr and "unrecognized arguments: --block-size 16" in r.stderr
