@@ -69,9 +69,8 @@ def test_spec_fields_must_be_integers_in_range(kw):
 # ---- check_spec --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("engine,flags", [("sglang", TRT), ("sglang", FI), ("vllm", "--attention-backend FLASHINFER")])
 def test_q_len_below_2_and_above_kbench_shapes_is_refused(engine, flags):
-    for q in (1,):
-        with pytest.raises(BadInput, match="verifies no draft token"):
-            F.check_spec(engine, "x", flags, F.SpecConfig.chain(q))
+    with pytest.raises(BadInput, match="verifies no draft token"):
+        F.check_spec(engine, "x", flags, F.SpecConfig.chain(1))
     with pytest.raises(BadInput, match="at most 64"):
         F.check_spec(engine, "x", flags, F.SpecConfig.chain(F.MAX_Q_LEN + 1))
     for q in (2, 8, 16, F.MAX_Q_LEN):
@@ -277,50 +276,58 @@ def vllm_python():
 VLLM_CASES = [(s, q) for s in VLLM.settings for q in (2, 4, 8)]
 
 
+def _vllm_parse(python, argvs: list[list[str]]) -> list[dict]:
+    """vLLM's parser on each argv, in one process of the vLLM venv (tests/servers/vllm_parse_args.py --batch)."""
+    r = subprocess.run([str(python), str(SERVERS / "vllm_parse_args.py"), "--batch"], input=json.dumps(argvs),
+                       capture_output=True, text=True, timeout=600, cwd=tempfile.gettempdir(), env=_clean_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(out) == len(argvs)
+    return out
+
+
 @pytest.mark.server
 def test_vllm_parses_the_flags_to_what_was_priced(vllm_python, tmp_path):
     model = tmp_path / "MODEL"  # an existing folder: vLLM takes it as a local model, no hub look-up
     model.mkdir()
+    jobs = []
     for overlap, want_async in ((None, None), ("sum", False), ("max", True)):
         for s, q in VLLM_CASES:
             page = 16 if q == 2 else 64
             argv = F.server_flags("vllm", s.flags, F.SpecConfig.chain(q), page, overlap=overlap,
                                   draft_model="/drafts/eagle-llama3")
             line = F.command_line("vllm", argv, model=str(model))
-            r = subprocess.run([str(vllm_python), str(SERVERS / "vllm_parse_args.py"), *shlex.split(line)[2:]],
-                               capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir(),
-                               env=_clean_env())
-            assert r.returncode == 0, f"{line}\n{r.stderr[-3000:]}"
-            got = json.loads(r.stdout.strip().splitlines()[-1])
-            want_backend, want_trtllm = F.vllm_backend(s.flags)
-            assert got["problems"] == [], (line, got)
-            assert got["speculative_config"] == {"method": "eagle", "model": "/drafts/eagle-llama3",
-                                                 "num_speculative_tokens": q - 1}, line
-            assert got["block_size"] == page, line
-            assert got["backend"] == want_backend, line
-            assert got["attention_config"]["use_trtllm_attention"] is want_trtllm, line
-            assert got["async_scheduling"] is want_async, line
-            if overlap is None and q == 4:
-                print(f"[vllm {got['version']}] {s.id}: {json.dumps(got)}")
+            assert shlex.split(line)[:2] == ["vllm", "serve"]
+            jobs.append((s, q, page, want_async, line))
+    results = _vllm_parse(vllm_python, [shlex.split(line)[2:] for *_, line in jobs])
+    for (s, q, page, want_async, line), got in zip(jobs, results):
+        assert got["ok"], (line, got)
+        want_backend, want_trtllm = F.vllm_backend(s.flags)
+        assert got["problems"] == [], (line, got)
+        assert got["speculative_config"] == {"method": "eagle", "model": "/drafts/eagle-llama3",
+                                             "num_speculative_tokens": q - 1}, line
+        assert got["block_size"] == page, line
+        assert got["backend"] == want_backend, line
+        assert got["attention_config"]["use_trtllm_attention"] is want_trtllm, line
+        assert got["async_scheduling"] is want_async, line
+        if want_async is None and q == 4:
+            print(f"[vllm {got['version']}] {s.id}: {json.dumps(got)}")
+    print(f"[vllm {results[0]['version']}] {len(results)} command lines parsed as priced")
 
 
 @pytest.mark.server
 def test_vllm_parser_check_sees_a_wrong_flag(vllm_python, tmp_path):
-    """The helper is not a yes-machine: an unknown speculative key, a backend vLLM does not have and an unknown
-    flag are reported."""
+    """The helper is not a yes-machine: an unknown speculative key (vLLM has no token tree), a backend vLLM does not
+    have and a flag vLLM does not know (SGLang's) are reported."""
     model = tmp_path / "MODEL"
     model.mkdir()
-    base = [str(vllm_python), str(SERVERS / "vllm_parse_args.py"), str(model)]
-    r = subprocess.run([*base, "--speculative-config", '{"method": "eagle", "model": "d", "num_speculative_tokens": 3, '
-                        '"speculative_token_tree": "[(0,)]"}', "--attention-backend", "FLASHINFERX"],
-                       capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir(), env=_clean_env())
-    assert r.returncode == 0, r.stderr[-2000:]
-    problems = json.loads(r.stdout.strip().splitlines()[-1])["problems"]
-    assert any("speculative_token_tree" in p for p in problems), problems  # no trees in vLLM's config
+    bad_spec = '{"method": "eagle", "model": "d", "num_speculative_tokens": 3, "speculative_token_tree": "[(0,)]"}'
+    got = _vllm_parse(vllm_python, [[str(model), "--speculative-config", bad_spec, "--attention-backend", "FLASHINFERX"],
+                                    [str(model), "--speculative-num-steps", "3"]])
+    problems = got[0]["problems"]
+    assert any("speculative_token_tree" in p for p in problems), problems
     assert any("FLASHINFERX" in p for p in problems), problems
-    r = subprocess.run([*base, "--speculative-num-steps", "3"], capture_output=True, text=True, timeout=300,
-                       cwd=tempfile.gettempdir(), env=_clean_env())
-    assert r.returncode == 2 and "--speculative-num-steps" in r.stderr
+    assert got[1] == {"ok": False, "error": "argparse exit 2"}
 
 
 @pytest.fixture(scope="module")
@@ -375,3 +382,19 @@ def test_sglang_parses_the_flags_to_what_was_priced(sglang_python):
         # topk 1: SGLang would reset the draft tokens to steps + 1 (speculative_hook.py:1254-1265): already so
         assert k > 1 or got["speculative_num_draft_tokens"] == got["speculative_num_steps"] + 1
     print(f"[sglang {results[0]['version']}] {len(results)} command lines parsed as priced")
+
+
+@pytest.mark.server
+def test_sglang_parser_check_refuses_what_sglang_refuses(sglang_python):
+    """SGLang's parser checks backend names against its choices and knows no vLLM flag: the check can fail."""
+    code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport sglang_args\nout = []\n"
+            "for argv in json.load(sys.stdin):\n"
+            "    try:\n        sglang_args.parse(argv); out.append('accepted')\n"
+            "    except SystemExit as e:\n        out.append(f'exit {e.code}')\nprint(json.dumps(out))\n")
+    argvs = [["--model-path", "m", "--attention-backend", "trtllm_mhaX"], ["--model-path", "m", "--block-size", "16"],
+             ["--model-path", "m", *F.server_flags("sglang", TRT, F.SpecConfig.chain(4), 64)]]
+    r = subprocess.run([str(sglang_python), "-c", code, str(SERVERS)], input=json.dumps(argvs), capture_output=True,
+                       text=True, timeout=600, cwd=tempfile.gettempdir(), env=_clean_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == ["exit 2", "exit 2", "accepted"]
+    assert "invalid choice: 'trtllm_mhaX'" in r.stderr and "unrecognized arguments: --block-size 16" in r.stderr

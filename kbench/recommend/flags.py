@@ -127,10 +127,6 @@ class SpecConfig:
         """vLLM's num_speculative_tokens: the draft tokens of the chain, the root not counted."""
         return self.q_len - 1
 
-    @property
-    def label(self) -> str:
-        return f"chain q {self.q_len}" if self.is_chain else f"tree topk {self.topk} q {self.q_len} steps {self.steps}"
-
 
 def _engine(engine: str) -> str:
     e = str(engine).strip().lower()

@@ -2,6 +2,8 @@
 python, not kbench's: tests/test_recommend_flags.py).
 
     VENV/bin/python tests/servers/vllm_parse_args.py MODEL [vllm serve flags...]
+    VENV/bin/python tests/servers/vllm_parse_args.py --batch < argvs.json   # a JSON list of argv lists: one
+                                                                             # import of vLLM for all (it takes ~20 s)
 
 The parser is the one `vllm serve` builds: FlexibleArgumentParser + make_arg_parser, imported from
 vllm.entrypoints.cli.serve (vllm/entrypoints/launchers/cli_args.py in 0.32.0, vllm/entrypoints/common/cli_args.py
@@ -13,7 +15,8 @@ SpeculativeMethod; building it needs the model, so it is not built.
 Prints {"ok": true, "version", "model", "speculative_config", "block_size", "attention_backend",
 "backend" (after the merge create_engine_config does), "attention_config": {"backend", "use_trtllm_attention"},
 "async_scheduling", "problems": [...]}; a parser error
-exits 2 with argparse's message on stderr, as `vllm serve` does.
+exits 2 with argparse's message on stderr, as `vllm serve` does. --batch prints one JSON list, an entry
+{"ok": false, "error": ...} for a command vLLM refuses.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ def _literal_values(tp) -> set:
     return out
 
 
-def main(argv: list[str]) -> int:
+def parse(argv: list[str]) -> dict:
     import vllm
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.cli import serve
@@ -90,7 +93,22 @@ def main(argv: list[str]) -> int:
         "async_scheduling": engine_args.async_scheduling,
         "problems": problems,
     }
-    print(json.dumps(out))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--batch"]:
+        out = []
+        for one in json.load(sys.stdin):
+            try:
+                out.append(parse(one))
+            except SystemExit as e:  # argparse refused it (its message went to stderr)
+                out.append({"ok": False, "error": f"argparse exit {e.code}"})
+            except Exception as e:
+                out.append({"ok": False, "error": f"{type(e).__name__}: {e}"})
+        print(json.dumps(out))
+        return 0
+    print(json.dumps(parse(argv)))
     return 0
 
 
