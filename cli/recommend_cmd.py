@@ -66,6 +66,10 @@ def _group_filters(f):
 @click.option("--setting", "setting_ids", multiple=True, help="Price only this setting (an id from --settings; repeat).")
 @click.option("--flashinfer", default=None, metavar="VERSION", help="FlashInfer the engine runs with [default: its pin].")
 @click.option("--gpu", default=None, help="The GPU the recommendation is for (SM90, sm100, H200): refused unless the run is from it.")
+@click.option("--host-overlap", default="engine", show_default=True, metavar="engine|max|sum",
+              help="How a step's host work (plan, masks, metadata) meets the GPU work: max = overlapped with the "
+                   "previous step's GPU work (host work that waits for the GPU still adds), sum = one after the "
+                   "other; engine = what the engine does by default (its source cited in the settings table).")
 @click.option("--max-extrapolation", type=FLOAT, default=2.0, show_default=True, metavar="FACTOR",
               help="Refuse shapes more than FACTOR beyond the measured range (closer ones are priced at its edge, and said so; 1: none beyond it; inf: no limit).")
 @click.option("--top", type=IntRange(min=0), default=5, show_default=True, help="Shapes listed as driving the gap.")
@@ -81,18 +85,22 @@ def _group_filters(f):
               help="With --ab: the gate's threshold (5% or 0.05, below 100%), also what counts as no change.")
 @one_line_errors
 def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, workload_file, steps, verify_layers,
-                  draft_layers, setting_ids, flashinfer, gpu, max_extrapolation, top, as_json, markdown_file,
+                  draft_layers, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, as_json, markdown_file,
                   show_settings, ab, ab_settings, threshold, **filters):
-    """The engine flags to set for a workload, from a run's measurements: each engine setting's expected attention
-    time per step, the best one, its gap to per-shape routing and the shapes behind that gap.
+    """The engine flags to set for a workload, from a run's measurements: each engine setting's price per step (the
+    host work its routes redo every step + layers x their kernel time), the best one as a command line that
+    reproduces what was priced, its gap to per-shape routing and the shapes behind that gap.
 
     \b
     RUN_OR_POLICY: sweep run folder(s) (merged as kbench report does) or a policy.json from kbench report.
     The workload: --batch-size/--q-len/--kv-len (+ group filters), weighted lists, or --workload FILE.
     Each (batch, step) is priced at the measured cell kbench select answers the shape with (nearest
     neighbour; clamped beyond the measured range, up to --max-extrapolation, and said so).
-    Exit codes: 0 ok, 2 bad input (an unknown engine or setting, a setting not valid on the run's GPU, a
-    workload that does not parse or lies too far outside the run, measurements from another GPU).
+    A setting is priced only where the run measured its routes (kbench sweep -s engine-routes); otherwise it
+    is listed with a lower bound from the plain kernels and never named best.
+    Exit codes: 0 ok, 2 bad input (an unknown engine or setting, a setting not valid on the run's GPU or refused
+    by the engine for the workload's spec config, a q_len no chain of the engine makes, an overlap mode the
+    engine lacks, a workload that does not parse or lies too far outside the run, measurements from another GPU).
     """
     from kbench.recommend.settings import FAMILY_NAME, load_table
 
@@ -131,7 +139,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         raise BadInput("--json prints to stdout, and so does --markdown -: give --markdown a file")
     src = load_source(list(sources))
     layers = {"verify": verify_layers, "draft_extend": draft_layers}
-    kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu)
+    kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu, overlap=host_overlap)
     rec = recommend(src, wl, eng, settings=list(setting_ids) or None, top=top, **kw)
     chk = _ab_check(src, wl, eng, ab, ab_settings, thr, kw) if ab or ab_settings else None
 
@@ -155,7 +163,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     con.print(_table(f"{rec.engine.label} settings valid on {FAMILY_NAME[rec.family]}, fastest first",
                      *setting_rows(rec), first_bold=True))
     for line in head[1:]:
-        con.print(escape(line), style="bold" if line.startswith("set:") else None)
+        con.print(escape(line), style="bold" if line.startswith(("set:", "  ->")) else None)
     if rec.drivers:
         con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec)))
     for c in caveats(rec):

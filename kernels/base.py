@@ -28,6 +28,7 @@ class Kernel:
     # the attention kinds (kbench.cases.axes.ATTENTIONS) it computes; any other case is a skipped row
     attentions: tuple[str, ...] = ("gqa",)
     test_only: bool = False  # never selected by "all" (fault injection); runs only when named
+    workspace_bytes: int = WORKSPACE_BYTES  # its own FlashInfer workspace (a route: the engine's size)
 
     def supports(self, device: "DeviceInfo", case: "Case") -> str | None:
         """None if this kernel can run the case here, else the reason it cannot."""
@@ -78,8 +79,8 @@ class Kernel:
         import torch
 
         ws = getattr(self, "_ws", None)
-        if ws is None or ws.device != device:
-            ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        if ws is None or ws.device != device or ws.numel() != self.workspace_bytes:
+            ws = torch.zeros(self.workspace_bytes, dtype=torch.uint8, device=device)
             self._ws = ws
         else:
             ws.zero_()

@@ -28,10 +28,56 @@ def t_fa3(bs: int, q: int, kv: int) -> float:
 
 TIMES = {DECODE: t_decode, FA2: t_fa2, FA3: t_fa3}
 
+# the engines' routes (kbench.kernels.routes): the kernel each runs, a factor on its time (the custom mask's
+# cost), and its host work per step in us (flat: the planner's cost barely moves with the batch)
+ROUTE_OF = {"sglang-fi-verify": (FA2, 1.25), "sglang-fi-extend": (FA2, 1.0), "sglang-trtllm-mha": (DECODE, 1.0),
+            "vllm-fi-decode": (DECODE, 1.0), "vllm-fi-prefill": (FA2, 1.0)}
+HOST = {"sglang-fi-verify": 50.0, "sglang-fi-extend": 12.0, "sglang-trtllm-mha": 4.0, "vllm-fi-decode": 3.0,
+        "vllm-fi-prefill": 15.0}
+WAITS = {"sglang-fi-verify"}  # host work that waits for the GPU (never overlapped)
+ROUTES = tuple(ROUTE_OF)
+HOST_CPU = {"cpus": 16, "cpu": "Synthetic Xeon"}
 
-def known_rows(bss=BS, qs=QS, kvs=KVS, kernels=(DECODE, FA2, FA3), **case_kw):
-    return [row(k, case(bs, q, kv, **case_kw), TIMES[k](bs, q, kv), rel=0.001)
-            for bs in bss for q in qs for kv in kvs for k in kernels]
+
+def t_route(route: str, bs: int, q: int, kv: int) -> float:
+    kernel, factor = ROUTE_OF[route]
+    return factor * TIMES[kernel](bs, q, kv)
+
+
+def step_price(route: str, bs: int, q: int, kv: int, layers: int = 1, overlap: str = "max") -> float:
+    """What one step costs, computed here from the formulas: host work + layers x the route's time, or their max
+    when overlapped (host work that waits for the GPU always adds)."""
+    gpu = layers * t_route(route, bs, q, kv)
+    return max(HOST[route], gpu) if overlap == "max" and route not in WAITS else HOST[route] + gpu
+
+
+def batch_price(routes: dict[str, str], bs: int, q: int, kv: int, layers: dict[str, int], overlap: str = "max") -> float:
+    """One engine step (its phases: step -> route) computed here: host + GPU, or, overlapped, max(host work that
+    does not wait for the GPU, GPU work) + the host work that does."""
+    gpu = sum(layers[st] * t_route(r, bs, q, kv) for st, r in routes.items())
+    free = sum(HOST[r] for r in routes.values() if r not in WAITS)
+    waiting = sum(HOST[r] for r in routes.values() if r in WAITS)
+    return (max(free, gpu) if overlap == "max" else free + gpu) + waiting
+
+
+def known_rows(bss=BS, qs=QS, kvs=KVS, kernels=(DECODE, FA2, FA3, *ROUTES), **case_kw):
+    out = []
+    for bs in bss:
+        for q in qs:
+            for kv in kvs:
+                for k in kernels:
+                    if k in ROUTE_OF:
+                        r = row(k, case(bs, q, kv, **case_kw), t_route(k, bs, q, kv), rel=0.001,
+                                path=PATHS_OF[ROUTE_OF[k][0]])
+                        r.host_us, r.host_p25_us, r.host_p75_us = HOST[k], 0.95 * HOST[k], 1.05 * HOST[k]
+                        r.host_cpus, r.host_cpu = HOST_CPU["cpus"], HOST_CPU["cpu"]
+                    else:
+                        r = row(k, case(bs, q, kv, **case_kw), TIMES[k](bs, q, kv), rel=0.001)
+                    out.append(r)
+    return out
+
+
+PATHS_OF = {DECODE: "decode", FA2: "context", FA3: "context"}
 
 
 def known_run(path: Path, rows=None, device: dict | None = None) -> Path:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from recommend_synth import B200, DECODE, FA2, known_rows, known_run, recommend_cli, t_decode, t_fa2
+from recommend_synth import (B200, DECODE, FA2, FA3, HOST, batch_price, known_rows, known_run, recommend_cli, step_price, t_decode,
+                             t_fa2)
 from report_synth import case, row, write_run
 
 from kbench.errors import BadInput
@@ -23,8 +24,12 @@ def wl(*batches):
     return Workload([Batch(bs, q, kv, w) for bs, q, kv, w in batches], "test")
 
 
-def kernel_time(kernel, bs, q, kv):
-    return {DECODE: t_decode, FA2: t_fa2}[kernel](bs, q, kv)
+def price(setting, batches, layers=None, overlap="max"):
+    """A setting's total over (bs, q, kv, weight) batches, from the synthetic formulas (not kbench's code)."""
+    layers = layers or {"verify": 1, "draft_extend": 1}
+    s = SGLANG.setting(setting) if setting in {x.id for x in SGLANG.settings} else VLLM.setting(setting)
+    routes = {st: s.route(st, "sm90", "0.7.4").route for st in BOTH}
+    return sum(w * batch_price(routes, bs, q, kv, layers, overlap) for bs, q, kv, w in batches)
 
 
 @pytest.fixture(scope="module")
@@ -32,52 +37,65 @@ def src(tmp_path_factory):
     return load_source([known_run(tmp_path_factory.mktemp("rec") / "run")])
 
 
-def test_each_setting_is_priced_with_its_kernels_times(src):
-    work = wl((1, 4, 1024, 3.0), (8, 4, 4096, 1.0))
-    rec = recommend(src, work, SGLANG)
-    by_id = {r.setting.id: r for r in rec.results}
-    for r in by_id.values():
-        if r.total_us is None:
-            continue
-        want = sum(w * kernel_time(r.kernels[s], bs, q, kv) for bs, q, kv, w in ((1, 4, 1024, 3.0), (8, 4, 4096, 1.0))
-                   for s in BOTH)
-        assert r.total_us == pytest.approx(want, rel=1e-4)
-        assert r.per_step_us == pytest.approx(want / 4.0, rel=1e-4)
-    # bs 1: decode 1.0 vs fa2 1.5; bs 8 kv 4096: decode 32 vs fa2 25.6 -> fa2 wins the weighted sum
-    assert rec.best.setting.id in ("flashinfer", *rec.best.same_as)
-    assert rec.best.kernels == {"verify": FA2, "draft_extend": FA2}
-    assert by_id["fa3"].total_us is None and "not a kbench kernel" in by_id["fa3"].unpriced
-    # per-shape routing: decode at bs 1, fa2 at bs 8, for both steps
-    oracle = 2 * (3.0 * t_decode(1, 4, 1024) + 1.0 * t_fa2(8, 4, 4096))
-    assert rec.engine_oracle_us == pytest.approx(oracle, rel=1e-4)
-    assert rec.gap_pct() == pytest.approx((rec.best.total_us / oracle - 1) * 100, rel=1e-4)
-    d = rec.drivers[0]
-    assert (d.batch.batch_size, d.setting_kernel, d.oracle_kernel) == (1, FA2, DECODE)
-    assert sum(x.share for x in rec.drivers) == pytest.approx(1.0)
+def test_each_setting_is_priced_with_its_routes_host_work_and_kernel(src):
+    batches = ((1, 4, 1024, 3.0), (8, 4, 4096, 1.0))
+    for overlap in ("max", "sum"):
+        rec = recommend(src, wl(*batches), SGLANG, overlap=overlap, layers={"verify": 32, "draft_extend": 1})
+        by_id = {r.setting.id: r for r in rec.results}
+        priced = [r for r in rec.results if r.total_us is not None]
+        assert {r.setting.id for r in priced} == {s.id for s in SGLANG.valid_on("sm90")} - {"fa3", "triton"}
+        for r in priced:
+            want = price(r.setting.id, batches, {"verify": 32, "draft_extend": 1}, overlap)
+            assert r.total_us == pytest.approx(want, rel=1e-4), (overlap, r.setting.id)
+            assert r.per_step_us == pytest.approx(want / 4.0, rel=1e-4)
+            assert r.host_us == pytest.approx(sum(w * HOST[r.kernels[st]] for *_, w in batches for st in BOTH))
+        cheapest = min(price(r.setting.id, batches, {"verify": 32, "draft_extend": 1}, overlap) for r in priced)
+        assert rec.best.total_us == pytest.approx(cheapest, rel=1e-4)
+        assert by_id["fa3"].total_us is None and "not a kbench kernel" in by_id["fa3"].unpriced
+        assert rec.overlap == overlap and rec.host_cpus == 16 and rec.host_cpu == "Synthetic Xeon"
+    # overlapped, the verify route's host work still adds: its plan waits for the GPU
+    rec = recommend(src, wl((8, 4, 4096, 1.0)), SGLANG, settings=["flashinfer"], overlap="max")
+    assert rec.results[0].total_us == pytest.approx(HOST["sglang-fi-verify"] + max(
+        HOST["sglang-fi-extend"], 1.25 * t_fa2(8, 4, 4096) + t_fa2(8, 4, 4096)))
+    rec = recommend(src, wl((1, 4, 1024, 1.0)), SGLANG, settings=["trtllm_mha"], overlap="max")
+    assert rec.results[0].total_us == pytest.approx(max(2 * HOST["sglang-trtllm-mha"], 2 * t_decode(1, 4, 1024)))
+
+
+def test_the_engines_overlap_rule_is_the_default_and_cited(src):
+    rec = recommend(src, wl((1, 4, 1024, 1.0)), SGLANG)
+    assert rec.overlap == "max" and "sglang 0.5.23's default" in rec.overlap_from
+    assert SGLANG.overlap_modes == {"max": "", "sum": "--disable-overlap-schedule"}
+    assert VLLM.overlap_modes == {"max": "", "sum": "--no-async-scheduling"}
+    assert {c.file for c in SGLANG.overlap_cites} >= {"python/sglang/srt/arg_groups/speculative_hook.py"}
+    assert {c.file for c in VLLM.overlap_cites} >= {"vllm/config/vllm.py"}
+    with pytest.raises(BadInput, match="--host-overlap 'both': one of engine, max, sum"):
+        recommend(src, wl((1, 4, 1024, 1.0)), SGLANG, overlap="both")
 
 
 def test_layers_and_steps_weight_the_steps(src):
     rec = recommend(src, wl((1, 4, 1024, 1.0)), SGLANG, settings=["trtllm_mha+draft-flashinfer"],
-                    layers={"verify": 32, "draft_extend": 1})
-    assert rec.results[0].total_us == pytest.approx(32 * t_decode(1, 4, 1024) + t_fa2(1, 4, 1024), rel=1e-4)
+                    layers={"verify": 32, "draft_extend": 1}, overlap="sum")
+    assert rec.results[0].total_us == pytest.approx(
+        step_price("sglang-trtllm-mha", 1, 4, 1024, 32, "sum") + step_price("sglang-fi-extend", 1, 4, 1024, 1, "sum"))
     only = Workload([Batch(1, 4, 1024, 1.0, steps=("verify",))], "test")
-    rec = recommend(src, only, SGLANG, settings=["trtllm_mha+draft-flashinfer"])
-    assert rec.results[0].total_us == pytest.approx(t_decode(1, 4, 1024), rel=1e-4)
+    rec = recommend(src, only, SGLANG, settings=["trtllm_mha+draft-flashinfer"], overlap="sum")
+    assert rec.results[0].total_us == pytest.approx(step_price("sglang-trtllm-mha", 1, 4, 1024, 1, "sum"))
 
 
 def test_between_grid_points_it_prices_the_neighbour_select_answers_with(src):
-    for bs, q, kv in ((2, 3, 2000), (3, 5, 2100), (5, 7, 3000), (1, 6, 1500)):
-        rec = recommend(src, wl((bs, q, kv, 1.0)), SGLANG, settings=["trtllm_mha"])
+    for bs, q, kv in ((2, 3, 2000), (3, 4, 2100), (5, 2, 3000), (1, 3, 1500)):
+        rec = recommend(src, wl((bs, q, kv, 1.0)), SGLANG, settings=["trtllm_mha"], overlap="sum")
         used = lookup(src.policy, bs, q, kv)["used"]
-        assert rec.results[0].total_us == pytest.approx(2 * t_decode(used["batch_size"], used["q_len"],
-                                                                     used["kv_len"]), rel=1e-4)
+        assert rec.results[0].total_us == pytest.approx(2 * step_price(
+            "sglang-trtllm-mha", used["batch_size"], used["q_len"], used["kv_len"], 1, "sum"), rel=1e-4)
         assert rec.interpolated_weight == 1.0
 
 
 def test_extrapolation_is_priced_at_the_edge_and_said_with_how_far(src):
-    rec = recommend(src, wl((16, 4, 4096, 1.0), (1, 4, 1024, 1.0)), SGLANG, settings=["trtllm_mha"])
+    rec = recommend(src, wl((16, 4, 4096, 1.0), (1, 4, 1024, 1.0)), SGLANG, settings=["trtllm_mha"], overlap="sum")
     assert len(rec.extrapolated) == 1 and rec.extrapolated[0].beyond == {"batch_size": 2.0}
-    assert rec.results[0].total_us == pytest.approx(2 * (t_decode(8, 4, 4096) + t_decode(1, 4, 1024)), rel=1e-4)
+    assert rec.results[0].total_us == pytest.approx(2 * (step_price("sglang-trtllm-mha", 8, 4, 4096, 1, "sum")
+                                                         + step_price("sglang-trtllm-mha", 1, 4, 1024, 1, "sum")))
     with pytest.raises(BadInput, match=r"batch_size 64 is 8\.0x beyond the run's 1\.\.8"):
         recommend(src, wl((64, 4, 4096, 1.0)), SGLANG)
     rec = recommend(src, wl((64, 4, 4096, 1.0)), SGLANG, max_extrapolation=8)
@@ -90,43 +108,63 @@ def test_extrapolation_is_priced_at_the_edge_and_said_with_how_far(src):
         recommend(src, wl((16, 4, 4096, 1.0)), SGLANG, max_extrapolation=float("nan"))
 
 
-def test_vllm_prices_its_table_and_flashinfer_version_picks_the_sm90_prefill(src):
-    rec = recommend(src, wl((8, 4, 4096, 1.0)), VLLM)
+def test_vllm_prices_its_routes_and_a_setting_without_one_gets_a_bound_never_best(src):
+    rec = recommend(src, wl((8, 4, 4096, 1.0)), VLLM, overlap="sum")
     by_id = {r.setting.id: r for r in rec.results}
-    assert by_id["FLASHINFER"].kernels == {"verify": DECODE, "draft_extend": DECODE}
-    off = "FLASHINFER,use_trtllm_attention=false"
-    assert by_id[off].kernels["verify"] == "fa3-prefill"  # vLLM 0.34.0 pins FlashInfer 0.7.3
-    rec = recommend(src, wl((8, 4, 4096, 1.0)), VLLM, flashinfer="0.7.4")
-    assert {r.setting.id: r for r in rec.results}[off].kernels["verify"] == FA2
-    assert rec.best.setting.id == off  # fa2 is faster at bs 8
-    for given, read, verify in (("v0.7.4", "0.7.4", FA2), ("0.7.4+cu128", "0.7.4+cu128", FA2),
+    assert by_id["FLASHINFER"].kernels == {"verify": "vllm-fi-decode", "draft_extend": "vllm-fi-decode"}
+    off = by_id["FLASHINFER,use_trtllm_attention=false"]
+    # vLLM 0.34.0 pins FlashInfer 0.7.3, where auto is fa3 on SM90: no route of kbench's runs it
+    assert off.kernels["verify"] == "fa3-prefill" and off.total_us is None and "no route" in off.unpriced
+    assert off.bound_us == pytest.approx(2 * 3 * t_fa2(8, 4, 4096))
+    assert rec.best.setting.id == "FLASHINFER"
+    rec = recommend(src, wl((8, 4, 4096, 1.0)), VLLM, flashinfer="0.7.4", overlap="sum")
+    off = {r.setting.id: r for r in rec.results}["FLASHINFER,use_trtllm_attention=false"]
+    assert off.kernels["verify"] == "vllm-fi-prefill" and off.total_us == pytest.approx(
+        2 * step_price("vllm-fi-prefill", 8, 4, 4096, 1, "sum"))
+    for given, read, verify in (("v0.7.4", "0.7.4", "vllm-fi-prefill"), ("0.7.4+cu128", "0.7.4+cu128", "vllm-fi-prefill"),
                                 ("0.7.3.post1", "0.7.3.post1", "fa3-prefill")):
         rec = recommend(src, wl((8, 4, 4096, 1.0)), VLLM, flashinfer=given)  # read as pip reads a version
-        assert rec.flashinfer == read and {r.setting.id: r for r in rec.results}[off].kernels["verify"] == verify
+        assert rec.flashinfer == read and {r.setting.id: r for r in rec.results}[
+            "FLASHINFER,use_trtllm_attention=false"].kernels["verify"] == verify
     for junk in ("abc", "0.7.4abc", "", "latest"):  # was taken as given, its routes compared as a string
         with pytest.raises(BadInput, match=f"--flashinfer {junk!r}: not a version"):
             recommend(src, wl((8, 4, 4096, 1.0)), VLLM, flashinfer=junk)
 
 
-def test_a_kernel_without_a_time_leaves_its_setting_unpriced(tmp_path):
-    rows = [r for r in known_rows() if not (r.kernel == DECODE and r.batch_size == 8)]
-    rows.append(row(DECODE, case(8, 4, 4096), None, status="skipped", reason="adaptive: not measured"))
+def test_a_route_without_rows_leaves_its_setting_unpriced_with_a_bound(tmp_path):
+    rows = [r for r in known_rows() if not (r.kernel == "sglang-trtllm-mha" and r.batch_size == 8)]
     s = load_source([known_run(tmp_path / "run", rows)])
-    rec = recommend(s, wl((8, 4, 4096, 1.0)), SGLANG)
+    rec = recommend(s, wl((8, 4, 4096, 1.0)), SGLANG, overlap="sum")
     r = {x.setting.id: x for x in rec.results}["trtllm_mha"]
-    assert r.total_us is None and r.missing and "trtllm-decode at bs 8 q 4 kv 4096" in r.missing[0]
-    assert rec.best.kernels["verify"] == FA2
+    assert r.total_us is None and "sglang-trtllm-mha at bs 8 q 4 kv 4096" in r.missing[0]
+    assert "kbench sweep -s engine-routes" in r.unpriced and r.bound_us == pytest.approx(2 * t_decode(8, 4, 4096))
+    assert rec.best is not None and "sglang-trtllm-mha" not in rec.best.kernels.values()
+    # a run of plain kernels only (every committed baseline before routes): bounds only, nothing named best
+    s = load_source([known_run(tmp_path / "plain", known_rows(kernels=(DECODE, FA2, FA3)))])
+    rec = recommend(s, wl((8, 4, 4096, 1.0)), SGLANG)
+    assert rec.best is None and all(r.total_us is None for r in rec.results)
+    assert {r.setting.id: r.bound_us for r in rec.results}["trtllm_mha"] == pytest.approx(2 * t_decode(8, 4, 4096))
 
 
-def test_ragged_q_groups_price_the_ragged_kernel_for_vllm(tmp_path):
+def test_a_tie_within_the_noise_goes_to_the_default_then_the_fewest_flags(src):
+    # trtllm_mha and the splits that run it in both steps cost the same: the single flag leads
+    rec = recommend(src, wl((1, 4, 1024, 1.0)), SGLANG, overlap="sum")
+    same = [r for r in rec.results if r.kernels == {"verify": "sglang-trtllm-mha", "draft_extend": "sglang-trtllm-mha"}]
+    assert len(same) == 3 and same[0].setting.id == "trtllm_mha"
+    assert set(same[0].tied_with) >= {x.setting.id for x in same[1:]}
+    assert [r.setting.id for r in rec.results].index("trtllm_mha") < min(
+        [r.setting.id for r in rec.results].index(x.setting.id) for x in same[1:])
+
+
+def test_ragged_q_has_no_route_so_it_is_bounded_not_priced(tmp_path):
     rows = [row(k, case(8, 4, 4096, q_dist="accept:0.7"), t, rel=0.001)
             for k, t in (("trtllm-decode", 30.0), ("trtllm-decode-ragged", 20.0), (FA2, 25.0))]
     s = load_source([write_run(tmp_path / "run", rows)])
     work = from_options({"batch_size": "8", "q_len": "4", "kv_len": "4096"}, {"q_dist": "accept:0.7"})
-    rec = recommend(s, work, VLLM, settings=["FLASHINFER"])
-    assert rec.results[0].total_us == pytest.approx(40.0)  # ragged kernel for both steps
-    rec = recommend(s, work, SGLANG, settings=["trtllm_mha"])
-    assert rec.results[0].total_us == pytest.approx(60.0)  # SGLang pads: the uniform kernel
+    r = recommend(s, work, VLLM, settings=["FLASHINFER"]).results[0]
+    assert r.total_us is None and r.bound_us == pytest.approx(40.0)  # the ragged kernel for both steps, a bound
+    r = recommend(s, work, SGLANG, settings=["trtllm_mha"]).results[0]
+    assert r.total_us is None and r.bound_us == pytest.approx(60.0)  # SGLang pads: the uniform kernel
 
 
 def test_run_and_its_policy_give_the_same_answer(tmp_path):
@@ -134,7 +172,7 @@ def test_run_and_its_policy_give_the_same_answer(tmp_path):
 
     run = known_run(tmp_path / "run")
     res = build_report([run], tmp_path / "rep")
-    work = wl((2, 3, 2000, 1.0), (8, 8, 4096, 2.0))
+    work = wl((2, 4, 2000, 1.0), (8, 4, 4096, 2.0))
     a, b = recommend(load_source([run]), work, SGLANG), recommend(load_source([res.out_dir / "policy.json"]), work, SGLANG)
     assert [(r.setting.id, r.total_us) for r in a.results] == [(r.setting.id, r.total_us) for r in b.results]
 
@@ -209,42 +247,55 @@ def test_cpu_run_is_refused(tmp_path):
 def test_cli_outputs_json_markdown_and_a_table(tmp_path):
     run = known_run(tmp_path / "run")
     shape = ["--batch-size", "1@3,8", "--q-len", "4", "--kv-len", "1024,4096"]
+    batches = [(bs, 4, kv, w) for bs, w in ((1, 3.0), (8, 1.0)) for kv in (1024, 4096)]
     r = recommend_cli(run, "--engine", "sglang", *shape, "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    assert data["best"]["flags"] == "--attention-backend flashinfer"
+    priced = {s["id"]: s for s in data["settings"] if s["total_us"] is not None}
+    cheapest = min(priced, key=lambda i: price(i, batches))
+    assert data["best"]["total_us"] == pytest.approx(price(cheapest, batches), rel=1e-4)
+    assert data["best"]["id"] in (cheapest, *priced[cheapest]["tied_with"])
+    assert data["best"]["flags"] in data["best"]["command"] and data["best"]["command"] == priced[data["best"]["id"]]["command"]
+    assert data["overlap"]["mode"] == "max" and data["host"] == {"cpus": 16, "cpu": "Synthetic Xeon"}
+    assert data["spec"] == {"q_len": 4, "topk": 1, "steps": 3} and data["page_size"] == 64
     assert data["gpu"] == {"family": "sm90", "device": "NVIDIA H200", "sm": 90}
-    assert data["per_shape_routing"]["best_gap_pct"] > 0 and data["drivers"]
     assert {s["id"] for s in data["settings"]} == {s.id for s in SGLANG.valid_on("sm90")}
     md = tmp_path / "rec.md"
     r = recommend_cli(run, "--engine", "sglang", *shape, "--markdown", md)
     assert r.exit_code == 0, r.output
     text = md.read_text()
-    assert "```sh\n--attention-backend flashinfer\n```" in text and "| trtllm_mha |" in text
-    assert "set: --attention-backend flashinfer" in r.output and "Where per-shape routing wins" in r.output
-    assert "priced low" in r.output  # fa2 verify: the engine passes a custom mask kbench does not time
+    assert f"```sh\n{data['best']['command']}\n```" in text and "| trtllm_mha |" in text
+    assert "set: " + data["best"]["command"] in r.output and "host us/step" in r.output
 
 
-def test_committed_baselines_recommend(tmp_path):
+def test_committed_baselines_of_plain_kernels_give_bounds_and_name_no_setting(tmp_path):
     base = "results/baselines/h200-draft-extend-kv4096"
     r = recommend_cli(base, "--engine", "sglang", "--batch-size", "64", "--q-len", "4",
                       "--kv-len", "lognormal:4096:1.0", "--json", "--max-extrapolation", "16")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    assert data["extrapolated"] and data["best"] is not None
-    r = recommend_cli(base, "--engine", "vllm", "--batch-size", "16,64", "--q-len", "1..16", "--kv-len", "4096")
+    assert data["extrapolated"] and data["best"] is None
+    assert all(s["total_us"] is None for s in data["settings"])
+    assert {s["id"] for s in data["settings"] if s["bound_per_step_us"]} >= {"flashinfer", "trtllm_mha"}
+    r = recommend_cli(base, "--engine", "vllm", "--batch-size", "16,64", "--q-len", "4", "--kv-len", "4096")
     assert r.exit_code == 0, r.output
-    assert "set: --attention-backend FLASHINFER" in r.output
+    assert "no setting of this engine can be priced from these measurements" in r.output
+    assert "kbench sweep -s engine-routes" in r.output and "set:" not in r.output
 
 
-def test_draft_trees_are_refused_the_table_covers_chains(tmp_path):
+def test_draft_trees_are_priced_by_their_routes_and_refused_where_the_engine_refuses(tmp_path):
     rows = known_rows() + known_rows(qs=(4, 8), tree="topk:2")
     s = load_source([write_run(tmp_path / "run", rows)])
     chain = from_options({"batch_size": "8", "q_len": "4", "kv_len": "4096"}, {"tree": "chain"})
     assert recommend(s, chain, SGLANG).best is not None
     tree = from_options({"batch_size": "8", "q_len": "4", "kv_len": "4096"}, {"tree": "topk:2"})
-    with pytest.raises(BadInput, match="tree topk:2: kbench's engine table is read for EAGLE chains"):
-        recommend(s, tree, SGLANG)
+    rec = recommend(s, tree, SGLANG)
+    by = {r.setting.id: r for r in rec.results}
+    assert by["flashinfer"].total_us is not None and rec.spec.topk == 2
+    assert by["trtllm_mha"].total_us is None and "refused by the engine" in by["trtllm_mha"].unpriced
+    assert "trtllm_mha" not in rec.best.setting.flags
+    with pytest.raises(BadInput, match="topk"):
+        recommend(s, tree, SGLANG, settings=["trtllm_mha"])
 
 
 def test_an_mla_run_is_refused_the_table_covers_gqa_and_mha(tmp_path):

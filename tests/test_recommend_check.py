@@ -5,7 +5,7 @@ import json
 import math
 
 import pytest
-from recommend_synth import known_run, recommend_cli, t_decode, t_fa2
+from recommend_synth import batch_price, known_run, recommend_cli
 from test_gate_server import _run, server_row
 
 from kbench.recommend.check import Measured, check_ab
@@ -62,14 +62,20 @@ def test_check_predicts_per_case_and_judges_agreement(tmp_path):
     chk = check_ab(src, wl, eng, "flashinfer", "trtllm_mha", meas, "B is ...", 5.0,
                    layers={"verify": 32, "draft_extend": 1})
     c0, c1 = chk.cases
-    # case 0: bs 1: every step priced at the bs-1 cells; A fa2, B decode (known formulas, kv nearest 1024)
+    # case 0: bs 1: every step priced at the bs-1 cells with each setting's routes (known formulas, kv nearest
+    # 1024), the engine's overlap rule
     lines0 = [b for b in wl.batches if b.case == CASES[0]]
-    a0 = sum(b.weight * 33 * t_fa2(1, 4, 1024) for b in lines0)
-    b0 = sum(b.weight * 33 * t_decode(1, 4, 1024) for b in lines0)
+    layers = {"verify": 32, "draft_extend": 1}
+    a0 = sum(b.weight * batch_price({"verify": "sglang-fi-verify", "draft_extend": "sglang-fi-extend"}, 1, 4, 1024,
+                                    layers) for b in lines0)
+    b0 = sum(b.weight * batch_price({"verify": "sglang-trtllm-mha", "draft_extend": "sglang-trtllm-mha"}, 1, 4, 1024,
+                                    layers) for b in lines0)
     assert (c0.attention_a_us, c0.attention_b_us) == (pytest.approx(a0, rel=1e-4), pytest.approx(b0, rel=1e-4))
     assert c0.predicted_saving_ms > 0 and c0.measured_saving_ms == pytest.approx(300.0)
     assert c0.agrees(5.0) == ("yes" if c0.predicted_pct_of_latency > 5 else "no")
-    assert c1.predicted_saving_ms < 0 and c1.agrees(5.0) == ("yes" if c1.predicted_pct_of_latency > -5 else "no")
+    # case 1: bs 8, where the decode route is cheaper still (the verify route's custom mask costs 1.25x fa2)
+    assert c1.attention_b_us < c1.attention_a_us and c1.predicted_saving_ms > 0
+    assert c1.agrees(5.0) == ("yes" if abs(c1.predicted_pct_of_latency) <= 5 else "no")
 
 
 def test_cli_ab_section_beside_the_prediction(tmp_path):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbench.errors import BadInput
-from kbench.recommend.settings import FAMILY_NAME, STEPS, Engine, Setting, gpu_family, parse_version
+from kbench.recommend.settings import FAMILY_NAME, STEP_LABEL, STEPS, Engine, Setting, gpu_family, parse_version
 from kbench.recommend.workload import Batch, Workload
 from kbench.report.nearest import LOOKUP_AXES, locate
 from kbench.report.policy import group_label, policy_from, select_group
@@ -36,6 +36,7 @@ class Source:
     label: str
     kind: str  # run | policy
     device: dict  # {"name", "sm"}
+    host: dict = field(default_factory=dict)  # {"cpus", "cpu"}: the host the routes' host work was timed on
 
     @property
     def family(self) -> str | None:
@@ -59,8 +60,13 @@ def load_source(paths: list[str | Path] | str | Path) -> Source:
             raise BadInput(f"{first}: this policy keeps only each case's winner (written before kbench kept every "
                            "kernel's time): pass the run folder, or re-run kbench report on it")
         dev = pol.get("device") if isinstance(pol.get("device"), dict) else {}
-        return Source(pol, str(first), "policy", {"name": dev.get("name"), "sm": dev.get("sm")})
-    return Source(pol, ", ".join(map(str, paths)), "run", dict(rs.device))
+        return Source(pol, str(first), "policy", {"name": dev.get("name"), "sm": dev.get("sm")}, _host(pol))
+    return Source(pol, ", ".join(map(str, paths)), "run", dict(rs.device), _host(pol))
+
+
+def _host(policy: dict) -> dict:
+    host = policy.get("host")
+    return dict(host) if isinstance(host, dict) else {}
 
 
 def check_gpu(source: Source, want: str | None, where: str = "--gpu") -> str:
@@ -93,6 +99,13 @@ class Priced:
     clamped: list[str]
     beyond: dict[str, float]  # axis -> factor beyond the measured range (1 < f)
     ragged: bool
+    host: dict[str, float] = field(default_factory=dict)  # route -> per-step host work (us) at the used cell
+    host_iqr: dict[str, float] = field(default_factory=dict)
+    spread: dict[str, float] = field(default_factory=dict)  # kernel -> relative spread of its median
+    tree: str = "chain"
+    page_size: int | None = None
+    host_cpus: int | None = None
+    host_cpu: str = ""
 
 
 def _beyond(grid: dict, query: dict) -> dict[str, float]:
@@ -118,10 +131,6 @@ def _locate_all(source: Source, workload: Workload, max_extrapolation: float) ->
                 raise BadInput(f"{workload.source}: {b.label}: {e}") from None
         g = groups[key]
         tree = g.get("tree", "chain")
-        if tree != "chain":
-            raise BadInput(f"{workload.source}: {b.label}: tree {tree}: kbench's engine table is read for EAGLE chains "
-                           "(topk 1) only, so recommend prices chains only (SGLang 0.5.23 refuses trtllm_mha for "
-                           "topk > 1); select and report answer per tree shape")
         if g.get("attention", "gqa") == "mla":
             raise BadInput(f"{workload.source}: {b.label}: {g.get('label') or group_label(g)} is latent attention "
                            "(MLA): kbench's engine table holds the engines' GQA/MHA attention settings only (their MLA "
@@ -137,24 +146,64 @@ def _locate_all(source: Source, workload: Workload, max_extrapolation: float) ->
                            f"{lo}..{hi} (more than --max-extrapolation {max_extrapolation:g}x): measure it, or widen "
                            "--max-extrapolation to price it clamped to the edge")
         q_dist = dict(b.group).get("q_dist", g.get("q_dist", "fixed"))
-        out.append(Priced(b, g.get("label") or group_label(g), found["used"],
-                          dict(found["used_cell"].get("kernels_us") or {}), found["interpolated"],
-                          found["extrapolated"], found["clamped"], beyond, q_dist != "fixed"))
+        cell = found["used_cell"]
+        out.append(Priced(b, g.get("label") or group_label(g), found["used"], dict(cell.get("kernels_us") or {}),
+                          found["interpolated"], found["extrapolated"], found["clamped"], beyond, q_dist != "fixed",
+                          host=dict(cell.get("kernels_host_us") or {}),
+                          host_iqr=dict(cell.get("kernels_host_iqr_us") or {}),
+                          spread=dict(cell.get("kernels_rel_spread") or {}), tree=tree,
+                          page_size=g.get("page_size"), host_cpus=source.host.get("cpus"),
+                          host_cpu=source.host.get("cpu", "")))
     return out
 
 
 # ---- the answer ------------------------------------------------------------------------------------------
+OVERLAP_MODES = ("max", "sum")
+OVERLAP_RULE = {
+    "max": "host work overlaps GPU work (the previous step's, and the other phase's of the same step): one engine "
+           "step (target verify + draft extend) costs max(host work, GPU work), plus the host work that waits for "
+           "the GPU (a device-to-host read in plan()), which cannot overlap",
+    "sum": "host work and GPU work one after the other: one engine step costs host work + GPU work",
+}
+
+
+@dataclass
+class StepCost:
+    """One (batch, step) under one setting: the route (or kernel) that runs it and what it costs per step."""
+    route: str  # the kbench kernel whose rows price it (a route, or the plain kernel of a bound)
+    gpu_us: float  # layers x the kernel's median
+    host_us: float  # the route's per-step host work (0: none measured)
+    total_us: float  # this phase alone under the overlap rule (per-shape routing compares phases with it)
+    noise_us: float  # layers x median x rel_spread + host IQR / 2: what one measurement may be off by
+    waits: bool = False  # the host work waits for the GPU: it never overlaps
+
+
+def batch_total(costs: list[StepCost], overlap: str) -> float:
+    """One engine step of a batch (its phases: target verify, draft extend) under the overlap rule."""
+    gpu = sum(c.gpu_us for c in costs)
+    free = sum(c.host_us for c in costs if not c.waits)
+    waiting = sum(c.host_us for c in costs if c.waits)
+    return (max(free, gpu) if overlap == "max" else free + gpu) + waiting
+
+
 @dataclass
 class SettingResult:
     setting: Setting
-    kernels: dict[str, str | None]  # step -> kernel on this GPU (None: unmeasured by kbench)
+    kernels: dict[str, str | None]  # step -> the route (or kernel) that runs it on this GPU (None: unmeasured)
     total_us: float | None  # weighted sum over the workload; None when it cannot be priced
     per_step_us: float | None
-    unpriced: str = ""  # why not priced
-    missing: list[str] = field(default_factory=list)  # "kernel at bs .. q .. kv .." without a time
+    unpriced: str = ""  # why not priced (a bound, when there is one, is in bound_us)
+    missing: list[str] = field(default_factory=list)  # "route at bs .. q .. kv .." without a time
     notes: list[str] = field(default_factory=list)  # the routes' caveats
-    same_as: list[str] = field(default_factory=list)  # settings with the same kernels on this GPU
-    priced_low: list[str] = field(default_factory=list)  # steps the engine runs on a costlier path than timed
+    same_as: list[str] = field(default_factory=list)  # settings with the same routes on this GPU
+    priced_low: list[str] = field(default_factory=list)  # steps priced from a plain kernel, not the engine's route
+    gpu_us: float | None = None  # the total's GPU part (weighted sum)
+    host_us: float | None = None  # the total's host part (weighted sum, before overlap)
+    noise_us: float = 0.0
+    bound_us: float | None = None  # not priced: a lower bound from the plain kernel's GPU time alone
+    tied_with: list[str] = field(default_factory=list)  # settings within the measured noise of this one
+    default: bool = False
+    overlap: str = "sum"
 
 
 @dataclass
@@ -162,7 +211,7 @@ class Driver:
     batch: Batch
     step: str
     weight_share: float  # of the workload's weight
-    gap_us: float  # weight x layers x (best setting's time - oracle's time), in the total's units
+    gap_us: float  # weight x (best setting's step cost - oracle's), in the total's units
     share: float  # of the whole gap
     setting_kernel: str
     oracle_kernel: str
@@ -178,14 +227,20 @@ class Recommendation:
     workload: Workload
     flashinfer: str | None
     layers: dict[str, int]
-    results: list[SettingResult]  # priced first (fastest first), then the unpriced
+    results: list[SettingResult]  # priced first (fastest first, ties by the rule), then the unpriced
     engine_oracle_us: float | None
     kbench_oracle_us: float | None
-    engine_oracle_kernels: dict[str, dict[str, float]]  # step -> kernel -> weight share where it is the oracle
+    engine_oracle_kernels: dict[str, dict[str, float]]  # step -> route -> weight share where it is the oracle
     drivers: list[Driver]
     extrapolated: list[Priced]
     interpolated_weight: float  # share of the weight priced at a neighbour, not a measured point
     notes: list[str]
+    overlap: str = "sum"  # the overlap rule asked for (max | sum)
+    overlap_from: str = ""  # where it comes from: the engine's default (and its citation) or the option
+    spec: object = None  # kbench.recommend.flags.SpecConfig of the workload
+    page_size: int | None = None
+    host_cpus: int | None = None
+    host_cpu: str = ""
 
     @property
     def best(self) -> SettingResult | None:
@@ -210,14 +265,54 @@ def _layers_ok(layers: dict[str, int]) -> None:
         raise BadInput("--verify-layers and --draft-layers are both 0: nothing to price")
 
 
+def _waits_for_gpu(route: str) -> bool:
+    """Whether a route's host work blocks on the GPU (kbench.kernels.routes: it cannot overlap GPU work)."""
+    from kbench.kernels.registry import get_kernel, kernel_names
+
+    return route in kernel_names() and bool(getattr(get_kernel(route), "host_waits_for_gpu", False))
+
+
+def step_cost(p: Priced, route: str, layers: int, overlap: str) -> StepCost | None:
+    """The cost of one step of batch p on `route` (its cell's kernel time x layers, plus its host work under the
+    overlap rule); None when the cell has no time for it."""
+    t = p.times.get(route)
+    if t is None:
+        return None
+    host = p.host.get(route, 0.0)
+    gpu = layers * t
+    waits = _waits_for_gpu(route)
+    total = max(host, gpu) if overlap == "max" and not waits else host + gpu
+    noise = gpu * p.spread.get(route, 0.0) + p.host_iqr.get(route, 0.0) / 2
+    return StepCost(route, gpu, host, total, noise, waits)
+
+
+def check_overlap(engine: Engine, overlap: str | None) -> tuple[str, str]:
+    """(mode, where it comes from): the engine's default (from the table, with its citation), or the mode asked
+    for when the engine has it; BadInput for a mode the engine does not have."""
+    modes = engine.overlap_modes
+    if overlap in (None, "", "engine"):
+        mode = engine.overlap_default
+        return mode, f"{engine.label}'s default ({engine.overlap_why})"
+    if overlap not in OVERLAP_MODES:
+        raise BadInput(f"--host-overlap {overlap!r}: one of engine, {', '.join(OVERLAP_MODES)}")
+    if overlap not in modes:
+        raise BadInput(f"--host-overlap {overlap}: {engine.label} has no such mode (it has: {', '.join(modes)}; "
+                       f"{engine.overlap_why})")
+    return overlap, "--host-overlap " + overlap + (f" ({modes[overlap]})" if modes[overlap] else "")
+
+
 def recommend(source: Source, workload: Workload, engine: Engine, *, settings: list[str] | None = None,
               flashinfer: str | None = None, layers: dict[str, int] | None = None,
               max_extrapolation: float = DEFAULT_MAX_EXTRAPOLATION, gpu: str | None = None,
-              top: int = 5) -> Recommendation:
+              top: int = 5, overlap: str | None = None) -> Recommendation:
+    from kbench.recommend.flags import check_spec
+    from kbench.recommend.spec import spec_of
+
     layers = {s: 1 for s in STEPS} | (layers or {})
     _layers_ok(layers)
     if not max_extrapolation >= 1:
         raise BadInput(f"--max-extrapolation {max_extrapolation}: must be >= 1 (1: no extrapolation)")
+    mode, mode_from = check_overlap(engine, overlap)
     fam = check_gpu(source, gpu)
     wl_gpu = workload.header.get("gpu") if isinstance(workload.header, dict) else None
     if wl_gpu:
@@ -239,84 +334,173 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     if not chosen:
         raise BadInput(f"{engine.label}: no setting in the table is valid on {FAMILY_NAME[fam]}")
     priced = _locate_all(source, workload, max_extrapolation)
+    spec = spec_of(workload, [p.tree for p in priced])
+    if settings:  # a setting named on purpose that the engine refuses for this spec config: exit 2
+        for s in chosen:
+            check_spec(engine.engine, s.id, s.flags, spec)
+    pages = sorted({p.page_size for p in priced if p.page_size})
     total_w = workload.total_weight
-
-    # the engine's kernels per step on this GPU: what per-shape routing inside the engine could pick from
-    reach: dict[str, set[str]] = {s: set() for s in STEPS}
-    for s in engine.valid_on(fam):
-        for step in STEPS:
-            r = s.route(step, fam, fi)
-            reach[step].update(k for k in (r.kernel, r.ragged_kernel) if k)
 
     results = []
     for s in chosen:
-        kernels = {step: s.kernel(step, fam, fi) for step in STEPS}
-        notes = sorted({s.route(step, fam, fi).note for step in STEPS if s.route(step, fam, fi).note})
-        low = [step for step in STEPS if s.route(step, fam, fi).priced_low]
-        if not all(kernels[step] for step in STEPS):
-            why = "; ".join(sorted({s.route(step, fam, fi).unmeasured for step in STEPS if not kernels[step]}))
-            results.append(SettingResult(s, kernels, None, None, unpriced=why, notes=notes))
-            continue
-        total, missing = 0.0, []
-        for p in priced:
-            for step in p.batch.steps:
-                k = s.kernel(step, fam, fi, ragged=p.ragged)
-                t = p.times.get(k)
-                if t is None:
-                    missing.append(f"{k} at {_cell(p.used)} ({p.group})")
-                    continue
-                total += p.batch.weight * layers[step] * t
-        if missing:
-            results.append(SettingResult(s, kernels, None, None, missing=sorted(set(missing)), notes=notes,
-                                         unpriced=f"{len(set(missing))} measured cell(s) lack its kernel's time"))
-        else:
-            results.append(SettingResult(s, kernels, total, total / total_w, notes=notes, priced_low=low))
-    results.sort(key=lambda r: (r.total_us is None, r.total_us if r.total_us is not None else 0, r.setting.id))
+        results.append(_price_setting(s, priced, fam, fi, layers, mode, engine, spec))
+    _rank(results, fam)
     same: dict[tuple, list[str]] = {}
     for r in results:
         same.setdefault(tuple(r.kernels.get(step) for step in STEPS), []).append(r.setting.id)
     for r in results:
         r.same_as = [i for i in same[tuple(r.kernels.get(step) for step in STEPS)] if i != r.setting.id]
 
+    # per-shape routing: in the engine, the cheapest of its settings' routes at each (batch, step); in kbench, the
+    # fastest kernel measured there (GPU time alone, no host work: a floor)
+    reach: dict[str, set[str]] = {step: set() for step in STEPS}
+    for s in engine.valid_on(fam):
+        for step in STEPS:
+            r = s.route(step, fam, fi)
+            reach[step].update(x for x in (r.route, r.kernel if not r.route else None) if x)
     eng_total, kb_total = 0.0, 0.0
-    oracle_of: dict[tuple[int, str], tuple[str, float]] = {}
-    oracle_kernels: dict[str, dict[str, float]] = {s: {} for s in STEPS}
+    oracle_of: dict[tuple[int, str], StepCost] = {}
+    oracle_kernels: dict[str, dict[str, float]] = {step: {} for step in STEPS}
     eng_ok = kb_ok = True
     for i, p in enumerate(priced):
+        chosen_costs = []
         for step in p.batch.steps:
-            cands = {k: t for k, t in p.times.items() if k in reach[step]}
-            if cands:
-                k, t = min(cands.items(), key=lambda kt: (kt[1], kt[0]))
-                oracle_of[(i, step)] = (k, t)
-                eng_total += p.batch.weight * layers[step] * t
-                oracle_kernels[step][k] = oracle_kernels[step].get(k, 0.0) + p.batch.weight / total_w
+            costs = [c for k in reach[step] if (c := step_cost(p, k, layers[step], mode)) is not None]
+            if costs:
+                c = min(costs, key=lambda c: (c.total_us, c.route))
+                oracle_of[(i, step)] = c
+                chosen_costs.append(c)
+                oracle_kernels[step][c.route] = oracle_kernels[step].get(c.route, 0.0) + p.batch.weight / total_w
             else:
                 eng_ok = False
+        eng_total += p.batch.weight * batch_total(chosen_costs, mode)
+        for step in p.batch.steps:
             if p.times:
                 kb_total += p.batch.weight * layers[step] * min(p.times.values())
             else:
                 kb_ok = False
 
+    cpus = sorted({p.host_cpus for p in priced if p.host_cpus})
     rec = Recommendation(engine, fam, source, workload, fi, layers, results, eng_total if eng_ok else None,
                          kb_total if kb_ok else None, oracle_kernels, [],
                          [p for p in priced if p.extrapolated],
                          sum(p.batch.weight for p in priced if p.interpolated) / total_w,
-                         sorted({n for b in workload.batches for n in b.notes})[:20])
+                         sorted({n for b in workload.batches for n in b.notes})[:20], mode, mode_from, spec,
+                         pages[0] if len(pages) == 1 else None, cpus[0] if cpus else None,
+                         next((p.host_cpu for p in priced if p.host_cpu), ""))
     best = rec.best
     if best is not None and eng_ok:
         gaps = []
         for i, p in enumerate(priced):
             for step in p.batch.steps:
-                k = best.setting.kernel(step, fam, fi, ragged=p.ragged)
-                ok, ot = oracle_of[(i, step)]
-                g = p.batch.weight * layers[step] * (p.times[k] - ot)
+                c = step_cost(p, best.kernels[step] if not p.ragged else _kernel_for(best.setting, step, fam, fi, True),
+                              layers[step], mode)
+                o = oracle_of[(i, step)]
+                if c is None:
+                    continue
+                g = p.batch.weight * (c.total_us - o.total_us)
                 if g > 0:
-                    gaps.append(Driver(p.batch, step, p.batch.weight / total_w, g, 0.0, k, ok, p.times[k], ot))
+                    gaps.append(Driver(p.batch, step, p.batch.weight / total_w, g, 0.0, c.route, o.route, c.total_us,
+                                       o.total_us))
         whole = sum(d.gap_us for d in gaps)
         for d in gaps:
             d.share = d.gap_us / whole if whole else 0.0
         rec.drivers = sorted(gaps, key=lambda d: -d.gap_us)[:top]
     return rec
+
+
+def _kernel_for(s: Setting, step: str, fam: str, fi: str | None, ragged: bool = False) -> str | None:
+    """What a setting's step runs: the engine's route when the table names one, else its kernel."""
+    r = s.route(step, fam, fi)
+    if ragged and r.ragged_kernel:
+        return r.ragged_kernel
+    return r.route or r.kernel
+
+
+def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, layers: dict[str, int], mode: str,
+                   engine: Engine, spec) -> SettingResult:
+    from kbench.recommend.flags import check_spec
+
+    routes = {step: s.route(step, fam, fi) for step in STEPS}
+    kernels = {step: _kernel_for(s, step, fam, fi) for step in STEPS}
+    notes = sorted({r.note for r in routes.values() if r.note})
+    default = fam in s.default_on
+    try:
+        check_spec(engine.engine, s.id, s.flags, spec)
+        refusal = ""
+    except BadInput as e:
+        refusal = str(e)
+    if refusal:
+        return SettingResult(s, kernels, None, None, unpriced=f"refused by the engine: {refusal}", notes=notes,
+                             default=default, overlap=mode)
+    if not all(kernels[step] for step in STEPS):
+        why = "; ".join(sorted({r.unmeasured for r in routes.values() if not r.kernel}))
+        return SettingResult(s, kernels, None, None, unpriced=why, notes=notes, default=default, overlap=mode)
+    total = gpu = host = noise = 0.0
+    missing: list[str] = []
+    bound, bound_ok = 0.0, True
+    for p in priced:
+        costs = []
+        for step in p.batch.steps:
+            r = routes[step]
+            plain = (r.ragged_kernel or r.kernel) if p.ragged else r.kernel
+            c = step_cost(p, r.route, layers[step], mode) if r.route and not p.ragged else None
+            if c is None:
+                missing.append(f"{r.route} at {_cell(p.used)} ({p.group})" if r.route and not p.ragged else
+                               f"{STEP_LABEL[step]}: no route of the engine in kbench's table"
+                               + (" for a ragged batch" if p.ragged and r.route else ""))
+                t = p.times.get(plain)
+                if t is None:
+                    bound_ok = False
+                else:
+                    bound += p.batch.weight * layers[step] * t
+                continue
+            costs.append(c)
+        w = p.batch.weight
+        step_total = batch_total(costs, mode)
+        total += w * step_total
+        gpu += w * sum(c.gpu_us for c in costs)
+        host += w * sum(c.host_us for c in costs)
+        noise += w * sum(c.noise_us for c in costs)
+        bound += w * step_total
+    tw = sum(p.batch.weight for p in priced)
+    if missing:
+        n = len(set(missing))
+        why = (f"{n} measured cell(s) lack the engine's route (measure it: kbench sweep -s engine-routes, or "
+               "--kernels routes)" if any(" at bs " in m for m in missing) else "; ".join(sorted(set(missing))))
+        if bound_ok:
+            why += "; the plain kernel's GPU time alone is a lower bound"
+        return SettingResult(s, kernels, None, None, unpriced=why, missing=sorted(set(missing)), notes=notes,
+                             bound_us=bound if bound_ok else None, default=default, overlap=mode)
+    low = [step for step in STEPS if routes[step].priced_low]
+    return SettingResult(s, kernels, total, total / tw, notes=notes, priced_low=low, gpu_us=gpu, host_us=host,
+                         noise_us=noise, default=default, overlap=mode)
+
+
+def _flag_count(s: Setting) -> int:
+    import shlex
+
+    return len([a for a in shlex.split(s.flags) if a.startswith("-")])
+
+
+def _rank(results: list[SettingResult], fam: str) -> None:
+    """Fastest first; settings within the measured noise of the fastest tie, and a tie goes to the engine's default,
+    then to the setting with the fewest flags (a setting priced from a plain kernel, not the engine's route, never
+    leads a tie it could only join by a price that leaves its route's cost out). The unpriced come last."""
+    priced = sorted((r for r in results if r.total_us is not None), key=lambda r: (r.total_us, r.setting.id))
+    rest = [r for r in results if r.total_us is None]
+    rest.sort(key=lambda r: (r.bound_us is None, r.bound_us or 0.0, r.setting.id))
+    ordered: list[SettingResult] = []
+    while priced:
+        lead = priced[0]
+        tied = [r for r in priced if r.total_us - lead.total_us <= max(lead.noise_us, r.noise_us)]
+        tied.sort(key=lambda r: (bool(r.priced_low), not r.default, _flag_count(r.setting), r.total_us, r.setting.id))
+        ids = [r.setting.id for r in tied]
+        for r in tied:
+            r.tied_with = [i for i in ids if i != r.setting.id]
+        ordered += tied
+        priced = [r for r in priced if r not in tied]
+    results[:] = ordered + rest
 
 
 def _cell(used: dict) -> str:

@@ -2,7 +2,7 @@
 table of engine settings with its citations."""
 from __future__ import annotations
 
-from kbench.recommend.price import Recommendation, SettingResult, describe_beyond
+from kbench.recommend.price import OVERLAP_RULE, Recommendation, SettingResult, describe_beyond
 from kbench.report.markdown import table as md_table
 from kbench.recommend.settings import FAMILY_NAME, STEP_LABEL, STEPS, Engine
 
@@ -24,34 +24,76 @@ def _per_step(rec: Recommendation, total: float | None) -> float | None:
     return None if total is None else total / rec.workload.total_weight
 
 
+def command(rec: Recommendation, r: SettingResult | None = None) -> str | None:
+    """The server command line that reproduces what was priced for setting r (the best by default): the backend
+    flags, the speculative config of the workload, the page size measured and the overlap mode priced."""
+    from kbench.recommend.flags import command_line, server_flags
+
+    r = r or rec.best
+    if r is None or rec.spec is None or rec.page_size is None:
+        return None
+    argv = server_flags(rec.engine.engine, r.setting.flags, rec.spec, rec.page_size, overlap=rec.overlap)
+    return command_line(rec.engine.engine, argv)
+
+
 def headline(rec: Recommendation) -> list[str]:
-    """The answer in two or three lines (the same words in every format)."""
+    """The answer in a few lines (the same words in every format)."""
     best = rec.best
     lines = [f"{rec.engine.label} on {rec.source.device_label}, {FAMILY_NAME[rec.family]}: "
-             f"{len(rec.workload.batches)} batch kind(s) from {rec.workload.source}, priced from {rec.source.label}"]
+             f"{len(rec.workload.batches)} batch kind(s) from {rec.workload.source}, priced from {rec.source.label}",
+             f"per step: host work once + {_layers(rec)}; host work and GPU {OVERLAP_WORDS[rec.overlap]} "
+             f"({rec.overlap_from})" + (f"; host work timed on {rec.host_cpus} CPUs ({rec.host_cpu})"
+                                        if rec.host_cpus else "")]
     if best is None:
-        lines.append("no setting of this engine can be priced on this GPU from these measurements")
+        bound = next((r for r in rec.results if r.bound_us is not None), None)
+        lines.append("no setting of this engine can be priced from these measurements: the engines' routes have no "
+                     "rows here (measure them: kbench sweep -s engine-routes, or --kernels routes)"
+                     + (f"; lower bounds from the plain kernels: {bound.setting.id} >= "
+                        f"{_us(bound.bound_us / rec.workload.total_weight)} us per step, no host work counted"
+                        if bound else ""))
         return lines
     eo = _per_step(rec, rec.engine_oracle_us)
-    lines.append(f"set: {best.setting.flags}  ->  {_us(best.per_step_us)} us of attention per step ({_layers(rec)})")
+    lines.append(f"set: {command(rec) or best.setting.flags}")
+    lines.append(f"  -> {_us(best.per_step_us)} us per step (GPU {_us(_per_step(rec, best.gpu_us))}, host "
+                 f"{_us(_per_step(rec, best.host_us))})"
+                 + (f"; tied within the measured noise with {', '.join(best.tied_with)}: the engine's default, then "
+                    "the fewest flags, wins a tie" if best.tied_with else ""))
+    default = next((r for r in rec.results if r.default), None)
+    if default is not None and default is not best:
+        if default.total_us is not None:
+            save = default.per_step_us - best.per_step_us
+            lines.append(f"the default ({default.setting.id}) costs {_us(default.per_step_us)} us per step: switching "
+                         f"saves {_us(save)} us per step, {save / default.per_step_us:.1%}")
+        else:
+            lines.append(f"the default ({default.setting.id}) is not priced: {default.unpriced}")
     gap = rec.gap_pct()
     if gap is not None:
-        lines.append(f"per-shape routing among {rec.engine.engine}'s kernels: {_us(eo)} us per step; the best single "
+        lines.append(f"per-shape routing among {rec.engine.engine}'s routes: {_us(eo)} us per step; the best single "
                      f"setting is {_pct(gap)} above it"
-                     + (f" (any kbench kernel per shape: {_us(_per_step(rec, rec.kbench_oracle_us))} us, "
-                        f"{_pct(rec.gap_pct(best, rec.kbench_oracle_us))})" if rec.kbench_oracle_us else ""))
+                     + (f" (any kbench kernel per shape, GPU time alone: "
+                        f"{_us(_per_step(rec, rec.kbench_oracle_us))} us)" if rec.kbench_oracle_us else ""))
     return lines
+
+
+OVERLAP_WORDS = {"max": "overlap (a step costs max(host, GPU); host work that waits for the GPU adds)",
+                 "sum": "add (host + GPU)"}
 
 
 def setting_rows(rec: Recommendation) -> tuple[list[str], list[list[str]]]:
     best = rec.best
-    headers = ["setting", "flags", "verify", "draft extend", "us per step", "vs best", "vs per-shape routing"]
+    headers = ["setting", "flags", "verify", "draft extend", "host us/step", "GPU us/step", "us per step", "vs best",
+               "vs per-shape routing"]
     rows = []
     for r in rec.results:
         vs = None if best is None or r.total_us is None else (r.total_us / best.total_us - 1) * 100
-        rows.append([r.setting.id + (" (default)" if rec.family in r.setting.default_on else ""), r.setting.flags,
+        if r.total_us is not None:
+            price = _us(r.per_step_us) + (" (tie)" if r.tied_with else "")
+        else:
+            price = "not priced: " + r.unpriced + (
+                f" (>= {_us(r.bound_us / rec.workload.total_weight)} us, GPU alone)" if r.bound_us is not None else "")
+        rows.append([r.setting.id + (" (default)" if r.default else ""), r.setting.flags,
                      r.kernels["verify"] or "not measured", r.kernels["draft_extend"] or "not measured",
-                     _us(r.per_step_us) if r.total_us is not None else f"not priced: {r.unpriced}",
+                     _us(_per_step(rec, r.host_us)), _us(_per_step(rec, r.gpu_us)), price,
                      _pct(vs), _pct(rec.gap_pct(r)) if r.total_us is not None else "-"])
     return headers, rows
 
@@ -76,16 +118,13 @@ def caveats(rec: Recommendation) -> list[str]:
                    "neighbour (kbench select's rule), not at a measured point")
     for r in rec.results:
         if r.missing:
-            out.append(f"{r.setting.id}: not priced, its kernel has no time at " + "; ".join(r.missing[:3])
+            out.append(f"{r.setting.id}: not priced, no time for " + "; ".join(r.missing[:3])
                        + ("; ..." if len(r.missing) > 3 else ""))
     best = rec.best
     if best is not None and best.priced_low:
-        clean = next((r for r in rec.results if r.total_us is not None and not r.priced_low), None)
         steps = " and ".join(STEP_LABEL[s] for s in best.priced_low)
         out.append(f"{best.setting.id} is priced low: the engine runs its {steps} on a costlier path than kbench "
-                   "timed (see below)" + (f"; the fastest setting without that caveat, {clean.setting.id}, is "
-                                          f"{_pct((clean.total_us / best.total_us - 1) * 100)} away, so the ranking "
-                                          "may flip: measure both on the server (--ab)" if clean else ""))
+                   "timed (see below): measure both on the server (--ab)")
     by_note: dict[str, list[str]] = {}
     for r in rec.results:
         for n in r.notes:
@@ -105,8 +144,11 @@ def to_json(rec: Recommendation) -> dict:
     tw = rec.workload.total_weight
 
     def setting(r: SettingResult) -> dict:
-        return {"id": r.setting.id, "flags": r.setting.flags, "default": rec.family in r.setting.default_on,
-                "kernels": r.kernels, "total_us": r.total_us, "per_step_us": r.per_step_us,
+        return {"id": r.setting.id, "flags": r.setting.flags, "default": r.default, "command": command(rec, r),
+                "routes": r.kernels, "kernels": r.kernels, "total_us": r.total_us, "per_step_us": r.per_step_us,
+                "host_per_step_us": _per_step(rec, r.host_us), "gpu_per_step_us": _per_step(rec, r.gpu_us),
+                "noise_us": r.noise_us, "tied_with": r.tied_with,
+                "bound_per_step_us": _per_step(rec, r.bound_us),
                 "vs_best_pct": None if best is None or r.total_us is None else (r.total_us / best.total_us - 1) * 100,
                 "vs_per_shape_routing_pct": rec.gap_pct(r) if r.total_us is not None else None,
                 "unpriced": r.unpriced or None, "missing": r.missing, "notes": r.notes, "same_kernels_as": r.same_as}
@@ -118,8 +160,15 @@ def to_json(rec: Recommendation) -> dict:
         "measurements": {"kind": rec.source.kind, "from": rec.source.label},
         "workload": {"from": rec.workload.source, "batch_kinds": len(rec.workload.batches), "total_weight": tw,
                      "layers": rec.layers, "header": rec.workload.header or None},
+        "overlap": {"mode": rec.overlap, "from": rec.overlap_from, "rule": OVERLAP_RULE[rec.overlap]},
+        "host": {"cpus": rec.host_cpus, "cpu": rec.host_cpu or None},
+        "spec": None if rec.spec is None else {"q_len": rec.spec.q_len, "topk": rec.spec.topk,
+                                               "steps": rec.spec.steps},
+        "page_size": rec.page_size,
         "best": None if best is None else {"id": best.setting.id, "flags": best.setting.flags,
-                                          "per_step_us": best.per_step_us, "total_us": best.total_us},
+                                          "command": command(rec), "per_step_us": best.per_step_us,
+                                          "host_per_step_us": _per_step(rec, best.host_us),
+                                          "gpu_per_step_us": _per_step(rec, best.gpu_us), "total_us": best.total_us},
         "per_shape_routing": {
             "engine_total_us": rec.engine_oracle_us, "engine_per_step_us": _per_step(rec, rec.engine_oracle_us),
             "kbench_total_us": rec.kbench_oracle_us, "kbench_per_step_us": _per_step(rec, rec.kbench_oracle_us),
@@ -144,7 +193,7 @@ def to_markdown(rec: Recommendation) -> str:
     head = headline(rec)
     lines += [head[0], ""]
     if best is not None:
-        lines += ["**Set:**", "```sh", best.setting.flags, "```",
+        lines += ["**Set:**", "```sh", command(rec) or best.setting.flags, "```",
                   f"{_us(best.per_step_us)} us of attention per step ({_layers(rec)})" + (
                       f"; per-shape routing would take {_us(_per_step(rec, rec.engine_oracle_us))} us "
                       f"({_pct(rec.gap_pct())} for one global setting)." if rec.gap_pct() is not None else "."), ""]

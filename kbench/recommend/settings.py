@@ -88,6 +88,7 @@ class Route:
     gpus: tuple[str, ...]
     kernel: str | None  # None: a kernel kbench does not measure (unmeasured says which)
     ragged_kernel: str | None = None
+    route: str | None = None  # the kbench route (kbench.kernels.routes) that runs it as the engine does
     unmeasured: str = ""
     flashinfer_below: str | None = None
     flashinfer_from: str | None = None
@@ -145,6 +146,12 @@ class Engine:
     settings: tuple[Setting, ...]
     unreached: tuple[Unreached, ...] = ()
     notes: tuple[str, ...] = ()
+    # whether the engine overlaps a step's host work with the previous step's GPU work: its modes (max: overlapped,
+    # sum: one after the other) with the flags that select each, the default, and why (cited)
+    overlap_modes: dict = field(default_factory=lambda: {"sum": ""})
+    overlap_default: str = "sum"
+    overlap_why: str = ""
+    overlap_cites: tuple[Cite, ...] = ()
 
     @property
     def label(self) -> str:
@@ -210,8 +217,8 @@ def _cites(raw, where: str) -> tuple[Cite, ...]:
 
 
 def _route(raw: dict, setting_gpus: tuple[str, ...], where: str) -> Route:
-    known = {"step", "gpus", "kernel", "ragged_kernel", "unmeasured", "flashinfer_below", "flashinfer_from", "note",
-             "priced_low", "cites"}
+    known = {"step", "gpus", "kernel", "ragged_kernel", "route", "unmeasured", "flashinfer_below", "flashinfer_from",
+             "note", "priced_low", "cites"}
     extra = set(raw) - known
     if extra:
         raise ValueError(f"{where}: unknown key {sorted(extra)[0]!r}")
@@ -219,6 +226,8 @@ def _route(raw: dict, setting_gpus: tuple[str, ...], where: str) -> Route:
         raise ValueError(f"{where}: step must be one of {', '.join(STEPS)}")
     if bool(raw.get("kernel")) == bool(raw.get("unmeasured")):
         raise ValueError(f"{where}: give kernel or unmeasured (one of them)")
+    if raw.get("route") and not raw.get("kernel"):
+        raise ValueError(f"{where}: a route runs a kernel: give kernel too")
     if raw.get("priced_low") and not raw.get("note"):
         raise ValueError(f"{where}: priced_low needs a note saying how the engine's path differs")
     for key in ("flashinfer_below", "flashinfer_from"):
@@ -227,9 +236,24 @@ def _route(raw: dict, setting_gpus: tuple[str, ...], where: str) -> Route:
     if not set(gpus) <= set(setting_gpus):
         raise ValueError(f"{where}: gpus {gpus} outside the setting's {setting_gpus}")
     return Route(step=raw["step"], gpus=gpus, kernel=raw.get("kernel"), ragged_kernel=raw.get("ragged_kernel"),
+                 route=raw.get("route"),
                  unmeasured=raw.get("unmeasured", ""), flashinfer_below=raw.get("flashinfer_below"),
                  flashinfer_from=raw.get("flashinfer_from"), note=raw.get("note", ""),
                  priced_low=bool(raw.get("priced_low", False)), cites=_cites(raw.get("cites"), where))
+
+
+def _overlap(raw, where: str) -> dict:
+    """An engine's [engines.overlap]: modes = {max = "flags", sum = "flags"} (the modes it has), default, why, cites."""
+    if raw is None:  # not read for this release: host work is added to the GPU work, never assumed hidden
+        return dict(overlap_modes={"sum": ""}, overlap_default="sum",
+                    overlap_why="not read for this release: host work counted on top of the GPU work")
+    modes = raw.get("modes")
+    if not isinstance(modes, dict) or not modes or not set(modes) <= {"max", "sum"}:
+        raise ValueError(f"{where}.overlap: modes must map max and/or sum to the flags that select them")
+    if raw.get("default") not in modes:
+        raise ValueError(f"{where}.overlap: default must be one of its modes")
+    return dict(overlap_modes={k: str(v) for k, v in modes.items()}, overlap_default=raw["default"],
+                overlap_why=str(raw.get("why", "")), overlap_cites=_cites(raw.get("cites"), f"{where}.overlap"))
 
 
 def _table_version(value, where: str) -> None:
@@ -267,9 +291,10 @@ def parse_table(data: dict) -> Table:
             raise ValueError(f"{where}: a setting id is given twice")
         unreached = tuple(Unreached(str(u["kernel"]), str(u["why"]), _cites(u.get("cites"), f"{where}.unreached"))
                           for u in e.get("unreached", []))
+        ov = _overlap(e.get("overlap"), where)
         engines.append(Engine(engine=str(e["engine"]), version=str(e["version"]), read_from=str(e["read_from"]),
                               cite_url=str(e["cite_url"]), flashinfer=e.get("flashinfer"),
-                              settings=tuple(settings), unreached=unreached, notes=tuple(e.get("notes", ()))))
+                              settings=tuple(settings), unreached=unreached, notes=tuple(e.get("notes", ())), **ov))
     return Table(engines)
 
 
@@ -286,7 +311,9 @@ def load_table() -> Table:
 
 
 def known_kernels() -> list[str]:
-    """kbench's kernels an engine could run (the registry's, less the reference and the test-only ones)."""
-    from kbench.kernels.registry import all_kernels
+    """kbench's kernels an engine could run (the registry's, less the reference, the test-only ones and the routes:
+    a route is an engine's call of one of these kernels, reached by the settings that name it)."""
+    from kbench.kernels.registry import all_kernels, is_route
 
-    return [k.name for k in all_kernels() if k.path != "reference" and not getattr(k, "test_only", False)]
+    return [k.name for k in all_kernels()
+            if k.path != "reference" and not getattr(k, "test_only", False) and not is_route(k)]

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 from kbench.kernels.routes.base import DecodeRoute, PagedPrefillRoute
 
+WORKSPACE = 384 * 1024 * 1024  # SGLANG_FLASHINFER_WORKSPACE_SIZE's default (environ.py:1221)
+
 FLASHINFER_VERIFY = PagedPrefillRoute(
     "sglang-fi-verify", "sglang", cuda_graph=True, custom_mask=True, indices_on_gpu=True, steps=("verify",),
+    workspace_bytes=WORKSPACE,
     source="flashinfer_backend.py:781-792, 1326-1336; eagle_info.py:90-153",
     description="SGLang flashinfer target verify: fa2 paged prefill, CUDA-graph wrapper, the draft mask as "
                 "custom_mask (a chain's too), plan() every step")
 FLASHINFER_DRAFT_EXTEND = PagedPrefillRoute(
     "sglang-fi-extend", "sglang", cuda_graph=True, custom_mask=False, indices_on_gpu=False, steps=("draft_extend",),
+    workspace_bytes=WORKSPACE,
     source="flashinfer_backend.py:807-818, 848-860, 1337-1341",
     description="SGLang flashinfer draft extend v2: fa2 paged prefill, CUDA-graph wrapper, causal, planned every "
                 "step from host offsets (no wait for the GPU)")
@@ -33,6 +37,7 @@ TRTLLM_MHA = DecodeRoute(
     source="trtllm_mha_backend.py:1749-1752, 1869-1889",
     description="SGLang trtllm_mha verify and draft extend v2: TRT-LLM decode (xqa on SM90) with q_len_per_req and "
                 "the draft mask, in a CUDA graph",
-    host_work="the graph's KV lengths and page table refreshed on the GPU (4 launches), no plan")
+    host_work="the graph's KV lengths and page table refreshed by one launch (SGLang: one fused Triton kernel, "
+              "trtllm_mha_backend.py:941-1030), no plan, no wait")
 
 ROUTES = (FLASHINFER_VERIFY, FLASHINFER_DRAFT_EXTEND, TRTLLM_MHA)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from kbench.kernels.routes.base import DecodeRoute, PagedPrefillRoute
 
+WORKSPACE = 394 * 1024 * 1024  # VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE's default (envs.py:234, 1926-1927)
+
 FLASHINFER_DECODE = DecodeRoute(
     "vllm-fi-decode", "vllm", metadata="vllm-flashinfer", steps=("verify", "draft_extend"),
     source="v1/attention/backends/flashinfer.py:1058-1071, 1934-1963, 2728-2746",
@@ -20,7 +22,8 @@ FLASHINFER_DECODE = DecodeRoute(
     host_work="block table and KV lengths copied host to GPU, no plan")
 FLASHINFER_PREFILL = PagedPrefillRoute(
     "vllm-fi-prefill", "vllm", cuda_graph=False, custom_mask=False, indices_on_gpu=False,
-    steps=("verify", "draft_extend"), source="v1/attention/backends/flashinfer.py:1058-1071, 1477-1482",
+    steps=("verify", "draft_extend"), workspace_bytes=WORKSPACE,
+    source="v1/attention/backends/flashinfer.py:1058-1071, 1477-1482",
     description="vLLM FLASHINFER with use_trtllm_attention false: fa2 paged prefill (auto), causal, plan() every "
                 "step from host offsets, run eagerly")
 
