@@ -234,6 +234,9 @@ def sweep_header(console: Console, sc, n_cases: int, shard: tuple[int, int] | No
     cases = f"{n_cases} of {len(sc.cases())} cases (shard {shard[0]}/{shard[1]})" if shard else f"{n_cases} cases"
     console.print(f"[bold]{sc.name}[/]: {cases} x "
                   f"{len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels ({sc.source})")
+    for spec in sc.trees_left_out():
+        console.print(f"note: tree {spec} has no tree at q_len {', '.join(map(str, sc.q_len))}: left out, as the "
+                      f"full grid leaves out the sizes a spec has no tree of", markup=False)
     long_cpu = cpu_sweep_warning(n_cases, sc.timing)
     if long_cpu:
         console.print(f"[yellow]{long_cpu}[/]")
