@@ -13,10 +13,7 @@ from kbench.engine.sweep import SweepObserver
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "results" / "baselines" / "h200-draft-extend-kv4096"
-# The committed baselines, by name. Tests read these and nothing else of results/baselines/: a baseline a user
-# makes there and does not commit must not fail kbench's tests (test_manifest_file checks this list against git).
-COMMITTED_BASELINES = ("h200-draft-extend-adaptive-kv512-4096-32768", "h200-draft-extend-full-kv512-4096-32768",
-                       "h200-draft-extend-kv4096", "h200-power-both-kv4096-sweep1", "h200-power-both-kv4096-sweep2")
+from committed import COMMITTED_BASELINES  # noqa: E402,F401  (the committed baselines, by name)
 TINY = ["-b", "1", "-q", "1,2", "-k", "64", "--budget", "0.02"]
 
 
