@@ -219,8 +219,8 @@ def cpu_next_steps(rows: pd.DataFrame) -> str | None:
     return ("no kernel ran here (the FlashInfer kernels need a CUDA GPU): the times above are the float32 "
             "reference's on this CPU, which checks that kbench runs, not a kernel benchmark, and this run has "
             "nothing to report on or gate.\nnext, on a committed H200 baseline:\n"
-            f"  kbench report {b} --out h200-report\n"
-            "  kbench select --policy h200-report/policy.json --batch-size 16 --q-len 4 --kv-len 4096\n"
+            f"  kbench report {b} --out results/h200-report\n"
+            "  kbench select --policy results/h200-report/policy.json --batch-size 16 --q-len 4 --kv-len 4096\n"
             f"  kbench gate --baseline {b} --candidate {b}")
 
 
