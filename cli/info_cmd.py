@@ -17,22 +17,32 @@ from kbench.engine.measure import kernel_reason
 
 
 @click.command("kernels", epilog=examples(
-    "kbench kernels", "kbench kernels --models", "kbench kernels --json"))
+    "kbench kernels", "kbench kernels --models --json", "kbench kernels --test-only"))
 @click.option("--models", is_flag=True, help="Also list the named head configurations.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def kernels_cmd(models, as_json):
-    """List every kernel with its availability on this machine and the reason when it is not."""
+@click.option("--test-only", "test_only", is_flag=True,
+              help="Also list the test-only kernels (fault injection for kbench's own tests, never in 'all'), "
+                   "apart and marked test only.")
+def kernels_cmd(models, as_json, test_only):
+    """List every kernel with its availability on this machine and the reason when it is not.
+
+    Test-only kernels (e.g. test-oob-write, which writes out of bounds on purpose to show crash isolation)
+    are left out unless --test-only."""
     dev = probe_device()
     probe = Case(8, 4, 4096, 32, 8, 128, 64, "HND", "bf16", "bf16")
     mla_probe = Case(8, 4, 4096, **MODELS["deepseek-v3"].case_fields())  # MLA kernels: DeepSeek-V3's heads
-    data = []
+    data, tests = [], []
     for k in all_kernels():
+        if k.test_only and not test_only:
+            continue
         reason = kernel_reason(k, dev, probe if "gqa" in k.attentions else mla_probe)
-        data.append({"kernel": k.name, "path": k.path, "backend": k.backend(dev),
-                     "available": reason is None, "reason": reason or "", "kv_dtypes": list(k.kv_dtypes),
-                     "call": k.description})
+        (tests if k.test_only else data).append(
+            {"kernel": k.name, "path": k.path, "backend": k.backend(dev), "available": reason is None,
+             "reason": reason or "", "kv_dtypes": list(k.kv_dtypes), "call": k.description,
+             **({"test_only": True} if k.test_only else {})})
     if as_json:
-        click.echo(json.dumps({"device": dev.to_dict(), "kernels": data}, indent=2))
+        click.echo(json.dumps({"device": dev.to_dict(), "kernels": data,
+                               **({"test_only_kernels": tests} if test_only else {})}, indent=2))
         return
     c = make_console()
     t = Table(title=f"kernels on {dev.name} (SM{dev.sm}), checked at a Llama-3-8B bf16 HND shape (MLA kernels: "
@@ -43,6 +53,15 @@ def kernels_cmd(models, as_json):
         t.add_row(d["kernel"], d["path"], d["backend"], "[green]yes[/]" if d["available"] else "[red]no[/]",
                   d["reason"] or f"[dim]{d['call']}[/]")
     c.print(t)
+    if tests:
+        tt = Table(title="test only (never in 'all'; for kbench's own fault tests, run only when named)",
+                   header_style="bold")
+        for col in ("kernel", "path", "available", "what it does"):
+            tt.add_column(col)
+        for d in tests:
+            tt.add_row(d["kernel"], d["path"], "[green]yes[/]" if d["available"] else "[red]no[/]",
+                       f"{d['call']}" + (f" ({d['reason']})" if d["reason"] else ""))
+        c.print(tt)
     if models:
         m = Table(title="models (head config per rank)", header_style="bold")
         for col in ("name", "attention", "q heads", "kv heads", "head_dim", "group"):

@@ -153,8 +153,11 @@ def summary_tables(rows: pd.DataFrame, ceiling_bw: float | None, max_cases: int 
     tables = []
     for gkey, g in rows.groupby(GROUP_COLUMNS, sort=False):
         k = dict(zip(GROUP_COLUMNS, gkey))
-        t = Table(title=f"{group_label(k)}   (us per call; KV GB/s, % of the read ceiling {fmt_bw(ceiling_bw)})",
-                  show_lines=False, header_style="bold")
+        ok = g[g["status"] == "ok"]
+        on_cpu = len(ok) and (ok["path"] == "reference").all() and "timer" in ok and (ok["timer"] == "wall-clock").all()
+        what = ("the float32 reference on this CPU, by wall clock: us per call; under it its KV GB/s" if on_cpu
+                else f"us per call; KV GB/s, % of the read ceiling {fmt_bw(ceiling_bw)}")
+        t = Table(title=f"{group_label(k)}   ({what})", show_lines=False, header_style="bold")
         for c in ("bs", "q", "kv"):
             t.add_column(c, justify="right")
         # kernels skipped on every case of the group get no column: the skipped table lists them
@@ -177,7 +180,7 @@ def summary_tables(rows: pd.DataFrame, ceiling_bw: float | None, max_cases: int 
                 elif r.status == "ok":
                     frac = f" {r.roofline_frac * 100:.0f}%" if r.roofline_frac and not math.isnan(r.roofline_frac) else ""
                     style = "bold" if w is not None and w["winner"] == k else ""
-                    txt = f"{fmt_us(r.median_us)}\n[dim]{r.kv_bandwidth_gbs:,.0f}{frac}[/]"
+                    txt = f"{fmt_us(r.median_us)}\n[dim]{fmt_gbs(r.kv_bandwidth_gbs)}{frac}[/]"
                     cells.append(f"[{style}]{txt}[/]" if style else txt)
                 elif r.status == "skipped":
                     cells.append("[dim]skip[/]")
@@ -192,6 +195,33 @@ def summary_tables(rows: pd.DataFrame, ceiling_bw: float | None, max_cases: int 
             t.add_row(*cells)
         tables.append(t)
     return tables
+
+
+def fmt_gbs(bw) -> str:
+    """A KV bandwidth in GB/s: whole numbers, two significant digits below 10 (a CPU's reference reads
+    0.0043 GB/s, which would print as 0)."""
+    if bw is None or pd.isna(bw):
+        return "-"
+    return f"{bw:,.0f}" if abs(bw) >= 10 or bw == 0 else f"{bw:.2g}"
+
+
+COMMITTED_BASELINE = "results/baselines/h200-draft-extend-kv4096"
+
+
+def cpu_next_steps(rows: pd.DataFrame) -> str | None:
+    """After a sweep with no kernel row (a machine without a GPU): what its times are, and what to run next."""
+    if rows.empty or not {"status", "path"} <= set(rows.columns):
+        return None
+    ok = rows[rows["status"] == "ok"]
+    if (ok["path"] != "reference").any() or ("sm" in rows and (pd.to_numeric(rows["sm"], errors="coerce") > 0).any()):
+        return None  # a kernel ran, or this is a GPU (where kernels that all failed say so themselves)
+    b = COMMITTED_BASELINE
+    return ("no kernel ran here (the FlashInfer kernels need a CUDA GPU): the times above are the float32 "
+            "reference's on this CPU, which checks that kbench runs, not a kernel benchmark, and this run has "
+            "nothing to report on or gate.\nnext, on a committed H200 baseline:\n"
+            f"  kbench report {b} --out results/h200-report\n"
+            "  kbench select --policy results/h200-report/policy.json --batch-size 16 --q-len 4 --kv-len 4096\n"
+            f"  kbench gate --baseline {b} --candidate {b}")
 
 
 def fmt_bw(bw) -> str:
@@ -234,6 +264,9 @@ def sweep_header(console: Console, sc, n_cases: int, shard: tuple[int, int] | No
     cases = f"{n_cases} of {len(sc.cases())} cases (shard {shard[0]}/{shard[1]})" if shard else f"{n_cases} cases"
     console.print(f"[bold]{sc.name}[/]: {cases} x "
                   f"{len(sc.kernels) if 'all' not in sc.kernels else 'all'} kernels ({sc.source})")
+    for spec in sc.trees_left_out():
+        console.print(f"note: tree {spec} has no tree at q_len {', '.join(map(str, sc.q_len))}: left out, as the "
+                      f"full grid leaves out the sizes a spec has no tree of", markup=False)
     long_cpu = cpu_sweep_warning(n_cases, sc.timing)
     if long_cpu:
         console.print(f"[yellow]{long_cpu}[/]")
@@ -278,6 +311,9 @@ def sweep_summary(console: Console, result, stop, allow_wrong: bool, max_table_c
         f"{'-' if result.first_ok_s is None else f'after {result.first_ok_s:.1f} s'}\n"
         f"run: {result.run_dir}"
     )
+    nxt = cpu_next_steps(rows)
+    if nxt:
+        console.print(nxt, markup=False, soft_wrap=True)
     ada_block = read_manifest(result.run_dir).get("adaptive")
     if ada_block and ada_block.get("stop_rule"):
         console.print(f"adaptive: {ada_block['measured_cases']} of {ada_block['grid_cases']} cases measured in "

@@ -74,6 +74,9 @@ def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows, plot
     shown = _first(rows, max_rows)
     con.print(_table("Crossovers: q_len ranges per path", headers, shown))
     _more(con, rows, shown, "crossover rows", res.out_dir / "crossovers.csv")
+    if rows:
+        con.print("policy switches: how often the path the policy serves changes along q_len (a tie is served by "
+                  "its faster median); flips beyond ties: only the changes beyond the measured spread", markup=False)
     con.print(_table("Regret of the policy", *regret_table(res.regrets)))
     pairs = res.power_pairs
     if pairs is not None and not pairs.empty:

@@ -13,6 +13,7 @@ from kbench.engine.sweep import SweepObserver
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "results" / "baselines" / "h200-draft-extend-kv4096"
+from committed import COMMITTED_BASELINES  # noqa: E402,F401  (the committed baselines, by name)
 TINY = ["-b", "1", "-q", "1,2", "-k", "64", "--budget", "0.02"]
 
 

@@ -347,3 +347,21 @@ def test_the_exported_selector_reads_numbers_as_select_does(tmp_path, policy):
         assert r.returncode == code, (args, r.stdout, r.stderr)
         if code:
             assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_kernels_leaves_out_the_test_only_kernels_unless_asked_and_then_shows_them_apart():
+    from kbench.kernels.registry import all_kernels
+
+    test_only = sorted(k.name for k in all_kernels() if k.test_only)
+    assert "test-oob-write" in test_only
+    r = run_cli(["kernels"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0 and "trtllm-decode" in r.output, r.output
+    assert not any(n in r.output for n in test_only), r.output
+    data = json.loads(run_cli(["kernels", "--json"]).output)
+    assert not {k["kernel"] for k in data["kernels"]} & set(test_only) and "test_only_kernels" not in data
+    r = run_cli(["kernels", "--test-only"], env={"COLUMNS": "250"})
+    main, apart = r.output.split("test only (never in 'all'")
+    assert "test-oob-write" not in main and "test-oob-write" in apart, r.output
+    data = json.loads(run_cli(["kernels", "--test-only", "--json"]).output)
+    assert [k["kernel"] for k in data["test_only_kernels"]] == test_only
+    assert all(k["test_only"] for k in data["test_only_kernels"])

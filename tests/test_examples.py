@@ -182,6 +182,9 @@ def test_github_actions_gate_with_cache_and_junit():
                 commands.setdefault(argv[0], []).append(check(argv))
     assert sorted(commands) == ["gate", "prebuild", "sweep"]
     assert commands["gate"][0]["junit_file"] == "gate.xml" and commands["gate"][0]["baseline"] == env["BASELINE"]
+    from committed import COMMITTED_BASELINES  # the gate's baseline ships with kbench: a fresh clone has it
+
+    assert env["BASELINE"].startswith("results/baselines/") and env["BASELINE"].split("/")[-1] in COMMITTED_BASELINES
     assert (Path(__file__).resolve().parent.parent / env["BASELINE"]).is_dir()
     assert any(p.get("load") for p in commands["prebuild"])
     cache = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/cache"))

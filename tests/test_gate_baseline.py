@@ -149,3 +149,24 @@ def test_a_baseline_of_a_resumed_run_killed_mid_way_loads_and_gates(tmp_path):
     assert len(load_run(tmp_path / "bl" / "b").rows) == len(rows)
     r = run_cli(["gate", "--baseline", tmp_path / "bl" / "b", "--candidate", tmp_path / "run"])
     assert r.exit_code == 0, r.output
+
+
+def test_a_cpu_run_with_no_kernel_row_is_refused_as_a_baseline_saying_what_to_do(tmp_path, cpu_run):
+    """A CPU sweep's only ok rows are the float32 reference, which the gate never compares: such a baseline
+    would fail every gate with 'nothing compared'. Refused in one line (exit 2), nothing written, naming the
+    committed baseline to gate on instead; the same from Python."""
+    import pytest
+
+    from kbench.errors import BadInput
+    from kbench.gate.baselines import write_multi_baseline
+
+    rows = load_run(cpu_run).rows
+    assert set(rows[rows.status == "ok"].path) == {"reference"}
+    line = one_error_line(_baseline(cpu_run, "--name", "cpu", "--out", tmp_path / "bl"))
+    assert line.startswith(f"error: {cpu_run}: no kernel row to gate: its ") and "float32 reference (a CPU run" in line
+    assert line.endswith("kbench gate --baseline results/baselines/h200-draft-extend-kv4096 "
+                         "--candidate results/baselines/h200-draft-extend-kv4096")
+    assert not (tmp_path / "bl" / "cpu").exists()
+    with pytest.raises(BadInput, match="no kernel row to gate"):
+        write_multi_baseline([cpu_run, cpu_run], "cpu2", root=tmp_path / "bl")
+    assert not (tmp_path / "bl" / "cpu2").exists()

@@ -17,7 +17,7 @@ def test_the_check_sees_a_lazy_cycle_and_an_upward_import():
 
 
 def test_every_python_api_named_in_the_docs_imports():
-    """The 'from Python, without the CLI' lines of kbench/__init__.py and the README name importable things."""
+    """The 'from Python, without the CLI' lines of kbench/__init__.py, the README and docs/ name importable things."""
     import importlib
     import re
     from pathlib import Path
@@ -25,7 +25,8 @@ def test_every_python_api_named_in_the_docs_imports():
     import kbench
 
     root = Path(__file__).resolve().parents[1]
-    lines = re.findall(r"^\s*from (kbench[\w.]*) import ([\w, ]+)", kbench.__doc__ + (root / "README.md").read_text(), re.M)
+    docs = "".join(p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
+    lines = re.findall(r"^\s*from (kbench[\w.]*) import ([\w, ]+)", kbench.__doc__ + docs, re.M)
     assert len(lines) >= 15, lines
     for mod, names in lines:
         m = importlib.import_module(mod)

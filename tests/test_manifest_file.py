@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import COMMITTED_BASELINES
+
 from kbench.runs.manifest import ABSENT, FILE_KEYS, Manifest
 from kbench.runs.store import RunWriter, load_run
 
@@ -81,10 +83,23 @@ def test_field_table_covers_every_key_kbench_writes():
     assert Manifest.from_dict(text).extra == {}
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in BASELINE.parent.iterdir() if (p / "manifest.json").is_file()))
+@pytest.mark.parametrize("name", COMMITTED_BASELINES)
 def test_every_committed_baseline_loads_with_the_rows_it_recorded(name):
     """load_run refuses tables holding another number of rows than the manifest recorded (a copy cut short): every
     committed baseline holds its count, read with its samples and without them (the lean read of report and gate)."""
     m = json.loads((BASELINE.parent / name / "manifest.json").read_text())
     for lists in (True, False):
         assert len(load_run(BASELINE.parent / name, lists=lists).rows) == m["baseline"]["num_rows"] == m["num_rows"]
+
+
+def test_the_tests_list_of_committed_baselines_is_what_git_holds():
+    """Tests name the committed baselines (helpers.COMMITTED_BASELINES) instead of listing results/baselines/, where
+    a user's own uncommitted baseline may lie; the list is every baseline git tracks, no more, no less."""
+    import subprocess
+
+    root = BASELINE.parents[2]
+    r = subprocess.run(["git", "-C", str(root), "ls-files", "results/baselines"], capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        pytest.skip("not a git checkout")
+    tracked = {Path(f).parts[2] for f in r.stdout.split() if f.endswith("/manifest.json")}
+    assert tracked == set(COMMITTED_BASELINES)

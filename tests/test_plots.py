@@ -80,3 +80,26 @@ def test_time_vs_q_gives_each_kernel_its_own_marker_and_labels_steps_above_the_p
     assert not [t for t in ax.texts if "q·G" in t.get_text()]  # no label inside the plot area
     top = ax.child_axes  # the secondary x axis on top
     assert top and any("q·G=16" in t.get_text() for a in top for t in a.get_xticklabels())
+
+
+def test_roofline_of_a_run_with_a_read_ceiling_is_the_read_roofline_and_names_it(tmp_path, monkeypatch):
+    """A run that measured its read ceiling (manifest read_bandwidth_gbs) is plotted against it, and the plot
+    names the ceiling and its figure; no kernel passes 1.0 there (the copy-bandwidth fallback is for older runs)."""
+    import json
+
+    from kbench.report import plots
+    from kbench.report.build import build_report
+
+    run = BASELINE.parent / "h200-power-both-kv4096-sweep1"
+    read = json.loads((run / "manifest.json").read_text())["read_bandwidth_gbs"]
+    figs = {}
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.setdefault(Path(path).name, fig) and real(fig, path))
+    rep = build_report([run], tmp_path / "rep", plot_groups=0, power="unthrottled")
+    roof = figs["roofline.png"].axes[0]
+    assert roof.get_ylabel() == "achieved KV bandwidth / measured read ceiling"
+    assert f"{read:,.0f} GB/s" in roof.get_title() and "read_bandwidth_gbs" in roof.get_title()
+    assert any(t.get_text() == f"measured read ceiling ({read:,.0f} GB/s)" for t in roof.texts)
+    assert max(max(c.get_offsets()[:, 1]) for c in roof.collections) <= 1.0
+    caption = dict((p.name, c) for p, c in rep.plots)["roofline.png"]
+    assert caption == f"Fraction of the read roofline per kernel (the measured read ceiling, {read:,.0f} GB/s)"

@@ -103,3 +103,30 @@ def test_runs_from_different_devices_are_refused(tmp_path):
     b = write_run(tmp_path / "b", [row(DECODE, case(1, 1, 1024), 10.0)], device={"name": "NVIDIA B200", "sm": 100})
     with pytest.raises(BadInput, match="different devices"):
         combine([load_run(a), load_run(b)])
+
+
+def test_crossover_switches_count_the_policy_s_path_changes_and_flips_only_those_beyond_ties(tmp_path):
+    """The committed H200 baseline at bs 64 is all ties between decode-wrapper and fa2-prefill (one FA2 kernel),
+    served by the faster median: the policy changes path 10 times along q_len, none beyond the spread. The
+    table says both, and the switch count is the policy's own (its cells' paths along q_len)."""
+    import json
+    from pathlib import Path
+
+    from kbench.report import build_report
+    from kbench.report.crossovers import table
+
+    run = Path(__file__).resolve().parents[1] / "results" / "baselines" / "h200-draft-extend-kv4096"
+    rep = build_report([run], tmp_path / "rep", plot_groups=0)
+    pol = json.loads((tmp_path / "rep" / "policy.json").read_text())
+    for x in rep.crossovers:
+        cells = sorted((c["q_len"], c["path"]) for c in pol["groups"][0]["cells"]
+                       if (c["batch_size"], c["kv_len"]) == (x.batch_size, x.kv_len))
+        assert x.switches == sum(a[1] != b[1] for a, b in zip(cells, cells[1:]))
+    by_bs = {x.batch_size: x for x in rep.crossovers}
+    assert (by_bs[64].switches, by_bs[64].flips) == (10, 0)
+    headers, rows = table(rep.crossovers)
+    assert headers[-2:] == ["policy switches", "flips beyond ties"]
+    assert [r[-2:] for r in rows if r[1] == "64"] == [["10", "0"]]
+    csv = (tmp_path / "rep" / "crossovers.csv").read_text().splitlines()
+    assert csv[0].endswith("policy switches,flips beyond ties")
+    assert "'policy switches' counts how often the path the policy serves" in (tmp_path / "rep" / "report.md").read_text()

@@ -233,3 +233,39 @@ def test_the_eta_is_the_phase_s_average_pace_not_the_last_burst(monkeypatch):
         assert task.time_remaining is not None and task.time_remaining < 25  # rich's own: the burst's pace
     lines = [ln for ln in buf.getvalue().splitlines() if ln.startswith("  measuring: 35/96")]
     assert lines and lines[-1].startswith("  measuring: 35/96 after 31 s, eta 54 s"), lines[-1:]  # 61 x 31 / 35
+
+
+def test_cpu_sweep_says_its_times_are_the_reference_s_and_prints_the_next_step(tmp_path):
+    """On a CPU every kernel is skipped: the table says its times are the float32 reference's by wall clock (with
+    its bandwidth readable, not 0), and the summary says what that run is and what to run next, on a committed
+    baseline; those commands run as printed."""
+    r = CliRunner().invoke(cli, ["sweep", *TINY, "--out", str(tmp_path / "r")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert "(the float32 reference on this CPU, by wall clock: us per call; under it its KV GB/s)" in " ".join(out.split())
+    ref_cells = [ln for ln in out.splitlines() if ln.startswith("│    │   │")]
+    assert ref_cells and all(" 0 " not in ln for ln in ref_cells), ref_cells
+    tail = out[out.index("no kernel ran here"):].splitlines()
+    assert "the times above are the float32 reference's on this CPU" in tail[0]
+    assert tail[1] == "next, on a committed H200 baseline:"
+    cmds = [ln.strip().split()[1:] for ln in tail[2:5]]
+    assert [c[0] for c in cmds] == ["report", "select", "gate"]
+    os.chdir(tmp_path)  # the commands name paths from the repository root and h200-report/ beside it
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        fix = lambda c: [a.replace("results/baselines/", f"{root}/results/baselines/") for a in c]  # noqa: E731
+        for c in cmds:
+            res = CliRunner().invoke(cli, fix(c))
+            assert res.exit_code == 0, (c, res.output)
+        assert "PASS" in res.output
+    finally:
+        os.chdir(root)
+
+
+def test_a_gpu_run_whose_kernels_all_failed_gets_no_cpu_hint():
+    from kbench.cli.render import cpu_next_steps
+
+    rows = pd.DataFrame({"status": ["ok", "failed"], "path": ["reference", "decode"], "sm": [90, 90]})
+    assert cpu_next_steps(rows) is None
+    assert cpu_next_steps(rows.assign(sm=0)).startswith("no kernel ran here")
+    assert cpu_next_steps(rows.assign(status="ok", sm=0)) is None

@@ -195,3 +195,29 @@ def test_trees_read_again_when_the_file_changes(tmp_path):
         f.write_text("-1 0 5\n")
         os.utime(f, ns=(1, 10**9 * 9))
         T.read_tree_file(str(f))
+
+
+def test_narrowing_a_tree_scenario_leaves_out_the_pairs_that_cannot_exist(tmp_path):
+    """eagle-tree's own topk:8 has no tree of 4 tokens: the full grid leaves that pair out, and so does a grid
+    narrowed to --q-len 4 (it was refused); the sweep names what it left out. Specs named with --tree must still
+    fit, and a grid left with no tree at all is refused (one line, exit 2)."""
+    sc = apply_overrides(load_scenario("eagle-tree"), q_len="4", batch_size="1", kv_len="1024")
+    assert sc.trees_left_out() == ["topk:8"]
+    assert sorted(c.tree for c in sc.cases()) == ["chain", "topk:2", "topk:4"]
+    sc = apply_overrides(load_scenario("eagle-tree"), q_len="1", batch_size="1", kv_len="1024")
+    assert [c.tree for c in sc.cases()] == ["chain"] and sc.trees_left_out() == ["topk:2", "topk:4", "topk:8"]
+    assert load_scenario("eagle-tree").trees_left_out() == []
+    r = kbench("sweep", "-s", "eagle-tree", "--q-len", "4", "-b", "1", "-k", "1024", "--budget", "0.02",
+               "--kernels", "reference", "--out", str(tmp_path / "o"))
+    assert r.exit_code == 0, r.output
+    assert "eagle-tree: 3 cases" in r.output
+    assert "note: tree topk:8 has no tree at q_len 4: left out" in r.output
+    r = kbench("sweep", "-s", "eagle-tree", "--q-len", "4", "--tree", "chain,topk:8", "--out", str(tmp_path / "o2"))
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "topk:8 is above the tree size (q_len 4)" in r.output
+    only = tmp_path / "only-topk8.toml"
+    only.write_text('name = "t"\nmodel = "llama3-8b"\n[grid]\nbatch_size = [1]\nq_len = [4, 8]\nkv_len = [1024]\n'
+                    'tree = ["topk:8"]\n')
+    assert len(load_scenario(str(only)).cases()) == 1
+    r = kbench("sweep", "-s", str(only), "--q-len", "4", "--out", str(tmp_path / "o3"))
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "grid.tree: topk:8 is above the tree size (q_len 4)" in r.output and not (tmp_path / "o3").exists()

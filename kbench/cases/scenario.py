@@ -43,6 +43,7 @@ from kbench.cases.models import MODELS, HeadConfig, parse_heads
 from kbench.cases.dists import INT32_MAX, max_kv_len
 from kbench.cases.trees import check_grid as check_trees
 from kbench.cases.trees import fits as tree_fits
+from kbench.cases.trees import left_out as tree_left_out
 from kbench.values import parse_float
 
 if sys.version_info >= (3, 11):
@@ -114,6 +115,10 @@ class _ScenarioMethods:
                 continue  # a tree spec runs at the tree sizes it has a tree of (kbench.cases.trees.fits)
             out.append(Case(**heads, **values))
         return out
+
+    def trees_left_out(self) -> list[str]:
+        """The scenario's tree specs that no q_len of its grid has a tree of (left out of cases())."""
+        return tree_left_out(self.tree, self.q_len, self.source) if self.tree != ["chain"] else []
 
     def validate(self) -> "Scenario":
         where = self.source
@@ -194,8 +199,8 @@ class _ScenarioMethods:
             raise BadInput(f"{where}: grid: the largest case needs {big.min_bytes() / 2**40:.0f} TiB of inputs; "
                            "narrow an axis or the heads")
         self._check_lengths(where)
-        if self.tree != ["chain"]:
-            check_trees(self.tree, self.q_len, where)
+        if self.tree != ["chain"]:  # a scenario's own spec that a narrowed q_len leaves no tree for is left out
+            check_trees(self.tree, self.q_len, where, strict=False)
         if not self.kernels:  # the names themselves are the registry's to check (kbench.kernels.registry.select)
             raise BadInput(f"{where}: kernels: no kernel named (give names from `kbench kernels`, or all)")
         return self
@@ -435,4 +440,7 @@ def apply_overrides(sc: Scenario, **axes) -> Scenario:
     out = replace(sc, **changes)
     if any(v is not None for v in axes.values()):
         out.source = f"{sc.source} + command line"
-    return out.validate()
+    out.validate()
+    if "tree" in changes:  # a spec the user named must have a tree at some q_len; a scenario's own may be left out
+        check_trees(out.tree, out.q_len, out.source, strict=True)
+    return out

@@ -279,19 +279,30 @@ def fits(spec: str, q_len: int, where: str = "scenario") -> bool:
     return True
 
 
-def check_grid(specs: list[str], q_lens: list[int], where: str) -> None:
+def check_grid(specs: list[str], q_lens: list[int], where: str, strict: bool = True) -> None:
     """Refuse a tree spec that fits no q_len of the grid (the combinations it does not fit are left out of
-    the grid, see kbench.cases.scenario); reads every file once, so a bad one stops here."""
+    the grid, see kbench.cases.scenario); reads every file once, so a bad one stops here. strict (the specs a
+    user named with --tree): every spec must fit some q_len. Not strict (a scenario's own specs, perhaps on a
+    grid narrowed by --q-len): a spec that fits none is left out like any other pair that cannot exist
+    (left_out() names it), and only a grid left with no tree at all is refused."""
+    problems = []
     for s in specs:
         t = parse_tree(s)
         if t.kind == "topk" and t.arg > max(q_lens):
-            raise BadInput(f"{where}: grid.tree: topk:{t.arg} is above the tree size (q_len {max(q_lens)}): a tree of "
-                           f"q_len tokens has at most q_len - 1 children under its root; give K <= q_len")
-        if t.kind == "file":
+            problems.append(f"{where}: grid.tree: topk:{t.arg} is above the tree size (q_len {max(q_lens)}): a tree "
+                            f"of q_len tokens has at most q_len - 1 children under its root; give K <= q_len")
+        elif t.kind == "file":
             n = len(read_tree_file(str(t.arg), where, "grid.tree")[0])
             if n not in q_lens:
-                raise BadInput(f"{where}: grid.tree: {t.arg} holds trees of {n} tokens, a wrong token count for every "
-                               f"q_len of the grid ({', '.join(map(str, q_lens))}); measure it with --q-len {n}")
+                problems.append(f"{where}: grid.tree: {t.arg} holds trees of {n} tokens, a wrong token count for every "
+                                f"q_len of the grid ({', '.join(map(str, q_lens))}); measure it with --q-len {n}")
+    if problems and (strict or len(problems) == len(specs)):
+        raise BadInput(problems[0])
+
+
+def left_out(specs: list[str], q_lens: list[int], where: str = "scenario") -> list[str]:
+    """The specs that fit no q_len of the grid (left out of a scenario's grid narrowed by --q-len)."""
+    return [s for s in specs if not any(fits(s, q, where) for q in q_lens)]
 
 
 @lru_cache(maxsize=256)

@@ -166,6 +166,9 @@ def pool_runs(runs: list[Run]) -> tuple[pd.DataFrame, list[str]]:
 
 # --- writing --------------------------------------------------------------------------------------
 
+COMMITTED = "results/baselines/h200-draft-extend-kv4096"  # a committed baseline that works on any machine
+
+
 def check_source(run: Run, allow_partial: bool = False) -> None:
     """BadInput unless the run can be a baseline: some ok row (rows a gate can compare), no row twice,
     and status complete (a run still running or interrupted only with allow_partial)."""
@@ -177,6 +180,15 @@ def check_source(run: Run, allow_partial: bool = False) -> None:
         raise BadInput(f"{run.path} is {run_status!r}, not complete: finish it ({finish}) or pass --allow-partial")
     if rows.empty or "status" not in rows or not (rows["status"] == "ok").any():
         raise BadInput(f"{run.path}: no ok row ({len(rows)} row(s)); a baseline needs measured rows")
+    if run.kind == "sweep" and "path" in rows:  # the gate compares kernel rows; the reference is the oracle
+        kernel_ok = (rows["status"] == "ok") & (rows["path"] != "reference")
+        if not kernel_ok.any():
+            sm = run.manifest.get("device", {}).get("sm") if isinstance(run.manifest.get("device"), dict) else None
+            cpu = " (a CPU run: every FlashInfer kernel is skipped there)" if not sm else ""
+            raise BadInput(f"{run.path}: no kernel row to gate: its {int((rows['status'] == 'ok').sum())} ok row(s) "
+                           f"are the float32 reference{cpu}, which the gate does not compare; make a baseline from a "
+                           f"GPU sweep, or without a GPU try the gate on a committed one: kbench gate --baseline "
+                           f"{COMMITTED} --candidate {COMMITTED}")
     if run.kind == "sweep":  # a baseline to commit holds measured times only (as report, recommend and export read)
         check_ok_times(rows, str(run.path))
     key = [c for c in (KEY if run.kind == "sweep" else ("case_id",)) if c in rows]
@@ -243,6 +255,7 @@ def write_multi_baseline(runs: list[Run | str | Path], name: str, root: str | Pa
     """`kbench baseline RUN... --name NAME` from Python: a baseline from one run, or from several runs of the same
     scenario on the same GPU (module docstring), in ROOT/NAME (root: results/baselines under the current folder by
     default). runs: Run objects or their folders. Returns (folder, rows, warnings)."""
+    given_path(root, "--out", "results/baselines")  # an empty --out is refused before the runs are read
     runs = [r if isinstance(r, Run) else load_run(r) for r in as_run_list(runs)]
     if not runs:
         raise BadInput("a baseline needs at least one run")

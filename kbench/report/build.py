@@ -123,7 +123,10 @@ def _write(result: ReportResult, out: Path, ok: pd.DataFrame, plot_points, holdo
     kind, ceiling = rs.ceiling
     roof = plots.roofline(ok, ceiling, out, kind)
     if roof:
-        result.plots.append((roof, f"Fraction of the {kind}-bandwidth roofline per kernel"))
+        result.plots.append((roof, "Fraction of the read roofline per kernel (the measured read ceiling, "
+                                   f"{ceiling:,.0f} GB/s)" if kind == "read" and ceiling else
+                                   "Fraction of the copy bandwidth per kernel (this run has no read ceiling: it was "
+                                   "measured before kbench measured one)"))
     files = [p for p, _ in result.plots]
     files.append(save_policy(result.policy, out / "policy.json"))
     if holdout_policy is not None:

@@ -133,8 +133,9 @@ def build_document(result) -> list[tuple]:
         ("p", "regret = policy kernel's time / best measured time - 1. In-sample it is 0 by construction; "
               "the holdout row (with --holdout) judges a policy built without those cases."),
         ("h", 2, "Crossovers along q_len"),
-        ("p", "q_len ranges per (group, batch, kv_len) in which each path wins; 'flips' counts changes of the "
-              "served path along q_len."),
+        ("p", "q_len ranges per (group, batch, kv_len) in which each path wins; 'policy switches' counts how "
+              "often the path the policy serves (each case's faster median, ties included) changes along q_len; "
+              "'flips beyond ties' counts only the changes beyond the measured spread."),
         ("table", *xo.table(result.crossovers), "crossovers.csv"),
         ("h", 2, "Selection policy"),
         ("p", f"policy.json, schema {policy['schema']}. Lookup: {policy['lookup']}."),

@@ -1,6 +1,6 @@
 """The kernel-selection policy: a JSON file mapping shape ranges to the kernel to use.
 
-Schema ``kbench.policy/2`` (summarised for users in README.md; bump the number when a field
+Schema ``kbench.policy/2`` (summarised for users in docs/file-formats.md; bump the number when a field
 changes meaning). /2 added the realistic-batch axes (kv_dist, q_dist, window_left, sinks, max_seq_len) to
 every group; a /1 policy is read as groups of the idealised batch (those axes at their defaults); a group key
 beyond the classic seven (heads, dtypes, page size, layout) that a file lacks, e.g. power or tree written

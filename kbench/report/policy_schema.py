@@ -115,7 +115,7 @@ def policy_schema() -> dict:
                        "added after a policy was written read as their default",
         "required": [*CLASSIC, "grid", "rules", "cells"],
         "properties": {
-            "heads": {**HEADS, "description": "QO/KV/DIM, or mla:QO/KV_LORA_RANK/ROPE/NOPE for latent attention (issue #27)"},
+            "heads": {**HEADS, "description": "QO/KV/DIM, or mla:QO/KV_LORA_RANK/ROPE/NOPE for latent attention"},
             **group_axes,
             "label": {"type": "string"},
             "grid": {"type": "object", "required": list(LOOKUP_AXES),
