@@ -8,7 +8,8 @@ On the GPU host, with the repack carried in .whl/ (python3 tools/build_fa3.py he
 (kbench needs torch and numpy here, nothing of the FlashInfer bundle.)
 
 Cases: Llama-3-8B heads (32 q, 8 KV, d 128), bf16, kv 4096, bs 1/16/64, q 4/8, pages of 1 (SGLang's fa3
-default) and 64 (vLLM's default block), HND; then correctness extras, hardly timed: NHD, fp16, ragged q
+default) and 64 (vLLM's default block), HND; three at page 1 with a page table 131072 tokens wide (SGLang's
+CUDA-graph verify buffers; without max_seqlen_k FA3 takes that width as seqlen_k); then correctness extras, hardly timed: NHD, fp16, ragged q
 (accept:0.6) with per-request KV (lognormal:1.0), a partial last page, Llama-3-70B at TP8 (8/1/128), d 64.
 Each: `vllm-fa3` (vLLM's call) and `vllm-fa3-sgl-call` (SGLang's arguments), every input copy checked against
 kbench's float32 reference (relative L2 error, kbench's tolerance), then timed by kbench's GraphTimer (CUDA graph
@@ -28,7 +29,10 @@ import time
 import traceback
 from pathlib import Path
 
-TIMED = [dict(bs=bs, q=q, page=page) for page in (1, 64) for bs in (1, 16, 64) for q in (4, 8)]
+TIMED = [dict(bs=bs, q=q, page=page) for page in (1, 64) for bs in (1, 16, 64) for q in (4, 8)] + [
+    # SGLang's CUDA-graph verify hands FA3 a page table as wide as the model's context
+    # (target_verify_metadata["page_table"][:bs, :]) and no max_seqlen_k: FA3 then sizes its split heuristic by it
+    dict(bs=bs, q=q, page=1, max_seq_len="context:131072") for bs, q in ((1, 4), (16, 4), (64, 8))]
 EXTRAS = [dict(bs=16, q=4, page=64, kv_layout="NHD"), dict(bs=16, q=4, page=64, dtype="fp16", kv_dtype="fp16"),
           dict(bs=16, q=8, page=1, q_dist="accept:0.6", kv_dist="lognormal:1.0"),
           dict(bs=16, q=8, page=64, q_dist="accept:0.6", kv_dist="lognormal:1.0"),
@@ -42,7 +46,7 @@ def make_case(spec: dict):
     from kbench.cases.case import Case
 
     hq, hkv, d = spec.get("heads", (32, 8, 128))
-    kw = {k: spec[k] for k in ("kv_layout", "dtype", "kv_dtype", "q_dist", "kv_dist") if k in spec}
+    kw = {k: spec[k] for k in ("kv_layout", "dtype", "kv_dtype", "q_dist", "kv_dist", "max_seq_len") if k in spec}
     return Case(spec["bs"], spec["q"], spec.get("kv", 4096), hq, hkv, d, spec["page"], **kw)
 
 
