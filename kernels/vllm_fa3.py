@@ -94,6 +94,21 @@ def load_fa3():
     return ns, origin
 
 
+def vllm_splits(inputs: Inputs) -> int:
+    """vLLM's num_splits: 32 under full CUDA graphs (a batch of at most 512 tokens), else 0 (FA3's heuristic)."""
+    return VLLM_CG_SPLITS if inputs.q.shape[0] <= VLLM_CG_MAX_TOKENS else 0
+
+
+def scheduler_metadata(inputs: Inputs):
+    """fn() -> FA3's split-KV schedule for the batch, as vLLM's build() makes it with get_scheduler_metadata."""
+    ops = load_fa3()[0]
+    c = inputs.case
+    args = (c.batch_size, inputs.max_q, inputs.max_kv, c.num_qo_heads, c.num_kv_heads, c.head_dim, c.head_dim,
+            torch_dtype(c.kv_dtype), inputs.seq_lens, inputs.qo_indptr, None, None, None, None, c.page_size, 0,
+            True, -1, -1, False, vllm_splits(inputs), None, 0)
+    return lambda: ops.get_scheduler_metadata(*args)
+
+
 class VllmFa3(Kernel):
     path = "decode"  # what both engines run for decode and spec verify (one kernel for every q_len)
     kv_dtypes = ("bf16", "fp16")
@@ -152,11 +167,9 @@ class VllmFa3(Kernel):
 
         if self.call == "vllm":
             max_k = inputs.max_kv
-            splits = VLLM_CG_SPLITS if inputs.q.shape[0] <= VLLM_CG_MAX_TOKENS else 0
+            splits = vllm_splits(inputs)
             # made once per batch, as vLLM's FlashAttentionMetadataBuilder.build() makes it once per step
-            meta = ops.get_scheduler_metadata(
-                bs, max_q, max_k, c.num_qo_heads, c.num_kv_heads, c.head_dim, c.head_dim, torch_dtype(c.kv_dtype),
-                seq_lens, cu_q, None, None, None, None, c.page_size, 0, True, -1, -1, False, splits, None, 0)
+            meta = scheduler_metadata(inputs)()
             one = torch.ones((), dtype=torch.float32, device=inputs.device).expand(bs, c.num_kv_heads)
 
             def call(q, kv):

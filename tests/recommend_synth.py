@@ -26,14 +26,21 @@ def t_fa3(bs: int, q: int, kv: int) -> float:
     return 3 * t_fa2(bs, q, kv)
 
 
-TIMES = {DECODE: t_decode, FA2: t_fa2, FA3: t_fa3}
+def t_vfa3(bs: int, q: int, kv: int) -> float:
+    """FlashAttention-3 (the engines' Hopper default): between the decode kernel and fa2 at batch 1."""
+    return bs * kv / 1024 * (1.2 if bs == 1 else 0.9)
+
+
+VFA3, VFA3_SGL = "vllm-fa3", "vllm-fa3-sgl-call"
+TIMES = {DECODE: t_decode, FA2: t_fa2, FA3: t_fa3, VFA3: t_vfa3, VFA3_SGL: t_vfa3}
 
 # the engines' routes (kbench.kernels.routes): the kernel each runs, a factor on its time (the custom mask's
 # cost), and its host work per step in us (flat: the planner's cost barely moves with the batch)
 ROUTE_OF = {"sglang-fi-verify": (FA2, 1.25), "sglang-fi-extend": (FA2, 1.0), "sglang-trtllm-mha": (DECODE, 1.0),
-            "vllm-fi-decode": (DECODE, 1.0), "vllm-fi-prefill": (FA2, 1.0)}
-HOST = {"sglang-fi-verify": 50.0, "sglang-fi-extend": 12.0, "sglang-trtllm-mha": 4.0, "vllm-fi-decode": 3.0,
-        "vllm-fi-prefill": 15.0}
+            "sglang-fa3": (VFA3_SGL, 1.0), "vllm-fi-decode": (DECODE, 1.0), "vllm-fi-prefill": (FA2, 1.0),
+            "vllm-flash-attn": (VFA3, 1.0)}
+HOST = {"sglang-fi-verify": 50.0, "sglang-fi-extend": 12.0, "sglang-trtllm-mha": 4.0, "sglang-fa3": 4.0,
+        "vllm-fi-decode": 3.0, "vllm-fi-prefill": 15.0, "vllm-flash-attn": 8.0}
 WAITS = {"sglang-fi-verify"}  # host work that waits for the GPU (never overlapped)
 ROUTES = tuple(ROUTE_OF)
 HOST_CPU = {"cpus": 16, "cpu": "Synthetic Xeon"}
@@ -60,7 +67,7 @@ def batch_price(routes: dict[str, str], bs: int, q: int, kv: int, layers: dict[s
     return (max(free, gpu) if overlap == "max" else free + gpu) + waiting
 
 
-def known_rows(bss=BS, qs=QS, kvs=KVS, kernels=(DECODE, FA2, FA3, *ROUTES), **case_kw):
+def known_rows(bss=BS, qs=QS, kvs=KVS, kernels=(DECODE, FA2, FA3, VFA3, VFA3_SGL, *ROUTES), **case_kw):
     out = []
     for bs in bss:
         for q in qs:
@@ -77,7 +84,7 @@ def known_rows(bss=BS, qs=QS, kvs=KVS, kernels=(DECODE, FA2, FA3, *ROUTES), **ca
     return out
 
 
-PATHS_OF = {DECODE: "decode", FA2: "context", FA3: "context"}
+PATHS_OF = {DECODE: "decode", FA2: "context", FA3: "context", VFA3: "decode", VFA3_SGL: "decode"}
 
 
 def known_run(path: Path, rows=None, device: dict | None = None) -> Path:

@@ -19,7 +19,8 @@ ROUTES = [k for k in registry.all_kernels() if registry.is_route(k)]
 
 def test_routes_are_registered_apart_from_all():
     names = {k.name for k in ROUTES}
-    assert names == {"sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha", "vllm-fi-decode", "vllm-fi-prefill"}
+    assert names == {"sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha", "sglang-fa3", "vllm-fi-decode",
+                     "vllm-fi-prefill", "vllm-flash-attn"}
     assert not names & {k.name for k in registry.select(["all"])}
     assert {k.name for k in registry.select(["routes"])} == names
     assert {k.name for k in registry.select(["routes", "fa2-prefill"])} == names | {"fa2-prefill"}

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from kbench.kernels.base import Kernel, KernelFn, fa2_batch_prefill_spec, needs_cuda, realistic_reason
-from kbench.kernels.tree_masks import tree_reason
 
 if TYPE_CHECKING:
     from kbench.kernels.inputs import Inputs
@@ -32,7 +31,12 @@ class Route(Kernel):
         """The per-step host work on this case's inputs, as the engine does it (after prepare())."""
         raise NotImplementedError
 
+    takes_trees: bool = False  # the engine runs draft trees (topk > 1) on this route
+
     def uniform_q_reason(self, case) -> str | None:
+        if case.tree != "chain" and not self.takes_trees:
+            return (f"tree: {self.engine} does not run a draft tree on {self.name} (kbench.recommend.flags says "
+                    "where each engine refuses topk > 1)")
         if case.q_dist != "fixed":
             return (f"q_dist {case.q_dist}: {self.engine}'s verify and draft-extend CUDA graphs give every request "
                     "the same q_len (a ragged batch is padded); measure this route at fixed q")
@@ -54,6 +58,7 @@ class PagedPrefillRoute(Route):
         self.workspace_bytes = workspace_bytes
         self.cuda_graph, self.custom_mask, self.indices_on_gpu = cuda_graph, custom_mask, indices_on_gpu
         self.host_waits_for_gpu = indices_on_gpu
+        self.takes_trees = custom_mask  # a causal route runs chains only
         self.description = description
         self.host_work = ("plan()" + (" with the draft mask as custom_mask (packed on the GPU by plan)"
                                       if custom_mask else " causal")
@@ -65,10 +70,6 @@ class PagedPrefillRoute(Route):
 
     def supports(self, device, case):
         reason = needs_cuda(device, min_sm=80) or self.uniform_q_reason(case)
-        if reason is None and not self.custom_mask:
-            reason = tree_reason(case, "fa3-prefill") if case.tree != "chain" else None
-            if reason:
-                reason = f"tree: {self.name} is a causal route (the engine runs draft trees with a custom mask)"
         return reason or realistic_reason(
             case, sinks="sinks: FlashInfer's fa2 paged prefill route drops run(sinks=)",
             skip_softmax="skip-softmax: FlashInfer's fa2 paged prefill route drops it",
@@ -150,29 +151,25 @@ def chain_or_tree_mask(inputs: "Inputs"):
     return fa2_mask(causal.expand(len(q), n, n), q, inputs.lengths.kv)
 
 
-class DecodeRoute(Route):
-    """FlashInfer's TRT-LLM decode (xqa on SM90/SM120, trtllm-gen on SM100/103) with one q_len per request and the
-    draft mask, as trtllm-decode calls it, captured in the engine's CUDA graph; per step the engine only refreshes
-    the graph's metadata buffers (`metadata`: the engine's ops, launched from the host, no wait for the GPU)."""
+class KernelRoute(Route):
+    """A kbench kernel as an engine calls it inside its CUDA graph (xqa with q_len_per_req and the draft mask, FA3
+    with the engine's arguments): the call is the kernel's own prepare(); per step the engine refreshes the graph's
+    metadata (`metadata(inputs)` builds that host work: the engine's ops, launched from the host)."""
 
-    path = "decode"
-    runs = "trtllm-decode"
-    kv_dtypes = ("bf16", "fp16", "fp8")
     host_waits_for_gpu = False
 
-    def __init__(self, name: str, engine: str, *, metadata: str, steps: tuple[str, ...], source: str,
-                 description: str, host_work: str):
-        from kbench.kernels.trtllm_decode import TrtllmDecode
-
+    def __init__(self, name: str, engine: str, kernel: Kernel, *, metadata: Callable[["Inputs"], HostStep],
+                 steps: tuple[str, ...], source: str, description: str, host_work: str, takes_trees: bool = False):
         self.name, self.engine, self.steps, self.source = name, engine, steps, source
         self.metadata, self.description, self.host_work = metadata, description, host_work
-        self._kernel = TrtllmDecode()
+        self._kernel, self.runs, self.path, self.takes_trees = kernel, kernel.name, kernel.path, takes_trees
+        self.kv_dtypes = kernel.kv_dtypes
 
     def backend(self, device) -> str:
         return self._kernel.backend(device)
 
     def supports(self, device, case):
-        return self._kernel.supports(device, case) or self.uniform_q_reason(case)
+        return self.uniform_q_reason(case) or self._kernel.supports(device, case)
 
     def jit_key(self, case):
         return self._kernel.jit_key(case)
@@ -187,13 +184,12 @@ class DecodeRoute(Route):
         return self._kernel.prepare(inputs)
 
     def host_step(self, inputs: "Inputs") -> HostStep:
-        return METADATA[self.metadata](inputs)
+        return self.metadata(inputs)
 
 
-def _sglang_trtllm_metadata(inputs: "Inputs") -> HostStep:
-    """SGLang's trtllm_mha CUDA-graph replay for target verify / draft extend v2: one fused Triton kernel refreshes
-    the graph's KV lengths and page table (launched from the host, no wait for the GPU), and the longest length is
-    read from the host copy. kbench launches one copy of the page table into a graph buffer in its place."""
+def graph_buffer_refresh(inputs: "Inputs") -> HostStep:
+    """One launch that refreshes a CUDA graph's page table (the engine: one fused metadata kernel), and the
+    longest KV length read from a host copy: no plan, no wait for the GPU."""
     import torch
 
     lens_host = inputs.seq_lens.cpu()
@@ -206,10 +202,9 @@ def _sglang_trtllm_metadata(inputs: "Inputs") -> HostStep:
     return step
 
 
-def _vllm_flashinfer_metadata(inputs: "Inputs") -> HostStep:
-    """vLLM FLASHINFER's attention metadata for a uniform spec-decode batch on the TRT-LLM decode kernel: the
-    block table and KV lengths copied from pinned host buffers to the GPU (no plan() for this kernel); the model
-    runner's work common to every backend is not counted."""
+def host_to_gpu_copies(inputs: "Inputs") -> HostStep:
+    """The block table and KV lengths copied from pinned host buffers to the GPU, the longest length read on the
+    host (vLLM's attention metadata for a decode-kernel batch; no plan)."""
     import torch
 
     table_host = inputs.block_tables.cpu().pin_memory()
@@ -223,6 +218,3 @@ def _vllm_flashinfer_metadata(inputs: "Inputs") -> HostStep:
         int(lens_host.max())
 
     return step
-
-
-METADATA = {"sglang-trtllm": _sglang_trtllm_metadata, "vllm-flashinfer": _vllm_flashinfer_metadata}

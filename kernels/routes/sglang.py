@@ -12,11 +12,15 @@ Sources (the sglang 0.5.23 wheel, python/sglang/srt/...; kbench/recommend/engine
   offsets, no read-back. kbench calls the public plan() with host offsets, which runs the same planner and copies
   the offsets into the graph's buffers from the host (SGLang copies them on the GPU);
 - trtllm_mha: trtllm_batch_decode_with_kv_cache with q_len_per_req and the draft mask (trtllm_mha_backend.py:
-  1869-1889, 1480-1527) in a CUDA graph whose metadata buffers are refreshed every step.
+  1869-1889, 1480-1527) in a CUDA graph whose metadata buffers are refreshed every step;
+- fa3 (the Hopper default): FlashAttention-3's flash_attn_with_kvcache (flashattention_backend.py:1036-1081,
+  1789-1807), metadata refreshed in the graph by one Triton kernel, no plan.
 """
 from __future__ import annotations
 
-from kbench.kernels.routes.base import DecodeRoute, PagedPrefillRoute
+from kbench.kernels.routes.base import KernelRoute, PagedPrefillRoute, graph_buffer_refresh
+from kbench.kernels.trtllm_decode import TrtllmDecode
+from kbench.kernels.vllm_fa3 import VllmFa3
 
 WORKSPACE = 384 * 1024 * 1024  # SGLANG_FLASHINFER_WORKSPACE_SIZE's default (environ.py:1221)
 
@@ -32,12 +36,21 @@ FLASHINFER_DRAFT_EXTEND = PagedPrefillRoute(
     source="flashinfer_backend.py:807-818, 848-860, 1337-1341",
     description="SGLang flashinfer draft extend v2: fa2 paged prefill, CUDA-graph wrapper, causal, planned every "
                 "step from host offsets (no wait for the GPU)")
-TRTLLM_MHA = DecodeRoute(
-    "sglang-trtllm-mha", "sglang", metadata="sglang-trtllm", steps=("verify", "draft_extend"),
+TRTLLM_MHA = KernelRoute(
+    "sglang-trtllm-mha", "sglang", TrtllmDecode(), metadata=graph_buffer_refresh, steps=("verify", "draft_extend"),
     source="trtllm_mha_backend.py:1749-1752, 1869-1889",
     description="SGLang trtllm_mha verify and draft extend v2: TRT-LLM decode (xqa on SM90) with q_len_per_req and "
                 "the draft mask, in a CUDA graph",
     host_work="the graph's KV lengths and page table refreshed by one launch (SGLang: one fused Triton kernel, "
               "trtllm_mha_backend.py:941-1030), no plan, no wait")
 
-ROUTES = (FLASHINFER_VERIFY, FLASHINFER_DRAFT_EXTEND, TRTLLM_MHA)
+FA3 = KernelRoute(
+    "sglang-fa3", "sglang", VllmFa3("sglang"), metadata=graph_buffer_refresh, steps=("verify", "draft_extend"),
+    source="flashattention_backend.py:1036-1081, 1181-1207, 1789-1807",
+    description="SGLang fa3 verify and draft extend v2: FlashAttention-3 with SGLang's flash_attn_with_kvcache "
+                "arguments (page_table, cache_seqlens with the new tokens, num_splits 0, no scheduler metadata) in a "
+                "CUDA graph; vLLM 0.33.0's FA3 library, not sgl-kernel's (docs/fa3.md)",
+    host_work="the graph's metadata refreshed by one launch (SGLang: one Triton kernel, normal_decode_set_metadata), "
+              "no plan, no wait")
+
+ROUTES = (FLASHINFER_VERIFY, FLASHINFER_DRAFT_EXTEND, TRTLLM_MHA, FA3)

@@ -5,18 +5,22 @@ Sources (the vllm 0.34.0 sources; kbench/recommend/engines.toml cites them per s
 - FLASHINFER on SM90/SM12x/SM100: spec-decode requests are decodes (v1/attention/backends/flashinfer.py:1058-1071),
   run by the TRT-LLM decode kernel with q_len_per_req and the draft mask (flashinfer.py:1934-1963, 2728-2746) in a
   CUDA graph; no plan() for it;
+- FLASH_ATTN (the default off SM100): vllm-flash-attn's FlashAttention-3 via flash_attn_varlen_func, the split
+  schedule made by get_scheduler_metadata in every build() (flash_attn.py:1235-1236, 1290-1291);
 - FLASHINFER with use_trtllm_attention false: BatchPrefillWithPagedKVCacheWrapper(backend auto: fa2 for every
   draft-extend shape from FlashInfer 0.7.4) planned every step from host offsets (flashinfer.py:1477-1482), run
   eagerly between the CUDA-graph pieces.
 """
 from __future__ import annotations
 
-from kbench.kernels.routes.base import DecodeRoute, PagedPrefillRoute
+from kbench.kernels.routes.base import KernelRoute, PagedPrefillRoute, host_to_gpu_copies
+from kbench.kernels.trtllm_decode import TrtllmDecode
+from kbench.kernels.vllm_fa3 import VllmFa3
 
 WORKSPACE = 394 * 1024 * 1024  # VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE's default (envs.py:234, 1926-1927)
 
-FLASHINFER_DECODE = DecodeRoute(
-    "vllm-fi-decode", "vllm", metadata="vllm-flashinfer", steps=("verify", "draft_extend"),
+FLASHINFER_DECODE = KernelRoute(
+    "vllm-fi-decode", "vllm", TrtllmDecode(), metadata=host_to_gpu_copies, steps=("verify", "draft_extend"),
     source="v1/attention/backends/flashinfer.py:1058-1071, 1934-1963, 2728-2746",
     description="vLLM FLASHINFER spec decode: TRT-LLM decode (xqa on SM90) with q_len_per_req and the draft mask",
     host_work="block table and KV lengths copied host to GPU, no plan")
@@ -27,4 +31,29 @@ FLASHINFER_PREFILL = PagedPrefillRoute(
     description="vLLM FLASHINFER with use_trtllm_attention false: fa2 paged prefill (auto), causal, plan() every "
                 "step from host offsets, run eagerly")
 
-ROUTES = (FLASHINFER_DECODE, FLASHINFER_PREFILL)
+
+
+def fa3_schedule(inputs) -> "object":
+    """vLLM FLASH_ATTN's per-step metadata (FlashAttentionMetadataBuilder.build()): the host-to-GPU copies of a
+    decode batch, then FA3's split-KV schedule, made once per step by get_scheduler_metadata (a small GPU kernel
+    launched from the host, no wait)."""
+    from kbench.kernels.vllm_fa3 import scheduler_metadata
+
+    copies = host_to_gpu_copies(inputs)
+    schedule = scheduler_metadata(inputs)
+
+    def step():
+        copies()
+        schedule()
+
+    return step
+
+
+FLASH_ATTN = KernelRoute(
+    "vllm-flash-attn", "vllm", VllmFa3("vllm"), metadata=fa3_schedule, steps=("verify", "draft_extend"),
+    source="v1/attention/backends/flash_attn.py:1235-1236, 1290-1291; config/attention.py:66",
+    description="vLLM FLASH_ATTN (the Hopper default): vLLM's FlashAttention-3 with the AOT split schedule, 32 "
+                "splits under full CUDA graphs",
+    host_work="block table and KV lengths copied host to GPU, then get_scheduler_metadata (the split schedule)")
+
+ROUTES = (FLASHINFER_DECODE, FLASHINFER_PREFILL, FLASH_ATTN)

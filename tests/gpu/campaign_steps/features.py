@@ -30,6 +30,17 @@ def feature(name: str, script: str, issue: int, limit: float = 300, report_lines
 feature("tree", "tests/gpu/tree_check.py", 26, limit=330, report_lines=60)  # EAGLE draft trees, ~4 min
 feature("mla", "tests/gpu/mla_check.py", 27, limit=420)  # MLA kernels (FlashMLA from the carried wheel): 4 sweeps, ~4-5 min cold
 feature("routes", "tests/gpu/engine_replay.py", 37, limit=540, report_lines=90)  # engine routes + one step replayed
+feature("fa3", "tests/gpu/fa3_check.py", 38, limit=240, report_lines=60)  # vLLM's FA3 library: loads, checked, timed
+
+# the committed tree baseline: chain and topk:4 at the README's grid (kv 4096, bs 16 and 64), tree sizes 4..16,
+# the kernels that take a tree (and the FA3 library, chains only) with the engines' routes
+TREE_BASE = ["--scenario", "eagle-tree", "--tree", "chain,topk:4", "--kv-len", "4096", "--batch-size", "16,64",
+             "--q-len", "4,8,16", "--kernels", "trtllm-decode,fa2-prefill,vllm-fa3,routes"]
+
+
+@step("tree-base", limit=360, resumable=True, help="the tree baseline: eagle-tree chain,topk:4, kv 4096, bs 16,64")
+def tree_base(ctx: Ctx) -> None:
+    check_rows(ctx, ctx.sweep("eagle-tree-base", TREE_BASE))
 
 
 # --- time to the answer (#29): the README sweep three times, each a fresh run (never resumed: a resumed run's
