@@ -93,9 +93,11 @@ class FlashInferMla(MlaKernel):
         w = BatchMLAPagedAttentionWrapper(launch.ws, backend=self.fa)
         meta = MLAPlanMetadata.csr(inputs.host("qo_indptr"), inputs.host("kv_indptr"), inputs.host("kv_indices"),
                                    inputs.host("seq_lens"))
-        w.plan(metadata=meta, num_heads=c.num_qo_heads, head_dim_ckv=c.kv_lora_rank,
-               head_dim_kpe=c.qk_rope_head_dim, page_size=c.page_size, causal=True, sm_scale=inputs.sm_scale,
-               q_data_type=torch_dtype(c.dtype), kv_data_type=torch_dtype(c.kv_dtype))
+        plan = dict(metadata=meta, num_heads=c.num_qo_heads, head_dim_ckv=c.kv_lora_rank,
+                    head_dim_kpe=c.qk_rope_head_dim, page_size=c.page_size, causal=True, sm_scale=inputs.sm_scale,
+                    q_data_type=torch_dtype(c.dtype), kv_data_type=torch_dtype(c.kv_dtype))
+        w.plan(**plan)
+        self.replan = lambda: w.plan(**plan)  # what an engine redoes every step (a route times it)
         # fp8 KV plans take per-tensor scales at run time (scale_mode kv-per-tensor); kbench's fp8 cache is unscaled
         scales = dict(ckv_scale=1.0, kpe_scale=1.0) if c.kv_dtype == "fp8" else {}
         return launch.run(lambda q, kv: w.run(query=q, kv_cache=kv, out=launch.out, **scales))

@@ -11,6 +11,7 @@ from report_synth import case, row, write_run
 
 from kbench.errors import BadInput
 from kbench.recommend.price import load_source, recommend
+from kbench.recommend.render import command as render_command
 from kbench.recommend.settings import load_table
 from kbench.recommend.workload import Batch, Workload, from_options
 from kbench.report.policy import lookup
@@ -299,14 +300,28 @@ def test_draft_trees_are_priced_by_their_routes_and_refused_where_the_engine_ref
         recommend(s, tree, SGLANG, settings=["trtllm_mha"])
 
 
-def test_an_mla_run_is_refused_the_table_covers_gqa_and_mha(tmp_path):
-    # it said "no setting of this engine can be priced" after offering MHA flags (trtllm_mha, flashinfer)
+def test_an_mla_run_is_priced_by_the_engines_mla_settings(tmp_path):
     mla = dict(heads=(16, 1, 576), attention="mla", kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128)
     s = load_source([write_run(tmp_path / "run", known_rows(qs=(1, 2, 4), **mla))])
     wl = from_options({"batch_size": "8", "q_len": "2", "kv_len": "4096"}, {})
-    with pytest.raises(BadInput, match=r"is latent attention \(MLA\): kbench's engine table holds the engines' "
-                                       r"GQA/MHA attention settings only"):
-        recommend(s, wl, SGLANG)
+    rec = recommend(s, wl, SGLANG, overlap="sum", layers={"verify": 61, "draft_extend": 1})
+    by = {r.setting.id: r for r in rec.results}
+    assert set(by) == {x.id for x in SGLANG.valid_on("sm90", "mla")} and all(i.startswith("mla:") for i in by)
+    assert by["mla:flashmla"].kernels == {"verify": "sglang-flashmla", "draft_extend": "sglang-flashmla"}
+    for i, route in (("mla:flashmla", "sglang-flashmla"), ("mla:flashinfer", "sglang-fi-mla")):
+        assert by[i].total_us == pytest.approx(batch_price({"verify": route, "draft_extend": route}, 8, 2, 4096,
+                                                           {"verify": 61, "draft_extend": 1}, "sum"))
+    assert by["mla:fa3"].default and by["mla:fa3"].total_us is None  # FA3 absorbed MLA: not a kbench kernel
+    assert rec.best.setting.id == "mla:flashmla" and "--page-size 64" in render_command(rec)
+    rec = recommend(s, wl, VLLM)
+    assert {r.setting.id: r for r in rec.results}["mla:FLASHMLA"].priced_low == ["verify", "draft_extend"]
+    # an MLA setting named on a GQA run, or a GQA one on an MLA run: one line
+    with pytest.raises(BadInput, match="is for GQA models and the workload's group is MLA"):
+        recommend(s, wl, SGLANG, settings=["trtllm_mha"])
+    g = load_source([known_run(tmp_path / "gqa")])
+    with pytest.raises(BadInput, match="is for MLA models and the workload's group is GQA"):
+        recommend(g, from_options({"batch_size": "8", "q_len": "2", "kv_len": "4096"}, {}), SGLANG,
+                  settings=["mla:flashmla"])
 
 
 def test_one_markdown_table_writer_and_no_cell_breaks_its_table():

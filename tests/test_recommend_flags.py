@@ -86,8 +86,13 @@ def test_sglang_refuses_a_tree_with_trtllm_mha_in_any_slot(setting):
 
 
 def test_every_sglang_setting_has_trtllm_mha_or_takes_a_tree():
-    takes = {s.id for s in SGLANG.settings if "trtllm_mha" not in s.flags}
-    assert takes == {"flashinfer", "fa3", "triton"}
+    takes = {s.id for s in SGLANG.settings if "trtllm_mha" not in s.flags and s.attention == "gqa"}
+    takes |= {s.id for s in SGLANG.settings if s.attention == "mla" and s.id in ("mla:fa3", "mla:triton")}
+    assert takes == {"flashinfer", "fa3", "triton", "mla:fa3", "mla:triton"}
+    for s in SGLANG.settings:
+        if s.attention == "mla" and s.id not in takes:  # flashmla, flashinfer, trtllm_mla, cutedsl_mla: chains only
+            with pytest.raises(BadInput, match="drafts chains only"):
+                F.check_spec("sglang", s.id, s.flags, F.SpecConfig.from_tree("topk:4", 8))
     for s in SGLANG.settings:
         if s.id in takes:
             F.check_spec("sglang", s.id, s.flags, F.SpecConfig.from_tree("topk:4", 8))
@@ -195,7 +200,16 @@ def test_vllm_chain_flags(q):
 def test_vllm_backend_of_each_setting():
     got = {s.id: F.vllm_backend(s.flags) for s in VLLM.settings}
     assert got == {"FLASHINFER": ("FLASHINFER", None), "FLASHINFER,use_trtllm_attention=false": ("FLASHINFER", False),
-                   "FLASH_ATTN": ("FLASH_ATTN", None), "TRITON_ATTN": ("TRITON_ATTN", None)}
+                   "FLASH_ATTN": ("FLASH_ATTN", None), "TRITON_ATTN": ("TRITON_ATTN", None),
+                   **{f"mla:{b}": (b, None) for b in ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA",
+                                                      "TRITON_MLA")}}
+
+
+def test_mtp_names_no_draft_model():
+    argv = F.server_flags("vllm", "--attention-backend FLASHMLA", F.SpecConfig.chain(4), 64, algorithm="mtp")
+    assert json.loads(_opt(argv, "--speculative-config")) == {"method": "mtp", "num_speculative_tokens": 3}
+    argv = F.server_flags("sglang", "--attention-backend flashmla", F.SpecConfig.chain(4), 64, algorithm="mtp")
+    assert _opt(argv, "--speculative-algorithm") == "NEXTN" and "--speculative-draft-model-path" not in argv
     assert F.vllm_backend("--attention-config='{\"backend\": \"flashinfer\"}'") == ("FLASHINFER", None)
     with pytest.raises(BadInput, match="not JSON"):
         F.vllm_backend("-ac '{backend}'")

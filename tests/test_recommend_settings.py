@@ -46,6 +46,8 @@ def test_sglang_split_settings_follow_the_mode_for_both_steps():
     eng = TABLE.engine("sglang")
     own = {"flashinfer": "fa2-prefill", "trtllm_mha": "trtllm-decode"}
     for s in eng.settings:
+        if s.attention != "gqa":
+            continue
         flags = dict(re.findall(r"--([a-z-]+) (\S+)", s.flags))
         if "attention-backend" in flags and flags["attention-backend"] not in own:
             continue
@@ -74,11 +76,10 @@ def test_unreached_kernels_are_listed_with_why():
     assert {"trtllm-context", "trtllm-fmha-v2", "fa3-prefill", "decode-wrapper", "trtllm-decode-ragged"} <= set(sg)
     assert "plain extend and prefill only" in sg["trtllm-context"]
     vl = {k: why for k, why, _ in TABLE.engine("vllm").unreached_kernels(known_kernels() + ["mla-new-kernel"])}
-    mla = {"flashmla", "trtllm-gen-mla", "flashinfer-mla-fa3", "flashinfer-mla-fa2"}  # issue #27: no MLA route yet
-    fa3 = {"vllm-fa3", "vllm-fa3-sgl-call"}  # issue 38 part 1: measured, not yet in engines.toml's routes
-    assert set(vl) == {"trtllm-context", "trtllm-fmha-v2", "mla-new-kernel"} | mla | fa3
+    assert set(vl) == {"trtllm-context", "trtllm-fmha-v2", "mla-new-kernel", "vllm-fa3-sgl-call", "flashinfer-mla-fa3",
+                       "flashinfer-mla-fa2"}
     assert vl["mla-new-kernel"].startswith("no setting in the table reaches it")
-    assert all(vl[k].startswith("no setting in the table reaches it") for k in mla)
+    assert all(not why.startswith("no setting in the table") for k, why in {**sg, **vl}.items() if k != "mla-new-kernel")
 
 
 def test_engine_versions_and_unknown_names():

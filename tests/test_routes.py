@@ -19,8 +19,8 @@ ROUTES = [k for k in registry.all_kernels() if registry.is_route(k)]
 
 def test_routes_are_registered_apart_from_all():
     names = {k.name for k in ROUTES}
-    assert names == {"sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha", "sglang-fa3", "vllm-fi-decode",
-                     "vllm-fi-prefill", "vllm-flash-attn"}
+    assert names == {"sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha", "sglang-fa3", "sglang-flashmla",
+                     "sglang-fi-mla", "vllm-fi-decode", "vllm-fi-prefill", "vllm-flash-attn", "vllm-flashmla"}
     assert not names & {k.name for k in registry.select(["all"])}
     assert {k.name for k in registry.select(["routes"])} == names
     assert {k.name for k in registry.select(["routes", "fa2-prefill"])} == names | {"fa2-prefill"}
@@ -92,7 +92,8 @@ def test_a_route_row_carries_its_host_work_timed_on_this_cpu(tmp_path, cpu_route
     assert mine["host_cpus"] == os.cpu_count() and mine["host_cpu"]
     # the real routes are skipped rows here, with the reason; plain kernels carry no host columns
     real = rows[rows["kernel"].isin([k.name for k in ROUTES])]
-    assert set(real["status"]) == {"skipped"} and real["reason"].str.contains("CUDA").all()
+    assert set(real["status"]) == {"skipped"}
+    assert real["reason"].str.contains("CUDA|takes MLA").all()
     ref = rows[rows["kernel"] == "reference"].iloc[0]
     assert pd.isna(ref["host_us"])
     # the policy's cell keeps the route's host work beside its time, and the host it was timed on

@@ -51,7 +51,11 @@ ENGINES = ("sglang", "vllm")
 OVERLAPS = ("sum", "max")  # sum: host and GPU work add up (the engine's overlap off); max: overlapped (on)
 MIN_Q_LEN = 2  # q_len 1 verifies no draft token
 MAX_Q_LEN = axes.MAX_Q_LEN  # kbench's bound (the shapes it measures); neither engine has a lower one
-ALGORITHMS = {"eagle": ("EAGLE", "eagle"), "eagle3": ("EAGLE3", "eagle3")}  # name -> (SGLang, vLLM)
+ALGORITHMS = {"eagle": ("EAGLE", "eagle"), "eagle3": ("EAGLE3", "eagle3"),  # name -> (SGLang, vLLM)
+              "mtp": ("NEXTN", "mtp")}  # DeepSeek-style MTP: the draft is the target's own MTP layer
+# SGLang's MLA backends that run no draft tree (topk > 1): flashmla_backend.py:602-611,
+# flashinfer_mla_backend.py:1190-1199; trtllm_mla and cutedsl_mla at a page above 1 (speculative_hook.py:1268-1282)
+SGLANG_MLA_CHAIN_ONLY = ("flashmla", "flashinfer", "trtllm_mla", "cutedsl_mla")
 
 # SGLang: the flags that carry an attention backend (one slot each)
 SGLANG_SLOTS = ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
@@ -209,6 +213,10 @@ def check_spec(engine: str, setting_id: str, setting_flags: str, spec: SpecConfi
         if hit:
             raise BadInput(f"{where}: trtllm_mha ({hit[0]}) supports topk 1 only; SGLang refuses topk "
                            f"{spec.topk} (use a chain or a setting without trtllm_mha)")
+        mla = [b for b in slots.values() if b in SGLANG_MLA_CHAIN_ONLY]
+        if setting_id.startswith("mla:") and mla:
+            raise BadInput(f"{where}: SGLang's {mla[0]} MLA backend drafts chains only (topk 1); only fa3 and "
+                           f"triton run a topk {spec.topk} tree for an MLA model")
 
 
 def check_page_size(engine: str, setting_flags: str, spec: SpecConfig, page_size: int) -> None:
@@ -252,7 +260,9 @@ def server_flags(engine: str, setting_flags: str, spec: SpecConfig, page_size: i
     overlap off: SGLang --disable-overlap-schedule, vLLM --no-async-scheduling. 'max' (overlapped) keeps it on:
     SGLang's overlap scheduler is its default (there is no flag to force it); vLLM gets --async-scheduling, which
     makes a configuration that cannot run it an error instead of silently synchronous. None: nothing said.
-    algorithm: eagle or eagle3 (the draft head's kind; the attention shapes are the same)."""
+    algorithm: eagle or eagle3 (the draft head's kind; the attention shapes are the same), or mtp for a
+    DeepSeek-style model whose own MTP layer drafts (SGLang NEXTN, an alias of EAGLE whose draft path defaults to
+    the target, speculative_hook.py:109-116, 1120-1156; vLLM method mtp, config/speculative.py:1375-1379)."""
     engine = _engine(engine)
     check_spec(engine, "(given)", setting_flags, spec)
     check_page_size(engine, setting_flags, spec, page_size)
@@ -268,15 +278,17 @@ def server_flags(engine: str, setting_flags: str, spec: SpecConfig, page_size: i
     clash = [a for a in setting if a.partition("=")[0] in own]
     if clash:
         raise BadInput(f"setting flags {setting_flags!r}: {clash[0]} is set by the priced configuration itself")
+    mtp = algo[1] == "mtp"  # the target's own MTP layer drafts: no draft model to name
     if engine == "sglang":
         argv = [*setting, "--speculative-algorithm", algo[0], "--speculative-eagle-topk", str(spec.topk),
                 "--speculative-num-steps", str(spec.steps), "--speculative-num-draft-tokens",
-                str(spec.num_draft_tokens), "--speculative-draft-model-path", draft_model,
+                str(spec.num_draft_tokens), *([] if mtp else ["--speculative-draft-model-path", draft_model]),
                 "--page-size", str(page_size)]
         if overlap == "sum":
             argv.append("--disable-overlap-schedule")
         return argv
-    cfg = {"method": algo[1], "model": draft_model, "num_speculative_tokens": spec.num_speculative_tokens}
+    cfg = {"method": algo[1], **({} if mtp else {"model": draft_model}),
+           "num_speculative_tokens": spec.num_speculative_tokens}
     argv = ["--speculative-config", json.dumps(cfg), "--block-size", str(page_size), *setting]
     if overlap == "sum":
         argv.append("--no-async-scheduling")

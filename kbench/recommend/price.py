@@ -103,6 +103,7 @@ class Priced:
     host_iqr: dict[str, float] = field(default_factory=dict)
     spread: dict[str, float] = field(default_factory=dict)  # kernel -> relative spread of its median
     tree: str = "chain"
+    attention: str = "gqa"
     page_size: int | None = None
     host_cpus: int | None = None
     host_cpu: str = ""
@@ -131,11 +132,6 @@ def _locate_all(source: Source, workload: Workload, max_extrapolation: float) ->
                 raise BadInput(f"{workload.source}: {b.label}: {e}") from None
         g = groups[key]
         tree = g.get("tree", "chain")
-        if g.get("attention", "gqa") == "mla":
-            raise BadInput(f"{workload.source}: {b.label}: {g.get('label') or group_label(g)} is latent attention "
-                           "(MLA): kbench's engine table holds the engines' GQA/MHA attention settings only (their MLA "
-                           "backends, e.g. SGLang's flashmla/trtllm_mla and vLLM's FLASHMLA, are not read yet), so "
-                           "recommend prices GQA/MHA runs only; select and report answer per MLA shape")
         found = locate(g["grid"], g["cells"], b.batch_size, b.q_len, b.kv_len, extrapolate=True, error=BadInput)
         beyond = _beyond(g["grid"], found["query"])
         far = {ax: f for ax, f in beyond.items() if f > max_extrapolation}
@@ -152,6 +148,7 @@ def _locate_all(source: Source, workload: Workload, max_extrapolation: float) ->
                           host=dict(cell.get("kernels_host_us") or {}),
                           host_iqr=dict(cell.get("kernels_host_iqr_us") or {}),
                           spread=dict(cell.get("kernels_rel_spread") or {}), tree=tree,
+                          attention=g.get("attention", "gqa"),
                           page_size=g.get("page_size"), host_cpus=source.host.get("cpus"),
                           host_cpu=source.host.get("cpu", "")))
     return out
@@ -320,20 +317,28 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     if flashinfer is not None:  # routes compare it with the table's versions: junk is refused, not compared
         flashinfer = str(parse_version(flashinfer, "--flashinfer"))
     fi = flashinfer or engine.flashinfer
+    priced = _locate_all(source, workload, max_extrapolation)
+    kinds = sorted({p.attention for p in priced})
+    if len(kinds) > 1:
+        raise BadInput(f"{workload.source}: the workload's batches are both GQA and MLA groups: one model at a time")
+    attention = kinds[0]
     if settings:
         chosen = []
         for ident in settings:
             s = engine.setting(ident)
+            if s.attention != attention:
+                raise BadInput(f"setting {ident!r} is for {s.attention.upper()} models and the workload's group is "
+                               f"{attention.upper()}: pick one of "
+                               f"{', '.join(x.id for x in engine.valid_on(fam, attention)) or 'none'}")
             if fam not in s.gpus:
                 raise BadInput(f"setting {ident!r} ({s.flags}) is not valid on {FAMILY_NAME[fam]}, the GPU of "
                                f"{source.label} ({source.device_label}); {engine.label} runs it on "
                                f"{', '.join(FAMILY_NAME[g] for g in s.gpus)}")
             chosen.append(s)
     else:
-        chosen = engine.valid_on(fam)
+        chosen = engine.valid_on(fam, attention)
     if not chosen:
-        raise BadInput(f"{engine.label}: no setting in the table is valid on {FAMILY_NAME[fam]}")
-    priced = _locate_all(source, workload, max_extrapolation)
+        raise BadInput(f"{engine.label}: no {attention.upper()} setting in the table is valid on {FAMILY_NAME[fam]}")
     spec = spec_of(workload, [p.tree for p in priced])
     if settings:  # a setting named on purpose that the engine refuses for this spec config: exit 2
         for s in chosen:
@@ -354,7 +359,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     # per-shape routing: in the engine, the cheapest of its settings' routes at each (batch, step); in kbench, the
     # fastest kernel measured there (GPU time alone, no host work: a floor)
     reach: dict[str, set[str]] = {step: set() for step in STEPS}
-    for s in engine.valid_on(fam):
+    for s in engine.valid_on(fam, attention):
         for step in STEPS:
             r = s.route(step, fam, fi)
             reach[step].update(x for x in (r.route, r.kernel if not r.route else None) if x)

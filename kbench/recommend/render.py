@@ -32,7 +32,8 @@ def command(rec: Recommendation, r: SettingResult | None = None) -> str | None:
     r = r or rec.best
     if r is None or rec.spec is None or rec.page_size is None:
         return None
-    argv = server_flags(rec.engine.engine, r.setting.flags, rec.spec, rec.page_size, overlap=rec.overlap)
+    argv = server_flags(rec.engine.engine, r.setting.flags, rec.spec, rec.page_size, overlap=rec.overlap,
+                        algorithm="mtp" if r.setting.attention == "mla" else "eagle")
     return command_line(rec.engine.engine, argv)
 
 

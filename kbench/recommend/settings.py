@@ -23,6 +23,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 TABLE_SCHEMA = "kbench.engines/1"
 STEPS = ("verify", "draft_extend")
+ATTENTIONS = ("gqa", "mla")
 STEP_LABEL = {"verify": "target verify", "draft_extend": "draft extend"}
 FAMILIES = ("sm80", "sm90", "sm100", "sm120")
 FAMILY_NAME = {"sm80": "SM8x (Ampere, Ada)", "sm90": "SM90 (Hopper)", "sm100": "SM100/SM103 (Blackwell)",
@@ -114,6 +115,7 @@ class Setting:
     gpus: tuple[str, ...]
     routes: tuple[Route, ...]
     default_on: tuple[str, ...] = ()
+    attention: str = "gqa"  # the models it serves: gqa (GQA/MHA heads) or mla (latent attention)
 
     def route(self, step: str, family: str, flashinfer: str | None = None) -> Route:
         hits = [r for r in self.routes if r.step == step and r.holds(family, flashinfer)]
@@ -163,8 +165,9 @@ class Engine:
                 return s
         raise BadInput(f"{self.label} has no setting {ident!r} (known: {', '.join(s.id for s in self.settings)})")
 
-    def valid_on(self, family: str) -> list[Setting]:
-        return [s for s in self.settings if family in s.gpus]
+    def valid_on(self, family: str, attention: str | None = "gqa") -> list[Setting]:
+        """The settings valid on a GPU family for one attention kind (None: every kind)."""
+        return [s for s in self.settings if family in s.gpus and attention in (None, s.attention)]
 
     def kernels(self) -> set[str]:
         """Every kbench kernel some setting of this release reaches."""
@@ -284,8 +287,11 @@ def parse_table(data: dict) -> Table:
             default_on = tuple(s.get("default_on", ()))
             if not set(default_on) <= set(gpus):
                 raise ValueError(f"{sw}: default_on outside its gpus")
+            attention = s.get("attention", "gqa")
+            if attention not in ATTENTIONS:
+                raise ValueError(f"{sw}: attention must be one of {', '.join(ATTENTIONS)}")
             settings.append(Setting(id=str(s["id"]), flags=str(s["flags"]), gpus=gpus, routes=routes,
-                                    default_on=default_on))
+                                    default_on=default_on, attention=attention))
         ids = [s.id for s in settings]
         if len(set(ids)) != len(ids):
             raise ValueError(f"{where}: a setting id is given twice")

@@ -34,6 +34,8 @@ class Route(Kernel):
     takes_trees: bool = False  # the engine runs draft trees (topk > 1) on this route
 
     def uniform_q_reason(self, case) -> str | None:
+        if case.attention not in self.attentions:
+            return None  # the kernel's own attention rule says why (kbench.kernels.base.attention_reason)
         if case.tree != "chain" and not self.takes_trees:
             return (f"tree: {self.engine} does not run a draft tree on {self.name} (kbench.recommend.flags says "
                     "where each engine refuses topk > 1)")
@@ -158,12 +160,12 @@ class KernelRoute(Route):
 
     host_waits_for_gpu = False
 
-    def __init__(self, name: str, engine: str, kernel: Kernel, *, metadata: Callable[["Inputs"], HostStep],
+    def __init__(self, name: str, engine: str, kernel: Kernel, *, metadata: Callable[["Inputs", Kernel], HostStep],
                  steps: tuple[str, ...], source: str, description: str, host_work: str, takes_trees: bool = False):
         self.name, self.engine, self.steps, self.source = name, engine, steps, source
         self.metadata, self.description, self.host_work = metadata, description, host_work
         self._kernel, self.runs, self.path, self.takes_trees = kernel, kernel.name, kernel.path, takes_trees
-        self.kv_dtypes = kernel.kv_dtypes
+        self.kv_dtypes, self.attentions = kernel.kv_dtypes, kernel.attentions
 
     def backend(self, device) -> str:
         return self._kernel.backend(device)
@@ -184,10 +186,10 @@ class KernelRoute(Route):
         return self._kernel.prepare(inputs)
 
     def host_step(self, inputs: "Inputs") -> HostStep:
-        return self.metadata(inputs)
+        return self.metadata(inputs, self._kernel)
 
 
-def graph_buffer_refresh(inputs: "Inputs") -> HostStep:
+def graph_buffer_refresh(inputs: "Inputs", kernel: Kernel | None = None) -> HostStep:
     """One launch that refreshes a CUDA graph's page table (the engine: one fused metadata kernel), and the
     longest KV length read from a host copy: no plan, no wait for the GPU."""
     import torch
@@ -202,7 +204,7 @@ def graph_buffer_refresh(inputs: "Inputs") -> HostStep:
     return step
 
 
-def host_to_gpu_copies(inputs: "Inputs") -> HostStep:
+def host_to_gpu_copies(inputs: "Inputs", kernel: Kernel | None = None) -> HostStep:
     """The block table and KV lengths copied from pinned host buffers to the GPU, the longest length read on the
     host (vLLM's attention metadata for a decode-kernel batch; no plan)."""
     import torch
@@ -216,5 +218,28 @@ def host_to_gpu_copies(inputs: "Inputs") -> HostStep:
         table_buf.copy_(table_host, non_blocking=True)
         lens_buf.copy_(lens_host, non_blocking=True)
         int(lens_host.max())
+
+    return step
+
+
+def replan(inputs: "Inputs", kernel: Kernel) -> HostStep:
+    """The kernel's plan() again, as prepare() made it (from host offsets: no wait for the GPU)."""
+    return kernel.replan
+
+
+def flashmla_schedule(inputs: "Inputs", kernel: Kernel | None = None) -> HostStep:
+    """FlashMLA's per-step metadata in an engine's CUDA-graph replay: the page table refreshed and the split-KV
+    schedule made by get_mla_decoding_metadata (a GPU kernel launched from the host, no wait)."""
+    from kbench.kernels.flashmla import load_flash_mla
+
+    flash_mla = load_flash_mla()[0]
+    c, pb = inputs.case, inputs.padded
+    refresh = graph_buffer_refresh(inputs)
+    heads = c.num_qo_heads
+
+    def step():
+        refresh()
+        flash_mla.get_mla_decoding_metadata(pb.seq_lens, pb.q_len * heads, 1, heads,
+                                            is_fp8_kvcache=c.kv_dtype == "fp8", use_legacy=True)
 
     return step

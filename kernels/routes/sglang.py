@@ -18,7 +18,9 @@ Sources (the sglang 0.5.23 wheel, python/sglang/srt/...; kbench/recommend/engine
 """
 from __future__ import annotations
 
-from kbench.kernels.routes.base import KernelRoute, PagedPrefillRoute, graph_buffer_refresh
+from kbench.kernels.flashinfer_mla import FlashInferMla
+from kbench.kernels.flashmla import FlashMla
+from kbench.kernels.routes.base import KernelRoute, PagedPrefillRoute, flashmla_schedule, graph_buffer_refresh, replan
 from kbench.kernels.trtllm_decode import TrtllmDecode
 from kbench.kernels.vllm_fa3 import VllmFa3
 
@@ -53,4 +55,19 @@ FA3 = KernelRoute(
     host_work="the graph's metadata refreshed by one launch (SGLang: one Triton kernel, normal_decode_set_metadata), "
               "no plan, no wait")
 
-ROUTES = (FLASHINFER_VERIFY, FLASHINFER_DRAFT_EXTEND, TRTLLM_MHA, FA3)
+# MLA (DeepSeek-V3/R1, Kimi K2 with MTP)
+FLASHMLA = KernelRoute(
+    "sglang-flashmla", "sglang", FlashMla(), metadata=flashmla_schedule, steps=("verify", "draft_extend"),
+    source="flashmla_backend.py:199-231, 328-429, 514-595",
+    description="SGLang flashmla verify and draft extend v2: sgl-flash-mla's flash_mla_with_kvcache (legacy SM90 "
+                "path), page 64, causal, in a CUDA graph",
+    host_work="the graph's block table refreshed and get_mla_decoding_metadata launched (GPU kernels), no plan, "
+              "no wait")
+FLASHINFER_MLA = KernelRoute(
+    "sglang-fi-mla", "sglang", FlashInferMla("fa3"), metadata=replan, steps=("verify", "draft_extend"),
+    source="flashinfer_mla_backend.py:299-303, 406-411, 1160-1181, 1401-1445",
+    description="SGLang flashinfer MLA verify and draft extend v2 on SM90: BatchMLAPagedAttentionWrapper (auto: "
+                "fa3), causal, planned every step from host offsets",
+    host_work="plan() from host offsets every step (SGLang's fast_mla_prefill_plan: the CPU planner, no wait)")
+
+ROUTES = (FLASHINFER_VERIFY, FLASHINFER_DRAFT_EXTEND, TRTLLM_MHA, FA3, FLASHMLA, FLASHINFER_MLA)

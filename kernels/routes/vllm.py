@@ -13,7 +13,8 @@ Sources (the vllm 0.34.0 sources; kbench/recommend/engines.toml cites them per s
 """
 from __future__ import annotations
 
-from kbench.kernels.routes.base import KernelRoute, PagedPrefillRoute, host_to_gpu_copies
+from kbench.kernels.flashmla import FlashMla
+from kbench.kernels.routes.base import KernelRoute, PagedPrefillRoute, flashmla_schedule, host_to_gpu_copies
 from kbench.kernels.trtllm_decode import TrtllmDecode
 from kbench.kernels.vllm_fa3 import VllmFa3
 
@@ -33,7 +34,7 @@ FLASHINFER_PREFILL = PagedPrefillRoute(
 
 
 
-def fa3_schedule(inputs) -> "object":
+def fa3_schedule(inputs, kernel=None) -> "object":
     """vLLM FLASH_ATTN's per-step metadata (FlashAttentionMetadataBuilder.build()): the host-to-GPU copies of a
     decode batch, then FA3's split-KV schedule, made once per step by get_scheduler_metadata (a small GPU kernel
     launched from the host, no wait)."""
@@ -56,4 +57,24 @@ FLASH_ATTN = KernelRoute(
                 "splits under full CUDA graphs",
     host_work="block table and KV lengths copied host to GPU, then get_scheduler_metadata (the split schedule)")
 
-ROUTES = (FLASHINFER_DECODE, FLASHINFER_PREFILL, FLASH_ATTN)
+
+
+def flashmla_build(inputs, kernel=None):
+    """vLLM FLASHMLA's per-step metadata: the host-to-GPU copies of a decode batch, then FlashMLA's schedule."""
+    copies, schedule = host_to_gpu_copies(inputs), flashmla_schedule(inputs)
+
+    def step():
+        copies()
+        schedule()
+
+    return step
+
+
+FLASHMLA = KernelRoute(
+    "vllm-flashmla", "vllm", FlashMla(), metadata=flashmla_build, steps=("verify", "draft_extend"),
+    source="v1/attention/backends/mla/flashmla.py",
+    description="vLLM FLASHMLA spec decode: FlashMLA at block 64 (kbench runs sgl-flash-mla's build; vLLM ships its "
+                "own, vllm-project/FlashMLA)",
+    host_work="block table and KV lengths copied host to GPU, then FlashMLA's schedule (get_mla_decoding_metadata)")
+
+ROUTES = (FLASHINFER_DECODE, FLASHINFER_PREFILL, FLASH_ATTN, FLASHMLA)
