@@ -37,7 +37,7 @@ MLA_KERNELS = ("flashmla", "flashinfer-mla-fa3", "flashinfer-mla-fa2", "trtllm-g
 COMPARED = ("flashmla", "flashinfer-mla-fa3", "flashinfer-mla-fa2")
 SHORT = {"flashmla": "flashmla", "flashinfer-mla-fa3": "fa3", "flashinfer-mla-fa2": "fa2"}
 GRID = ["--batch-size", "16,64,256", "--q-len", "1,2,4", "--kv-len", "4096,32768", "--kv-dtype", "bf16,fp8",
-        "--budget", "0.5"]
+        "--budget", "0.5", "--kernels", "all,routes"]  # the engines' MLA routes too: kbench recommend prices them
 EXTRAS = ["--batch-size", "3", "--q-len", "4", "--kv-len", "1000", "--q-dist", "fixed,accept:0.6",
           "--kv-dist", "fixed,lognormal:1.0", "--kv-dtype", "bf16,fp8", "--budget", "0.05", "--min-time", "0",
           "--kernels", ",".join(MLA_KERNELS)]
