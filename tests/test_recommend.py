@@ -182,6 +182,7 @@ def test_run_and_its_policy_give_the_same_answer(tmp_path):
 # ---- bad input: one line, exit 2 ---------------------------------------------------------------------------
 def test_bad_input_is_one_line_exit_2(tmp_path):
     run = known_run(tmp_path / "run")
+    tree_run = write_run(tmp_path / "trees", known_rows(qs=(1, 2, 4)) + known_rows(qs=(4,), tree="topk:2"))
     shape = ["--batch-size", "8", "--q-len", "4", "--kv-len", "4096"]
     work = tmp_path / "w.jsonl"
     cases = {
@@ -208,6 +209,18 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
                                 "--verify-layers 1001: attention layers of a model, 0..1000"),
         "weights overflow": ([run, "--engine", "sglang", "--batch-size", "1@1e308,8@1e308", "--q-len", "4",
                               "--kv-len", "4096"], "weight '1e308' must be a number from 0 to 1e+12"),
+        "overlap mode unknown": ([run, "--engine", "sglang", *shape, "--host-overlap", "both"],
+                                 "--host-overlap 'both': one of engine, max, sum"),
+        "q_len without a draft": ([run, "--engine", "sglang", "--batch-size", "8", "--q-len", "1", "--kv-len",
+                                   "4096"], "q_len 1 verifies no draft token"),
+        "two q_lens": ([run, "--engine", "vllm", "--batch-size", "8", "--q-len", "2,4", "--kv-len", "4096"],
+                       "a server runs one speculative config"),
+        "trtllm_mha with a tree": ([tree_run, "--engine", "sglang", "--setting", "trtllm_mha", *shape, "--tree",
+                                    "topk:2"], "supports topk 1 only"),
+        "a tree on vLLM": ([tree_run, "--engine", "vllm", "--setting", "FLASHINFER", *shape, "--tree", "topk:2"],
+                           "vLLM drafts chains only"),
+        "an MLA setting on a GQA run": ([run, "--engine", "sglang", "--setting", "mla:flashmla", *shape],
+                                        "is for MLA models and the workload's group is GQA"),
     }
     work.write_text('{"batch_size": 8, "q_len": 4, "kv_len": 4096}\n{"batch_size": 8,\n')
     for name, (args, msg) in cases.items():

@@ -340,6 +340,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     if not chosen:
         raise BadInput(f"{engine.label}: no {attention.upper()} setting in the table is valid on {FAMILY_NAME[fam]}")
     spec = spec_of(workload, [p.tree for p in priced])
+    check_spec(engine.engine, "(any)", "", spec)  # a q_len or tree no setting of the engine makes: exit 2
     if settings:  # a setting named on purpose that the engine refuses for this spec config: exit 2
         for s in chosen:
             check_spec(engine.engine, s.id, s.flags, spec)
