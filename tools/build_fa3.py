@@ -75,11 +75,9 @@ Tag: {TAG}
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from kbench.files import record
+
+    return record(path)["sha256"]
 
 
 def download(cache: Path) -> Path:

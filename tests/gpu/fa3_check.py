@@ -21,7 +21,6 @@ not load here (the reason is printed), 3 no SM90 GPU. About 1 minute on an H100.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -51,11 +50,9 @@ def make_case(spec: dict):
 
 
 def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from kbench.files import record
+
+    return record(path)["sha256"]
 
 
 def run_case(kernels, case, timed: bool, timer, dev) -> list[dict]:
