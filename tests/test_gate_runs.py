@@ -210,6 +210,8 @@ def test_the_baseline_and_recommend_entry_points_from_python(tmp_path):
     assert folder == tmp_path / "pooled" and len(rows) and (folder / "manifest.json").exists()
     assert run_gate(folder, b, threshold="5%").exit_code == 0
     rec = recommend_for("results/baselines/h200-draft-extend-kv4096", "sglang", batch_size=16, q_len=4, kv_len=4096)
-    assert rec.best is not None and to_json(rec)["best"]["flags"] == rec.best.setting.flags
+    # a run of plain kernels only: every setting bounded by its kernel's GPU time, none named best
+    assert rec.best is None and to_json(rec)["best"] is None
+    assert {r.setting.id for r in rec.results if r.bound_us} >= {"flashinfer", "trtllm_mha"}
     with pytest.raises(BadInput, match="one way"):
         recommend_for(a, "sglang", batch_size=16, q_len=4, kv_len=4096, workload=tmp_path / "w.jsonl")

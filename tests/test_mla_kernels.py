@@ -240,7 +240,7 @@ def test_gqa_kernels_skip_mla_cases_and_mla_kernels_skip_gqa_cases():
         on_mla, on_gqa = kernel_reason(k, H200, mla), kernel_reason(k, H200, gqa)
         if k.name == "reference":
             assert on_mla is None and on_gqa is None
-        elif k.name in MLA_KERNELS:
+        elif k.name in MLA_KERNELS or k.attentions == ("mla",):  # an MLA kernel, or an engine's route of one
             assert on_gqa.startswith("a GQA case") and k.name in on_gqa
         else:
             assert on_mla.startswith("an MLA case") and "flashmla" in on_mla
