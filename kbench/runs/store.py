@@ -363,11 +363,12 @@ def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                if i >= len(lines) - 2:  # the row being written when the process was killed
+                rec = files.loads(line)
+            except files.JSONProblem as e:
+                if i >= len(lines) - 2 and not e.content:  # the row being written when the process was killed
                     continue
-                raise BadInput(f"{path}: line {i + 1} is not valid JSON") from None
+                raise BadInput(f"{path}: line {i + 1}: {e}" if e.content else
+                               f"{path}: line {i + 1} is not valid JSON ({e.in_line()})") from None
             if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
                 raise BadInput(f"{path}: line {i + 1} is not a kbench row")
             records.append(rec)
@@ -656,9 +657,9 @@ def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True) -> pd.Da
         for c in row_kind(kind)[1]:
             if c in df:
                 try:
-                    df[c] = df[c].map(lambda s: json.loads(s) if isinstance(s, str) else [])
-                except json.JSONDecodeError:
-                    raise BadInput(f"{run_dir / CSV}: column {c} is not JSON lists") from None
+                    df[c] = df[c].map(lambda s: files.loads(s) if isinstance(s, str) else [])
+                except files.JSONProblem as e:
+                    raise BadInput(f"{run_dir / CSV}: column {c} is not JSON lists ({e})") from None
         return normalize(df.astype(object).where(pd.notna(df), None), kind, run_dir / CSV)
     raise BadInput(f"{run_dir}: no rows ({JOURNAL}, {PARQUET} or {CSV})")
 
