@@ -152,6 +152,12 @@ class Situation:
     process: bool = False  # run as a real process (a regression could hang; or a signal is sent)
     signal_at: tuple[str, str, int] | None = None  # (MODULE:FUNCTION, before|after, signal): tests/pause_at.py
     env: dict = field(default_factory=dict)
+    stdout: str | None = None  # where stdout goes (a real process): "head-c0" (| head -c0), "full" (> /dev/full),
+    # "closed" (>&-); a command `python FILE ...` runs FILE (an exported selector) with this Python
+
+
+# bash runs the command with its stdout as a situation says; the command's own exit status is the one kept
+STDOUT = {"head-c0": '"$@" | head -c0; exit "${PIPESTATUS[0]}"', "full": '"$@" > /dev/full', "closed": '"$@" >&-'}
 
 
 def _interrupted_cpu_run(w: Workspace) -> Path:
@@ -404,6 +410,13 @@ def _exported_report(w):
     w.vars.update(rep=str(rep), policy_digest=digest(rep / "policy.json"))
 
 
+def _exported_selector(w):
+    _exported_report(w)
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "export", f"{w.vars['rep']}/policy.json", "--out",
+                        str(w.path("sel.py"))], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
 def _policy_unchanged(w, out):
     assert digest(Path(w.vars["rep"]) / "policy.json") == w.vars["policy_digest"], "the policy was replaced"
 
@@ -509,6 +522,112 @@ def _no_request_to_other(w, out):
     assert not w.shared.other.requests, "kbench followed the redirect to another origin"
 
 
+# JSON nested deeper than a recursive parser's stack (Python's json: RecursionError), valid otherwise
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def _deep_lengths(w):
+    w.path("lens.json").write_text(DEEP)
+
+
+def _deep_journal_line(w):
+    run = _interrupted_cpu_run(w)
+    rows = journal(run)
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (run / "rows.jsonl").write_text(text.replace("\n", "\n" + DEEP + "\n", 1))  # line 2, not the last
+
+
+def _deep_workload(w):
+    w.path("w.jsonl").write_text(DEEP + "\n")
+    w.vars["run"] = str(ROOT / "results/baselines/h200-draft-extend-kv4096")
+
+
+LONG_INT = "1" * 5000  # more digits than Python's int() converts
+
+
+def _workload_line(line: str):
+    def setup(w):
+        w.path("w.jsonl").write_text(line + "\n")
+        w.vars["run"] = str(ROOT / "results/baselines/h200-draft-extend-kv4096")
+    return setup
+
+
+def _long_int_scenario(w):
+    w.path("s.toml").write_text(f'name = "x"\nmodel = "llama3-8b"\n[grid]\nbatch_size = {LONG_INT}\nq_len = 1\n'
+                                'kv_len = 64\n')
+
+
+def _server_fault(**faults):
+    def setup(w):
+        _server(w, **faults)
+    return setup
+
+
+def _one_run(status: str, min_rows: int = 0):
+    """The run server-bench made under r/ ended with ``status`` and at least ``min_rows`` rows."""
+    def check(w, out):
+        runs = list(w.path("r").iterdir()) if w.path("r").exists() else []
+        assert len(runs) == 1, runs
+        m = json.loads((runs[0] / "manifest.json").read_text())
+        n = len(journal(runs[0])) if (runs[0] / "rows.jsonl").exists() else 0
+        assert m.get("status") == status and n >= min_rows, f"status {m.get('status')!r}, {n} rows"
+    return check
+
+
+# prebuild --load: a fake FlashInfer package (its version is all --load asks of it) whose data/aot folder is the
+# target, put first on PYTHONPATH of the real process; archives made by hand
+FAKE_FI = "0.0.0+kbench-test"
+
+
+def _aot_archive(w, members: dict[str, bytes] | None = None, manifest: bytes | None = None, **modules) -> None:
+    """aot.tgz with KBENCH_PREBUILD.json (``manifest``, else one listing ``modules``: name -> {bytes, sha256}) and
+    ``members`` (name -> bytes; default: each module's library as listed); the fake FlashInfer beside it."""
+    import io
+    import tarfile
+
+    pkg = w.path("fi/flashinfer")
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"__version__ = {FAKE_FI!r}\n")
+    w.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(w.path("fi")), os.environ.get("PYTHONPATH")) if p)
+    if manifest is None:
+        manifest = json.dumps({"format": 1, "flashinfer": FAKE_FI, "arch": "9.0a", "modules": {
+            n: {"bytes": len(d), "sha256": hashlib.sha256(d).hexdigest()} for n, d in modules.items()}}).encode()
+    if members is None:
+        members = {f"aot/{n}/{n}.so": d for n, d in modules.items()}
+    with tarfile.open(w.path("aot.tgz"), "w:gz", compresslevel=1) as tar:
+        for name, data in {"aot/KBENCH_PREBUILD.json": manifest, **members}.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _aot_untouched(w, out):
+    """Nothing was written but the fake FlashInfer's own file: not in its aot folder, not beside it."""
+    made = sorted(str(p.relative_to(w.path("fi"))) for p in w.path("fi").rglob("*")
+                  if not p.is_dir() and "__pycache__" not in p.parts)
+    assert made == ["flashinfer/__init__.py"], made
+
+
+def _aot_dotdot(w):
+    _aot_archive(w, **{"..": b"\x7fELF up one"})
+
+
+def _aot_huge_manifest(w):
+    head = json.dumps({"format": 1, "flashinfer": FAKE_FI, "arch": "9.0a", "modules": {}})[:-1]
+    _aot_archive(w, manifest=(head + ', "pad": "' + " " * (64 << 20) + '"}').encode())
+
+
+def _aot_size_lie(w):
+    lib = bytes(8 << 20)
+    _aot_archive(w, members={"aot/m1/m1.so": lib}, manifest=json.dumps({
+        "format": 1, "flashinfer": FAKE_FI, "arch": "9.0a",
+        "modules": {"m1": {"bytes": 100, "sha256": hashlib.sha256(lib[:100]).hexdigest()}}}).encode())
+
+
+def _aot_deep_manifest(w):
+    _aot_archive(w, manifest=('{"format": 1, "modules": {}, "x": ' + DEEP + "}").encode())
+
+
 SITUATIONS: list[Situation] = [
     # 1 secrets ------------------------------------------------------------------------------------------------
     Situation("password-url", 1, "--url holds user:password", f"kbench server-bench --url {{pw_url}} {SERVER} --out r",
@@ -595,6 +714,18 @@ SITUATIONS: list[Situation] = [
     Situation("gate-markdown-over-rows", 2, "gate --markdown RUN/rows.csv (a file of its input)",
               "kbench gate --baseline {run} --candidate {run} --markdown {run}/rows.csv", 2,
               r"^error: --markdown .*rows\.csv: that is .*rows\.csv, a file of the input", _named_run, _run_unchanged),
+    Situation("prebuild-load-dotdot", 2, "prebuild --load: an archive whose module is named '..'",
+              "kbench prebuild --load aot.tgz", 2, r"^error: aot\.tgz: module name '\.\.' is not a plain name",
+              _aot_dotdot, _aot_untouched, process=True),
+    *[Situation(f"{who}-stdout-{how}", 2, f"{what}: {shown}", cmd, code, line, setup, stdout=how)
+      for who, what, cmd, setup in (
+          ("select", "kbench select", "kbench select --policy {rep}/policy.json --batch-size 16 --q-len 4 --kv-len 4096",
+           _exported_report),
+          ("selector", "the exported selector (python sel.py)", "python sel.py 16 4 4096", _exported_selector))
+      for how, shown, code, line in (
+          ("head-c0", "stdout piped into head -c0 (a reader that takes nothing)", 0, r"^$"),
+          ("full", "stdout is /dev/full", 2, r"^error: cannot write the answer to standard output: No space left"),
+          ("closed", "stdout closed (>&-)", 2, r"^error: cannot write the answer: standard output is closed$"))],
     Situation("gate-two-outputs-one-file", 2, "gate --markdown o.md --json o.md",
               "kbench gate --baseline {run} --candidate {run} --markdown o.md --json o.md", 2,
               r"^error: --json o\.md and --markdown o\.md name the same file", _named_run, _nothing_written("o.md")),
@@ -703,6 +834,49 @@ SITUATIONS: list[Situation] = [
               f"kbench server-bench --url {{url}} {SERVER} --out r --result-filename result.jsonl", 2,
               r"^error: --result-filename result\.jsonl: a named pipe \(FIFO\), not a regular file",
               _fifo_result_file, process=True),
+    Situation("lengths-deep-json", 6, "--kv-dist file: a JSON list nested 100,000 deep",
+              f"kbench sweep {TINY} --kv-dist file:lens.json --out o", 2,
+              r"^error: .*kv_dist: lens\.json is not a JSON list: nested too deeply$", _deep_lengths),
+    Situation("journal-deep-json-report", 6, "a rows.jsonl line nested 100,000 deep: report",
+              "kbench report {run} --out rep", 2, r"^error: .*rows\.jsonl: line 2 is not valid JSON \(nested too deeply\)",
+              _deep_journal_line, _nothing_written("rep")),
+    Situation("journal-deep-json-resume", 6, "a rows.jsonl line nested 100,000 deep: resume",
+              "kbench sweep --resume {run}", 2, r"^error: .*rows\.jsonl: line 2 is not valid JSON \(nested too deeply\)",
+              _deep_journal_line),
+    Situation("workload-deep-json", 6, "a recommend --workload line nested 100,000 deep",
+              "kbench recommend {run} --engine vllm --workload w.jsonl", 2,
+              r"^error: w\.jsonl: line 1: not JSON \(nested too deeply\)$", _deep_workload),
+    Situation("workload-long-integer", 6, "a recommend --workload line with a 5,000-digit batch_size",
+              "kbench recommend {run} --engine vllm --workload w.jsonl", 2,
+              r"^error: w\.jsonl: line 1: batch_size: an integer of 5000 digits, more than the 4,300 kbench reads$",
+              _workload_line(f'{{"batch_size": {LONG_INT}, "q_len": 1, "kv_len": 4096, "weight": 1}}')),
+    Situation("workload-duplicate-key", 6, "a recommend --workload line with weight twice",
+              "kbench recommend {run} --engine vllm --workload w.jsonl", 2,
+              r"^error: w\.jsonl: line 1: the key 'weight' appears twice in one object$",
+              _workload_line('{"batch_size": 16, "q_len": 1, "kv_len": 4096, "weight": 1, "weight": 0}')),
+    Situation("scenario-long-integer", 6, "a scenario file with a 5,000-digit batch_size",
+              "kbench sweep -s s.toml --kernels reference --out o", 2,
+              r"^error: s\.toml: line 4: batch_size: an integer of 5000 digits, more than the 4,300 kbench reads$",
+              _long_int_scenario, _nothing_written("o")),
+    Situation("prebuild-manifest-deep-json", 6, "prebuild --load: an archive whose manifest is nested 100,000 deep",
+              "kbench prebuild --load aot.tgz", 2,
+              r"^error: aot\.tgz: aot/KBENCH_PREBUILD\.json: not valid JSON \(nested too deeply\)$", _aot_deep_manifest,
+              _aot_untouched, process=True),
+    Situation("prebuild-manifest-huge", 6, "prebuild --load: a 64 MiB manifest member (64 KiB compressed)",
+              "kbench prebuild --load aot.tgz", 2,
+              r"^error: aot\.tgz: aot/KBENCH_PREBUILD\.json is 64 MiB, more than the 4 MiB kbench reads",
+              _aot_huge_manifest, _aot_untouched, process=True),
+    Situation("prebuild-member-larger-than-listed", 6, "prebuild --load: a module of 8 MiB its manifest lists as 100 "
+              "bytes", "kbench prebuild --load aot.tgz", 2,
+              r"^error: aot\.tgz: aot/m1/m1\.so is 8388608 bytes, its manifest says 100", _aot_size_lie, _aot_untouched,
+              process=True),
+    Situation("server-info-deep-json", 6, "the server's /server_info answer nested 100,000 deep",
+              f"kbench server-bench --url {{url}} {SERVER} --out r", 1,
+              r"^error: cannot use the server: .*neither /server_info nor /get_server_info answered with server info",
+              _server_fault(info_body=DEEP), _nothing_written("r")),
+    Situation("sse-deep-json", 6, "one SSE data line of /generate nested 100,000 deep",
+              f"kbench server-bench --url {{url}} {SERVER} --out r", 1, r"malformed SSE data \(line \d+\): nested too deeply",
+              _server_fault(stream_mode="deep", truncate_after=1), _one_run("complete", 1)),
     Situation("huge-batch", 6, "--batch-size 100000000 with tiny heads",
               "kbench sweep --scenario quick -b 100000000 -q 1 -k 16 --heads 1/1/64 --kernels reference --out o", 2,
               r"^error: .*grid\.batch_size: 100000000 requests is more than the 1,048,576"),
@@ -740,6 +914,12 @@ def run_situation(s: Situation, w: Workspace, in_process: bool) -> Outcome:
     env = {"COLUMNS": "250", "GITHUB_STEP_SUMMARY": "", **s.env, **w.env}
     if s.signal_at:
         code, out = _run_signalled(s, w, args, env)
+    elif s.stdout or cmd.startswith("python "):
+        argv = [sys.executable, *args] if cmd.startswith("python ") else [sys.executable, "-m", "kbench.cli.main", *args]
+        shell = STDOUT[s.stdout] if s.stdout else '"$@"'
+        p = subprocess.run(["bash", "-c", shell, "bash", *argv], cwd=w.root, stdout=subprocess.PIPE if not s.stdout
+                           else None, stderr=subprocess.PIPE, text=True, timeout=120, env={**os.environ, **env})
+        code, out = p.returncode, (p.stdout or "") + p.stderr
     elif in_process and not s.process:
         code, out = _run_in_process(args, env, w.root)
     else:
