@@ -104,11 +104,12 @@ def digest(path: Path) -> str:
 
 
 def leftovers(folder: Path) -> list[str]:
-    """Temporary files or folders kbench may have left: .NAME.kbench-*, .*.tmp*, zero-byte files."""
+    """Temporary files or folders kbench may have left: .kb-*, .NAME.kbench-* (older names), .*.tmp*, zero-byte
+    files."""
     out = []
     for p in folder.rglob("*"):
         n = p.name
-        if ".kbench-new-" in n or ".kbench-old-" in n or (n.startswith(".") and ".tmp" in n):
+        if n.startswith(".kb-") or ".kbench-new-" in n or ".kbench-old-" in n or (n.startswith(".") and ".tmp" in n):
             out.append(str(p.relative_to(folder)))
         elif p.is_file() and not p.is_symlink() and p.stat().st_size == 0 and not n.startswith(".kbench"):
             out.append(str(p.relative_to(folder)) + " (0 bytes)")
@@ -415,6 +416,18 @@ def _exported_selector(w):
     r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "export", f"{w.vars['rep']}/policy.json", "--out",
                         str(w.path("sel.py"))], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+LONG_FOLDER = "r" * 250  # names the file system takes (255 bytes at most)
+LONG_FILE = "s" * 252 + ".py"
+
+
+def _written(name: str, *inside: str):
+    def check(w, out):
+        p = w.path(name)
+        assert p.exists() and all((p / n).exists() for n in inside), f"{name[:20]}... not written whole"
+        assert leftovers(w.root) == [], leftovers(w.root)
+    return check
 
 
 def _policy_unchanged(w, out):
@@ -726,6 +739,12 @@ SITUATIONS: list[Situation] = [
           ("head-c0", "stdout piped into head -c0 (a reader that takes nothing)", 0, r"^$"),
           ("full", "stdout is /dev/full", 2, r"^error: cannot write the answer to standard output: No space left"),
           ("closed", "stdout closed (>&-)", 2, r"^error: cannot write the answer: standard output is closed$"))],
+    Situation("report-out-long-name", 2, "report --out a folder of 250 characters (the file system takes 255)",
+              f"kbench report {{run}} --out {LONG_FOLDER}", 0, r"^wrote \d+ files", _named_run,
+              _written(LONG_FOLDER, "policy.json")),
+    Situation("export-out-long-name", 2, "export --out a file of 255 characters",
+              f"kbench export {{rep}}/policy.json --out {LONG_FILE}", 0, r"^wrote s+\.py", _exported_report,
+              _written(LONG_FILE)),
     Situation("gate-two-outputs-one-file", 2, "gate --markdown o.md --json o.md",
               "kbench gate --baseline {run} --candidate {run} --markdown o.md --json o.md", 2,
               r"^error: --json o\.md and --markdown o\.md name the same file", _named_run, _nothing_written("o.md")),
