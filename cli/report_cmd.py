@@ -12,6 +12,7 @@ from kbench.cli.answer import write_answer
 from kbench.cli.console import make_console
 from kbench.cli.options import FLOAT, INT, AliasOption, IntRange, OutputPath, examples
 from kbench.errors import BadInput
+from kbench.names import unknown_kernel_note
 from kbench.values import SEED_MAX
 from kbench.report import build_report, lookup
 from kbench.report.policy import policy_from
@@ -156,6 +157,9 @@ def select_cmd(policy_file, batch_size, q_len, kv_len, heads, dtype, kv_dtype, p
     neighbour (and says so); outside the measured range it refuses (exit 2) unless --extrapolate."""
     ans = lookup(policy_from([policy_file])[0], batch_size, q_len, kv_len, extrapolate=extrapolate, heads=heads,
                  dtype=dtype, kv_dtype=kv_dtype, page_size=page_size, kv_layout=kv_layout, **realistic)
+    note = unknown_kernel_note(ans["kernel"])
+    if note:
+        click.echo(note, err=True)
     write_answer(json.dumps(ans, indent=2) if as_json else "\n".join(_answer_lines(ans)))
 
 

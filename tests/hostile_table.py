@@ -461,6 +461,10 @@ def _edited_policy(edit):
     return setup
 
 
+def _answered(out: str, line: str) -> None:
+    assert any(ln.startswith(line) for ln in out.splitlines()), f"no answer {line!r}"
+
+
 def _policy_cell(g, bs=16, q=4):
     return next(c for c in g["cells"] if (c["batch_size"], c["q_len"]) == (bs, q))
 
@@ -810,6 +814,11 @@ SITUATIONS: list[Situation] = [
           ("grid-without-cells", "5 of its grid's 32 cells (the grid unchanged)",
            lambda g: g.update(cells=g["cells"][:5]),
            r"^error: P\.json: group .*: grid\.batch_size lists 64, but no cell has it"))],
+    Situation("policy-unknown-kernel", 4, "a policy naming a kernel this kbench does not have (a newer kbench's)",
+              "kbench select --policy P.json --batch-size 16 --q-len 4 --kv-len 4096", 0,
+              r"^warning: the policy names kernel 'trtllm-future', which this kbench does not know",
+              _edited_policy(lambda g: _policy_cell(g).update(kernel="trtllm-future")),
+              lambda w, out: _answered(out, "trtllm-future (decode path) for bs 16 q 4 kv 4096")),
     Situation("policy-export-kernel-newline", 4, "kbench export of a policy whose kernel name holds a newline",
               "kbench export P.json --out sel.py", 2, rf"{_P_CELL}kernel 'evil\\nkernel' holds a character",
               _edited_policy(lambda g: _policy_cell(g).update(kernel="evil\nkernel")), _nothing_written("sel.py")),

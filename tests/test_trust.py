@@ -251,3 +251,11 @@ def test_archive_reader_writes_only_inside_the_target(tmp_path):
         arc.install("m2", dest)
         assert arc.present("m2", dest) and not arc.present("m1", dest)
     assert list(outside.iterdir()) == [] and sorted(p.name for p in (dest / "m2").iterdir()) == ["m2.so"]
+
+
+def test_the_kernel_names_without_torch_are_the_registry():
+    from kbench.kernels import kernel_names
+    from kbench.names import KERNEL_NAMES, unknown_kernel_note
+
+    assert tuple(kernel_names()) == KERNEL_NAMES
+    assert unknown_kernel_note("fa2-prefill") is None and "'x'" in unknown_kernel_note("x")
