@@ -580,6 +580,12 @@ def _server_fault(**faults):
     return setup
 
 
+def _rows_ok(w, out):
+    runs = list(w.path("r").iterdir())
+    got = [r["status"] for r in journal(runs[0])]
+    assert got and set(got) == {"ok"}, got
+
+
 def _one_run(status: str, min_rows: int = 0):
     """The run server-bench made under r/ ended with ``status`` and at least ``min_rows`` rows."""
     def check(w, out):
@@ -905,6 +911,10 @@ SITUATIONS: list[Situation] = [
     Situation("sse-deep-json", 6, "one SSE data line of /generate nested 100,000 deep",
               f"kbench server-bench --url {{url}} {SERVER} --out r", 1, r"malformed SSE data \(line \d+\): nested too deeply",
               _server_fault(stream_mode="deep", truncate_after=1), _one_run("complete", 1)),
+    Situation("server-info-negative-capacity", 6, "the server reports token_capacity -5 (every case would be skipped)",
+              f"kbench server-bench --url {{url}} {SERVER} --out r", 0,
+              r"^warning: the server's token_capacity is -5, not a positive integer: treated as not given",
+              _server_fault(token_capacity=-5), _rows_ok),
     Situation("huge-batch", 6, "--batch-size 100000000 with tiny heads",
               "kbench sweep --scenario quick -b 100000000 -q 1 -k 16 --heads 1/1/64 --kernels reference --out o", 2,
               r"^error: .*grid\.batch_size: 100000000 requests is more than the 1,048,576"),
