@@ -535,6 +535,29 @@ def _redirect(same_origin: bool):
     return setup
 
 
+def _ab_runs(b_backend: str | None = None):
+    """Two server-bench runs of the fake SGLang server (a, b) and the committed sweep to price them with; B's rows
+    relabelled as another backend's when b_backend is given."""
+    def setup(w):
+        _server(w)
+        runs = []
+        for name in ("a", "b"):
+            p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.shared.server.url,
+                                *shlex.split(SERVER), "--out", str(w.path(name))], capture_output=True, text=True,
+                               timeout=300)
+            assert p.returncode == 0, p.stdout + p.stderr
+            runs.append(next(w.path(name).iterdir()))
+        if b_backend:
+            write_journal(runs[1], [{**r, "backend": b_backend} for r in journal(runs[1])])
+        w.vars.update(a=str(runs[0]), b=str(runs[1]), wl=str(runs[0] / "workload.jsonl"),
+                      src=str(ROOT / "results/baselines/h200-draft-extend-kv4096"))
+    return setup
+
+
+AB = ("kbench recommend {src} --engine sglang --workload {wl} --max-extrapolation 1000 --ab-settings "
+      "flashinfer,trtllm_mha --ab")
+
+
 def _no_request_to_other(w, out):
     assert not w.shared.other.requests, "kbench followed the redirect to another origin"
 
@@ -915,6 +938,10 @@ SITUATIONS: list[Situation] = [
               f"kbench server-bench --url {{url}} {SERVER} --out r", 0,
               r"^warning: the server's token_capacity is -5, not a positive integer: treated as not given",
               _server_fault(token_capacity=-5), _rows_ok),
+    Situation("recommend-ab-one-run-twice", 5, "recommend --ab with one run as both A and B", AB + " {a} {a}", 2,
+              r"^error: --ab .*: one run given as both A and B", _ab_runs()),
+    Situation("recommend-ab-other-backend", 5, "recommend --ab with a B run of another backend (vLLM's)",
+              AB + " {a} {b}", 2, r"^error: --ab: run B \(.*\) measured vllm, not --engine sglang", _ab_runs("vllm")),
     Situation("huge-batch", 6, "--batch-size 100000000 with tiny heads",
               "kbench sweep --scenario quick -b 100000000 -q 1 -k 16 --heads 1/1/64 --kernels reference --out o", 2,
               r"^error: .*grid\.batch_size: 100000000 requests is more than the 1,048,576"),
