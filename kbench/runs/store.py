@@ -355,8 +355,19 @@ def float_list(v, column: str) -> list[float]:
         raise BadInput(f"column {column}: expected a list of numbers") from None
 
 
-def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
+def read_journal(path: Path, kind: str = "sweep", lists: bool = True) -> pd.DataFrame:
+    """The journal's rows, checked (normalize). lists=False: the list columns (samples_us) read as empty lists.
+    A journal as kbench writes it is read by pyarrow's JSON-lines reader (kbench.runs.journal_table), a few times
+    faster than a json.loads per line and without a dict per row; any journal that reader does not take whole
+    (a hand-edited line, NaN, a type that changes) is read line by line, whose errors name the line."""
+    from kbench.runs.journal_table import read_table
+
+    if path.exists():
+        fast = read_table(path, row_kind(kind)[1], lists)
+        if fast is not None:
+            return normalize(fast, kind, path)
     records, line_nos = [], []
+    drop = () if lists else row_kind(kind)[1]
     if path.exists():
         lines = files.read_text(path, str(path), files.ROWS_MAX).split("\n")
         for i, line in enumerate(lines):
@@ -371,6 +382,8 @@ def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
                                f"{path}: line {i + 1} is not valid JSON ({e.in_line()})") from None
             if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
                 raise BadInput(f"{path}: line {i + 1} is not a kbench row")
+            for c in drop:
+                rec.pop(c, None)
             records.append(rec)
             line_nos.append(i + 1)
     columns = row_kind(kind)[0]
@@ -585,7 +598,7 @@ def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: 
     time and memory."""
     run_dir = Path(run_dir)
     if (run_dir / JOURNAL).exists() and (lists or manifest is None or not parquet_current(run_dir, manifest)):
-        return read_journal(run_dir / JOURNAL, kind)
+        return read_journal(run_dir / JOURNAL, kind, lists)
     rows = read_tables(run_dir, kind, lists)
     if manifest is not None:
         check_table_rows(run_dir, manifest, rows, kind)
