@@ -383,6 +383,21 @@ def _run_unchanged(w, out):
     assert json.dumps({p.name: digest(p) for p in sorted(run.iterdir()) if p.is_file()}) == w.vars["run_digest"]
 
 
+def _shard_runs(w):
+    """The two shards of a tiny CPU sweep (kbench merge's input), as w.vars s1 and s2."""
+    for i in (1, 2):
+        p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", *shlex.split(TINY), "-q", "1,2",
+                            "--shard", f"{i - 1}/2", "--out", str(w.path(f"s{i}")), "--name", f"s{i}"],
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stdout + p.stderr
+        w.vars[f"s{i}"] = str(next(w.path(f"s{i}").glob("s*-*")))
+    w.vars["s1_digest"] = digest(Path(w.vars["s1"]))
+
+
+def _shard_untouched(w, out):
+    assert digest(Path(w.vars["s1"])) == w.vars["s1_digest"], "the input run was changed"
+
+
 def _named_link(w):
     _named_run(w)
     w.path("latest.json").symlink_to("gate-1.json")
@@ -778,6 +793,9 @@ SITUATIONS: list[Situation] = [
     Situation("export-out-long-name", 2, "export --out a file of 255 characters",
               f"kbench export {{rep}}/policy.json --out {LONG_FILE}", 0, r"^wrote s+\.py", _exported_report,
               _written(LONG_FILE)),
+    Situation("merge-out-in-its-input", 2, "merge --out one of the runs it merges",
+              "kbench merge {s1} {s2} --out {s1}", 2, r"^error: --out .*: inside the input run .*would nest in its own",
+              _shard_runs, _shard_untouched),
     Situation("gate-two-outputs-one-file", 2, "gate --markdown o.md --json o.md",
               "kbench gate --baseline {run} --candidate {run} --markdown o.md --json o.md", 2,
               r"^error: --json o\.md and --markdown o\.md name the same file", _named_run, _nothing_written("o.md")),
