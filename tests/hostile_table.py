@@ -152,6 +152,7 @@ class Situation:
     check: Callable[[Workspace, str], None] | None = None  # more that must hold afterwards (files, secrets)
     process: bool = False  # run as a real process (a regression could hang; or a signal is sent)
     signal_at: tuple[str, str, int] | None = None  # (MODULE:FUNCTION, before|after, signal): tests/pause_at.py
+    at_pause: Callable[[Workspace], None] | None = None  # with signal_at: done there instead of the signal
     env: dict = field(default_factory=dict)
     stdout: str | None = None  # where stdout goes (a real process): "head-c0" (| head -c0), "full" (> /dev/full),
     # "closed" (>&-); a command `python FILE ...` runs FILE (an exported selector) with this Python
@@ -215,6 +216,23 @@ def _fifo_result_file(w):
 
 
 # family 3: links in a run folder
+def _resume_running(w):
+    """The run being resumed is taken by another process now: this test process takes its lock (flock), as a
+    kbench sweep --resume does while it runs."""
+    import fcntl
+
+    run = Path(w.vars["run"])
+    fd = os.open(run / ".kbench.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    w.vars["held_fd"] = str(fd)  # held until the check: closed there, and the lock with it
+
+
+def _lock_released_and_run_kept(w, out):
+    os.close(int(w.vars["held_fd"]))
+    assert json.loads((Path(w.vars["run"]) / "manifest.json").read_text())["status"] == "interrupted"
+
+
 def _lock_symlink(w):
     run, out = _interrupted_cpu_run(w), _outside(w)
     (run / ".kbench.lock").unlink(missing_ok=True)
@@ -800,6 +818,10 @@ SITUATIONS: list[Situation] = [
               "kbench gate --baseline {run} --candidate {run} --markdown o.md --json o.md", 2,
               r"^error: --json o\.md and --markdown o\.md name the same file", _named_run, _nothing_written("o.md")),
     # 3 links in a run folder -----------------------------------------------------------------------------------
+    Situation("resume-while-resumed", 3, "two sweep --resume of one run at once: the other takes the run after this "
+              "one checked it", "kbench sweep --resume {run}", 2,
+              r"^error: .*another kbench process \(pid \d+\) is writing this run", _interrupted_cpu_run,
+              _lock_released_and_run_kept, signal_at=("kbench.cli.sweep_cmd:Sweep", "after", 0), at_pause=_resume_running),
     Situation("lock-symlink", 3, ".kbench.lock is a symbolic link to a file outside the run",
               "kbench sweep --resume {run}", 2, r"^error: .*\.kbench\.lock: a symbolic link", _lock_symlink,
               _untouched()),
@@ -1045,7 +1067,10 @@ def _run_signalled(s: Situation, w: Workspace, args, env) -> tuple[int, str]:
             p.kill()
             raise AssertionError(f"never reached {target} ({when}): {out[-2000:]}")
         time.sleep(0.05)
-    p.send_signal(signum)
+    if s.at_pause:
+        s.at_pause(w)
+    else:
+        p.send_signal(signum)
     time.sleep(0.5)
     Path(marker + ".go").write_text("go\n")  # a signal kbench holds (the swap) goes on now
     out = p.communicate(timeout=120)[0]
