@@ -308,13 +308,16 @@ def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None
     atomic.write_with(run_dir / CSV, lambda tmp: csv_rows.to_csv(tmp, index=False))
 
 
-def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int] | None = None) -> pd.DataFrame:
+def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int] | None = None,
+              copy: bool = True) -> pd.DataFrame:
     """Columns in schema order; missing ones added empty (rows from older writers of the same schema). For a sweep,
     an axis an older kbench did not write reads as its default, in a missing column and in a missing cell alike
     (a run started by an older kbench and finished by this one mixes both), integer axes as integers. Then every
-    row is checked once (check_rows): ``where`` names the file in the error, ``lines`` the journal line of each row."""
+    row is checked once (check_rows): ``where`` names the file in the error, ``lines`` the journal line of each row.
+    copy=False: ``df`` is the caller's own to change (a frame just read), not copied first."""
     columns, list_columns = row_kind(kind)
-    df = df.copy()
+    if copy:
+        df = df.copy()
     fill = axes.defaults() if kind == "sweep" else {}
     for c in columns:
         if c not in df:  # an axis added after the run was written reads as its default
@@ -365,7 +368,7 @@ def read_journal(path: Path, kind: str = "sweep", lists: bool = True) -> pd.Data
     if path.exists():
         fast = read_table(path, row_kind(kind)[1], lists)
         if fast is not None:
-            return normalize(fast, kind, path)
+            return normalize(fast, kind, path, copy=False)
     records, line_nos = [], []
     drop = () if lists else row_kind(kind)[1]
     if path.exists():
