@@ -186,8 +186,9 @@ def _ab_check(src, wl, eng, ab, ab_settings, thr: float, kw):
         raise BadInput(f"--ab-settings {ab_settings!r}: two setting ids, A first (e.g. trtllm_mha,flashinfer)")
     from kbench.gate import run_gate
     from kbench.gate.ab import ab_answer
-    from kbench.recommend.check import Measured, check_ab
+    from kbench.recommend.check import Measured, check_ab, check_ab_runs
 
+    check_ab_runs(ab[0], ab[1], eng.engine)
     res = run_gate(ab[0], ab[1], threshold=thr, allow_missing=True)
     if res.kind != "server-bench":
         raise BadInput(f"--ab {ab[0]} {ab[1]}: two kbench server-bench runs, not {res.kind} runs")

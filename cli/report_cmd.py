@@ -8,9 +8,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from kbench.cases import axes
+from kbench.cli.answer import write_answer
 from kbench.cli.console import make_console
 from kbench.cli.options import FLOAT, INT, AliasOption, IntRange, OutputPath, examples
 from kbench.errors import BadInput
+from kbench.names import unknown_kernel_note
 from kbench.values import SEED_MAX
 from kbench.report import build_report, lookup
 from kbench.report.policy import policy_from
@@ -158,28 +160,33 @@ def select_cmd(policy_file, batch_size, q_len, kv_len, heads, dtype, kv_dtype, p
     neighbour (and says so); outside the measured range it refuses (exit 2) unless --extrapolate."""
     ans = lookup(policy_from([policy_file])[0], batch_size, q_len, kv_len, extrapolate=extrapolate, heads=heads,
                  dtype=dtype, kv_dtype=kv_dtype, page_size=page_size, kv_layout=kv_layout, **realistic)
-    if as_json:
-        click.echo(json.dumps(ans, indent=2))
-        return
+    note = unknown_kernel_note(ans["kernel"])
+    if note:
+        click.echo(note, err=True)
+    write_answer(json.dumps(ans, indent=2) if as_json else "\n".join(_answer_lines(ans)))
+
+
+def _answer_lines(ans: dict) -> list[str]:
     sp = ans["expected_speedup"]
-    click.echo(f"{ans['kernel']} ({ans['path']} path) for {_fmt_point(ans['query'])}, {ans['group']}")
-    click.echo(f"timing state: {ans['power']} (" + ("measured at the power cap under continuous load: a busy "
-               "server" if ans["power"] == "sustained" else "duty-cycled, off the power cap: latency at low load")
-               + ")")
-    click.echo("expected decode speedup over the best context kernel: "
-               + (f"{sp:.2f}x" if sp is not None else "unknown (one path not measured)")
-               + (" (decode and context tie here)" if ans["tie"] else ""))
+    out = [f"{ans['kernel']} ({ans['path']} path) for {_fmt_point(ans['query'])}, {ans['group']}",
+           f"timing state: {ans['power']} (" + ("measured at the power cap under continuous load: a busy server"
+                                                 if ans["power"] == "sustained" else
+                                                 "duty-cycled, off the power cap: latency at low load") + ")",
+           "expected decode speedup over the best context kernel: "
+           + (f"{sp:.2f}x" if sp is not None else "unknown (one path not measured)")
+           + (" (decode and context tie here)" if ans["tie"] else "")]
     if ans["extrapolated"]:
-        click.echo(f"EXTRAPOLATED: outside the measured range, clamped ({'; '.join(ans['clamped'])})")
+        out.append(f"EXTRAPOLATED: outside the measured range, clamped ({'; '.join(ans['clamped'])})")
     if ans["interpolated"]:
         how = ("its nearest measured neighbour" if ans["method"] == "nearest" else
                "the nearest measured case overall (none on the nearest batch/KV line)")
-        click.echo(f"interpolated: not measured at {_fmt_point(ans['query'])}: the answer, speedup included, is the "
+        out.append(f"interpolated: not measured at {_fmt_point(ans['query'])}: the answer, speedup included, is the "
                    f"one measured at {_fmt_point(ans['used'])}, {how}")
         if ans["grid_point"] and not ans["extrapolated"]:
-            click.echo("not measured: the policy's grid has this shape but no result for it (an adaptive run did "
+            out.append("not measured: the policy's grid has this shape but no result for it (an adaptive run did "
                        "not measure it, or no kernel passed its check there)")
-        click.echo("neighbours: " + "; ".join(f"{_fmt_point(n)} -> {n['kernel']}" for n in ans["neighbours"])
+        out.append("neighbours: " + "; ".join(f"{_fmt_point(n)} -> {n['kernel']}" for n in ans["neighbours"])
                    + ("" if ans["neighbours_agree"] else "  (they disagree: measure this shape)"))
     else:
-        click.echo("measured: this exact shape is in the policy")
+        out.append("measured: this exact shape is in the policy")
+    return out

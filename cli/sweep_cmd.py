@@ -1,6 +1,7 @@
 """`kbench sweep`: expand the grid, check every kernel against the reference, time it, write a run."""
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 
@@ -13,6 +14,7 @@ from kbench.engine.devices import run_on_devices
 from kbench.engine.plans.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
 from kbench.engine.request import OVERRIDE_FLAGS, SweepRequest
 from kbench.engine.sweep import Sweep, sweep_payload
+from kbench.runs.lock import RunLock
 from kbench.runs.outputs import writable_dir
 from kbench.runs.signals import terminate_as_interrupt
 from kbench.runs.store import load_run, name_note
@@ -99,10 +101,12 @@ def sweep(**params):
     else:
         sc = checked.scenario
         runner = Sweep(sc, checked.options)  # refuses bad --slow-kernel names before anything is printed
-        sweep_header(console, sc, len(checked.plan.cases()), checked.options.shard)
-        with terminate_as_interrupt() as stop, RichSweepObserver(console) as obs:
-            runner.obs = obs
-            result = runner.run(checked.plan)
+        # a resumed run is locked before its plan is printed: a second resume is refused with one line, no plan
+        with RunLock(checked.options.resume) if checked.options.resume else contextlib.nullcontext():
+            sweep_header(console, sc, len(checked.plan.cases()), checked.options.shard)
+            with terminate_as_interrupt() as stop, RichSweepObserver(console) as obs:
+                runner.obs = obs
+                result = runner.run(checked.plan)
         code = sweep_summary(console, result, stop, request.allow_wrong, request.max_table_cases)
     if code:
         sys.exit(code)

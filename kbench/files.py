@@ -9,6 +9,10 @@ Whatever the path names, reading it is one line or the file's content, never a h
 - text is strict UTF-8: other bytes are one line naming the file and the offset, not a decode traceback
   (nor characters silently replaced).
 
+JSON is parsed by `loads` (or `parse_json`, `read_json`), the one JSON parser of what kbench did not write in this
+call (files, journal lines, a server's answers): a document nested too deeply, an integer too long for Python,
+a key twice in one object (where the caller asks), are a one-line problem naming where, never a traceback.
+
 A folder whose files must agree records them with `record()` (size and sha256, written last by the writer) and
 its readers check them with `check_records()`.
 """
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from kbench.errors import BadInput
+from kbench.values import long_int
 
 # how much each kind of file may hold (bytes): far beyond any real one, far below what would exhaust memory
 LENGTHS_MAX = 16 << 20  # a list of per-request lengths (at most 1,000,000 values)
@@ -120,16 +125,89 @@ def read_text(path: str | os.PathLike, label: str | None = None, max_bytes: int 
     return decode(read_bytes(path, label, max_bytes), label, bom)
 
 
-def read_json(path: str | os.PathLike, label: str | None = None, max_bytes: int = MANIFEST_MAX):
+class JSONProblem(ValueError):
+    """Why a text is not JSON kbench takes, in words (`Expecting value, line 1 column 7`, `nested too deeply`, ...):
+    callers that word their own line (a journal's line number, a stream's) catch this; others use parse_json."""
+
+    def __init__(self, words: str, reason: str | None = None, column: int | None = None, content: bool = False):
+        super().__init__(words)
+        self.reason, self.column = reason, column
+        self.content = content  # JSON, but not what kbench reads: a key twice, an integer too long
+
+    def in_line(self) -> str:
+        """The problem in a text of one line (a journal's, a workload's): its column, not `line 1`."""
+        return f"{self.reason} at column {self.column}" if self.reason else str(self)
+
+
+class _LongInt(str):
+    """An integer literal too long for int(): kept as its digits so its place in the document can be named."""
+
+
+def _dup_refused(pairs):
+    seen = {}
+    for k, v in pairs:
+        if k in seen:
+            raise JSONProblem(f"the key {k!r} appears twice in one object", content=True)
+        seen[k] = v
+    return seen
+
+
+def _path_of(value, want=_LongInt, at: str = "") -> tuple[str, str] | None:
+    """(where, the value) of the first value of type ``want`` in a parsed document: `groups[0].cells[3].time_us`."""
+    stack = [(at, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, want):
+            return where or "the document", v
+        if isinstance(v, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+    return None
+
+
+def loads(text: str | bytes, unique_keys: bool = False):
+    """The one JSON parser: json.loads, or JSONProblem saying why not. unique_keys=True: a key twice in one
+    object is refused (json.loads keeps the last one silently). A document nested deeper than Python's stack,
+    bytes that are not UTF-8 and an integer of more digits than int() converts are problems, not tracebacks;
+    the last names where the integer is."""
+    hook = _dup_refused if unique_keys else None
+    try:
+        return json.loads(text, object_pairs_hook=hook)
+    except JSONProblem:
+        raise
+    except json.JSONDecodeError as e:
+        raise JSONProblem(f"{e.msg}, line {e.lineno} column {e.colno}", e.msg, e.colno) from None
+    except RecursionError:
+        raise JSONProblem("nested too deeply") from None
+    except UnicodeDecodeError as e:
+        raise JSONProblem(f"not UTF-8 (byte 0x{e.object[e.start:e.start + 1].hex()} at offset {e.start})") from None
+    except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        pass
+    found = None
+    try:
+        found = _path_of(json.loads(text, object_pairs_hook=hook,
+                                    parse_int=lambda s: _LongInt(s) if long_int(s) else int(s)))
+    except (ValueError, RecursionError):
+        pass
+    where, digits = found if found else ("the document", "")
+    raise JSONProblem(f"{where}: {long_int(digits) or 'an integer of more digits than kbench reads'}",
+                      content=True) from None
+
+
+def parse_json(text: str | bytes, label: str, unique_keys: bool = False):
+    """Parsed JSON, or BadInput (`LABEL: not valid JSON (...)`)."""
+    try:
+        return loads(text, unique_keys)
+    except JSONProblem as e:
+        raise BadInput(f"{label}: {e}" if e.content else f"{label}: not valid JSON ({e})") from None
+
+
+def read_json(path: str | os.PathLike, label: str | None = None, max_bytes: int = MANIFEST_MAX,
+              unique_keys: bool = False):
     """Parsed JSON of a UTF-8 file, or BadInput (`LABEL: not valid JSON (...)`)."""
     label = label or str(path)
-    text = read_text(path, label, max_bytes)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BadInput(f"{label}: not valid JSON ({e.msg}, line {e.lineno} column {e.colno})") from None
-    except RecursionError:
-        raise BadInput(f"{label}: not valid JSON (nested too deeply)") from None
+    return parse_json(read_text(path, label, max_bytes), label, unique_keys)
 
 
 # ---- a folder's files as its writer left them ----------------------------------------------------------------

@@ -14,6 +14,20 @@ def int_in(v, lo: int | None = None, hi: int | None = None) -> bool:
             and (hi is None or v <= hi))
 
 
+def max_int_digits() -> int:
+    """The most digits int() converts (Python's limit, 4,300 by default): a longer integer is refused by name."""
+    import sys
+
+    return (sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0) or 4300
+
+
+def long_int(digits: str) -> str | None:
+    """Why an integer literal cannot be read (`an integer of 5000 digits, ...`), None when it can."""
+    n = sum(c.isdigit() for c in digits)
+    return f"an integer of {n} digits, more than the {max_int_digits():,} kbench reads" if n > max_int_digits() \
+        else None
+
+
 def ascii_digits(text: str) -> bool:
     """Digits 0-9 only, blanks around allowed (str.isdecimal and int() take '١٢' and '６４' too)."""
     s = str(text).strip()

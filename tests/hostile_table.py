@@ -104,11 +104,12 @@ def digest(path: Path) -> str:
 
 
 def leftovers(folder: Path) -> list[str]:
-    """Temporary files or folders kbench may have left: .NAME.kbench-*, .*.tmp*, zero-byte files."""
+    """Temporary files or folders kbench may have left: .kb-*, .NAME.kbench-* (older names), .*.tmp*, zero-byte
+    files."""
     out = []
     for p in folder.rglob("*"):
         n = p.name
-        if ".kbench-new-" in n or ".kbench-old-" in n or (n.startswith(".") and ".tmp" in n):
+        if n.startswith(".kb-") or ".kbench-new-" in n or ".kbench-old-" in n or (n.startswith(".") and ".tmp" in n):
             out.append(str(p.relative_to(folder)))
         elif p.is_file() and not p.is_symlink() and p.stat().st_size == 0 and not n.startswith(".kbench"):
             out.append(str(p.relative_to(folder)) + " (0 bytes)")
@@ -151,7 +152,14 @@ class Situation:
     check: Callable[[Workspace, str], None] | None = None  # more that must hold afterwards (files, secrets)
     process: bool = False  # run as a real process (a regression could hang; or a signal is sent)
     signal_at: tuple[str, str, int] | None = None  # (MODULE:FUNCTION, before|after, signal): tests/pause_at.py
+    at_pause: Callable[[Workspace], None] | None = None  # with signal_at: done there instead of the signal
     env: dict = field(default_factory=dict)
+    stdout: str | None = None  # where stdout goes (a real process): "head-c0" (| head -c0), "full" (> /dev/full),
+    # "closed" (>&-); a command `python FILE ...` runs FILE (an exported selector) with this Python
+
+
+# bash runs the command with its stdout as a situation says; the command's own exit status is the one kept
+STDOUT = {"head-c0": '"$@" | head -c0; exit "${PIPESTATUS[0]}"', "full": '"$@" > /dev/full', "closed": '"$@" >&-'}
 
 
 def _interrupted_cpu_run(w: Workspace) -> Path:
@@ -208,6 +216,23 @@ def _fifo_result_file(w):
 
 
 # family 3: links in a run folder
+def _resume_running(w):
+    """The run being resumed is taken by another process now: this test process takes its lock (flock), as a
+    kbench sweep --resume does while it runs."""
+    import fcntl
+
+    run = Path(w.vars["run"])
+    fd = os.open(run / ".kbench.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    w.vars["held_fd"] = str(fd)  # held until the check: closed there, and the lock with it
+
+
+def _lock_released_and_run_kept(w, out):
+    os.close(int(w.vars["held_fd"]))
+    assert json.loads((Path(w.vars["run"]) / "manifest.json").read_text())["status"] == "interrupted"
+
+
 def _lock_symlink(w):
     run, out = _interrupted_cpu_run(w), _outside(w)
     (run / ".kbench.lock").unlink(missing_ok=True)
@@ -376,6 +401,21 @@ def _run_unchanged(w, out):
     assert json.dumps({p.name: digest(p) for p in sorted(run.iterdir()) if p.is_file()}) == w.vars["run_digest"]
 
 
+def _shard_runs(w):
+    """The two shards of a tiny CPU sweep (kbench merge's input), as w.vars s1 and s2."""
+    for i in (1, 2):
+        p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "sweep", *shlex.split(TINY), "-q", "1,2",
+                            "--shard", f"{i - 1}/2", "--out", str(w.path(f"s{i}")), "--name", f"s{i}"],
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stdout + p.stderr
+        w.vars[f"s{i}"] = str(next(w.path(f"s{i}").glob("s*-*")))
+    w.vars["s1_digest"] = digest(Path(w.vars["s1"]))
+
+
+def _shard_untouched(w, out):
+    assert digest(Path(w.vars["s1"])) == w.vars["s1_digest"], "the input run was changed"
+
+
 def _named_link(w):
     _named_run(w)
     w.path("latest.json").symlink_to("gate-1.json")
@@ -402,6 +442,25 @@ def _exported_report(w):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     w.vars.update(rep=str(rep), policy_digest=digest(rep / "policy.json"))
+
+
+def _exported_selector(w):
+    _exported_report(w)
+    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "export", f"{w.vars['rep']}/policy.json", "--out",
+                        str(w.path("sel.py"))], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+LONG_FOLDER = "r" * 250  # names the file system takes (255 bytes at most)
+LONG_FILE = "s" * 252 + ".py"
+
+
+def _written(name: str, *inside: str):
+    def check(w, out):
+        p = w.path(name)
+        assert p.exists() and all((p / n).exists() for n in inside), f"{name[:20]}... not written whole"
+        assert leftovers(w.root) == [], leftovers(w.root)
+    return check
 
 
 def _policy_unchanged(w, out):
@@ -433,6 +492,10 @@ def _edited_policy(edit):
         edit(pol["groups"][0])
         w.path("P.json").write_text(json.dumps(pol, indent=1))  # NaN as Python's json writes it
     return setup
+
+
+def _answered(out: str, line: str) -> None:
+    assert any(ln.startswith(line) for ln in out.splitlines()), f"no answer {line!r}"
 
 
 def _policy_cell(g, bs=16, q=4):
@@ -505,8 +568,143 @@ def _redirect(same_origin: bool):
     return setup
 
 
+def _ab_runs(b_backend: str | None = None):
+    """Two server-bench runs of the fake SGLang server (a, b) and the committed sweep to price them with; B's rows
+    relabelled as another backend's when b_backend is given."""
+    def setup(w):
+        _server(w)
+        runs = []
+        for name in ("a", "b"):
+            p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.shared.server.url,
+                                *shlex.split(SERVER), "--out", str(w.path(name))], capture_output=True, text=True,
+                               timeout=300)
+            assert p.returncode == 0, p.stdout + p.stderr
+            runs.append(next(w.path(name).iterdir()))
+        if b_backend:
+            write_journal(runs[1], [{**r, "backend": b_backend} for r in journal(runs[1])])
+        w.vars.update(a=str(runs[0]), b=str(runs[1]), wl=str(runs[0] / "workload.jsonl"),
+                      src=str(ROOT / "results/baselines/h200-draft-extend-kv4096"))
+    return setup
+
+
+AB = ("kbench recommend {src} --engine sglang --workload {wl} --max-extrapolation 1000 --ab-settings "
+      "flashinfer,trtllm_mha --ab")
+
+
 def _no_request_to_other(w, out):
     assert not w.shared.other.requests, "kbench followed the redirect to another origin"
+
+
+# JSON nested deeper than a recursive parser's stack (Python's json: RecursionError), valid otherwise
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def _deep_lengths(w):
+    w.path("lens.json").write_text(DEEP)
+
+
+def _deep_journal_line(w):
+    run = _interrupted_cpu_run(w)
+    rows = journal(run)
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (run / "rows.jsonl").write_text(text.replace("\n", "\n" + DEEP + "\n", 1))  # line 2, not the last
+
+
+def _deep_workload(w):
+    w.path("w.jsonl").write_text(DEEP + "\n")
+    w.vars["run"] = str(ROOT / "results/baselines/h200-draft-extend-kv4096")
+
+
+LONG_INT = "1" * 5000  # more digits than Python's int() converts
+
+
+def _workload_line(line: str):
+    def setup(w):
+        w.path("w.jsonl").write_text(line + "\n")
+        w.vars["run"] = str(ROOT / "results/baselines/h200-draft-extend-kv4096")
+    return setup
+
+
+def _long_int_scenario(w):
+    w.path("s.toml").write_text(f'name = "x"\nmodel = "llama3-8b"\n[grid]\nbatch_size = {LONG_INT}\nq_len = 1\n'
+                                'kv_len = 64\n')
+
+
+def _server_fault(**faults):
+    def setup(w):
+        _server(w, **faults)
+    return setup
+
+
+def _rows_ok(w, out):
+    runs = list(w.path("r").iterdir())
+    got = [r["status"] for r in journal(runs[0])]
+    assert got and set(got) == {"ok"}, got
+
+
+def _one_run(status: str, min_rows: int = 0):
+    """The run server-bench made under r/ ended with ``status`` and at least ``min_rows`` rows."""
+    def check(w, out):
+        runs = list(w.path("r").iterdir()) if w.path("r").exists() else []
+        assert len(runs) == 1, runs
+        m = json.loads((runs[0] / "manifest.json").read_text())
+        n = len(journal(runs[0])) if (runs[0] / "rows.jsonl").exists() else 0
+        assert m.get("status") == status and n >= min_rows, f"status {m.get('status')!r}, {n} rows"
+    return check
+
+
+# prebuild --load: a fake FlashInfer package (its version is all --load asks of it) whose data/aot folder is the
+# target, put first on PYTHONPATH of the real process; archives made by hand
+FAKE_FI = "0.0.0+kbench-test"
+
+
+def _aot_archive(w, members: dict[str, bytes] | None = None, manifest: bytes | None = None, **modules) -> None:
+    """aot.tgz with KBENCH_PREBUILD.json (``manifest``, else one listing ``modules``: name -> {bytes, sha256}) and
+    ``members`` (name -> bytes; default: each module's library as listed); the fake FlashInfer beside it."""
+    import io
+    import tarfile
+
+    pkg = w.path("fi/flashinfer")
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"__version__ = {FAKE_FI!r}\n")
+    w.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(w.path("fi")), os.environ.get("PYTHONPATH")) if p)
+    if manifest is None:
+        manifest = json.dumps({"format": 1, "flashinfer": FAKE_FI, "arch": "9.0a", "modules": {
+            n: {"bytes": len(d), "sha256": hashlib.sha256(d).hexdigest()} for n, d in modules.items()}}).encode()
+    if members is None:
+        members = {f"aot/{n}/{n}.so": d for n, d in modules.items()}
+    with tarfile.open(w.path("aot.tgz"), "w:gz", compresslevel=1) as tar:
+        for name, data in {"aot/KBENCH_PREBUILD.json": manifest, **members}.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _aot_untouched(w, out):
+    """Nothing was written but the fake FlashInfer's own file: not in its aot folder, not beside it."""
+    made = sorted(str(p.relative_to(w.path("fi"))) for p in w.path("fi").rglob("*")
+                  if not p.is_dir() and "__pycache__" not in p.parts)
+    assert made == ["flashinfer/__init__.py"], made
+
+
+def _aot_dotdot(w):
+    _aot_archive(w, **{"..": b"\x7fELF up one"})
+
+
+def _aot_huge_manifest(w):
+    head = json.dumps({"format": 1, "flashinfer": FAKE_FI, "arch": "9.0a", "modules": {}})[:-1]
+    _aot_archive(w, manifest=(head + ', "pad": "' + " " * (64 << 20) + '"}').encode())
+
+
+def _aot_size_lie(w):
+    lib = bytes(8 << 20)
+    _aot_archive(w, members={"aot/m1/m1.so": lib}, manifest=json.dumps({
+        "format": 1, "flashinfer": FAKE_FI, "arch": "9.0a",
+        "modules": {"m1": {"bytes": 100, "sha256": hashlib.sha256(lib[:100]).hexdigest()}}}).encode())
+
+
+def _aot_deep_manifest(w):
+    _aot_archive(w, manifest=('{"format": 1, "modules": {}, "x": ' + DEEP + "}").encode())
 
 
 SITUATIONS: list[Situation] = [
@@ -595,10 +793,35 @@ SITUATIONS: list[Situation] = [
     Situation("gate-markdown-over-rows", 2, "gate --markdown RUN/rows.csv (a file of its input)",
               "kbench gate --baseline {run} --candidate {run} --markdown {run}/rows.csv", 2,
               r"^error: --markdown .*rows\.csv: that is .*rows\.csv, a file of the input", _named_run, _run_unchanged),
+    Situation("prebuild-load-dotdot", 2, "prebuild --load: an archive whose module is named '..'",
+              "kbench prebuild --load aot.tgz", 2, r"^error: aot\.tgz: module name '\.\.' is not a plain name",
+              _aot_dotdot, _aot_untouched, process=True),
+    *[Situation(f"{who}-stdout-{how}", 2, f"{what}: {shown}", cmd, code, line, setup, stdout=how)
+      for who, what, cmd, setup in (
+          ("select", "kbench select", "kbench select --policy {rep}/policy.json --batch-size 16 --q-len 4 --kv-len 4096",
+           _exported_report),
+          ("selector", "the exported selector (python sel.py)", "python sel.py 16 4 4096", _exported_selector))
+      for how, shown, code, line in (
+          ("head-c0", "stdout piped into head -c0 (a reader that takes nothing)", 0, r"^$"),
+          ("full", "stdout is /dev/full", 2, r"^error: cannot write the answer to standard output: No space left"),
+          ("closed", "stdout closed (>&-)", 2, r"^error: cannot write the answer: standard output is closed$"))],
+    Situation("report-out-long-name", 2, "report --out a folder of 250 characters (the file system takes 255)",
+              f"kbench report {{run}} --out {LONG_FOLDER}", 0, r"^wrote \d+ files", _named_run,
+              _written(LONG_FOLDER, "policy.json")),
+    Situation("export-out-long-name", 2, "export --out a file of 255 characters",
+              f"kbench export {{rep}}/policy.json --out {LONG_FILE}", 0, r"^wrote s+\.py", _exported_report,
+              _written(LONG_FILE)),
+    Situation("merge-out-in-its-input", 2, "merge --out one of the runs it merges",
+              "kbench merge {s1} {s2} --out {s1}", 2, r"^error: --out .*: inside the input run .*would nest in its own",
+              _shard_runs, _shard_untouched),
     Situation("gate-two-outputs-one-file", 2, "gate --markdown o.md --json o.md",
               "kbench gate --baseline {run} --candidate {run} --markdown o.md --json o.md", 2,
               r"^error: --json o\.md and --markdown o\.md name the same file", _named_run, _nothing_written("o.md")),
     # 3 links in a run folder -----------------------------------------------------------------------------------
+    Situation("resume-while-resumed", 3, "two sweep --resume of one run at once: the other takes the run after this "
+              "one checked it", "kbench sweep --resume {run}", 2,
+              r"^error: .*another kbench process \(pid \d+\) is writing this run", _interrupted_cpu_run,
+              _lock_released_and_run_kept, signal_at=("kbench.cli.sweep_cmd:Sweep", "after", 0), at_pause=_resume_running),
     Situation("lock-symlink", 3, ".kbench.lock is a symbolic link to a file outside the run",
               "kbench sweep --resume {run}", 2, r"^error: .*\.kbench\.lock: a symbolic link", _lock_symlink,
               _untouched()),
@@ -660,6 +883,11 @@ SITUATIONS: list[Situation] = [
           ("grid-without-cells", "5 of its grid's 32 cells (the grid unchanged)",
            lambda g: g.update(cells=g["cells"][:5]),
            r"^error: P\.json: group .*: grid\.batch_size lists 64, but no cell has it"))],
+    Situation("policy-unknown-kernel", 4, "a policy naming a kernel this kbench does not have (a newer kbench's)",
+              "kbench select --policy P.json --batch-size 16 --q-len 4 --kv-len 4096", 0,
+              r"^warning: the policy names kernel 'trtllm-future', which this kbench does not know",
+              _edited_policy(lambda g: _policy_cell(g).update(kernel="trtllm-future")),
+              lambda w, out: _answered(out, "trtllm-future (decode path) for bs 16 q 4 kv 4096")),
     Situation("policy-export-kernel-newline", 4, "kbench export of a policy whose kernel name holds a newline",
               "kbench export P.json --out sel.py", 2, rf"{_P_CELL}kernel 'evil\\nkernel' holds a character",
               _edited_policy(lambda g: _policy_cell(g).update(kernel="evil\nkernel")), _nothing_written("sel.py")),
@@ -703,6 +931,57 @@ SITUATIONS: list[Situation] = [
               f"kbench server-bench --url {{url}} {SERVER} --out r --result-filename result.jsonl", 2,
               r"^error: --result-filename result\.jsonl: a named pipe \(FIFO\), not a regular file",
               _fifo_result_file, process=True),
+    Situation("lengths-deep-json", 6, "--kv-dist file: a JSON list nested 100,000 deep",
+              f"kbench sweep {TINY} --kv-dist file:lens.json --out o", 2,
+              r"^error: .*kv_dist: lens\.json is not a JSON list: nested too deeply$", _deep_lengths),
+    Situation("journal-deep-json-report", 6, "a rows.jsonl line nested 100,000 deep: report",
+              "kbench report {run} --out rep", 2, r"^error: .*rows\.jsonl: line 2 is not valid JSON \(nested too deeply\)",
+              _deep_journal_line, _nothing_written("rep")),
+    Situation("journal-deep-json-resume", 6, "a rows.jsonl line nested 100,000 deep: resume",
+              "kbench sweep --resume {run}", 2, r"^error: .*rows\.jsonl: line 2 is not valid JSON \(nested too deeply\)",
+              _deep_journal_line),
+    Situation("workload-deep-json", 6, "a recommend --workload line nested 100,000 deep",
+              "kbench recommend {run} --engine vllm --workload w.jsonl", 2,
+              r"^error: w\.jsonl: line 1: not JSON \(nested too deeply\)$", _deep_workload),
+    Situation("workload-long-integer", 6, "a recommend --workload line with a 5,000-digit batch_size",
+              "kbench recommend {run} --engine vllm --workload w.jsonl", 2,
+              r"^error: w\.jsonl: line 1: batch_size: an integer of 5000 digits, more than the 4,300 kbench reads$",
+              _workload_line(f'{{"batch_size": {LONG_INT}, "q_len": 1, "kv_len": 4096, "weight": 1}}')),
+    Situation("workload-duplicate-key", 6, "a recommend --workload line with weight twice",
+              "kbench recommend {run} --engine vllm --workload w.jsonl", 2,
+              r"^error: w\.jsonl: line 1: the key 'weight' appears twice in one object$",
+              _workload_line('{"batch_size": 16, "q_len": 1, "kv_len": 4096, "weight": 1, "weight": 0}')),
+    Situation("scenario-long-integer", 6, "a scenario file with a 5,000-digit batch_size",
+              "kbench sweep -s s.toml --kernels reference --out o", 2,
+              r"^error: s\.toml: line 4: batch_size: an integer of 5000 digits, more than the 4,300 kbench reads$",
+              _long_int_scenario, _nothing_written("o")),
+    Situation("prebuild-manifest-deep-json", 6, "prebuild --load: an archive whose manifest is nested 100,000 deep",
+              "kbench prebuild --load aot.tgz", 2,
+              r"^error: aot\.tgz: aot/KBENCH_PREBUILD\.json: not valid JSON \(nested too deeply\)$", _aot_deep_manifest,
+              _aot_untouched, process=True),
+    Situation("prebuild-manifest-huge", 6, "prebuild --load: a 64 MiB manifest member (64 KiB compressed)",
+              "kbench prebuild --load aot.tgz", 2,
+              r"^error: aot\.tgz: aot/KBENCH_PREBUILD\.json is 64 MiB, more than the 4 MiB kbench reads",
+              _aot_huge_manifest, _aot_untouched, process=True),
+    Situation("prebuild-member-larger-than-listed", 6, "prebuild --load: a module of 8 MiB its manifest lists as 100 "
+              "bytes", "kbench prebuild --load aot.tgz", 2,
+              r"^error: aot\.tgz: aot/m1/m1\.so is 8388608 bytes, its manifest says 100", _aot_size_lie, _aot_untouched,
+              process=True),
+    Situation("server-info-deep-json", 6, "the server's /server_info answer nested 100,000 deep",
+              f"kbench server-bench --url {{url}} {SERVER} --out r", 1,
+              r"^error: cannot use the server: .*neither /server_info nor /get_server_info answered with server info",
+              _server_fault(info_body=DEEP), _nothing_written("r")),
+    Situation("sse-deep-json", 6, "one SSE data line of /generate nested 100,000 deep",
+              f"kbench server-bench --url {{url}} {SERVER} --out r", 1, r"malformed SSE data \(line \d+\): nested too deeply",
+              _server_fault(stream_mode="deep", truncate_after=1), _one_run("complete", 1)),
+    Situation("server-info-negative-capacity", 6, "the server reports token_capacity -5 (every case would be skipped)",
+              f"kbench server-bench --url {{url}} {SERVER} --out r", 0,
+              r"^warning: the server's token_capacity is -5, not a positive integer: treated as not given",
+              _server_fault(token_capacity=-5), _rows_ok),
+    Situation("recommend-ab-one-run-twice", 5, "recommend --ab with one run as both A and B", AB + " {a} {a}", 2,
+              r"^error: --ab .*: one run given as both A and B", _ab_runs()),
+    Situation("recommend-ab-other-backend", 5, "recommend --ab with a B run of another backend (vLLM's)",
+              AB + " {a} {b}", 2, r"^error: --ab: run B \(.*\) measured vllm, not --engine sglang", _ab_runs("vllm")),
     Situation("huge-batch", 6, "--batch-size 100000000 with tiny heads",
               "kbench sweep --scenario quick -b 100000000 -q 1 -k 16 --heads 1/1/64 --kernels reference --out o", 2,
               r"^error: .*grid\.batch_size: 100000000 requests is more than the 1,048,576"),
@@ -740,6 +1019,12 @@ def run_situation(s: Situation, w: Workspace, in_process: bool) -> Outcome:
     env = {"COLUMNS": "250", "GITHUB_STEP_SUMMARY": "", **s.env, **w.env}
     if s.signal_at:
         code, out = _run_signalled(s, w, args, env)
+    elif s.stdout or cmd.startswith("python "):
+        argv = [sys.executable, *args] if cmd.startswith("python ") else [sys.executable, "-m", "kbench.cli.main", *args]
+        shell = STDOUT[s.stdout] if s.stdout else '"$@"'
+        p = subprocess.run(["bash", "-c", shell, "bash", *argv], cwd=w.root, stdout=subprocess.PIPE if not s.stdout
+                           else None, stderr=subprocess.PIPE, text=True, timeout=120, env={**os.environ, **env})
+        code, out = p.returncode, (p.stdout or "") + p.stderr
     elif in_process and not s.process:
         code, out = _run_in_process(args, env, w.root)
     else:
@@ -782,7 +1067,10 @@ def _run_signalled(s: Situation, w: Workspace, args, env) -> tuple[int, str]:
             p.kill()
             raise AssertionError(f"never reached {target} ({when}): {out[-2000:]}")
         time.sleep(0.05)
-    p.send_signal(signum)
+    if s.at_pause:
+        s.at_pause(w)
+    else:
+        p.send_signal(signum)
     time.sleep(0.5)
     Path(marker + ".go").write_text("go\n")  # a signal kbench holds (the swap) goes on now
     out = p.communicate(timeout=120)[0]

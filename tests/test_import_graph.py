@@ -32,3 +32,24 @@ def test_every_python_api_named_in_the_docs_imports():
         m = importlib.import_module(mod)
         for name in (n.strip() for n in names.split(",")):
             assert hasattr(m, name), f"from {mod} import {name}"
+
+
+def test_a_protocol_in_a_package_init_that_imports_its_implementations_is_a_cycle(tmp_path, monkeypatch):
+    """An implementation taking the protocol from its package's __init__, which imports the implementation (lazily,
+    inside a function), is a cycle; so is one whose other import names a submodule of the package."""
+    pkg = tmp_path / "kbench" / "engine" / "plans"
+    pkg.mkdir(parents=True)
+    (tmp_path / "kbench" / "__init__.py").write_text("")
+    (tmp_path / "kbench" / "engine" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("class Plan: ...\n\ndef plan_for():\n    from kbench.engine.plans.grid import Grid\n"
+                                     "    return Grid()\n")
+    (pkg / "helpers.py").write_text("X = 1\n")
+    (pkg / "grid.py").write_text("from kbench.engine.plans import Plan\nfrom kbench.engine.plans.helpers import X\n\n"
+                                 "class Grid(Plan): ...\n")
+    monkeypatch.setattr(import_graph, "FOLDERS", {"kbench": tmp_path / "kbench"})
+    assert ["kbench.engine.plans", "kbench.engine.plans.grid"] in import_graph.report()[0]
+    (pkg / "base.py").write_text("class Plan: ...\n")  # the protocol in a module of its own: no cycle
+    (pkg / "grid.py").write_text("from kbench.engine.plans.base import Plan\n\nclass Grid(Plan): ...\n")
+    (pkg / "__init__.py").write_text("from kbench.engine.plans.base import Plan\n\ndef plan_for():\n"
+                                     "    from kbench.engine.plans.grid import Grid\n    return Grid()\n")
+    assert import_graph.report()[0] == []

@@ -129,7 +129,8 @@ def test_resume_refuses_a_corrupt_journal_without_touching_the_run(tmp_path, uni
     before = {p.name: p.read_bytes() for p in run.iterdir()}
     r = CliRunner().invoke(cli, ["sweep", "--resume", str(run)])
     assert r.exit_code == 2 and r.output.strip().splitlines() == [
-        f"error: {run / 'rows.jsonl'}: line 4 is not valid JSON"]
+        f"error: {run / 'rows.jsonl'}: line 4 is not valid JSON (Expecting property name enclosed in double quotes "
+        f"at column 2)"]
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # the manifest was not re-marked running
 
 

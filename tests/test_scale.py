@@ -8,8 +8,10 @@ import os
 
 import gate_synth
 import pandas as pd
+import pytest
 from report_synth import DECODE, FA2, case, cli, demo_rows, row, write_run
 
+from kbench.errors import BadInput
 from kbench.runs.store import JOURNAL, PARQUET, load_run, parquet_current, read_manifest
 
 
@@ -134,3 +136,58 @@ def test_gate_max_rows_shows_failing_rows_first_and_says_what_was_left_out(tmp_p
     every = gate_synth.gate_cli("--baseline", base, "--candidate", cand, "--max-rows", -1)
     assert len([ln for ln in every.output.splitlines() if ln.startswith("│")]) == 12
     assert "not shown" not in every.output
+
+
+def test_the_journal_read_by_pyarrow_is_the_journal_read_line_by_line(tmp_path, monkeypatch):
+    """read_journal's fast path (kbench.runs.journal_table) gives the frame the line reader gives, samples and all,
+    also for a journal whose last line was cut short by a kill; what it does not take whole goes to the line reader."""
+    from kbench.runs import journal_table
+    from kbench.runs.store import read_journal
+
+    run = gate_synth.write_run(tmp_path / "g", gate_synth.sweep_rows())
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text((run / JOURNAL).read_text() + '{"kernel": "k", "case_id": "bs1-q1')
+    demo = write_run(tmp_path / "d", demo_rows()) / JOURNAL
+    for path in (run / JOURNAL, cut, demo):
+        for lists in (True, False):
+            assert journal_table.read_table(path, ("samples_us",), lists) is not None
+            fast = read_journal(path, "sweep", lists)
+            with monkeypatch.context() as m:
+                m.setattr(journal_table, "read_table", lambda *a, **k: None)
+                slow = read_journal(path, "sweep", lists)
+            pd.testing.assert_frame_equal(fast, slow)
+    nan = tmp_path / "nan.jsonl"  # NaN and Infinity, Python's JSON tokens, read as json.loads reads them
+    nan.write_text((run / JOURNAL).read_text().replace('"median_us": ', '"median_us": NaN, "x": ', 1)
+                   .replace('"p25_us": ', '"p25_us": Infinity, "y": ', 1))
+    with monkeypatch.context() as m:
+        m.setattr(journal_table, "read_table", lambda *a, **k: None)
+        slow = read_journal(nan)
+    pd.testing.assert_frame_equal(read_journal(nan), slow)
+    typed = tmp_path / "typed.jsonl"  # a column whose type changes: the line reader, which names the line
+    lines = (run / JOURNAL).read_text().splitlines()
+    lines[1] = lines[1].replace('"window_left": -1', '"window_left": "wide"')
+    typed.write_text("\n".join(lines) + "\n")
+    assert journal_table.read_table(typed, ("samples_us",)) is None
+    with pytest.raises(BadInput, match=r"typed\.jsonl: line 2: window_left is 'wide', expected an integer"):
+        read_journal(typed)
+
+
+def test_gate_reads_the_samples_of_a_journal_only_run_from_the_journal(tmp_path):
+    """A run that never ended (no rows.parquet) is gated without its samples in memory: the rows that need them
+    read them from the journal; the answer is the one its tables give."""
+    import shutil
+
+    from kbench.gate import run_gate
+    from kbench.gate.loading import JournalList
+
+    base = gate_synth.write_run(tmp_path / "b", gate_synth.sweep_rows(seed=1))
+    cand = gate_synth.write_run(tmp_path / "c", gate_synth.sweep_rows(seed=2))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in ("manifest.json", JOURNAL):
+        shutil.copy(cand / f, bare / f)
+    whole, lean = run_gate(base, cand), run_gate(base, bare)
+    assert [(r.case_id, r.outcome) for r in whole.rows] == [(r.case_id, r.outcome) for r in lean.rows]
+    rows = load_run(cand).rows
+    js = JournalList(bare / JOURNAL, "samples_us")
+    assert js.row(len(rows) - 1) == rows["samples_us"].iloc[-1] and js.row(0) == rows["samples_us"].iloc[0]

@@ -184,3 +184,80 @@ def test_signal_after_the_swap_is_held_until_it_is_done(tmp_path):
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m")], capture_output=True, text=True, timeout=60)
     assert p.returncode == -signal.SIGTERM and (tmp_path / "m").read_text() == "swapped"
     assert "not reached" not in p.stdout
+
+
+# ---- the one JSON parser -------------------------------------------------------------------------------------
+def test_json_problems_are_named_not_raised_as_tracebacks():
+    from kbench import files
+
+    def problem(text, **kw):
+        with pytest.raises(files.JSONProblem) as e:
+            files.loads(text, **kw)
+        return str(e.value)
+
+    assert problem("[" * 100_000 + "]" * 100_000) == "nested too deeply"
+    assert problem('{"groups": [{"cells": [{"q": 1}, {"time_us": ' + "7" * 5000 + "}]}]}") == \
+        "groups[0].cells[1].time_us: an integer of 5000 digits, more than the 4,300 kbench reads"
+    assert problem('{"a": 1, "a": 2}', unique_keys=True) == "the key 'a' appears twice in one object"
+    assert files.loads('{"a": 1, "a": 2}') == {"a": 2}  # where the caller does not ask, JSON's own rule
+    assert problem(b"[1, \xff]").startswith("not UTF-8")
+    with pytest.raises(BadInput, match=r"^F: not valid JSON \(Expecting ',' delimiter, line 1 column 4\)$"):
+        files.parse_json("[1 2]", "F")
+
+
+def test_no_json_is_parsed_but_by_the_one_parser():
+    """Every JSON kbench reads goes through kbench.files.loads (its guards: depth, long integers, duplicate keys);
+    the one other parser is pyarrow's in the journal's fast path, whose every refusal goes to the line reader."""
+    root = Path(__file__).resolve().parent.parent
+    hits = [f"{p.relative_to(root)}:{n}" for folder in ("kbench", "cli", "kernels") for p in (root / folder).rglob("*.py")
+            if p != root / "kbench" / "files.py"
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if re.search(r"\bjson\.loads?\(|\bread_json\(|\bopen_json\(|from json import", line)
+            and "files.read_json" not in line and "def read_json" not in line
+            and not (p == root / "kbench" / "runs" / "journal_table.py" and re.search(r"\bpj\.(read|open)_json\(", line))]
+    assert hits == []
+
+
+# ---- the one prebuild archive reader -------------------------------------------------------------------------
+def _archive(path: Path, modules: dict[str, bytes]) -> Path:
+    import hashlib
+    import io
+    import json
+    import tarfile
+
+    man = {"format": 1, "flashinfer": "x", "modules": {n: {"bytes": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+                                                        for n, d in modules.items()}}
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in {"aot/KBENCH_PREBUILD.json": json.dumps(man).encode(),
+                           **{f"aot/{n}/{n}.so": d for n, d in modules.items()}}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_archive_reader_writes_only_inside_the_target(tmp_path):
+    from kbench.engine import aot_archive
+
+    for name in (".", ".."):
+        with pytest.raises(BadInput, match=rf"module name '{re.escape(name)}' is not a plain name"):
+            aot_archive.read_manifest(_archive(tmp_path / "a.tgz", {name: b"lib"}))
+    dest, outside = tmp_path / "aot", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    os.symlink(outside, dest / "m1")  # the module's folder a link to elsewhere: not written through
+    with aot_archive.opened(_archive(tmp_path / "b.tgz", {"m1": b"lib-one", "m2": b"lib-two"})) as tar:
+        arc = aot_archive.Archive(tar, "b.tgz")
+        with pytest.raises(BadInput, match=r"m1 is not a folder inside .*aot \(a link\?\)"):
+            arc.install("m1", dest)
+        arc.install("m2", dest)
+        assert arc.present("m2", dest) and not arc.present("m1", dest)
+    assert list(outside.iterdir()) == [] and sorted(p.name for p in (dest / "m2").iterdir()) == ["m2.so"]
+
+
+def test_the_kernel_names_without_torch_are_the_registry():
+    from kbench.kernels import kernel_names
+    from kbench.names import KERNEL_NAMES, unknown_kernel_note
+
+    assert tuple(kernel_names()) == KERNEL_NAMES
+    assert unknown_kernel_note("fa2-prefill") is None and "'x'" in unknown_kernel_note("x")

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from kbench.values import INT32_MAX
+from kbench.values import INT32_MAX, long_int
 from kbench.errors import BadInput
 from kbench.timing import states as timing_states
 
@@ -36,8 +36,15 @@ def _int(value, field: str, where: str) -> int:
         if not re.fullmatch(r"-?[0-9]+", s):
             digits = " written with the digits 0-9" if re.fullmatch(r"-?\d+", s) else ""
             raise BadInput(f"{where}: {field}: expected an integer{digits}, got {value!r}")
-        return int(s)
+        return _read_int(s, field, where)
     return value
+
+
+def _read_int(digits: str, field: str, where: str) -> int:
+    why = long_int(digits)
+    if why:
+        raise BadInput(f"{where}: {field}: {why}")
+    return int(digits)
 
 
 def _expand_range(start: int, stop: int, op: str | None, n: int | None, field: str, where: str) -> list[int]:
@@ -92,7 +99,8 @@ def parse_int_axis(value, field: str, where: str) -> list[int]:
             if m:
                 op = m.group(3)
                 vals.extend(
-                    _expand_range(int(m.group(1)), int(m.group(2)), op, int(m.group(4)) if op else None, field, where)
+                    _expand_range(_read_int(m.group(1), field, where), _read_int(m.group(2), field, where), op,
+                                  _read_int(m.group(4), field, where) if op else None, field, where)
                 )
             else:
                 vals.append(_int(part, field, where))

@@ -24,7 +24,6 @@ are clamped up to q_len, and a file that breaks the rule is refused.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -177,9 +176,9 @@ def read_lengths_file(path: str, field: str, where: str = "scenario") -> list[in
     text = files.read_text(Path(path).expanduser(), f"{where}: {field}: cannot read {path}", files.LENGTHS_MAX)
     if text.lstrip()[:1] in ("[", "{"):
         try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise BadInput(f"{where}: {field}: {path} is not a JSON list: {e.msg} (line {e.lineno})") from None
+            values = files.loads(text)
+        except files.JSONProblem as e:
+            raise BadInput(f"{where}: {field}: {path} is not a JSON list: {e}") from None
         if not isinstance(values, list):
             raise BadInput(f"{where}: {field}: {path} is not a JSON list")
     else:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import sys
 from dataclasses import dataclass, field, make_dataclass, replace
 from importlib import resources
@@ -38,6 +39,7 @@ from kbench.cases import axes, mla
 from kbench.cases import axes as axes_mod  # apply_overrides takes **axes
 from kbench.cases.case import Case
 from kbench.errors import BadInput
+from kbench.values import long_int
 from kbench import files
 from kbench.cases.models import MODELS, HeadConfig, parse_heads
 from kbench.cases.dists import INT32_MAX, max_kv_len
@@ -394,7 +396,20 @@ def load_scenario(name_or_path: str) -> Scenario:
         raise BadInput(f"{where}: not valid TOML: {e}") from None
     except RecursionError:
         raise BadInput(f"{where}: not valid TOML: nested too deeply") from None
+    except ValueError:  # int(): an integer of more digits than Python converts
+        raise BadInput(f"{where}: {_long_int_at(text)}") from None
     return scenario_from_dict(data, where)
+
+
+def _long_int_at(text: str) -> str:
+    """Where a TOML text holds an integer too long to read: `line 5: batch_size: an integer of 5000 digits, ...`."""
+    for n, line in enumerate(text.splitlines(), 1):
+        for run in re.findall(r"[0-9_]{100,}", line):
+            why = long_int(run)
+            if why:
+                key = re.match(r"\s*([^=\[]+?)\s*=", line)
+                return f"line {n}: {key.group(1) + ': ' if key else ''}{why}"
+    return "an integer of more digits than kbench reads"
 
 
 TIMING_OVERRIDES = ("spread_target", "budget_s", "l2", "min_time_s", "duty")  # the [timing] fields a flag overrides

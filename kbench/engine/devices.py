@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kbench import files
 from kbench.errors import BadInput, KbenchError
 from kbench.engine.measure import Payload
 from kbench.runs.merge import merge_runs
@@ -89,7 +90,7 @@ def worker_main(job: str) -> int:
     from kbench.runs.signals import terminate_as_interrupt
 
     try:
-        payload = Payload(**json.loads(Path(job).read_text(encoding="utf-8")))
+        payload = Payload(**files.read_json(job, f"worker job {job}"))
         opts = {k: v for k, v in payload.options.items() if k in SweepOptions.__dataclass_fields__}
         opts["shard"] = tuple(opts["shard"]) if opts.get("shard") else None
         with terminate_as_interrupt():  # the parent's terminate(): the run ends interrupted, its build stopped

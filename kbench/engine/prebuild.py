@@ -17,7 +17,6 @@ The archive (a .tar.gz; tests/gpu/h200.sh unpacks the same layout into a bundle'
 from __future__ import annotations
 
 import atexit
-import hashlib
 import io
 import json
 import os
@@ -34,14 +33,13 @@ from pathlib import Path
 
 from kbench.cases.case import Case
 from kbench.device import DeviceInfo
+from kbench.engine import aot_archive
+from kbench.engine.aot_archive import FORMAT, MANIFEST, read_manifest
 from kbench.errors import BadInput, first_line
 from kbench.values import int_in
 
-MANIFEST = "aot/KBENCH_PREBUILD.json"
 STAMP = "aot/FLASHINFER_VERSION"
-FORMAT = 1
 ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$", re.ASCII)  # \d: 0-9 only (not '９')
-MODULE_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
 # --- the target --------------------------------------------------------------------------------------------
@@ -355,14 +353,6 @@ def prebuild(scenarios, arch: str | None = None, *, build_modules: bool = True, 
 
 
 # --- the archive -------------------------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_archive(out: str | Path, modules: list[Module], arch: str) -> tuple[Path, int]:
     """Pack every built module of the plan; returns (the archive, the number of modules in it). A temporary file
     renamed into place: an archive already there is replaced whole or not at all."""
@@ -379,7 +369,7 @@ def write_archive(out: str | Path, modules: list[Module], arch: str) -> tuple[Pa
                        f"pack (build them first: drop --no-build)")
     manifest = {"format": FORMAT, "flashinfer": flashinfer.__version__, "arch": arch, "kbench": __version__,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "modules": {n: {"bytes": f.stat().st_size, "sha256": _sha256(f)} for n, f in sorted(files.items())}}
+                "modules": {n: {"bytes": f.stat().st_size, "sha256": aot_archive.sha256_of(f)} for n, f in sorted(files.items())}}
 
     def add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
         info = tarfile.TarInfo(name)
@@ -397,31 +387,6 @@ def write_archive(out: str | Path, modules: list[Module], arch: str) -> tuple[Pa
 
     writable_dir(Path(out).parent, "--archive")  # its folder, made now (checked, not made, before the build)
     return atomic.write_with(out, pack, named=True), len(files)
-
-
-def read_manifest(archive: str | Path) -> dict:
-    """The archive's KBENCH_PREBUILD.json; BadInput (one line) for a file that is not such an archive."""
-    if not isinstance(archive, (str, os.PathLike)):
-        raise BadInput(f"--load {archive!r}: give the archive's path")
-    p = Path(archive)
-    if not p.exists():
-        raise BadInput(f"{archive}: no such archive")
-    if not p.is_file():
-        raise BadInput(f"{archive}: not an archive file (a folder or a device); give the .tgz kbench prebuild "
-                       f"--archive wrote")
-    try:
-        with tarfile.open(p, "r:gz") as tar:
-            f = tar.extractfile(MANIFEST)
-            if f is None:
-                raise KeyError(MANIFEST)
-            m = json.loads(f.read())
-    except KeyError:
-        raise BadInput(f"{archive}: not a kbench prebuild archive (no {MANIFEST})") from None
-    except (tarfile.TarError, OSError, EOFError, json.JSONDecodeError) as e:
-        raise BadInput(f"{archive}: not a readable .tar.gz archive ({first_line(e)})") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT or not isinstance(m.get("modules"), dict):
-        raise BadInput(f"{archive}: {MANIFEST} is not of format {FORMAT}")
-    return m
 
 
 @dataclass
@@ -458,31 +423,12 @@ def load_archive(archive: str | Path, into: Path | None = None, device: DeviceIn
         raise BadInput("--load: FlashInfer is not installed here")
     dest = Path(writable_dir(dest, "FlashInfer's AOT folder"))
     installed, present = [], []
-    with tarfile.open(archive, "r:gz") as tar:
-        for name, meta in sorted(m["modules"].items()):
-            if not MODULE_RE.match(name):
-                raise BadInput(f"{archive}: module name {name!r} is not a plain name")
-            target = dest / name / f"{name}.so"
-            if target.is_file() and target.stat().st_size == meta.get("bytes") and _sha256(target) == meta.get("sha256"):
+    with aot_archive.opened(archive) as tar:
+        arc = aot_archive.Archive(tar, archive)  # every member checked against the manifest before one is read
+        for name in sorted(arc.manifest["modules"]):
+            if arc.present(name, dest):
                 present.append(name)
-                continue
-            try:
-                src = tar.extractfile(f"aot/{name}/{name}.so")
-            except KeyError:
-                src = None
-            if src is None:
-                raise BadInput(f"{archive}: lists {name} but does not hold aot/{name}/{name}.so")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    shutil.copyfileobj(src, out)
-                if _sha256(Path(tmp)) != meta.get("sha256"):
-                    raise BadInput(f"{archive}: {name} does not match its sha256 (a damaged archive)")
-                os.chmod(tmp, 0o755)
-                os.replace(tmp, target)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-            installed.append(name)
+            else:
+                arc.install(name, dest)
+                installed.append(name)
     return Loaded(installed, present, dest)

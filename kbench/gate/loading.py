@@ -46,6 +46,31 @@ class ParquetList:
             raise BadInput(f"{self.path}: {e}") from None
 
 
+class JournalList(ParquetList):
+    """One list column of a run's journal (rows.jsonl), where it has no current rows.parquet (a run that never
+    ended): the rows that need it parsed on first use, one pass over the lines, as ParquetList does."""
+
+    def read(self, rows) -> None:
+        want = set(rows) - set(self._rows)
+        if not want:
+            return
+        last = max(want)
+        i = 0
+        with files.open_regular(self.path, str(self.path), files.ROWS_MAX) as f:
+            for line in f:  # the journal's rows are its lines with something on them, in order (read_journal)
+                if not line.strip():
+                    continue
+                if i in want:
+                    try:
+                        rec = files.loads(line)
+                    except files.JSONProblem as e:
+                        raise BadInput(f"{self.path}: row {i + 1}: {e}") from None
+                    self._rows[i] = rec.get(self.column) if isinstance(rec, dict) else None
+                if i >= last:
+                    break
+                i += 1
+
+
 class RowSamples:
     """Row i's samples of a ParquetList, read when iterated (as the list it stands for would be)."""
 
@@ -104,10 +129,12 @@ def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str])
             if col not in rows:
                 raise BadInput(f"{role} {path}: rows lack column {col!r}")
         return Run(p, manifest, rows)
-    # a sweep whose rows come from rows.parquet (a baseline, a complete run): rows without samples_us, which are
-    # read from the Parquet for the rows that need them
-    lean = (manifest is not None and manifest.get("kind", "sweep") == "sweep" and (p / PARQUET).is_file()
-            and (not (p / JOURNAL).exists() or parquet_current(p, manifest)))
+    # a sweep's rows without samples_us, which are read for the rows that need them: from rows.parquet where it
+    # holds the rows (a baseline, a complete run), else from the journal (a run that never ended)
+    sweep = manifest is not None and manifest.get("kind", "sweep") == "sweep"
+    from_parquet = sweep and (p / PARQUET).is_file() and (not (p / JOURNAL).exists() or parquet_current(p, manifest))
+    from_journal = sweep and not from_parquet and (p / JOURNAL).is_file()
+    lean = from_parquet or from_journal
     try:
         run = load_run(p, lists=not lean)
     except BadInput as e:
@@ -115,4 +142,6 @@ def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str])
     if run.manifest.get("status") not in (None, "complete"):
         warnings.append(f"{role} run status is {run.manifest.get('status')!r}, not complete: "
                         "rows it did not reach count as missing")
-    return GateRun(run.path, run.manifest, run.rows, ParquetList(p / PARQUET, "samples_us") if lean else None)
+    samples = ParquetList(p / PARQUET, "samples_us") if from_parquet else \
+        JournalList(p / JOURNAL, "samples_us") if from_journal else None
+    return GateRun(run.path, run.manifest, run.rows, samples)

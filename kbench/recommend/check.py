@@ -127,3 +127,24 @@ def check_markdown(chk: Check) -> str:
               f"{chk.threshold_pct:g}% of A's latency counts as no change. "
               f"{judged.count('yes')} of {len(judged)} measured case(s) agree in direction."]
     return "\n".join(lines) + "\n"
+
+
+def check_ab_runs(run_a, run_b, engine: str) -> None:
+    """The two runs of `recommend --ab`: two different server-bench runs, both of the engine asked about (an A/B
+    compares two settings of one engine); BadInput otherwise. The gate reads them after this."""
+    import os
+
+    from kbench.runs.store import check_run_folder, load_run
+
+    pa, pb = check_run_folder(run_a), check_run_folder(run_b)
+    if os.path.realpath(pa) == os.path.realpath(pb):
+        raise BadInput(f"--ab {run_a} {run_b}: one run given as both A and B; give the server-bench run of setting "
+                       "A, then the one of setting B")
+    for role, p in (("A", pa), ("B", pb)):
+        run = load_run(p, lists=False)
+        if run.kind != "server-bench":
+            raise BadInput(f"--ab {run_a} {run_b}: two kbench server-bench runs, not {run.kind} runs")
+        backends = sorted({str(b) for b in run.rows.get("backend", []) if isinstance(b, str) and b})
+        if backends != [engine]:
+            raise BadInput(f"--ab: run {role} ({p}) measured {', '.join(backends) or 'no backend'}, not --engine "
+                           f"{engine}: an A/B compares two settings of the engine asked about")

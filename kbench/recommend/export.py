@@ -147,9 +147,36 @@ def main(argv=None):
     shape = [a.pop(n) for n in ("batch_size", "q_len", "kv_len")]
     extrapolate = a.pop("extrapolate")
     try:
-        print(select(*shape, extrapolate=extrapolate, **a))
+        kernel = select(*shape, extrapolate=extrapolate, **a)
     except ValueError as e:
         print(f"error: {{e}}", file=sys.stderr)
+        sys.exit(2)
+    write_answer(kernel)
+
+
+def write_answer(text):
+    """The answer on stdout, whole, as kbench writes one: stdout closed or a failed write (a full disk) is one line
+    on stderr and exit 2; a reader that went away (`| head -c0`) is not an error (exit 0, no traceback)."""
+    import os
+    import sys
+
+    def drop_unwritten():  # else Python's flush at exit prints a second error
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    try:
+        if sys.stdout is None:
+            raise OSError(9, "standard output is closed")
+        sys.stdout.write(text + "\\n")
+        sys.stdout.flush()
+    except OSError as e:
+        drop_unwritten()
+        if isinstance(e, BrokenPipeError) or e.errno == 32:
+            sys.exit(0)
+        why = "standard output is closed" if e.errno == 9 else f"to standard output: {{e.strerror or e}}"
+        print(f"error: cannot write the answer{{':' if e.errno == 9 else ''}} {{why}}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -291,9 +291,9 @@ def read_workload(path: str | Path) -> Workload:
             continue
         where = f"{label}: line {n}"
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BadInput(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+            obj = files.loads(line, unique_keys=True)  # a key twice: which one was meant is not known
+        except files.JSONProblem as e:
+            raise BadInput(f"{where}: {e}" if e.content else f"{where}: not JSON ({e.in_line()})") from None
         if isinstance(obj, dict) and "kbench_workload" in obj:
             if batches or header:
                 raise BadInput(f"{where}: the header line (kbench_workload) must come first, once")

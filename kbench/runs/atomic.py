@@ -75,8 +75,7 @@ def atomic_path(path: str | os.PathLike, named: bool = False) -> Iterator[Path]:
                 yield tmp
             return
     try:
-        # the real suffix last: writers that pick a format from the name (savefig, to_parquet) still can
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp" + dest.suffix, dir=dest.parent or ".")
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=_tmp_suffix(dest), dir=dest.parent or ".")
         os.close(fd)
         os.chmod(tmp, 0o666 & ~_umask())
     except OSError as e:
@@ -93,6 +92,17 @@ def atomic_path(path: str | os.PathLike, named: bool = False) -> Iterator[Path]:
     except BaseException:
         tmp_p.unlink(missing_ok=True)
         raise
+
+
+# Temporary names beside an output are short, whatever the output's name: any name the file system takes (255
+# bytes on most) must be writable, so the temporary one may not be longer (`.kb-` + 8 random characters + a suffix)
+TMP_PREFIX = ".kb-"
+
+
+def _tmp_suffix(dest: Path) -> str:
+    """`.tmp` and the output's own suffix where it is a short one: writers that pick a format from the name
+    (savefig, to_parquet) still can."""
+    return ".tmp" + (dest.suffix if len(dest.suffix) <= 16 else "")
 
 
 def open_no_follow(path: str | os.PathLike, flags: int, mode: int = 0o644, truncate: bool = False) -> int:
@@ -156,7 +166,7 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
     dest is as it was; the two signals are held while the swap and the removal run. ``carry(name)``: entries
     of the old folder to copy into the new one before the swap (what a user keeps beside kbench's files).
     A reader sees the old folder or the new one, never a mix; only kill -9 can leave a hidden
-    `.NAME.kbench-*` folder behind (never a half-written dest)."""
+    `.kb-new-*` or `.kb-old-*` folder behind (never a half-written dest)."""
     dest = Path(dest)
     if dest.is_symlink():
         raise BadInput(f"{label} {dest}: a symbolic link; kbench replaces this folder as a whole and does not "
@@ -168,7 +178,7 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
     with terminate_as_interrupt():
         try:
             parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.kbench-new-", dir=parent))
+            tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}new-", dir=parent))
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would outlive the swap
         except OSError as e:
             raise BadInput(f"{label} {dest}: cannot write there ({e.strerror or e})") from None
@@ -250,7 +260,7 @@ def _swap(new: Path, dest: Path) -> Path | None:
         return None
     if _exchange(new, dest):
         return new
-    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.kbench-old-", dir=dest.parent))
+    old = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}old-", dir=dest.parent))
     os.rename(dest, old / "x")
     os.rename(new, dest)
     return old

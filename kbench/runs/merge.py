@@ -1,6 +1,7 @@
 """Joining shard runs (`--shard i/N`, or `--devices` workers, or slices run on many hosts) into one run."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +31,17 @@ def check_compatible(runs: list[Run]) -> None:
             seen[s["index"]] = str(r.path)
 
 
+def refuse_out_in_inputs(out_dir, paths) -> None:
+    """The merged run is made in a new folder under --out: never inside one of the runs it reads (nor as one of
+    them), where it would nest in its own input and be read as that run's content."""
+    out = Path(os.path.realpath(out_dir))
+    for p in paths:
+        run = Path(os.path.realpath(p if not hasattr(p, "path") else p.path))
+        if out == run or run in out.parents:
+            raise BadInput(f"--out {out_dir}: inside the input run {p}; the merged run would nest in its own input "
+                           "(give a folder outside every run, e.g. results)")
+
+
 def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: str | None = None,
                min_runs: int = 2) -> Path:
     """`kbench merge` from Python: the runs' rows in one new run folder under out_dir. min_runs=1 lets `--devices`
@@ -38,6 +50,7 @@ def merge_runs(paths: list[str | Path], out_dir: str | Path = "results", name: s
     paths = as_run_list(paths)
     if len(paths) < min_runs:
         raise BadInput(f"merge needs at least {min_runs} runs")
+    refuse_out_in_inputs(out_dir, paths)
     runs = [load_run(p) for p in paths]
     check_compatible(runs)
     rows = pd.concat([r.rows for r in runs], ignore_index=True)

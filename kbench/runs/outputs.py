@@ -38,7 +38,7 @@ def writable_dir(path: str | os.PathLike | None, option: str, create: bool = Tru
         if create:
             p.mkdir(parents=True, exist_ok=True)
         # mkstemp + os.write, not NamedTemporaryFile: on a full disk its closer fails again at garbage collection
-        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".kbench-probe-", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".kb-probe-", suffix=".tmp")
         try:
             os.write(fd, b"\0" * 4096)
             os.fsync(fd)

@@ -308,13 +308,16 @@ def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None
     atomic.write_with(run_dir / CSV, lambda tmp: csv_rows.to_csv(tmp, index=False))
 
 
-def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int] | None = None) -> pd.DataFrame:
+def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int] | None = None,
+              copy: bool = True) -> pd.DataFrame:
     """Columns in schema order; missing ones added empty (rows from older writers of the same schema). For a sweep,
     an axis an older kbench did not write reads as its default, in a missing column and in a missing cell alike
     (a run started by an older kbench and finished by this one mixes both), integer axes as integers. Then every
-    row is checked once (check_rows): ``where`` names the file in the error, ``lines`` the journal line of each row."""
+    row is checked once (check_rows): ``where`` names the file in the error, ``lines`` the journal line of each row.
+    copy=False: ``df`` is the caller's own to change (a frame just read), not copied first."""
     columns, list_columns = row_kind(kind)
-    df = df.copy()
+    if copy:
+        df = df.copy()
     fill = axes.defaults() if kind == "sweep" else {}
     for c in columns:
         if c not in df:  # an axis added after the run was written reads as its default
@@ -355,21 +358,35 @@ def float_list(v, column: str) -> list[float]:
         raise BadInput(f"column {column}: expected a list of numbers") from None
 
 
-def read_journal(path: Path, kind: str = "sweep") -> pd.DataFrame:
+def read_journal(path: Path, kind: str = "sweep", lists: bool = True) -> pd.DataFrame:
+    """The journal's rows, checked (normalize). lists=False: the list columns (samples_us) read as empty lists.
+    A journal as kbench writes it is read by pyarrow's JSON-lines reader (kbench.runs.journal_table), a few times
+    faster than a json.loads per line and without a dict per row; any journal that reader does not take whole
+    (a hand-edited line, NaN, a type that changes) is read line by line, whose errors name the line."""
+    from kbench.runs.journal_table import read_table
+
+    if path.exists():
+        fast = read_table(path, row_kind(kind)[1], lists)
+        if fast is not None:
+            return normalize(fast, kind, path, copy=False)
     records, line_nos = [], []
+    drop = () if lists else row_kind(kind)[1]
     if path.exists():
         lines = files.read_text(path, str(path), files.ROWS_MAX).split("\n")
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                if i >= len(lines) - 2:  # the row being written when the process was killed
+                rec = files.loads(line)
+            except files.JSONProblem as e:
+                if i >= len(lines) - 2 and not e.content:  # the row being written when the process was killed
                     continue
-                raise BadInput(f"{path}: line {i + 1} is not valid JSON") from None
+                raise BadInput(f"{path}: line {i + 1}: {e}" if e.content else
+                               f"{path}: line {i + 1} is not valid JSON ({e.in_line()})") from None
             if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
                 raise BadInput(f"{path}: line {i + 1} is not a kbench row")
+            for c in drop:
+                rec.pop(c, None)
             records.append(rec)
             line_nos.append(i + 1)
     columns = row_kind(kind)[0]
@@ -584,7 +601,7 @@ def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: 
     time and memory."""
     run_dir = Path(run_dir)
     if (run_dir / JOURNAL).exists() and (lists or manifest is None or not parquet_current(run_dir, manifest)):
-        return read_journal(run_dir / JOURNAL, kind)
+        return read_journal(run_dir / JOURNAL, kind, lists)
     rows = read_tables(run_dir, kind, lists)
     if manifest is not None:
         check_table_rows(run_dir, manifest, rows, kind)
@@ -656,9 +673,9 @@ def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True) -> pd.Da
         for c in row_kind(kind)[1]:
             if c in df:
                 try:
-                    df[c] = df[c].map(lambda s: json.loads(s) if isinstance(s, str) else [])
-                except json.JSONDecodeError:
-                    raise BadInput(f"{run_dir / CSV}: column {c} is not JSON lists") from None
+                    df[c] = df[c].map(lambda s: files.loads(s) if isinstance(s, str) else [])
+                except files.JSONProblem as e:
+                    raise BadInput(f"{run_dir / CSV}: column {c} is not JSON lists ({e})") from None
         return normalize(df.astype(object).where(pd.notna(df), None), kind, run_dir / CSV)
     raise BadInput(f"{run_dir}: no rows ({JOURNAL}, {PARQUET} or {CSV})")
 

@@ -6,6 +6,7 @@ now, whether it finished) so that the case loop and the metrics never look at a 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,20 @@ class ServerFacts:
     token_capacity: int | None = None
     max_model_len: int | None = None
     info: dict = field(default_factory=dict)  # a small JSON-safe summary for the manifest
+    ignored: list = field(default_factory=list)  # a line per value the server gave that is not one (warned)
+
+    def count(self, value, name: str) -> int | None:
+        """A size the server reports (token_capacity, max_running_requests, dp_size, ...): a positive integer, or
+        None. A value there that is not one (-5, 0, 1.5, NaN, text) is treated as absent, and said: a guard built
+        on it would skip every case or none."""
+        if value is None:
+            return None
+        ok = (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and math.isfinite(value) and value == int(value))
+        if ok and value >= 1:
+            return int(value)
+        self.ignored.append(f"the server's {name} is {value!r}, not a positive integer: treated as not given")
+        return None
 
 
 def _finish_type(fr) -> str | None:
@@ -71,7 +86,8 @@ def _vocab_from_paths(paths) -> tuple[int | None, str]:
 
 
 def _int(v) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A count in a streamed chunk, or None (a bool, text, NaN or infinity is none)."""
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 class Backend:
@@ -132,10 +148,14 @@ class SGLangBackend(Backend):
             raise ServerError(f"{self.client.base_url}: neither {' nor '.join(self.info_paths)} answered "
                               "with server info (is this an SGLang server?)")
         state = (info.get("internal_states") or [{}])[0] or {}
-        f.max_running_requests = _int(state.get("effective_max_running_requests_per_dp")) or _int(
-            info.get("max_running_requests"))
-        f.dp_size = _int(info.get("dp_size")) or 1
-        f.token_capacity = _int((state.get("memory_usage") or {}).get("token_capacity"))
+        if not isinstance(state, dict):
+            state = {}
+        memory = state.get("memory_usage") if isinstance(state.get("memory_usage"), dict) else {}
+        f.max_running_requests = f.count(state.get("effective_max_running_requests_per_dp"),
+                                         "effective_max_running_requests_per_dp") or \
+            f.count(info.get("max_running_requests"), "max_running_requests")
+        f.dp_size = f.count(info.get("dp_size"), "dp_size") or 1
+        f.token_capacity = f.count(memory.get("token_capacity"), "token_capacity")
         f.model = model or str(info.get("served_model_name") or info.get("model_path") or "")
         f.info = {k: info.get(k) for k in ("model_path", "tokenizer_path", "tp_size", "dp_size", "version",
                                            "max_running_requests", "speculative_algorithm", "page_size",
@@ -147,8 +167,8 @@ class SGLangBackend(Backend):
             f.vocab_size, f.vocab_source = vocab_size, "--vocab-size"
         else:
             for key in ("vocab_size",):
-                if _int(info.get(key)):
-                    f.vocab_size, f.vocab_source = _int(info[key]), f"server info {key}"
+                if f.count(info.get(key), key):
+                    f.vocab_size, f.vocab_source = int(info[key]), f"server info {key}"
             if f.vocab_size is None:
                 mi = self.client.get_json("/get_model_info") or {}
                 f.vocab_size, f.vocab_source = _vocab_from_paths((mi.get("model_path"), info.get("model_path")))
@@ -208,7 +228,7 @@ class VllmBackend(Backend):
             raise ServerError(f"model {model!r} is not served at {self.client.base_url} "
                               f"(served: {', '.join(str(m.get('id')) for m in data)})")
         f.model = str(entry.get("id"))
-        f.max_model_len = _int(entry.get("max_model_len"))
+        f.max_model_len = f.count(entry.get("max_model_len"), "max_model_len")
         f.info = {"model": f.model, "root": entry.get("root"), "max_model_len": f.max_model_len,
                   "owned_by": entry.get("owned_by")}
         if vocab_size:

@@ -254,6 +254,8 @@ class _Runner:
             facts = self.backend.discover(cfg.model, cfg.vocab_size)
         except ServerError as e:
             raise KbenchError(f"cannot use the server: {e}") from None
+        for line in facts.ignored:
+            self.ls.warning(line)
         if facts.vocab_size:
             self.vocab = facts.vocab_size
         else:

@@ -20,6 +20,7 @@ from urllib.parse import urljoin
 import requests
 import urllib3.exceptions
 
+from kbench import files
 from kbench.server.auth import NO_CREDENTIALS, Credentials, origin, redact_url, without_userinfo
 
 # Bounds on what the server may send back
@@ -136,8 +137,8 @@ class ServerClient:
         if status != 200:
             return None
         try:
-            return json.loads(text)
-        except json.JSONDecodeError:
+            return files.loads(text)
+        except files.JSONProblem:
             return None
 
     def post(self, path: str, json_body=None, timeout: float | None = None) -> tuple[int, str]:
@@ -220,9 +221,10 @@ class ServerClient:
                         yield t, None
                         return
                     try:
-                        chunk = json.loads(payload)
-                    except (json.JSONDecodeError, UnicodeDecodeError):
-                        raise StreamError(f"malformed SSE data (line {n_lines}): {snippet(payload, 120)!r}") from None
+                        chunk = files.loads(payload)
+                    except files.JSONProblem as e:
+                        raise StreamError(f"malformed SSE data (line {n_lines}): {e}: {snippet(payload, 120)!r}") \
+                            from None
                     if not isinstance(chunk, dict):
                         raise StreamError(f"malformed SSE data (line {n_lines}): not a JSON object")
                     if chunk.get("error") is not None:
@@ -235,8 +237,8 @@ class ServerClient:
 
 def _says_not_done(body: str) -> bool:
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, ValueError):
+        data = files.loads(body)
+    except files.JSONProblem:
         return False
     return isinstance(data, dict) and data.get("success") is False
 

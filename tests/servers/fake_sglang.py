@@ -23,7 +23,7 @@ class Faults:
     flush_body_busy: str = "Cache not flushed because there are pending requests. #queue-req: 1, #running-req: 0"
     # /generate
     generate_status: int = 200
-    stream_mode: str = "ok"  # ok | truncate (no [DONE]) | error_chunk | malformed | stop_early | slow
+    stream_mode: str = "ok"  # ok | truncate (no [DONE]) | error_chunk | malformed | deep | stop_early | slow
     stream_plan: list = field(default_factory=list)  # modes for the first /generate calls, then stream_mode
     truncate_after: int = 3  # chunks sent before a truncate / error chunk / malformed line
     first_token_delay: float = 0.0  # seconds before the first chunk (prefill)
@@ -36,6 +36,7 @@ class Faults:
     model_path: str = "fake/model"
     vocab_size: int | None = 512
     info_paths: tuple = ("/server_info", "/get_server_info")
+    info_body: str | None = None  # the info paths' answer as this text instead (a broken or hostile server)
     profile_status: int = 200
     # auth, as SGLang's --api-key: every path but /health needs `Authorization: Bearer api_key`; a 401 body that
     # echoes what was sent (some gateways do) tests that kbench never keeps it
@@ -194,7 +195,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self._refused(path):
             return
         f = self.server_obj.faults
-        if path in f.info_paths:
+        if path in f.info_paths and f.info_body is not None:
+            self._send(200, f.info_body)
+        elif path in f.info_paths:
             state = {"memory_usage": {"token_capacity": f.token_capacity},
                      "effective_max_running_requests_per_dp": f.max_running_requests,
                      "last_gen_throughput": f.last_gen_throughput}
@@ -276,13 +279,16 @@ class _Handler(BaseHTTPRequestHandler):
                 if step > 1 and f.step_delay:
                     time.sleep(f.step_delay)
                 for i, prompt in enumerate(ids):
-                    if mode in ("truncate", "error_chunk", "malformed") and sent >= f.truncate_after:
+                    if mode in ("truncate", "error_chunk", "malformed", "deep") and sent >= f.truncate_after:
                         if mode == "error_chunk":
                             self._chunk(b'data: {"error": {"message": "CUDA out of memory", "code": 500}}\n\n')
                             self._chunk(b"data: [DONE]\n\n")
                             self._chunk(b"")
                         elif mode == "malformed":
                             self._chunk(b'data: {"index": 0, "meta_info": {broken\n\n')
+                            self._chunk(b"")
+                        elif mode == "deep":  # valid JSON nested deeper than a recursive parser's stack
+                            self._chunk(b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n")
                             self._chunk(b"")
                         else:  # truncate: end the HTTP body cleanly but without [DONE]
                             self._chunk(b"")

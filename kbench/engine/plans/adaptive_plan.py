@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from kbench.cases.case import Case
-from kbench.engine.plans import PlannedCase, Round, SweepState
+from kbench.engine.plans.base import PlannedCase, Round, SweepState
 from kbench.engine.plans.adaptive import PRUNED_PREFIX, Planner, budget_left
 from kbench.engine.plans.adaptive_options import AdaptiveOptions
 from kbench.errors import BadInput

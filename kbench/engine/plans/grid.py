@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from kbench.cases.case import Case
-from kbench.engine.plans import PlannedCase, Round, SweepState
+from kbench.engine.plans.base import PlannedCase, Round, SweepState
 from kbench.engine.shards import shard_cases
 
 
