@@ -140,8 +140,9 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     src = load_source(list(sources))
     layers = {"verify": verify_layers, "draft_extend": draft_layers}
     kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu, overlap=host_overlap)
+    ab_ids = _ab_args(ab, ab_settings, eng) if ab or ab_settings else None
     rec = recommend(src, wl, eng, settings=list(setting_ids) or None, top=top, **kw)
-    chk = _ab_check(src, wl, eng, ab, ab_settings, thr, kw) if ab or ab_settings else None
+    chk = _ab_check(src, wl, eng, ab, ab_ids, thr, kw) if ab_ids else None
 
     if markdown_file:
         from kbench.runs import atomic
@@ -177,18 +178,25 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         con.print(escape(f"wrote {markdown_file}"))
 
 
-def _ab_check(src, wl, eng, ab, ab_settings, thr: float, kw):
-    """The gate's A/B on the two server-bench runs beside the prediction for the same batches."""
+def _ab_args(ab, ab_settings, eng) -> list[str]:
+    """The --ab options checked before anything is priced: two runs of the engine's backend, two setting ids."""
     if not ab or not ab_settings:
         raise BadInput("--ab RUN_A RUN_B and --ab-settings A,B go together")
     ids = [s.strip() for s in ab_settings.split(",") if s.strip()]
     if len(ids) != 2:
         raise BadInput(f"--ab-settings {ab_settings!r}: two setting ids, A first (e.g. trtllm_mha,flashinfer)")
-    from kbench.gate import run_gate
-    from kbench.gate.ab import ab_answer
-    from kbench.recommend.check import Measured, check_ab, check_ab_runs
+    from kbench.recommend.check import check_ab_runs
 
     check_ab_runs(ab[0], ab[1], eng.engine)
+    return ids
+
+
+def _ab_check(src, wl, eng, ab, ids: list[str], thr: float, kw):
+    """The gate's A/B on the two server-bench runs beside the prediction for the same batches."""
+    from kbench.gate import run_gate
+    from kbench.gate.ab import ab_answer
+    from kbench.recommend.check import Measured, check_ab
+
     res = run_gate(ab[0], ab[1], threshold=thr, allow_missing=True)
     if res.kind != "server-bench":
         raise BadInput(f"--ab {ab[0]} {ab[1]}: two kbench server-bench runs, not {res.kind} runs")

@@ -268,8 +268,9 @@ def test_ab_spec_off_vs_on_two_real_runs(vllm_server, vllm_spec_server, tmp_path
 def test_recommend_check_on_two_real_runs_of_one_setting(vllm_spec_server, tmp_path):
     """What can be shown on a CPU (#28): the CPU vLLM server cannot switch GPU attention kernels, so the A/B here is
     one setting run twice. Each run writes RUN/workload.jsonl (its batches: q from the server's draft counters);
-    kbench recommend prices them on the committed H200 full grid and puts the gate's A/B beside it: predicted no
-    change (A and B run the same kernels), measured by the gate on the two runs."""
+    kbench recommend prices them on the committed H100 engine-routes baseline (its routes, kv 4096; the runs' KV
+    priced at that edge) and puts the gate's A/B beside it: predicted no change (A and B run the same route),
+    measured by the gate on the two runs."""
     runs = []
     for name in ("a", "b"):
         res = run_server_bench(ServerBenchConfig(
@@ -288,8 +289,8 @@ def test_recommend_check_on_two_real_runs_of_one_setting(vllm_spec_server, tmp_p
         assert steps == -(-(r.output_len - 1) // max(r.acc_length, 1.0))
     md = tmp_path / "check.md"
     p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "recommend",
-                        "results/baselines/h200-draft-extend-full-kv512-4096-32768", "--engine", "vllm",
-                        "--workload", str(runs[0].run_dir / "workload.jsonl"), "--max-extrapolation", "1",
+                        "results/baselines/h100-engine-routes-kv4096", "--engine", "vllm",
+                        "--workload", str(runs[0].run_dir / "workload.jsonl"), "--max-extrapolation", "16",
                         "--ab", str(runs[0].run_dir), str(runs[1].run_dir), "--ab-settings", "FLASHINFER,FLASHINFER",
                         "--verify-layers", "2", "--json"],
                        capture_output=True, text=True, timeout=300, env={"COLUMNS": "200", **_env()})

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from kbench.cases import axes
 from kbench.cases import trees
 from kbench.errors import BadInput
+from kbench.files import JSONProblem, loads
 
 ENGINES = ("sglang", "vllm")
 OVERLAPS = ("sum", "max")  # sum: host and GPU work add up (the engine's overlap off); max: overlapped (on)
@@ -174,8 +175,8 @@ def vllm_backend(setting_flags: str) -> tuple[str | None, bool | None]:
     raw = v.get("--attention-config", v.get("-ac"))
     if raw is not None:
         try:
-            cfg = json.loads(raw)
-        except ValueError:
+            cfg = loads(raw)
+        except JSONProblem:
             raise BadInput(f"setting flags {setting_flags!r}: the attention config is not JSON") from None
         if not isinstance(cfg, dict):
             raise BadInput(f"setting flags {setting_flags!r}: the attention config is not a JSON object")

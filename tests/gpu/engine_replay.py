@@ -7,7 +7,9 @@ against one engine step replayed on the GPU.
 2. For three workloads and every setting `kbench recommend` prices from those rows, one engine step is replayed:
    per step (target verify, then draft extend) the route's host work, then its layers as the engine launches them
    (the verify layers captured in one CUDA graph, the draft layer in another; an eager route launches its layers
-   one by one), under both overlap rules: `sum` (the GPU drained after every step) and `max` (steps back to back,
+   one by one; one small kernel between two attention calls stands for the rest of the layer, so no two
+   attention kernels run back to back as in no model; those stand-ins are timed alone, the same way, and taken
+   off), under both overlap rules: `sum` (the GPU drained after every step) and `max` (steps back to back,
    so a step's host work runs while the GPU still runs the previous one). The replay's wall time per step is set
    beside recommend's price.
 
@@ -84,46 +86,9 @@ def route_table(run: Path) -> tuple[list[dict], list[str]]:
     return out, bad
 
 
-def replay_step(routes: dict, case, mode: str) -> float:
-    """Wall us per engine step: per step kind, the route's host work then its layers (one CUDA graph, or eager)."""
+def _timed(one, mode: str) -> float:
+    """Wall us per call of one(): sum = the GPU drained around each call; max = calls back to back."""
     import torch
-
-    from kbench.kernels.inputs import build_inputs
-
-    dev = torch.device("cuda:0")
-    inputs = build_inputs(case, dev, copies=4, seed=0)
-    phases = []
-    for step, name in routes.items():
-        from kbench.kernels.registry import get_kernel
-
-        route = copy.copy(get_kernel(name))  # its own wrapper per step kind
-        fn = route.prepare(inputs)
-        host = route.host_step(inputs)
-        n = LAYERS[step]
-        for i in range(3):
-            fn(i % 4)
-        torch.cuda.synchronize()
-        if getattr(route, "cuda_graph", True):
-            g = torch.cuda.CUDAGraph()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                fn(0)
-            torch.cuda.current_stream().wait_stream(s)
-            with torch.cuda.graph(g):
-                for layer in range(n):
-                    fn(layer % 4)
-            layers = g.replay
-        else:
-            def layers(fn=fn, n=n):
-                for layer in range(n):
-                    fn(layer % 4)
-        phases.append((host, layers))
-
-    def one():
-        for host, layers in phases:
-            host()
-            layers()
 
     for _ in range(WARMUP):
         one()
@@ -148,6 +113,69 @@ def replay_step(routes: dict, case, mode: str) -> float:
     return statistics.median(reps)
 
 
+def _graphed(calls):
+    """calls() captured in one CUDA graph: its replay."""
+    import torch
+
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        calls()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        calls()
+    return g.replay
+
+
+def replay_step(routes: dict, case, mode: str) -> tuple[float, float]:
+    """(wall us per engine step, of which the stand-ins for the rest of the layers and the graph launches): per
+    step kind, the route's host work, then its layers (one CUDA graph, or eager), a small kernel between two
+    attention calls standing for the rest of the layer (no model runs two attention kernels back to back, and PDL
+    would overlap them). The stand-ins are timed alone, the same way, and reported apart."""
+    import torch
+
+    from kbench.kernels.inputs import build_inputs
+    from kbench.kernels.registry import get_kernel
+
+    dev = torch.device("cuda:0")
+    inputs = build_inputs(case, dev, copies=4, seed=0)
+    rest = torch.zeros(1, device=dev)
+    phases, stand_ins = [], []
+    for step, name in routes.items():
+        route = copy.copy(get_kernel(name))  # its own wrapper per step kind
+        fn = route.prepare(inputs)
+        host = route.host_step(inputs)
+        n = LAYERS[step]
+        for i in range(3):
+            fn(i % 4)
+        torch.cuda.synchronize()
+
+        def layer_calls(fn=fn, n=n):
+            for layer in range(n):
+                fn(layer % 4)
+                rest.add_(1.0)
+
+        def rest_calls(n=n):
+            for _ in range(n):
+                rest.add_(1.0)
+
+        graph = getattr(route, "cuda_graph", True)
+        phases.append((host, _graphed(layer_calls) if graph else layer_calls))
+        stand_ins.append(_graphed(rest_calls) if graph else rest_calls)
+
+    def one():
+        for host, layers in phases:
+            host()
+            layers()
+
+    def others():
+        for calls in stand_ins:
+            calls()
+
+    return _timed(one, mode), _timed(others, mode)
+
+
 def replay_table(run: Path) -> tuple[list[dict], list[str]]:
     from kbench.cases.case import Case
     from kbench.recommend import recommend_for
@@ -156,7 +184,7 @@ def replay_table(run: Path) -> tuple[list[dict], list[str]]:
     print("\n== one engine step replayed vs kbench recommend's price "
           f"(verify x {LAYERS['verify']} layers + draft extend x {LAYERS['draft_extend']})")
     print(f"{'workload':18} {'engine':7} {'setting':28} {'mode':4} {'host us':>8} {'GPU us':>9} {'price us':>9} "
-          f"{'replay us':>10} {'diff':>7}")
+          f"{'replay us':>10} {'stand-ins':>9} {'net us':>9} {'diff':>7}")
     for bs, q, kv in WORKLOADS:
         case = Case(batch_size=bs, q_len=q, kv_len=kv, num_qo_heads=32, num_kv_heads=8, head_dim=128, page_size=64)
         for engine in ("sglang", "vllm"):
@@ -172,17 +200,20 @@ def replay_table(run: Path) -> tuple[list[dict], list[str]]:
                         continue
                     seen.add(key)
                     try:
-                        wall = replay_step(r.kernels, case, mode)
+                        wall, others = replay_step(r.kernels, case, mode)
                     except Exception as e:  # a route that cannot replay is a finding, not a crash
                         problems.append(f"{engine} {r.setting.id} at bs {bs} q {q}: {type(e).__name__}: {e}")
                         continue
-                    diff = (wall / r.per_step_us - 1) * 100
+                    net = wall - others
+                    diff = (net / r.per_step_us - 1) * 100
                     row = {"bs": bs, "q": q, "kv": kv, "engine": engine, "setting": r.setting.id,
                            "same_as": r.same_as, "routes": r.kernels, "mode": mode, "host_us": r.host_us,
-                           "gpu_us": r.gpu_us, "price_us": r.per_step_us, "replay_us": wall, "diff_pct": diff}
+                           "gpu_us": r.gpu_us, "price_us": r.per_step_us, "replay_us": wall, "stand_ins_us": others,
+                           "net_us": net, "diff_pct": diff}
                     out.append(row)
                     print(f"bs {bs:>3} q {q} kv {kv:<5} {engine:7} {r.setting.id[:28]:28} {mode:4} {r.host_us:>8.1f} "
-                          f"{r.gpu_us:>9.1f} {r.per_step_us:>9.1f} {wall:>10.1f} {diff:>+6.1f}%", flush=True)
+                          f"{r.gpu_us:>9.1f} {r.per_step_us:>9.1f} {wall:>10.1f} {others:>9.1f} {net:>9.1f} "
+                          f"{diff:>+6.1f}%", flush=True)
     return out, problems
 
 

@@ -30,7 +30,15 @@ def feature(name: str, script: str, issue: int, limit: float = 300, report_lines
 feature("tree", "tests/gpu/tree_check.py", 26, limit=330, report_lines=60)  # EAGLE draft trees, ~4 min
 feature("mla", "tests/gpu/mla_check.py", 27, limit=420)  # MLA kernels (FlashMLA from the carried wheel): 4 sweeps, ~4-5 min cold
 feature("routes", "tests/gpu/engine_replay.py", 37, limit=540, report_lines=90)  # engine routes + one step replayed
-feature("fa3", "tests/gpu/fa3_check.py", 38, limit=240, report_lines=60)  # vLLM's FA3 library: loads, checked, timed
+feature("fa3", "tests/gpu/fa3_check.py", 38, limit=240, report_lines=60)
+
+
+@step("replay", limit=300, help="#37: one engine step per setting replayed against the committed engine-routes baseline")
+def replay(ctx: Ctx) -> None:
+    d = ctx.script("tests/gpu/engine_replay.py", "--out", ctx.res / "replay", "--run",
+                   "results/baselines/h100-engine-routes-kv4096")
+    ctx.figure(last_line(d.text))
+    ctx.report("\n".join([ln for ln in d.text.splitlines() if ln.strip()][-60:]))  # vLLM's FA3 library: loads, checked, timed
 
 # the committed tree baseline: chain and topk:4 at the README's grid (kv 4096, bs 16 and 64), tree sizes 4..16,
 # the kernels that take a tree (and the FA3 library, chains only) with the engines' routes
