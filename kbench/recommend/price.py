@@ -14,6 +14,7 @@ setting's gap to the engine oracle is what a per-shape switch in the engine woul
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -369,17 +370,17 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     oracle_kernels: dict[str, dict[str, float]] = {step: {} for step in STEPS}
     eng_ok = kb_ok = True
     for i, p in enumerate(priced):
-        chosen_costs = []
-        for step in p.batch.steps:
-            costs = [c for k in reach[step] if (c := step_cost(p, k, layers[step], mode)) is not None]
-            if costs:
-                c = min(costs, key=lambda c: (c.total_us, c.route))
+        options = [[c for k in sorted(reach[step]) if (c := step_cost(p, k, layers[step], mode)) is not None]
+                   for step in p.batch.steps]
+        if all(options):  # the cheapest choice of a route per phase, under the batch's overlap rule
+            chosen = min(itertools.product(*options),
+                         key=lambda cs: (batch_total(list(cs), mode), [c.route for c in cs]))
+            for step, c in zip(p.batch.steps, chosen):
                 oracle_of[(i, step)] = c
-                chosen_costs.append(c)
                 oracle_kernels[step][c.route] = oracle_kernels[step].get(c.route, 0.0) + p.batch.weight / total_w
-            else:
-                eng_ok = False
-        eng_total += p.batch.weight * batch_total(chosen_costs, mode)
+            eng_total += p.batch.weight * batch_total(list(chosen), mode)
+        else:
+            eng_ok = False
         for step in p.batch.steps:
             if p.times:
                 kb_total += p.batch.weight * layers[step] * min(p.times.values())

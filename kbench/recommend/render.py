@@ -60,7 +60,10 @@ def headline(rec: Recommendation) -> list[str]:
                  + (f"; tied within the measured noise with {', '.join(best.tied_with)}: the engine's default, then "
                     "the fewest flags, wins a tie" if best.tied_with else ""))
     default = next((r for r in rec.results if r.default), None)
-    if default is not None and default is not best:
+    if default is best:
+        lines.append(f"the default ({best.setting.id}) is the best setting here: nothing to switch (the command "
+                     "spells out the configuration priced)")
+    elif default is not None:
         if default.total_us is not None:
             save = default.per_step_us - best.per_step_us
             lines.append(f"the default ({default.setting.id}) costs {_us(default.per_step_us)} us per step: switching "
