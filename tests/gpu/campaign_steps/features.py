@@ -46,6 +46,12 @@ TREE_BASE = ["--scenario", "eagle-tree", "--tree", "chain,topk:4", "--kv-len", "
              "--q-len", "4,8,16", "--kernels", "trtllm-decode,fa2-prefill,vllm-fa3,routes"]
 
 
+@step("fa3-grid", limit=300, resumable=True, help="FA3 beside FlashInfer's fa3/fa2 prefill and xqa on the README grid")
+def fa3_grid(ctx: Ctx) -> None:
+    check_rows(ctx, ctx.sweep("fa3-grid", [*SWEEP_GRID, "--kernels",
+                                           "trtllm-decode,fa2-prefill,fa3-prefill,vllm-fa3,vllm-fa3-sgl-call"]))
+
+
 @step("tree-base", limit=360, resumable=True, help="the tree baseline: eagle-tree chain,topk:4, kv 4096, bs 16,64")
 def tree_base(ctx: Ctx) -> None:
     check_rows(ctx, ctx.sweep("eagle-tree-base", TREE_BASE))
