@@ -139,7 +139,7 @@ def test_a_route_without_rows_leaves_its_setting_unpriced_with_a_bound(tmp_path)
     rec = recommend(s, wl((8, 4, 4096, 1.0)), SGLANG, overlap="sum")
     r = {x.setting.id: x for x in rec.results}["trtllm_mha"]
     assert r.total_us is None and "sglang-trtllm-mha at bs 8 q 4 kv 4096" in r.missing[0]
-    assert "kbench sweep -s engine-routes" in r.unpriced and r.bound_us == pytest.approx(2 * t_decode(8, 4, 4096))
+    assert "kbench sweep --kernels routes" in r.unpriced and r.bound_us == pytest.approx(2 * t_decode(8, 4, 4096))
     assert rec.best is not None and "sglang-trtllm-mha" not in rec.best.kernels.values()
     # a run of plain kernels only (every committed baseline before routes): bounds only, nothing named best
     s = load_source([known_run(tmp_path / "plain", known_rows(kernels=(DECODE, FA2, FA3)))])

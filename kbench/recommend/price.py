@@ -473,8 +473,9 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
     tw = sum(p.batch.weight for p in priced)
     if missing:
         n = len(set(missing))
-        why = (f"{n} measured cell(s) lack the engine's route (measure it: kbench sweep -s engine-routes, or "
-               "--kernels routes)" if any(" at bs " in m for m in missing) else "; ".join(sorted(set(missing))))
+        why = (f"{n} measured cell(s) have no time of the engine's route (not measured there, or it cannot run that "
+               "case: `kbench sweep --kernels routes` on the shape says which)" if any(" at bs " in m for m in missing)
+               else "; ".join(sorted(set(missing))))
         if bound_ok:
             why += "; the plain kernel's GPU time alone is a lower bound"
         return SettingResult(s, kernels, None, None, unpriced=why, missing=sorted(set(missing)), notes=notes,
