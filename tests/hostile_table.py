@@ -516,7 +516,8 @@ def _broken_candidate(value: str):
     return setup
 
 
-def _broken_server_candidate(w):
+def _two_server_runs(w) -> list:
+    """Two kbench server-bench runs (a, b) of the shared fake SGLang server, as run folders."""
     runs = []
     for name in ("a", "b"):
         p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.shared.server.url,
@@ -524,6 +525,11 @@ def _broken_server_candidate(w):
                            timeout=300)
         assert p.returncode == 0, p.stdout + p.stderr
         runs.append(next(w.path(name).iterdir()))
+    return runs
+
+
+def _broken_server_candidate(w):
+    runs = _two_server_runs(w)
     rows = journal(runs[1])
     rows[0]["latency"] = None
     write_journal(runs[1], rows)
@@ -573,13 +579,7 @@ def _ab_runs(b_backend: str | None = None):
     relabelled as another backend's when b_backend is given."""
     def setup(w):
         _server(w)
-        runs = []
-        for name in ("a", "b"):
-            p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.shared.server.url,
-                                *shlex.split(SERVER), "--out", str(w.path(name))], capture_output=True, text=True,
-                               timeout=300)
-            assert p.returncode == 0, p.stdout + p.stderr
-            runs.append(next(w.path(name).iterdir()))
+        runs = _two_server_runs(w)
         if b_backend:
             write_journal(runs[1], [{**r, "backend": b_backend} for r in journal(runs[1])])
         w.vars.update(a=str(runs[0]), b=str(runs[1]), wl=str(runs[0] / "workload.jsonl"),
