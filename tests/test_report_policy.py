@@ -422,10 +422,16 @@ def test_every_committed_baseline_reports_a_policy_select_and_export_read(tmp_pa
     assert r.exit_code == 0, r.output
     f = tmp_path / "rep" / "policy.json"
     pol = load_policy(f)
-    power = [] if len(pol["groups"]) == 1 else ["--power", "unthrottled"]
-    r = cli("select", "--policy", f, "--batch-size", 16, "--q-len", 4, "--kv-len", 4096, *power, "--json")
+    # the first group, named by the group axes its groups differ in (power state, tree, KV dtype, heads)
+    from kbench.cases import axes
+    from kbench.report.policy import GROUP_FILTERS
+
+    first = pol["groups"][0]
+    differ = {k: first[k] for k in GROUP_FILTERS if k in first and len({str(g.get(k)) for g in pol["groups"]}) > 1}
+    flags = [x for k, v in differ.items() for x in (axes.AXIS[k].flag if k in axes.AXIS else f"--{k}", v)]
+    r = cli("select", "--policy", f, "--batch-size", 16, "--q-len", 4, "--kv-len", 4096, *flags, "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["kernel"] == lookup(pol, 16, 4, 4096, power="unthrottled")["kernel"]
+    assert json.loads(r.output)["kernel"] == lookup(pol, 16, 4, 4096, **differ)["kernel"]
     r = cli("export", f, "--out", tmp_path / "sel.py")
     assert r.exit_code == 0 and (tmp_path / "sel.py").exists(), r.output
 
