@@ -16,8 +16,9 @@ def _pct(v: float | None) -> str:
 
 
 def _layers(rec: Recommendation) -> str:
+    asked = {s for b in rec.workload.batches for s in b.steps}
     return " + ".join(f"{STEP_LABEL[s]}" + (f" x {rec.layers[s]} layers" if rec.layers[s] != 1 else "")
-                      for s in STEPS if rec.layers[s])
+                      for s in STEPS if rec.layers[s] and s in asked)
 
 
 def _per_step(rec: Recommendation, total: float | None) -> float | None:
