@@ -223,6 +223,24 @@ def _shared(values: list) -> list:
     return [seen.setdefault(v, v) if isinstance(v, str) else v for v in values]
 
 
+def _column_values(col: pd.Series, as_key: bool) -> list:
+    """The column's values as _shared makes them (as_key: each as its text, "" for None, as key columns are),
+    without a Python step per row where the column's type allows: numbers are listed as they are (nothing to
+    share), strings and numbers as keys are factorized and each distinct value made once."""
+    kind = col.dtype.kind if isinstance(col.dtype, np.dtype) else None
+    if not as_key and kind in ("i", "u", "f", "b"):
+        return col.tolist()
+    if kind in ("i", "u", "f", "b") or kind is None and pd.api.types.is_string_dtype(col.dtype):
+        codes, uniques = pd.factorize(col, use_na_sentinel=True)
+        if not (codes < 0).any():  # a missing value: the row-by-row path says what it becomes
+            u = uniques.tolist()
+            made = np.empty(len(u), dtype=object)
+            made[:] = _shared([str(v) for v in u] if as_key else u)
+            return made[codes].tolist()
+    values = col.tolist()
+    return _shared(["" if v is None else str(v) for v in values] if as_key else values)
+
+
 def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str,
              metrics: list[Metric] = ()) -> dict[tuple, dict]:
     """key -> the row as a dict of the columns the comparison reads (a 100,000-row run's rows as whole dicts
@@ -236,8 +254,8 @@ def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], rol
     samples = getattr(run, "samples", None)
     out: dict[tuple, dict] = {}
     dupes = 0
-    keys = zip(*(_shared(["" if v is None else str(v) for v in rows[c].tolist()]) for c in key_cols))
-    for k, *vals in zip(keys, *(_shared(rows[c].tolist()) for c in cols), pos):
+    keys = zip(*(_column_values(rows[c], as_key=True) for c in key_cols))
+    for k, *vals in zip(keys, *(_column_values(rows[c], as_key=False) for c in cols), pos):
         rec = dict(zip(cols, vals))
         if samples is not None:
             rec["samples_us"] = RowSamples(samples, vals[-1])
