@@ -61,7 +61,7 @@ DEFAULT_RUN_SPREAD_K = 3.0
 DEFAULT_NOISE_FLOOR = 0.0
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a gate of a 300,000-row run holds as many
 class RowResult:
     key: dict
     kernel: str
@@ -215,6 +215,18 @@ def run_noise_of(base_recs: dict[tuple, dict], noise_floor: float = 0.0) -> dict
 # the columns the comparison reads from a row (beside the metrics' columns; the key is the dict's key)
 RECORD_COLUMNS = ("case_id", "kernel", "path", "status", "reason", "batch_size", "run_spread", "rel_spread",
                   "p25_us", "p75_us")
+
+
+def _gate_columns() -> frozenset[str]:
+    """The columns of a sweep's rows the gate reads (load_for_gate keeps only these): every case axis (the key and
+    case_winners' input), the comparison's columns and metrics, and device and sm (hardware_of)."""
+    from kbench.cases import axes
+    from kbench.gate.metrics import SWEEP_KEY, SWEEP_METRICS
+    from kbench.runs.rows import CASE_COLUMNS
+    from kbench.runs.winners import WINNER_INPUT
+
+    return frozenset([*(a.name for a in axes.AXES), *CASE_COLUMNS, *SWEEP_KEY, *RECORD_COLUMNS, *WINNER_INPUT,
+                      *(c for m in SWEEP_METRICS for c in (m.column, m.samples_column) if c), "device", "sm"])
 
 
 def _shared(values: list) -> list:
@@ -461,8 +473,9 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     if isinstance(noise_floor, bool) or finite(noise_floor) is None or not (0 <= noise_floor < 1):
         raise BadInput(f"--noise-floor {noise_floor!r}: must be a fraction between 0 and 1")
     warnings: list[str] = []
-    base = load_for_gate(baseline_path, "baseline", force, warnings)
-    cand = load_for_gate(candidate_path, "candidate", force, warnings)
+    columns = _gate_columns()
+    base = load_for_gate(baseline_path, "baseline", force, warnings, columns)
+    cand = load_for_gate(candidate_path, "candidate", force, warnings, columns)
     if base.kind != cand.kind:
         raise BadInput(f"cannot compare a {base.kind} run (baseline) with a {cand.kind} run (candidate)")
     if base.kind == "sweep":
@@ -508,12 +521,14 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     noise = run_noise_of(base_recs, noise_floor)
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
                         run_spread_k)
+    del cand_recs  # a row's record per row of each run: let go of them before the winners are compared
     ties: list[str] = []
     if kind == "sweep":
         by_kc: dict[tuple[str, str], float] = {}
         for kk, rec in base_recs.items():
             kc = (str(rec.get("kernel", "")), str(rec.get("case_id")))
             by_kc[kc] = max(by_kc.get(kc, 0.0), noise[kk].band(run_spread_k))
+        del base_recs, noise
         changes, compared = compare_winners(base.rows, cand.rows, ignore_winner_change, by_kc, run_spread_k,
                                             ties)
     else:
