@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from kbench.cases.axes import LATER_GROUP_AXES
+from kbench.frames import itertuples
 from kbench.report import crossovers as xo
 from kbench.report.mla import mla_blocks
 from kbench.report.power_states import power_blocks
@@ -57,8 +58,8 @@ def case_table(cases) -> tuple[list[str], list[list[str]]]:
     headers = ["group", "batch", "q_len", "kv_len", "winner", "µs", "runner-up", "margin", "decode speedup",
                "decode vs context", "excluded"]
     rows = []
-    for r in cases.sort_values(["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "page_size", "batch_size",
-                                "kv_len", "q_len", *LATER_GROUP_AXES]).itertuples():
+    for r in itertuples(cases.sort_values(["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "page_size", "batch_size",
+                                "kv_len", "q_len", *LATER_GROUP_AXES])):
         winner = f"tie: {r.winner} = {r.tied_with}" if r.winner_tie else str(r.winner)
         margin = "tie" if r.winner_tie else _num(r.margin_pct, ".1f", "%")
         rows.append([group_label(r._asdict()), str(r.batch_size), str(r.q_len), str(r.kv_len), winner,

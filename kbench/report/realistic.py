@@ -59,7 +59,7 @@ def _fastest(df: pd.DataFrame, by: list[str]) -> dict:
 def _firsts(df: pd.DataFrame, keys: list[str]) -> dict[int, dict]:
     """group number -> its key values (from its first row)."""
     first = df.drop_duplicates("_gid")
-    return {int(g): dict(zip(keys, vals)) for g, *vals in zip(first["_gid"], *(first[k] for k in keys))}
+    return {int(g): dict(zip(keys, vals)) for g, *vals in zip(first["_gid"].tolist(), *(first[k].tolist() for k in keys))}
 
 
 def acceptance_table(ok: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
