@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from kbench.cases import axes
 from kbench.cases.axes import LATER_GROUP_AXES
 from kbench.frames import itertuples
 from kbench.report import crossovers as xo
@@ -149,7 +150,9 @@ def build_document(result) -> list[tuple]:
                          "here.".format(*result.plot_groups)))
     for p, caption in result.plots:
         doc.append(("img", p, caption))
-    doc += realistic_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
+    read = {*axes.names(), "kernel", "path", "median_us", "status"}  # what realistic_blocks reads: not a copy of every column
+    doc += realistic_blocks(rs.rows.loc[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna(),
+                                        [c for c in rs.rows.columns if c in read]])
     doc += tree_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
     doc += mla_blocks(cases, rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
     doc += power_blocks(result.power_pairs, result.power)
