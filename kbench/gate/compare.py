@@ -293,7 +293,6 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     band = max(threshold, noise.band(k))
     base = RowResult(key, str(key.get("kernel", "")), str(rec_b.get("case_id")), metric.name, "pass", False,
                      "ok", "ok", run_noise=noise.pooled, run_spread=noise.own, band=band)
-    why = _band_why(noise, k)
     mb, mc = measurement(rec_b, metric, with_samples=False), measurement(rec_c, metric, with_samples=False)
     if mb is None or mc is None:
         base.outcome, base.note = "not-compared", f"no {metric.column} on the {'baseline' if mb is None else 'candidate'} side"
@@ -308,14 +307,15 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     direction = "worse" if worse > 0 else "better"
     if abs(worse) <= band:
         base.outcome, base.method = "within-noise", "run-spread"
-        base.note = f"{direction} by {abs(worse):.1%} but within the run-to-run band {band:.1%} ({why})"
+        base.note = (f"{direction} by {abs(worse):.1%} but within the run-to-run band {band:.1%} "
+                     f"({_band_why(noise, k)})")
         return base
 
     def noise_test() -> None:
         mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)  # only the rows tested read them
         verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
         base.method, base.p_value = verdict.method, verdict.p_value
-        limit = f"{band:.1%}" + (f" ({why})" if band > threshold else "")
+        limit = f"{band:.1%}" + (f" ({_band_why(noise, k)})" if band > threshold else "")
         if not verdict.beyond_noise:
             base.outcome, base.note = "within-noise", f"{direction} by {abs(worse):.1%} but {verdict.describe()}"
         elif direction == "worse":

@@ -134,10 +134,11 @@ def case_winners(rows: pd.DataFrame) -> pd.DataFrame:
     for i in np.flatnonzero(tied_row):
         tied.setdefault(int(code[i]), []).append(kernel[i])
     case_cols = {c: g[c].to_numpy()[start] for c in CASE_COLUMNS}
+    case_ids = uniques.tolist()  # an Index of pyarrow strings is slow to index one value at a time
     out = []
     for j in range(n):
         w = int(start[j])
-        rec = {"case_id": uniques[j], **{c: v[j] for c, v in case_cols.items()}}
+        rec = {"case_id": case_ids[j], **{c: v[j] for c, v in case_cols.items()}}
         best_of = {}
         for p in ("decode", "context"):
             i = int(best[p][j])
@@ -165,7 +166,7 @@ def case_winners(rows: pd.DataFrame) -> pd.DataFrame:
             rec["path_verdict"] = TIE if is_tie(dm, dh, cm, ch) else (DECODE if dm < cm else CONTEXT)
         else:
             rec["path_verdict"] = DECODE_ONLY if "decode" in best_of else CONTEXT_ONLY
-        rec["excluded"] = excluded.get(uniques[j], "")
+        rec["excluded"] = excluded.get(case_ids[j], "")
         out.append(rec)
     return pd.DataFrame(out, columns=WINNER_COLUMNS)
 
