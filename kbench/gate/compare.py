@@ -213,7 +213,9 @@ def run_noise_of(base_recs: dict[tuple, dict], noise_floor: float = 0.0) -> dict
 
 
 # the columns the comparison reads from a row (beside the metrics' columns; the key is the dict's key)
-RECORD_COLUMNS = ("case_id", "kernel", "path", "status", "reason", "batch_size", "run_spread", "rel_spread",
+# (at most 10 of them with the samples: a dict of up to 10 keys takes 272 bytes, of 11 464, and a 300,000-row gate
+# holds one per row of each run; the baseline's reason is never read)
+RECORD_COLUMNS = ("case_id", "kernel", "status", "reason", "batch_size", "run_spread", "rel_spread",
                   "p25_us", "p75_us")
 
 
@@ -226,7 +228,7 @@ def _gate_columns() -> frozenset[str]:
     from kbench.runs.winners import WINNER_INPUT
 
     return frozenset([*(a.name for a in axes.AXES), *CASE_COLUMNS, *SWEEP_KEY, *RECORD_COLUMNS, *WINNER_INPUT,
-                      *(c for m in SWEEP_METRICS for c in (m.column, m.samples_column) if c), "device", "sm"])
+                      *(c for m in SWEEP_METRICS for c in (m.column, m.samples_column) if c), "path", "device", "sm"])
 
 
 def _shared(values: list) -> list:
@@ -254,7 +256,7 @@ def _column_values(col: pd.Series, as_key: bool) -> list:
 
 
 def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str,
-             metrics: list[Metric] = ()) -> dict[tuple, dict]:
+             metrics: list[Metric] = (), skip: tuple[str, ...] = ()) -> dict[tuple, dict]:
     """key -> the row as a dict of the columns the comparison reads (a 100,000-row run's rows as whole dicts
     took a gigabyte); a GateRun's samples stay in its Parquet until a row's noise test reads them."""
     rows, pos = run.rows, range(len(run.rows))  # pos: the row's place in the run, where its samples are
@@ -262,7 +264,7 @@ def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], rol
         keep = (rows["path"] != "reference").to_numpy()
         rows, pos = rows[keep], np.flatnonzero(keep).tolist()
     wanted = dict.fromkeys([*RECORD_COLUMNS, *(c for m in metrics for c in (m.column, m.samples_column) if c)])
-    cols = [c for c in wanted if c in rows]
+    cols = [c for c in wanted if c in rows and c not in skip]
     samples = getattr(run, "samples", None)
     out: dict[tuple, dict] = {}
     dupes = 0
@@ -494,7 +496,7 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     metrics = metrics_for(kind, base.rows.columns, cand.rows.columns)
     if not metrics:
         raise BadInput(f"no metric the gate knows in both {kind} runs")
-    base_recs = _records(base, kind, key_cols, warnings, "baseline", metrics)
+    base_recs = _records(base, kind, key_cols, warnings, "baseline", metrics, skip=("reason",))
     cand_recs = _records(cand, kind, key_cols, warnings, "candidate", metrics)
     if not base_recs:
         ref_ok = int(((base.rows.get("path") == "reference") & (base.rows.get("status") == "ok")).sum()) \
