@@ -41,6 +41,7 @@ Decision rule (the same text is in ``kbench gate --help``):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+import math
 from pathlib import Path
 from statistics import median
 
@@ -209,7 +210,16 @@ def run_noise_of(base_recs: dict[tuple, dict], noise_floor: float = 0.0) -> dict
         if own[k] is not None and status(rec) == "ok":
             groups.setdefault(_group(rec), []).append(own[k])
     pooled = {g: float(median(v)) for g, v in groups.items()}
-    return {k: RunNoise(own[k], max(pooled.get(_group(rec), 0.0), noise_floor)) for k, rec in base_recs.items()}
+    shared: dict[tuple, RunNoise] = {}  # rows without a run_spread of one pooled noise share one (frozen) RunNoise
+    out: dict[tuple, RunNoise] = {}
+    for k, rec in base_recs.items():
+        p = max(pooled.get(_group(rec), 0.0), noise_floor)
+        if own[k] is not None:
+            out[k] = RunNoise(own[k], p)
+        else:
+            key = (p, math.copysign(1.0, p))  # 0.0 and -0.0 are equal keys but print apart
+            out[k] = shared.get(key) or shared.setdefault(key, RunNoise(None, p))
+    return out
 
 
 # the columns the comparison reads from a row (beside the metrics' columns; the key is the dict's key)
