@@ -41,6 +41,7 @@ Decision rule (the same text is in ``kbench gate --help``):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+import math
 from pathlib import Path
 from statistics import median
 
@@ -61,7 +62,7 @@ DEFAULT_RUN_SPREAD_K = 3.0
 DEFAULT_NOISE_FLOOR = 0.0
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a gate of a 300,000-row run holds as many
 class RowResult:
     key: dict
     kernel: str
@@ -209,12 +210,35 @@ def run_noise_of(base_recs: dict[tuple, dict], noise_floor: float = 0.0) -> dict
         if own[k] is not None and status(rec) == "ok":
             groups.setdefault(_group(rec), []).append(own[k])
     pooled = {g: float(median(v)) for g, v in groups.items()}
-    return {k: RunNoise(own[k], max(pooled.get(_group(rec), 0.0), noise_floor)) for k, rec in base_recs.items()}
+    shared: dict[tuple, RunNoise] = {}  # rows without a run_spread of one pooled noise share one (frozen) RunNoise
+    out: dict[tuple, RunNoise] = {}
+    for k, rec in base_recs.items():
+        p = max(pooled.get(_group(rec), 0.0), noise_floor)
+        if own[k] is not None:
+            out[k] = RunNoise(own[k], p)
+        else:
+            key = (p, math.copysign(1.0, p))  # 0.0 and -0.0 are equal keys but print apart
+            out[k] = shared.get(key) or shared.setdefault(key, RunNoise(None, p))
+    return out
 
 
 # the columns the comparison reads from a row (beside the metrics' columns; the key is the dict's key)
-RECORD_COLUMNS = ("case_id", "kernel", "path", "status", "reason", "batch_size", "run_spread", "rel_spread",
+# (at most 10 of them with the samples: a dict of up to 10 keys takes 272 bytes, of 11 464, and a 300,000-row gate
+# holds one per row of each run; the baseline's reason is never read)
+RECORD_COLUMNS = ("case_id", "kernel", "status", "reason", "batch_size", "run_spread", "rel_spread",
                   "p25_us", "p75_us")
+
+
+def _gate_columns() -> frozenset[str]:
+    """The columns of a sweep's rows the gate reads (load_for_gate keeps only these): every case axis (the key and
+    case_winners' input), the comparison's columns and metrics, and device and sm (hardware_of)."""
+    from kbench.cases import axes
+    from kbench.gate.metrics import SWEEP_KEY, SWEEP_METRICS
+    from kbench.runs.rows import CASE_COLUMNS
+    from kbench.runs.winners import WINNER_INPUT
+
+    return frozenset([*(a.name for a in axes.AXES), *CASE_COLUMNS, *SWEEP_KEY, *RECORD_COLUMNS, *WINNER_INPUT,
+                      *(c for m in SWEEP_METRICS for c in (m.column, m.samples_column) if c), "path", "device", "sm"])
 
 
 def _shared(values: list) -> list:
@@ -223,8 +247,26 @@ def _shared(values: list) -> list:
     return [seen.setdefault(v, v) if isinstance(v, str) else v for v in values]
 
 
+def _column_values(col: pd.Series, as_key: bool) -> list:
+    """The column's values as _shared makes them (as_key: each as its text, "" for None, as key columns are),
+    without a Python step per row where the column's type allows: numbers are listed as they are (nothing to
+    share), strings and numbers as keys are factorized and each distinct value made once."""
+    kind = col.dtype.kind if isinstance(col.dtype, np.dtype) else None
+    if not as_key and kind in ("i", "u", "f", "b"):
+        return col.tolist()
+    if kind in ("i", "u", "f", "b") or kind is None and pd.api.types.is_string_dtype(col.dtype):
+        codes, uniques = pd.factorize(col, use_na_sentinel=True)
+        if not (codes < 0).any():  # a missing value: the row-by-row path says what it becomes
+            u = uniques.tolist()
+            made = np.empty(len(u), dtype=object)
+            made[:] = _shared([str(v) for v in u] if as_key else u)
+            return made[codes].tolist()
+    values = col.tolist()
+    return _shared(["" if v is None else str(v) for v in values] if as_key else values)
+
+
 def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str,
-             metrics: list[Metric] = ()) -> dict[tuple, dict]:
+             metrics: list[Metric] = (), skip: tuple[str, ...] = ()) -> dict[tuple, dict]:
     """key -> the row as a dict of the columns the comparison reads (a 100,000-row run's rows as whole dicts
     took a gigabyte); a GateRun's samples stay in its Parquet until a row's noise test reads them."""
     rows, pos = run.rows, range(len(run.rows))  # pos: the row's place in the run, where its samples are
@@ -232,12 +274,12 @@ def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], rol
         keep = (rows["path"] != "reference").to_numpy()
         rows, pos = rows[keep], np.flatnonzero(keep).tolist()
     wanted = dict.fromkeys([*RECORD_COLUMNS, *(c for m in metrics for c in (m.column, m.samples_column) if c)])
-    cols = [c for c in wanted if c in rows]
+    cols = [c for c in wanted if c in rows and c not in skip]
     samples = getattr(run, "samples", None)
     out: dict[tuple, dict] = {}
     dupes = 0
-    keys = zip(*(_shared(["" if v is None else str(v) for v in rows[c].tolist()]) for c in key_cols))
-    for k, *vals in zip(keys, *(_shared(rows[c].tolist()) for c in cols), pos):
+    keys = zip(*(_column_values(rows[c], as_key=True) for c in key_cols))
+    for k, *vals in zip(keys, *(_column_values(rows[c], as_key=False) for c in cols), pos):
         rec = dict(zip(cols, vals))
         if samples is not None:
             rec["samples_us"] = RowSamples(samples, vals[-1])
@@ -263,7 +305,6 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     band = max(threshold, noise.band(k))
     base = RowResult(key, str(key.get("kernel", "")), str(rec_b.get("case_id")), metric.name, "pass", False,
                      "ok", "ok", run_noise=noise.pooled, run_spread=noise.own, band=band)
-    why = _band_why(noise, k)
     mb, mc = measurement(rec_b, metric, with_samples=False), measurement(rec_c, metric, with_samples=False)
     if mb is None or mc is None:
         base.outcome, base.note = "not-compared", f"no {metric.column} on the {'baseline' if mb is None else 'candidate'} side"
@@ -278,14 +319,15 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     direction = "worse" if worse > 0 else "better"
     if abs(worse) <= band:
         base.outcome, base.method = "within-noise", "run-spread"
-        base.note = f"{direction} by {abs(worse):.1%} but within the run-to-run band {band:.1%} ({why})"
+        base.note = (f"{direction} by {abs(worse):.1%} but within the run-to-run band {band:.1%} "
+                     f"({_band_why(noise, k)})")
         return base
 
     def noise_test() -> None:
         mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)  # only the rows tested read them
         verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
         base.method, base.p_value = verdict.method, verdict.p_value
-        limit = f"{band:.1%}" + (f" ({why})" if band > threshold else "")
+        limit = f"{band:.1%}" + (f" ({_band_why(noise, k)})" if band > threshold else "")
         if not verdict.beyond_noise:
             base.outcome, base.note = "within-noise", f"{direction} by {abs(worse):.1%} but {verdict.describe()}"
         elif direction == "worse":
@@ -443,8 +485,9 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     if isinstance(noise_floor, bool) or finite(noise_floor) is None or not (0 <= noise_floor < 1):
         raise BadInput(f"--noise-floor {noise_floor!r}: must be a fraction between 0 and 1")
     warnings: list[str] = []
-    base = load_for_gate(baseline_path, "baseline", force, warnings)
-    cand = load_for_gate(candidate_path, "candidate", force, warnings)
+    columns = _gate_columns()
+    base = load_for_gate(baseline_path, "baseline", force, warnings, columns)
+    cand = load_for_gate(candidate_path, "candidate", force, warnings, columns)
     if base.kind != cand.kind:
         raise BadInput(f"cannot compare a {base.kind} run (baseline) with a {cand.kind} run (candidate)")
     if base.kind == "sweep":
@@ -463,7 +506,7 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     metrics = metrics_for(kind, base.rows.columns, cand.rows.columns)
     if not metrics:
         raise BadInput(f"no metric the gate knows in both {kind} runs")
-    base_recs = _records(base, kind, key_cols, warnings, "baseline", metrics)
+    base_recs = _records(base, kind, key_cols, warnings, "baseline", metrics, skip=("reason",))
     cand_recs = _records(cand, kind, key_cols, warnings, "candidate", metrics)
     if not base_recs:
         ref_ok = int(((base.rows.get("path") == "reference") & (base.rows.get("status") == "ok")).sum()) \
@@ -490,12 +533,14 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     noise = run_noise_of(base_recs, noise_floor)
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
                         run_spread_k)
+    del cand_recs  # a row's record per row of each run: let go of them before the winners are compared
     ties: list[str] = []
     if kind == "sweep":
         by_kc: dict[tuple[str, str], float] = {}
         for kk, rec in base_recs.items():
             kc = (str(rec.get("kernel", "")), str(rec.get("case_id")))
             by_kc[kc] = max(by_kc.get(kc, 0.0), noise[kk].band(run_spread_k))
+        del base_recs, noise
         changes, compared = compare_winners(base.rows, cand.rows, ignore_winner_change, by_kc, run_spread_k,
                                             ties)
     else:

@@ -106,7 +106,9 @@ def _peek_schema(path: Path):
     return (m, m.get("schema_version")) if isinstance(m, dict) else (None, None)
 
 
-def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str]) -> Run:
+def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str], columns=None) -> Run:
+    """columns: where the run is a sweep of this kbench's schema, the rows keep only these columns (the others are
+    neither read from rows.parquet nor kept from the journal): the gate reads a few dozen of a row's columns."""
     try:
         p = check_run_folder(path)
     except BadInput as e:
@@ -136,7 +138,7 @@ def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str])
     from_journal = sweep and not from_parquet and (p / JOURNAL).is_file()
     lean = from_parquet or from_journal
     try:
-        run = load_run(p, lists=not lean)
+        run = load_run(p, lists=not lean, only=columns if lean else None)
     except BadInput as e:
         raise BadInput(f"{role}: {e}") from None
     if run.manifest.get("status") not in (None, "complete"):

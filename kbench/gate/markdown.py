@@ -5,7 +5,6 @@ import os
 
 from pathlib import Path
 
-from kbench.report.markdown import cell as _cell
 from kbench.runs import atomic
 from kbench.gate.compare import GateResult, RowResult
 
@@ -93,3 +92,9 @@ def write_markdown(res: GateResult, path: str | Path | None) -> str:
         with open(summary, "a", encoding="utf-8") as f:
             f.write(text + "\n")
     return text
+
+
+def _cell(x) -> str:
+    from kbench.report.markdown import cell  # imported here: kbench.report imports matplotlib
+
+    return cell(x)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy.stats import mannwhitneyu
 
 
 @dataclass
@@ -54,6 +53,8 @@ def is_worse(base: GateValue, cand: GateValue, higher_is_better: bool, alpha: fl
     cs = [x for x in cand.samples if x is not None and math.isfinite(x)]
     if len(bs) >= 2 and len(cs) >= 2 and _min_p(len(bs), len(cs)) < alpha:
         alt = "greater" if cand_larger else "less"
+        from scipy.stats import mannwhitneyu  # imported here: scipy.stats takes most of a second to import
+
         p = float(mannwhitneyu(cs, bs, alternative=alt).pvalue)
         return NoiseVerdict("mann-whitney", p < alpha, p)
     if None not in (base.low, base.high, cand.low, cand.high):

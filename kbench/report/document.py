@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 
+from kbench.cases import axes
 from kbench.cases.axes import LATER_GROUP_AXES
+from kbench.frames import itertuples
 from kbench.report import crossovers as xo
 from kbench.report.mla import mla_blocks
 from kbench.report.power_states import power_blocks
@@ -57,8 +59,8 @@ def case_table(cases) -> tuple[list[str], list[list[str]]]:
     headers = ["group", "batch", "q_len", "kv_len", "winner", "µs", "runner-up", "margin", "decode speedup",
                "decode vs context", "excluded"]
     rows = []
-    for r in cases.sort_values(["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "page_size", "batch_size",
-                                "kv_len", "q_len", *LATER_GROUP_AXES]).itertuples():
+    for r in itertuples(cases.sort_values(["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "page_size", "batch_size",
+                                "kv_len", "q_len", *LATER_GROUP_AXES])):
         winner = f"tie: {r.winner} = {r.tied_with}" if r.winner_tie else str(r.winner)
         margin = "tie" if r.winner_tie else _num(r.margin_pct, ".1f", "%")
         rows.append([group_label(r._asdict()), str(r.batch_size), str(r.q_len), str(r.kv_len), winner,
@@ -148,7 +150,9 @@ def build_document(result) -> list[tuple]:
                          "here.".format(*result.plot_groups)))
     for p, caption in result.plots:
         doc.append(("img", p, caption))
-    doc += realistic_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
+    read = {*axes.names(), "kernel", "path", "median_us", "status"}  # what realistic_blocks reads: not a copy of every column
+    doc += realistic_blocks(rs.rows.loc[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna(),
+                                        [c for c in rs.rows.columns if c in read]])
     doc += tree_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
     doc += mla_blocks(cases, rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
     doc += power_blocks(result.power_pairs, result.power)

@@ -63,6 +63,7 @@ from pathlib import Path
 import pandas as pd
 
 from kbench import __version__, files
+from kbench.frames import itertuples
 
 from kbench.runs import atomic
 
@@ -162,7 +163,7 @@ def _per_case(rows: pd.DataFrame | None, column: str) -> dict[str, dict[str, flo
         return {}
     out: dict[str, dict[str, float]] = {}
     values = pd.to_numeric(rows[column], errors="coerce")
-    for cid, kernel, v in zip(rows["case_id"], rows["kernel"], values):
+    for cid, kernel, v in zip(rows["case_id"].tolist(), rows["kernel"].tolist(), values.tolist()):
         if v == v:  # not NaN
             out.setdefault(str(cid), {})[str(kernel)] = round(float(v), 4)
     return out
@@ -207,7 +208,7 @@ def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], hold
                       "tie": r.path_verdict == TIE,
                       **({"kernels_us": per_case[r.case_id]} if r.case_id in per_case else {}),
                       **{f: by_case[r.case_id] for f, by_case in extras.items() if r.case_id in by_case}}
-                     for r in g.sort_values(["batch_size", "kv_len", "q_len"]).itertuples()]
+                     for r in itertuples(g.sort_values(["batch_size", "kv_len", "q_len"]))]
             grid = {ax: sorted({c[ax] for c in cells}) for ax in LOOKUP_AXES}
             groups.append({"heads": heads_text(meta), **meta,
                            "label": group_label(meta), "grid": grid, "rules": _rules(cells, grid),

@@ -17,7 +17,7 @@ from kbench.cases import axes
 from kbench.errors import BadInput
 from kbench.timing.states import states_of
 from kbench.runs.rows import CASE_COLUMNS
-from kbench.runs.winners import case_winners, measured
+from kbench.runs.winners import WINNER_INPUT, case_winners, measured
 
 STATES = axes.POWER_STATES
 KEY = [c for c in CASE_COLUMNS if c != "power"]
@@ -40,9 +40,12 @@ def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per case measured in both states (empty when the rows hold one state)."""
     if len(states_of(rows)) < 2:
         return pd.DataFrame(columns=PAIR_COLUMNS)
-    ok = measured(rows)
+    ok = measured(rows, [*KEY, "power", "kernel"])
     times = ok.set_index([*KEY, "power", "kernel"])["median_us"].to_dict()
-    w = {s: case_winners(rows[rows["power"] == s])[[*KEY, "winner", "winner_us", "tied_with"]] for s in STATES}
+    del ok
+    need = [c for c in dict.fromkeys([*WINNER_INPUT, "power"]) if c in rows.columns]  # only what case_winners reads
+    w = {s: case_winners(rows.loc[rows["power"] == s, need])[[*KEY, "winner", "winner_us", "tied_with"]]
+         for s in STATES}
     # the cases of both states, in the unthrottled state's order (merge keeps the left keys' order)
     both = w["unthrottled"].merge(w["sustained"], on=KEY, how="inner", suffixes=("_u", "_s"))
     cols = {c: both[c].tolist() for c in both.columns}

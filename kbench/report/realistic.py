@@ -24,7 +24,7 @@ RAGGED_DECODE = ("trtllm-decode-ragged",)
 
 
 def with_defaults(rows: pd.DataFrame) -> pd.DataFrame:
-    rows = rows.copy()
+    rows = rows.copy(deep=False)  # copy-on-write: the columns set below leave the caller's frame as it is
     for col, default in REALISTIC_DEFAULTS.items():
         rows[col] = rows[col].fillna(default) if col in rows else default
     rows["window_left"] = rows["window_left"].astype(int)
@@ -59,7 +59,7 @@ def _fastest(df: pd.DataFrame, by: list[str]) -> dict:
 def _firsts(df: pd.DataFrame, keys: list[str]) -> dict[int, dict]:
     """group number -> its key values (from its first row)."""
     first = df.drop_duplicates("_gid")
-    return {int(g): dict(zip(keys, vals)) for g, *vals in zip(first["_gid"], *(first[k] for k in keys))}
+    return {int(g): dict(zip(keys, vals)) for g, *vals in zip(first["_gid"].tolist(), *(first[k].tolist() for k in keys))}
 
 
 def acceptance_table(ok: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -111,14 +111,17 @@ def axis_effect_table(ok: pd.DataFrame, axis: str) -> tuple[list[str], list[list
     win = _fastest(here, ["_gid", axis])
     times = here.groupby(["_gid", axis, "kernel"], sort=True)["median_us"].min()
     firsts = _firsts(here, keys)
-    for (gid, value, kernel), t in times.items():
-        r = firsts[gid]
+    labels: dict = {}  # (gid, value) -> the row's shape and other-axes labels: the same for each of its kernels
+    for (gid, value, kernel), t in zip(times.index.tolist(), times.tolist()):
+        if (gid, value) not in labels:
+            r = firsts[gid]
+            labels[gid, value] = (_shape_label(r), str(value), _other({**r, axis: value}, (axis,)))
         bt = base_us.get((gid, kernel))
         if bt is None and kernel in RAGGED_DECODE:  # a ragged kernel's uniform counterpart is the padded one
             bt = base_us.get((gid, PADDED_DECODE[0]))
         t = float(t)
         bt = float(bt) if bt is not None else None
-        out.append([_shape_label(r), str(value), _other({**r, axis: value}, (axis,)), kernel, _us(bt),
+        out.append([*labels[gid, value], kernel, _us(bt),
                     _us(t), f"{t / bt:.2f}x" if bt else "-", base_win[gid][0], win[(gid, value)][0]])
     return headers, out
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from kbench.cases.models import heads_text
+from kbench.frames import itertuples
 from kbench.errors import BadInput
 from kbench.values import SEED_MAX, int_in
 from kbench.report.policy import FILTER_AXES, Lookup
@@ -51,10 +52,11 @@ def holdout_split(case_ids: list[str], fraction: float, seed: int = 0) -> tuple[
 
 def regret(policy: dict, ok_rows: pd.DataFrame, cases: pd.DataFrame, label: str) -> Regret:
     """ok_rows: winners.measured() rows; cases: the case_winners() lines to judge the policy on."""
-    times = {(k, c): float(m) for k, c, m in zip(ok_rows["kernel"], ok_rows["case_id"], ok_rows["median_us"])}
+    times = {(k, c): float(m) for k, c, m in zip(ok_rows["kernel"].tolist(), ok_rows["case_id"].tolist(),
+                                                  ok_rows["median_us"].tolist())}
     lookup = Lookup(policy)  # one group selection and index per group, not per case
     recs = []
-    for r in cases.itertuples():
+    for r in itertuples(cases):
         rec = {"case_id": r.case_id, "best": r.winner, "best_us": float(r.winner_us), "chosen": None,
                "chosen_us": None, "regret_pct": None, "interpolated": None, "extrapolated": None}
         # the case's own group: its realistic axes and timing state too (a run with both power states, or

@@ -78,15 +78,20 @@ def combine(runs: list[Run | str | Path] | Run | str | Path) -> RunSet:
     loaded = [loaded[i] for i in order]
     frames = []
     for r in loaded:
-        df = r.rows.copy()
+        df = r.rows.copy(deep=False)  # copy-on-write: adding "run" below leaves the run's own rows as they are
         missing = [c for c in ("path", "median_us", *GROUP_COLUMNS, *axes.GRID_AXES) if c not in df.columns]
         if missing:
             raise BadInput(f"{r.path}: rows lack column {missing[0]!r}")
         check_ok_times(df, str(r.path))
         df["run"] = r.name
         frames.append(df)
-    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    rows = rows.drop_duplicates(subset=["kernel", "case_id"], keep="last").reset_index(drop=True)
+    # one run: its rows as they are (concat and drop_duplicates would copy every column of 300,000 rows)
+    rows = (frames[0].reset_index(drop=True) if len(frames) == 1 else pd.concat(frames, ignore_index=True)) \
+        if frames else pd.DataFrame()
+    dup = rows.duplicated(subset=["kernel", "case_id"], keep="last")
+    if dup.any():  # as drop_duplicates(keep="last") leaves them
+        rows = rows[~dup.to_numpy()]
+    rows = rows.reset_index(drop=True)
     for c in axes.INT_AXES:
         try:
             rows[c] = pd.to_numeric(rows[c]).astype(int)

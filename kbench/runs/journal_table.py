@@ -70,9 +70,10 @@ def whole_lines_end(f, size: int) -> int:
     return size
 
 
-def read_table(path: Path, list_columns: tuple[str, ...], lists: bool = True) -> pd.DataFrame | None:
+def read_table(path: Path, list_columns: tuple[str, ...], lists: bool = True, only=None) -> pd.DataFrame | None:
     """The journal's rows as a DataFrame as the line reader builds one (list columns as lists, or as empty lists
-    with lists=False), or None where this reader does not take the journal whole."""
+    with lists=False), or None where this reader does not take the journal whole. only: the columns to keep (the
+    others are parsed, and checked as this reader checks them, but not kept)."""
     try:
         import pyarrow  # noqa: F401
     except ImportError:
@@ -92,7 +93,8 @@ def read_table(path: Path, list_columns: tuple[str, ...], lists: bool = True) ->
         as_text = [c for c in TEXT if c in first]
         # in blocks (the types the first block shows must hold in every block), else whole (each column's type
         # from all its rows, at about twice the memory)
-        got = _read(f, end, as_text, list_columns, lists, BLOCK) or _read(f, end, as_text, list_columns, lists, None)
+        got = (_read(f, end, as_text, list_columns, lists, BLOCK, only)
+               or _read(f, end, as_text, list_columns, lists, None, only))
     if got is None:
         return None
     df, kept = got
@@ -101,7 +103,7 @@ def read_table(path: Path, list_columns: tuple[str, ...], lists: bool = True) ->
     return df
 
 
-def _read(f, end: int, as_text: list[str], list_columns, lists: bool, block: int | None):
+def _read(f, end: int, as_text: list[str], list_columns, lists: bool, block: int | None, only=None):
     """(the rows less their list columns, {list column: its values}) read by pyarrow, in blocks of ``block`` bytes
     (None: whole), or None where pyarrow does not take them (or they are not what the line reader would take)."""
     import pyarrow as pa
@@ -136,15 +138,17 @@ def _read(f, end: int, as_text: list[str], list_columns, lists: bool, block: int
                                                  or pa.types.is_floating(t) or pa.types.is_boolean(t)
                                                  or pa.types.is_null(t)):
             return None  # a nested value where a plain one belongs: the line reader says where
-    kept = {c: [] for c in list_columns if c in schema.names}
+    kept = {c: [] for c in list_columns if c in schema.names and (only is None or c in only)}
+    drop = [x.name for x in schema if x.name in list_columns
+            or (only is not None and x.name not in only and x.name not in REQUIRED)]
     try:
         batches = []
         for b in (reader if block else table.to_batches()):
             for c in kept:
                 if lists:
                     kept[c].extend(b.column(c).to_pylist())
-            batches.append(b.drop_columns(list(kept)))
-        table = pa.Table.from_batches(batches, schema=pa.schema([x for x in schema if x.name not in kept]))
+            batches.append(b.drop_columns(drop))
+        table = pa.Table.from_batches(batches, schema=pa.schema([x for x in schema if x.name not in drop]))
         del batches
     except (pa.ArrowException, ValueError, OSError):
         return None

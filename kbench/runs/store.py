@@ -309,14 +309,20 @@ def write_tables(run_dir: Path, rows: pd.DataFrame, kind: str = "sweep") -> None
 
 
 def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int] | None = None,
-              copy: bool = True) -> pd.DataFrame:
+              copy: bool = True, only=None) -> pd.DataFrame:
     """Columns in schema order; missing ones added empty (rows from older writers of the same schema). For a sweep,
     an axis an older kbench did not write reads as its default, in a missing column and in a missing cell alike
     (a run started by an older kbench and finished by this one mixes both), integer axes as integers. Then every
     row is checked once (check_rows): ``where`` names the file in the error, ``lines`` the journal line of each row.
-    copy=False: ``df`` is the caller's own to change (a frame just read), not copied first."""
+    copy=False: ``df`` is the caller's own to change (a frame just read), not copied first. only: a collection of
+    column names: the rows keep only these (a reader that needs a few columns of many), the others neither added,
+    kept nor checked."""
     columns, list_columns = row_kind(kind)
-    if copy:
+    if only is not None:
+        columns = [c for c in columns if c in only]
+        list_columns = tuple(c for c in list_columns if c in only)
+        df = df[[c for c in df.columns if c in only]]
+    elif copy:
         df = df.copy()
     fill = axes.defaults() if kind == "sweep" else {}
     for c in columns:
@@ -333,7 +339,7 @@ def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int
 
 def _fill_axes(df: pd.DataFrame) -> None:
     for a in axes.AXES:
-        if a.required:
+        if a.required or a.name not in df:  # not in df: left out by normalize(only=...)
             continue
         missing = df[a.name].isna()
         if missing.any():
@@ -358,17 +364,41 @@ def float_list(v, column: str) -> list[float]:
         raise BadInput(f"column {column}: expected a list of numbers") from None
 
 
-def read_journal(path: Path, kind: str = "sweep", lists: bool = True) -> pd.DataFrame:
+def release_memory() -> None:
+    """Hand the memory freed while reading a run back to the system (pyarrow's pool keeps what it freed, glibc's
+    heap what the parse's temporaries left), so that what a command computes next does not add to it: reading a
+    300,000-row journal left about 250 MB of freed memory held."""
+    try:
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    except Exception:
+        pass
+    try:
+        import ctypes
+        import sys
+
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except Exception:
+        pass
+
+
+def read_journal(path: Path, kind: str = "sweep", lists: bool = True, only=None) -> pd.DataFrame:
     """The journal's rows, checked (normalize). lists=False: the list columns (samples_us) read as empty lists.
     A journal as kbench writes it is read by pyarrow's JSON-lines reader (kbench.runs.journal_table), a few times
     faster than a json.loads per line and without a dict per row; any journal that reader does not take whole
-    (a hand-edited line, NaN, a type that changes) is read line by line, whose errors name the line."""
+    (a hand-edited line, NaN, a type that changes) is read line by line, whose errors name the line.
+    only: the columns to keep (normalize)."""
     from kbench.runs.journal_table import read_table
 
     if path.exists():
-        fast = read_table(path, row_kind(kind)[1], lists)
+        fast = read_table(path, row_kind(kind)[1], lists, only)
         if fast is not None:
-            return normalize(fast, kind, path, copy=False)
+            rows = normalize(fast, kind, path, copy=False, only=only)
+            del fast
+            release_memory()
+            return rows
     records, line_nos = [], []
     drop = () if lists else row_kind(kind)[1]
     if path.exists():
@@ -390,7 +420,8 @@ def read_journal(path: Path, kind: str = "sweep", lists: bool = True) -> pd.Data
             records.append(rec)
             line_nos.append(i + 1)
     columns = row_kind(kind)[0]
-    return normalize(pd.DataFrame.from_records(records, columns=None if records else columns), kind, path, line_nos)
+    return normalize(pd.DataFrame.from_records(records, columns=None if records else columns), kind, path, line_nos,
+                     only=only)
 
 
 def manifest_shard(manifest: dict, where="run") -> tuple[int, int] | None:
@@ -429,6 +460,8 @@ def check_rows(rows: pd.DataFrame, kind: str, where, lines: list[int] | None = N
     if m.any():
         bad(m, "status", f"not one of {', '.join(STATUSES)}")
     for a in axes.AXES:
+        if a.name not in rows:  # left out by normalize(only=...): neither read nor checked
+            continue
         col = rows[a.name]
         if a.type is int:
             num = pd.to_numeric(col, errors="coerce") if col.dtype == object else col
@@ -444,6 +477,8 @@ def check_rows(rows: pd.DataFrame, kind: str, where, lines: list[int] | None = N
             if m.any():
                 bad(m, a.name, "expected a string")
     for c in NUMBER_COLUMNS:
+        if c not in rows:
+            continue
         col = rows[c]
         if col.dtype == object:
             m = col.notna() & ~col.map(type).isin(_NUMBER_TYPES)
@@ -593,16 +628,17 @@ def parquet_current(run_dir: Path, manifest: dict) -> bool:
         return False
 
 
-def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: dict | None = None) -> pd.DataFrame:
+def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: dict | None = None,
+              only=None) -> pd.DataFrame:
     """The run's rows, checked (check_rows): from the journal when there is one (the truth after a kill), else
     from the Parquet, else from the CSV. lists=False: the list columns (samples_us) read as empty lists, for
     readers that never use them; the rows then come from rows.parquet without those columns when it holds what
     the journal holds (parquet_current, with ``manifest``), which reads a 100,000-row run in a fraction of the
-    time and memory."""
+    time and memory. only: the columns to keep, the others not read where the file allows (normalize)."""
     run_dir = Path(run_dir)
     if (run_dir / JOURNAL).exists() and (lists or manifest is None or not parquet_current(run_dir, manifest)):
-        return read_journal(run_dir / JOURNAL, kind, lists)
-    rows = read_tables(run_dir, kind, lists)
+        return read_journal(run_dir / JOURNAL, kind, lists, only)
+    rows = read_tables(run_dir, kind, lists, only)
     if manifest is not None:
         check_table_rows(run_dir, manifest, rows, kind)
     return rows
@@ -643,22 +679,27 @@ def check_table_rows(run_dir: Path, manifest: dict, rows: pd.DataFrame, kind: st
                    f"short or edited; {fix}")
 
 
-def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True) -> pd.DataFrame:
-    """The rows of rows.parquet, else of rows.csv (the journal aside)."""
+def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True, only=None) -> pd.DataFrame:
+    """The rows of rows.parquet, else of rows.csv (the journal aside). only: the columns to keep (normalize);
+    from rows.parquet, only those are read."""
     if (run_dir / PARQUET).exists():
         with files.open_regular(run_dir / PARQUET, str(run_dir / PARQUET), files.ROWS_MAX) as f:
             try:
                 columns = None
-                if not lists:
+                if not lists or only is not None:
                     import pyarrow.parquet as pqf
 
-                    skip = row_kind(kind)[1]
-                    columns = [c for c in pqf.read_schema(f).names if c not in skip]
+                    skip = () if lists else row_kind(kind)[1]
+                    columns = [c for c in pqf.read_schema(f).names
+                               if c not in skip and (only is None or c in only)]
                     f.seek(0)
                 table = pd.read_parquet(f, columns=columns)
             except Exception as e:
                 raise BadInput(f"{run_dir / PARQUET}: unreadable Parquet ({type(e).__name__})") from None
-        return normalize(table, kind, run_dir / PARQUET)
+        rows = normalize(table, kind, run_dir / PARQUET, copy=False, only=only)
+        del table
+        release_memory()
+        return rows
     if (run_dir / CSV).exists():
         data = files.read_bytes(run_dir / CSV, str(run_dir / CSV), files.ROWS_MAX)
         try:
@@ -676,7 +717,7 @@ def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True) -> pd.Da
                     df[c] = df[c].map(lambda s: files.loads(s) if isinstance(s, str) else [])
                 except files.JSONProblem as e:
                     raise BadInput(f"{run_dir / CSV}: column {c} is not JSON lists ({e})") from None
-        return normalize(df.astype(object).where(pd.notna(df), None), kind, run_dir / CSV)
+        return normalize(df.astype(object).where(pd.notna(df), None), kind, run_dir / CSV, only=only)
     raise BadInput(f"{run_dir}: no rows ({JOURNAL}, {PARQUET} or {CSV})")
 
 
@@ -688,13 +729,14 @@ def check_files(folder: Path, manifest: dict) -> None:
     files.check_records(folder, manifest.get("files"), str(folder), fix)
 
 
-def load_run(path: str | Path, lists: bool = True) -> Run:
-    """lists=False: without the list columns (samples_us read as empty lists; see load_rows)."""
+def load_run(path: str | Path, lists: bool = True, only=None) -> Run:
+    """lists=False: without the list columns (samples_us read as empty lists; see load_rows). only: the columns to
+    keep (load_rows)."""
     p = check_run_folder(path)
     manifest = read_manifest(p)
     kind = _kind_of(manifest)
     check_files(p, manifest)
-    rows = load_rows(p, kind, lists, manifest)
+    rows = load_rows(p, kind, lists, manifest, only)
     check_journal(p, manifest, rows, kind)
     required = {"kernel", "case_id", "status"} if kind == "sweep" else set(REQUIRED)
     missing = required - set(rows.columns)

@@ -39,10 +39,21 @@ def is_tie(m1: float, h1: float, m2: float, h2: float) -> bool:
     return abs(m1 - m2) <= h1 + h2
 
 
-def measured(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows that can compete: checked ok, timed, not the reference."""
-    ok = rows[(rows["status"] == "ok") & (rows["path"] != "reference") & rows["median_us"].notna()]
+def measured(rows: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
+    """Rows that can compete: checked ok, timed, not the reference. columns: only these of them (those the rows
+    have; median_us always), not a copy of every column."""
+    mask = (rows["status"] == "ok") & (rows["path"] != "reference") & rows["median_us"].notna()
+    if columns is None:
+        ok = rows[mask]
+    else:
+        ok = rows.loc[mask, [c for c in dict.fromkeys([*columns, "median_us"]) if c in rows.columns]]
     return ok.astype({"median_us": float})
+
+
+# the columns case_winners reads of the measured rows; WINNER_INPUT: of the rows it is given (a caller that hands it
+# a part of its rows need copy only these)
+_WINNER_INPUT = ["case_id", "kernel", "path", "median_us", "rel_spread", "iqr_us", "p25_us", "p75_us", *CASE_COLUMNS]
+WINNER_INPUT = ["status", *_WINNER_INPUT]
 
 
 WINNER_COLUMNS = [
@@ -100,7 +111,7 @@ def case_winners(rows: pd.DataFrame) -> pd.DataFrame:
 
     Cases come in the order of their first row; within a case the kernels are ranked by median_us, rows
     of equal median in row order. Computed with whole-column operations (a 100,000-row run has 12,000 cases)."""
-    ok = measured(rows)
+    ok = measured(rows, _WINNER_INPUT)
     codes, uniques = pd.factorize(ok["case_id"])
     if not (codes >= 0).any():
         return pd.DataFrame(columns=WINNER_COLUMNS)
@@ -123,10 +134,11 @@ def case_winners(rows: pd.DataFrame) -> pd.DataFrame:
     for i in np.flatnonzero(tied_row):
         tied.setdefault(int(code[i]), []).append(kernel[i])
     case_cols = {c: g[c].to_numpy()[start] for c in CASE_COLUMNS}
+    case_ids = uniques.tolist()  # an Index of pyarrow strings is slow to index one value at a time
     out = []
     for j in range(n):
         w = int(start[j])
-        rec = {"case_id": uniques[j], **{c: v[j] for c, v in case_cols.items()}}
+        rec = {"case_id": case_ids[j], **{c: v[j] for c, v in case_cols.items()}}
         best_of = {}
         for p in ("decode", "context"):
             i = int(best[p][j])
@@ -154,7 +166,7 @@ def case_winners(rows: pd.DataFrame) -> pd.DataFrame:
             rec["path_verdict"] = TIE if is_tie(dm, dh, cm, ch) else (DECODE if dm < cm else CONTEXT)
         else:
             rec["path_verdict"] = DECODE_ONLY if "decode" in best_of else CONTEXT_ONLY
-        rec["excluded"] = excluded.get(uniques[j], "")
+        rec["excluded"] = excluded.get(case_ids[j], "")
         out.append(rec)
     return pd.DataFrame(out, columns=WINNER_COLUMNS)
 
