@@ -307,3 +307,18 @@ def command_line(engine: str, argv: list[str], model: str = "MODEL_PATH") -> str
     head = (["python", "-m", "sglang.launch_server", "--model-path", model] if engine == "sglang"
             else ["vllm", "serve", model])
     return shlex.join([*head, *map(str, argv)])
+
+
+def spec_of(workload, trees: list[str]):
+    """The workload's SpecConfig: its one q_len (the longest draft of a ragged batch) and its one tree."""
+    q_lens = sorted({b.q_len for b in workload.batches})
+    kinds = sorted(set(trees)) or ["chain"]
+    if len(q_lens) > 1:
+        raise BadInput(f"{workload.source}: q_len {', '.join(map(str, q_lens))}: a server runs one speculative "
+                       "config (one --speculative-num-draft-tokens), so one set of flags cannot reproduce these; "
+                       "price each q_len on its own")
+    if len(kinds) > 1:
+        raise BadInput(f"{workload.source}: trees {', '.join(kinds)}: a server runs one draft tree shape; price each "
+                       "on its own")
+    q, tree = q_lens[0], kinds[0]
+    return SpecConfig.chain(q) if tree == "chain" else SpecConfig.from_tree(tree, q)

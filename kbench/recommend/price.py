@@ -14,6 +14,7 @@ setting's gap to the engine oracle is what a per-shape switch in the engine woul
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,6 +264,7 @@ def _layers_ok(layers: dict[str, int]) -> None:
         raise BadInput("--verify-layers and --draft-layers are both 0: nothing to price")
 
 
+@functools.lru_cache(maxsize=None)  # asked per (batch, setting, step): the registry's answer never changes
 def _waits_for_gpu(route: str) -> bool:
     """Whether a route's host work blocks on the GPU (kbench.kernels.routes: it cannot overlap GPU work)."""
     from kbench.kernels.registry import get_kernel, kernel_names
@@ -303,8 +305,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
               flashinfer: str | None = None, layers: dict[str, int] | None = None,
               max_extrapolation: float = DEFAULT_MAX_EXTRAPOLATION, gpu: str | None = None,
               top: int = 5, overlap: str | None = None) -> Recommendation:
-    from kbench.recommend.flags import check_spec
-    from kbench.recommend.spec import spec_of
+    from kbench.recommend.flags import check_spec, spec_of
 
     layers = {s: 1 for s in STEPS} | (layers or {})
     _layers_ok(layers)

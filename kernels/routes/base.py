@@ -222,6 +222,20 @@ def host_to_gpu_copies(inputs: "Inputs", kernel: Kernel | None = None) -> HostSt
     return step
 
 
+def in_turn(*makers: Callable[["Inputs"], HostStep]) -> Callable[["Inputs", Kernel], HostStep]:
+    """A route's metadata made of several host steps run one after the other (vLLM: its copies, then a schedule)."""
+    def metadata(inputs: "Inputs", kernel: Kernel | None = None) -> HostStep:
+        steps = [make(inputs) for make in makers]
+
+        def step():
+            for one in steps:
+                one()
+
+        return step
+
+    return metadata
+
+
 def replan(inputs: "Inputs", kernel: Kernel) -> HostStep:
     """The kernel's plan() again, as prepare() made it (from host offsets: no wait for the GPU)."""
     return kernel.replan

@@ -14,9 +14,9 @@ Sources (the vllm 0.34.0 sources; kbench/recommend/engines.toml cites them per s
 from __future__ import annotations
 
 from kbench.kernels.flashmla import FlashMla
-from kbench.kernels.routes.base import KernelRoute, PagedPrefillRoute, flashmla_schedule, host_to_gpu_copies
+from kbench.kernels.routes.base import KernelRoute, PagedPrefillRoute, flashmla_schedule, host_to_gpu_copies, in_turn
 from kbench.kernels.trtllm_decode import TrtllmDecode
-from kbench.kernels.vllm_fa3 import VllmFa3
+from kbench.kernels.vllm_fa3 import VllmFa3, scheduler_metadata
 
 WORKSPACE = 394 * 1024 * 1024  # VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE's default (envs.py:234, 1926-1927)
 
@@ -33,45 +33,20 @@ FLASHINFER_PREFILL = PagedPrefillRoute(
                 "step from host offsets, run eagerly")
 
 
-
-def fa3_schedule(inputs, kernel=None) -> "object":
-    """vLLM FLASH_ATTN's per-step metadata (FlashAttentionMetadataBuilder.build()): the host-to-GPU copies of a
-    decode batch, then FA3's split-KV schedule, made once per step by get_scheduler_metadata (a small GPU kernel
-    launched from the host, no wait)."""
-    from kbench.kernels.vllm_fa3 import scheduler_metadata
-
-    copies = host_to_gpu_copies(inputs)
-    schedule = scheduler_metadata(inputs)
-
-    def step():
-        copies()
-        schedule()
-
-    return step
-
-
 FLASH_ATTN = KernelRoute(
-    "vllm-flash-attn", "vllm", VllmFa3("vllm"), metadata=fa3_schedule, steps=("verify", "draft_extend"),
+    "vllm-flash-attn", "vllm", VllmFa3("vllm"), steps=("verify", "draft_extend"),
+    # FlashAttentionMetadataBuilder.build(): the decode batch's copies, then FA3's split schedule made every step
+    # by get_scheduler_metadata (a small GPU kernel launched from the host, no wait)
+    metadata=in_turn(host_to_gpu_copies, scheduler_metadata),
     source="v1/attention/backends/flash_attn.py:1235-1236, 1290-1291; config/attention.py:66",
     description="vLLM FLASH_ATTN (the Hopper default): vLLM's FlashAttention-3 with the AOT split schedule, 32 "
                 "splits under full CUDA graphs",
     host_work="block table and KV lengths copied host to GPU, then get_scheduler_metadata (the split schedule)")
 
 
-
-def flashmla_build(inputs, kernel=None):
-    """vLLM FLASHMLA's per-step metadata: the host-to-GPU copies of a decode batch, then FlashMLA's schedule."""
-    copies, schedule = host_to_gpu_copies(inputs), flashmla_schedule(inputs)
-
-    def step():
-        copies()
-        schedule()
-
-    return step
-
-
 FLASHMLA = KernelRoute(
-    "vllm-flashmla", "vllm", FlashMla(), metadata=flashmla_build, steps=("verify", "draft_extend"),
+    "vllm-flashmla", "vllm", FlashMla(), steps=("verify", "draft_extend"),
+    metadata=in_turn(host_to_gpu_copies, flashmla_schedule),  # the copies, then FlashMLA's schedule
     source="v1/attention/backends/mla/flashmla.py",
     description="vLLM FLASHMLA spec decode: FlashMLA at block 64 (kbench runs sgl-flash-mla's build; vLLM ships its "
                 "own, vllm-project/FlashMLA)",
