@@ -63,7 +63,11 @@ def number(v) -> float | None:
 
 def status(rec: dict) -> str:
     """A row's status; a row without one (an older or foreign writer) counts as ok."""
-    s = rec.get("status")
+    return status_value(rec.get("status"))
+
+
+def status_value(s) -> str:
+    """A status cell's value as status() reads it: missing (None, NaN) is ok."""
     return "ok" if s is None or s != s else str(s)
 
 

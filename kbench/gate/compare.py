@@ -48,7 +48,7 @@ from statistics import median
 import numpy as np
 import pandas as pd
 
-from kbench.values import finite, number, parse_float, status
+from kbench.values import finite, number, parse_float, status, status_value
 from kbench.errors import BadInput
 from kbench.runs.manifest import GATE, comparable, hardware_of, num_runs
 from kbench.gate.loading import RowSamples, load_for_gate, read_samples
@@ -194,28 +194,29 @@ class RunNoise:
 NO_NOISE = RunNoise(None, 0.0)
 
 
-def _group(rec: dict) -> tuple[str, str]:
-    return (str(rec.get("kernel", "")), str(rec.get("batch_size", "")))
-
-
-def run_noise_of(base_recs: dict[tuple, dict], noise_floor: float = 0.0) -> dict[tuple, RunNoise]:
+def run_noise_of(base_recs: "Records", noise_floor: float = 0.0) -> dict[tuple, RunNoise]:
     """key -> RunNoise: the row's run_spread and the median run_spread of the baseline's ok rows of its kernel
     and batch size (at least noise_floor). Rows without a run_spread (single-run baselines, rows one run
     measured) still get their group's median."""
+    spread, state = base_recs.column("run_spread"), base_recs.column("status")
+    kernel, bs = base_recs.column("kernel", ""), base_recs.column("batch_size", "")
     groups: dict[tuple, list[float]] = {}
-    own: dict[tuple, float | None] = {}
-    for k, rec in base_recs.items():
-        rs = finite(rec.get("run_spread"))
-        own[k] = rs if rs is not None and rs >= 0 else None
-        if own[k] is not None and status(rec) == "ok":
-            groups.setdefault(_group(rec), []).append(own[k])
+    own: dict[int, float] = {}
+    group_of: dict[int, tuple] = {}
+    for i in base_recs.index.values():
+        g = group_of[i] = (str(kernel[i]), str(bs[i]))
+        rs = finite(spread[i])
+        if rs is not None and rs >= 0:
+            own[i] = rs
+            if status_value(state[i]) == "ok":
+                groups.setdefault(g, []).append(rs)
     pooled = {g: float(median(v)) for g, v in groups.items()}
     shared: dict[tuple, RunNoise] = {}  # rows without a run_spread of one pooled noise share one (frozen) RunNoise
     out: dict[tuple, RunNoise] = {}
-    for k, rec in base_recs.items():
-        p = max(pooled.get(_group(rec), 0.0), noise_floor)
-        if own[k] is not None:
-            out[k] = RunNoise(own[k], p)
+    for k, i in base_recs.index.items():
+        p = max(pooled.get(group_of[i], 0.0), noise_floor)
+        if i in own:
+            out[k] = RunNoise(own[i], p)
         else:
             key = (p, math.copysign(1.0, p))  # 0.0 and -0.0 are equal keys but print apart
             out[k] = shared.get(key) or shared.setdefault(key, RunNoise(None, p))
@@ -231,14 +232,15 @@ RECORD_COLUMNS = ("case_id", "kernel", "status", "reason", "batch_size", "run_sp
 
 def _gate_columns() -> frozenset[str]:
     """The columns of a sweep's rows the gate reads (load_for_gate keeps only these): every case axis (the key and
-    case_winners' input), the comparison's columns and metrics, and device and sm (hardware_of)."""
+    case_winners' input), the comparison's columns and metrics, and device and sm (hardware_of). Not the samples:
+    where these columns are used, a row's samples are read from its file when its noise test needs them."""
     from kbench.cases import axes
     from kbench.gate.metrics import SWEEP_KEY, SWEEP_METRICS
     from kbench.runs.rows import CASE_COLUMNS
     from kbench.runs.winners import WINNER_INPUT
 
     return frozenset([*(a.name for a in axes.AXES), *CASE_COLUMNS, *SWEEP_KEY, *RECORD_COLUMNS, *WINNER_INPUT,
-                      *(c for m in SWEEP_METRICS for c in (m.column, m.samples_column) if c), "path", "device", "sm"])
+                      *(m.column for m in SWEEP_METRICS), "path", "device", "sm"])
 
 
 def _shared(values: list) -> list:
@@ -265,29 +267,63 @@ def _column_values(col: pd.Series, as_key: bool) -> list:
     return _shared(["" if v is None else str(v) for v in values] if as_key else values)
 
 
+class Records:
+    """A run's rows as the comparison reads them: the columns it reads, as lists (a dict per row of a 300,000-row run
+    cost seconds to make), and ``index``: key -> the row that counts for it (a resumed run may repeat a row: the last
+    one measured counts, in the place of the first, as a dict filled in row order keeps them). ``record(i)`` is row i
+    as a dict, made for the rows the comparison's general path reads; a GateRun's samples stay in its file until a
+    row's noise test reads them."""
+
+    def __init__(self, columns: dict[str, list], index: dict[tuple, int], samples=None, pos=None):
+        self.columns, self.index, self.samples, self.pos = columns, index, samples, pos
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __contains__(self, key) -> bool:
+        return key in self.index
+
+    def column(self, name: str, default=None) -> list:
+        """The column's values by row; ``default`` in every row where the rows lack it (as dict.get gives)."""
+        col = self.columns.get(name)
+        return col if col is not None else _Constant(default)
+
+    def record(self, i: int) -> dict:
+        rec = {c: v[i] for c, v in self.columns.items()}
+        if self.samples is not None:
+            rec["samples_us"] = RowSamples(self.samples, self.pos[i])
+        return rec
+
+    def get(self, key) -> dict | None:
+        i = self.index.get(key)
+        return None if i is None else self.record(i)
+
+
+class _Constant:
+    """A column every row of which holds one value."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __getitem__(self, i):
+        return self.value
+
+
 def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str,
-             metrics: list[Metric] = (), skip: tuple[str, ...] = ()) -> dict[tuple, dict]:
-    """key -> the row as a dict of the columns the comparison reads (a 100,000-row run's rows as whole dicts
-    took a gigabyte); a GateRun's samples stay in its Parquet until a row's noise test reads them."""
+             metrics: list[Metric] = (), skip: tuple[str, ...] = ()) -> Records:
+    """The run's rows as Records (reference rows left out of a sweep: they are not gated)."""
     rows, pos = run.rows, range(len(run.rows))  # pos: the row's place in the run, where its samples are
     if kind == "sweep" and "path" in rows:
         keep = (rows["path"] != "reference").to_numpy()
         rows, pos = rows[keep], np.flatnonzero(keep).tolist()
     wanted = dict.fromkeys([*RECORD_COLUMNS, *(c for m in metrics for c in (m.column, m.samples_column) if c)])
-    cols = [c for c in wanted if c in rows and c not in skip]
     samples = getattr(run, "samples", None)
-    out: dict[tuple, dict] = {}
-    dupes = 0
-    keys = zip(*(_column_values(rows[c], as_key=True) for c in key_cols))
-    for k, *vals in zip(keys, *(_column_values(rows[c], as_key=False) for c in cols), pos):
-        rec = dict(zip(cols, vals))
-        if samples is not None:
-            rec["samples_us"] = RowSamples(samples, vals[-1])
-        dupes += k in out
-        out[k] = rec  # a resumed run may repeat a row: the last one measured counts
-    if dupes:
-        warnings.append(f"{role} has {dupes} duplicate row(s); the last of each counts")
-    return out
+    cols = [c for c in wanted if c in rows and c not in skip and not (samples is not None and c == "samples_us")]
+    keys = list(zip(*(_column_values(rows[c], as_key=True) for c in key_cols)))
+    index = dict(zip(keys, range(len(keys))))  # a repeated key: its last row, in the place of its first
+    if len(index) < len(keys):
+        warnings.append(f"{role} has {len(keys) - len(index)} duplicate row(s); the last of each counts")
+    return Records({c: _column_values(rows[c], as_key=False) for c in cols}, index, samples, pos)
 
 
 def _band_why(noise: "RunNoise", k: float) -> str:
@@ -343,17 +379,43 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     return base
 
 
-def compare_rows(base_recs: dict, cand_recs: dict, key_cols, metrics: list[Metric], threshold: float,
+def _within_threshold(vb, vc, metric: Metric, threshold: float) -> float | None:
+    """The change of an ok/ok row whose two values are finite positive floats and whose change is within the
+    threshold (what _compare_metric passes with "within threshold"), else None: the row takes the general path."""
+    if type(vb) is not float or type(vc) is not float or not (0.0 < vb < math.inf and 0.0 < vc < math.inf):
+        return None
+    change = (vc - vb) / vb
+    return change if abs(-change if metric.higher_is_better else change) <= threshold else None
+
+
+def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list[Metric], threshold: float,
                  alpha: float, allow_missing: bool, noise: dict | None = None,
                  k: float = DEFAULT_RUN_SPREAD_K) -> list[RowResult]:
     noise = noise or {}
     results = []
     tests: list = []  # the noise tests, run below once the samples they need are read
-    for k_, rb in base_recs.items():
+    b_state, c_state = base_recs.column("status"), cand_recs.column("status")
+    b_case = base_recs.column("case_id")
+    b_vals = [base_recs.column(m.column) for m in metrics]
+    c_vals = [cand_recs.column(m.column) for m in metrics]
+    for k_, i in base_recs.index.items():
         key = dict(zip(key_cols, k_))
-        kernel, case_id = str(key.get("kernel", "")), str(rb.get("case_id"))
+        kernel, case_id = str(key.get("kernel", "")), str(b_case[i])
+        j = cand_recs.index.get(k_)
+        # the common row, ok on both sides and within the threshold on every metric: passed without the general
+        # path's dicts (the same result it gives)
+        if j is not None and b_state[i] == "ok" and c_state[j] == "ok":
+            changes = [_within_threshold(bv[i], cv[j], m, threshold) for m, bv, cv in zip(metrics, b_vals, c_vals)]
+            if None not in changes:
+                n = noise.get(k_) or NO_NOISE
+                band = max(threshold, n.band(k))
+                results.extend(RowResult(key, kernel, case_id, m.name, "pass", False, "ok", "ok", bv[i], cv[j], ch,
+                                         note="within threshold", run_noise=n.pooled, run_spread=n.own, band=band)
+                               for m, bv, cv, ch in zip(metrics, b_vals, c_vals, changes))
+                continue
+        rb = base_recs.record(i)
         sb = status(rb)
-        rc = cand_recs.get(k_)
+        rc = None if j is None else cand_recs.record(j)
         if rc is None:
             results.append(RowResult(key, kernel, case_id, None, "missing", not allow_missing, sb, None,
                                      note="not in the candidate" + (" (allowed)" if allow_missing else "")))
@@ -383,9 +445,10 @@ def compare_rows(base_recs: dict, cand_recs: dict, key_cols, metrics: list[Metri
                                          f"{m.column}"))
                 continue
             results.append(_compare_metric(key, rb, rc, m, threshold, alpha, noise.get(k_), k, tests))
-    for k_, rc in cand_recs.items():
-        if k_ not in base_recs:
+    for k_, j in cand_recs.index.items():
+        if k_ not in base_recs.index:
             key = dict(zip(key_cols, k_))
+            rc = cand_recs.record(j)
             results.append(RowResult(key, str(key.get("kernel", "")), str(rc.get("case_id")), None, "new", False,
                                      None, status(rc), note="not in the baseline"))
     read_samples([s for _, samples in tests for s in samples])
@@ -537,8 +600,9 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     ties: list[str] = []
     if kind == "sweep":
         by_kc: dict[tuple[str, str], float] = {}
-        for kk, rec in base_recs.items():
-            kc = (str(rec.get("kernel", "")), str(rec.get("case_id")))
+        b_kernel, b_case = base_recs.column("kernel", ""), base_recs.column("case_id")
+        for kk, i in base_recs.index.items():
+            kc = (str(b_kernel[i]), str(b_case[i]))
             by_kc[kc] = max(by_kc.get(kc, 0.0), noise[kk].band(run_spread_k))
         del base_recs, noise
         changes, compared = compare_winners(base.rows, cand.rows, ignore_winner_change, by_kc, run_spread_k,
