@@ -17,9 +17,9 @@ def test_heatmap_colorbar_has_a_scale_and_roofline_says_its_ceiling(tmp_path, mo
     figs = {}
     real = plots._save
 
-    def keep(fig, path):
+    def keep(fig, path, **kw):
         figs[Path(path).name] = fig
-        return real(fig, path)
+        return real(fig, path, **kw)
 
     monkeypatch.setattr(plots, "_save", keep)
     build_report([BASELINE], tmp_path / "rep")
@@ -38,7 +38,7 @@ def test_heatmap_is_one_panel_per_kv_len_with_q_len_along_x(tmp_path, monkeypatc
     from kbench.runs.winners import case_winners
 
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.append(fig) or path)
     plots.speedup_heatmaps(case_winners(load_run(BASELINE).rows), tmp_path)
     (fig,) = figs
     panels = [a for a in fig.axes if a.get_images()]
@@ -46,7 +46,9 @@ def test_heatmap_is_one_panel_per_kv_len_with_q_len_along_x(tmp_path, monkeypatc
     (ax,) = panels
     assert ax.get_title() == "kv_len 4096" and ax.get_xlabel().startswith("q_len")
     assert [t.get_text() for t in ax.get_xticklabels()] == [str(q) for q in range(1, 17)]
-    assert len(ax.texts) == 32  # every cell annotated
+    (labels,) = [c for c in ax.collections if isinstance(c, plots.CellLabels)]  # every cell annotated, one artist
+    assert len(labels.texts) == len(labels.get_paths()) == len(labels.get_offsets()) == 32
+    assert all(t == "-" or float(t.rstrip("=")) > 0 for t in labels.texts), labels.texts
 
 
 def test_time_vs_q_defaults_to_the_slice_where_the_winner_changes(tmp_path):
@@ -68,7 +70,7 @@ def test_time_vs_q_gives_each_kernel_its_own_marker_and_labels_steps_above_the_p
     from kbench.report import plots
 
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.append(fig) or path)
     ok = load_run(BASELINE).rows
     plots.time_vs_q(ok[ok["status"] == "ok"], [(16, 4096)], tmp_path)
     (fig,) = figs
@@ -94,7 +96,7 @@ def test_roofline_of_a_run_with_a_read_ceiling_is_the_read_roofline_and_names_it
     read = json.loads((run / "manifest.json").read_text())["read_bandwidth_gbs"]
     figs = {}
     real = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.setdefault(Path(path).name, fig) and real(fig, path))
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.setdefault(Path(path).name, fig) and real(fig, path, **kw))
     rep = build_report([run], tmp_path / "rep", plot_groups=0, power="unthrottled")
     roof = figs["roofline.png"].axes[0]
     assert roof.get_ylabel() == "achieved KV bandwidth / measured read ceiling"

@@ -18,7 +18,11 @@ import matplotlib
 matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.collections import PathCollection  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
+from matplotlib.font_manager import FontProperties  # noqa: E402
+from matplotlib.textpath import TextPath  # noqa: E402
+from matplotlib.transforms import Affine2D  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
@@ -54,9 +58,32 @@ def plot_groups(cases: pd.DataFrame, limit: int | None) -> tuple[set[tuple] | No
     return {keys[i] for i in sorted(range(len(keys)), key=lambda i: (off[i], i))[:limit]}, len(keys)
 
 
-def _save(fig: Figure, path: Path) -> Path:
-    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, bbox_inches="tight"))
+def _save(fig: Figure, path: Path, tight: bool = True) -> Path:
+    """tight=False for a figure whose constrained layout already fits it (bbox_inches="tight" draws it twice)."""
+    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, bbox_inches="tight" if tight else None))
     return path
+
+
+class CellLabels(PathCollection):
+    """The text of every cell of a heatmap panel as one artist: each label's outline (TextPath, made once per
+    distinct text) centred on its cell. A Text per cell cost about a millisecond each to lay out and draw, three
+    seconds for a figure of a 300,000-row run's 2,352 cells; one collection draws them in a few dozen
+    milliseconds. ``texts``: the labels, in the order given. Left out of the layout's measuring (in_layout): the
+    labels stay inside their axes."""
+
+    def __init__(self, labels: list[tuple[float, float, str, str]], size_pt: float, ax):
+        shapes: dict = {}
+        prop = FontProperties(size=size_pt)
+        for _, _, text, _ in labels:
+            if text not in shapes:
+                tp = TextPath((0, 0), text, prop=prop)
+                box = tp.get_extents()
+                shapes[text] = tp.transformed(Affine2D().translate(-(box.x0 + box.x1) / 2, -(box.y0 + box.y1) / 2))
+        self.texts = [t for _, _, t, _ in labels]
+        super().__init__([shapes[t] for t in self.texts], offsets=[(x, y) for x, y, _, _ in labels] or None,
+                         offset_transform=ax.transData, facecolors=[c for *_, c in labels], edgecolors="none",
+                         linewidths=0, transform=Affine2D().scale(1 / 72) + ax.figure.dpi_scale_trans)  # points
+        self.set_in_layout(False)
 
 
 def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path, only: set[tuple] | None = None) -> list[Path]:
@@ -80,18 +107,17 @@ def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path, only: set[tuple] | None
             ax = axes[i // ncols][i % ncols]
             m = np.full((len(bss), len(qs)), np.nan)
             cell = g[g["kv_len"] == kv]
+            labels = []  # (x, y, text, colour) of every cell
             for r in cell.itertuples():
                 y, x = bss.index(r.batch_size), qs.index(r.q_len)
                 s = r.decode_speedup
                 if s is not None and not (isinstance(s, float) and math.isnan(s)) and s > 0:
                     m[y, x] = math.log2(s)
-                    txt = f"{s:.2f}" + ("=" if r.path_verdict == TIE else "")
-                    # a cell's label stays inside its axes: left out of the layout's measuring (in_layout),
-                    # which otherwise measures every one of a large grid's labels twice per figure
-                    ax.text(x, y, txt, ha="center", va="center", fontsize=font, in_layout=False,
-                            color="white" if abs(m[y, x]) > 0.6 * lim else "black")
+                    labels.append((x, y, f"{s:.2f}" + ("=" if r.path_verdict == TIE else ""),
+                                   "white" if abs(m[y, x]) > 0.6 * lim else "black"))
                 else:
-                    ax.text(x, y, "-", ha="center", va="center", fontsize=font, color="0.4", in_layout=False)
+                    labels.append((x, y, "-", "0.4"))
+            ax.add_collection(CellLabels(labels, font, ax), autolim=False)
             ax.set_facecolor("0.85")
             im = ax.imshow(m, cmap="RdBu", norm=norm, aspect="auto", origin="lower")
             ax.set_title(f"kv_len {kv}", fontsize=10)
@@ -113,7 +139,7 @@ def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path, only: set[tuple] | None
         cb.set_ticks(list(ticks), labels=[f"{2 ** t:.3g}x" for t in ticks])
         fig.suptitle(f"Decode vs context speedup, {label}   (blue: decode faster, red: context faster, "
                      f"'=' tie, '-' one path missing)", fontsize=11)
-        out.append(_save(fig, out_dir / f"{safe_name('speedup-heatmap-' + label)}.png"))
+        out.append(_save(fig, out_dir / f"{safe_name('speedup-heatmap-' + label)}.png", tight=False))
     return out
 
 
