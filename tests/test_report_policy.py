@@ -144,7 +144,12 @@ _SPLIT_POLICY: dict = {}
 def test_save_load_roundtrip_and_validation(tmp_path):
     pol, _, _ = policy_of(tmp_path, split_rows())
     p = save_policy(pol, tmp_path / "policy.json")
-    assert load_policy(p) == json.loads(p.read_text()) and load_policy(p)["schema"] == POLICY_SCHEMA
+    assert load_policy(p) == json.loads(p.read_text()) == pol and load_policy(p)["schema"] == POLICY_SCHEMA
+    # indented by 2, and a line per rule and cell: the decision a line greps for
+    lines = p.read_text().splitlines()
+    cells = [json.loads(ln.strip().rstrip(",")) for ln in lines if ln.lstrip().startswith('{"batch_size"')]
+    assert cells == [x for g in pol["groups"] for part in ("rules", "cells") for x in g[part]]
+    assert lines[1].startswith('  "schema": ') and len(lines) < 100 + len(cells)
     bad = dict(pol, schema="kbench.policy/3")
     (tmp_path / "v3.json").write_text(json.dumps(bad))
     with pytest.raises(BadInput, match="not 'kbench.policy/2'"):

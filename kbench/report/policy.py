@@ -5,7 +5,8 @@ changes meaning). /2 added the realistic-batch axes (kv_dist, q_dist, window_lef
 every group; a /1 policy is read as groups of the idealised batch (those axes at their defaults); a group key
 beyond the classic seven (heads, dtypes, page size, layout) that a file lacks, e.g. power or tree written
 before them, reads as its default; readers refuse any other version, and a file that is not what kbench
-writes (kbench.report.policy_schema.check: the published JSON Schema, then what a schema cannot say)::
+writes (kbench.report.policy_schema.check: the published JSON Schema, then what a schema cannot say). Written
+indented by 2 with each rule and cell on a line of its own (policy_json)::
 
     {
       "schema": "kbench.policy/2",
@@ -58,6 +59,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import secrets
 from pathlib import Path
 
 import pandas as pd
@@ -254,8 +257,28 @@ def policy_from(paths: list[str | Path] | str | Path) -> tuple[dict, RunSet | No
 
 def save_policy(policy: dict, path: str | Path) -> Path:
     p = Path(path)
-    atomic.write_text(p, json.dumps(policy, indent=2) + "\n")
+    atomic.write_text(p, policy_json(policy))
     return p
+
+
+def policy_json(policy: dict) -> str:
+    """The policy as JSON indented by 2, each of a group's rules and cells on a line of its own: a line per
+    decision, which greps and diffs as one, and written by json's C encoder (indent=2 throughout took seconds for
+    the 37,000 cells of a 300,000-row run, and twice the bytes)."""
+    lines: list[str] = []
+    mark = f"@line-{secrets.token_hex(8)}-"  # a placeholder json.dumps writes as it is, in no name a run may have
+    skeleton = dict(policy)
+    if isinstance(policy.get("groups"), list):
+        skeleton["groups"] = []
+        for g in policy["groups"]:
+            g = dict(g) if isinstance(g, dict) else g
+            for part in ("rules", "cells"):
+                if isinstance(g, dict) and isinstance(g.get(part), list):
+                    g[part] = [f"{mark}{len(lines) + i}@" for i in range(len(g[part]))]
+                    lines += [json.dumps(x) for x in policy["groups"][len(skeleton["groups"])][part]]
+            skeleton["groups"].append(g)
+    text = json.dumps(skeleton, indent=2)
+    return re.sub(f'"{mark}(\\d+)@"', lambda m: lines[int(m.group(1))], text) + "\n"
 
 
 def validate_policy(policy, where: str = "policy") -> dict:
