@@ -33,6 +33,7 @@ from kbench.report.policy import REPORT_JSON, build_policy, policy_of, save_poli
 from kbench.report.regret import Regret, holdout_split, regret
 from kbench.report.runs import RunSet, combine
 from kbench.runs.store import Run, as_run_list, now_iso
+from kbench.runs.winners import case_winners
 from kbench.values import int_in
 
 
@@ -84,11 +85,13 @@ def build_report(runs: list[Run | str | Path] | Run | str | Path, out_dir: str |
     out = given_path(out_dir, "--out", "report") if out_dir is not None else first / "report"
     check_report_folder(out)
     writable_dir(out, "--out", create=False)
-    pairs = power_states.side_by_side(rs.rows)
+    cases = case_winners(rs.rows)  # once: the states side by side and the policy read them
+    pairs = power_states.side_by_side(rs.rows, cases)
     if power is not None:
         rs.rows = power_states.of_state(rs.rows, power)
         power = axes.AXIS["power"].parse(power, "--power", "report")[0]
-    policy, cases, ok = policy_of(rs)
+        cases = None
+    policy, cases, ok = policy_of(rs, cases)
     regrets = [regret(policy, ok, cases, "all cases (in-sample)")]
     holdout_policy = None
     if holdout is not None:

@@ -87,6 +87,14 @@ def locate(grid, cells, batch_size, q_len, kv_len, extrapolate=False, error=Valu
                             if not min(grid[ax]) <= query[ax] <= max(grid[ax]))
         raise error(f"outside the measured range ({outside}); pass --extrapolate to answer anyway")
     index = index_cells(cells) if index is None else index
+    if not clamped and all(point[ax] in grid[ax] for ax in LOG_AXES):  # a measured shape: its cell, as found below
+        used = next((c for _, c in index.get((point["batch_size"], point["kv_len"]), ())
+                     if c["q_len"] == point["q_len"]), None)
+        if used is not None:
+            return {"query": query, "used_cell": used, "interpolated": False, "extrapolated": False, "clamped": [],
+                    "method": "measured", "used": {ax: used[ax] for ax in LOOKUP_AXES},
+                    "grid_point": all(query[ax] in grid[ax] for ax in LOOKUP_AXES), "neighbours": [],
+                    "neighbours_agree": True}
     bs = nearest(grid["batch_size"], point["batch_size"], "batch_size")
     kv = nearest(grid["kv_len"], point["kv_len"], "kv_len")
     here = [c for _, c in index.get((bs, kv), [])]  # in the order of cells

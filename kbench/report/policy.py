@@ -227,10 +227,11 @@ def build_policy(cases: pd.DataFrame, device: dict, built_from: list[dict], hold
 REPORT_JSON = "report.json"  # what a report folder's files are (kbench.report.build writes it last)
 
 
-def policy_of(rs: RunSet) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+def policy_of(rs: RunSet, cases: pd.DataFrame | None = None) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """The policy `kbench report` writes for a set of runs, with the case winners and measured rows it came from;
-    BadInput saying why when no kernel row is ok (e.g. a CPU run)."""
-    cases = case_winners(rs.rows)
+    BadInput saying why when no kernel row is ok (e.g. a CPU run). cases: case_winners(rs.rows), where the caller
+    has them."""
+    cases = case_winners(rs.rows) if cases is None else cases
     if cases.empty:
         raise BadInput(nothing_to_report(rs.rows, rs.device))
     ok = measured(rs.rows)

@@ -36,16 +36,21 @@ def of_state(rows: pd.DataFrame, state: str) -> pd.DataFrame:
     return rows[rows["power"] == vals[0]] if "power" in rows.columns else rows
 
 
-def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per case measured in both states (empty when the rows hold one state)."""
+def side_by_side(rows: pd.DataFrame, cases: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One line per case measured in both states (empty when the rows hold one state). cases: case_winners(rows),
+    where the caller has them: each state's winners are then its lines (a case is measured in one state; rows
+    whose case id stands for both are judged per state as without them)."""
     if len(states_of(rows)) < 2:
         return pd.DataFrame(columns=PAIR_COLUMNS)
     ok = measured(rows, [*KEY, "power", "kernel"])
     times = ok.set_index([*KEY, "power", "kernel"])["median_us"].to_dict()
     del ok
-    need = [c for c in dict.fromkeys([*WINNER_INPUT, "power"]) if c in rows.columns]  # only what case_winners reads
-    w = {s: case_winners(rows.loc[rows["power"] == s, need])[[*KEY, "winner", "winner_us", "tied_with"]]
-         for s in STATES}
+    cols = [*KEY, "winner", "winner_us", "tied_with"]
+    if cases is not None and "power" in cases.columns and _one_state_per_case(rows):
+        w = {s: cases.loc[cases["power"] == s, cols] for s in STATES}
+    else:
+        need = [c for c in dict.fromkeys([*WINNER_INPUT, "power"]) if c in rows.columns]  # what case_winners reads
+        w = {s: case_winners(rows.loc[rows["power"] == s, need])[cols] for s in STATES}
     # the cases of both states, in the unthrottled state's order (merge keeps the left keys' order)
     both = w["unthrottled"].merge(w["sustained"], on=KEY, how="inner", suffixes=("_u", "_s"))
     cols = {c: both[c].tolist() for c in both.columns}
@@ -73,6 +78,11 @@ def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
         out.append(rec)
     df = pd.DataFrame(out, columns=PAIR_COLUMNS)
     return df.sort_values(["batch_size", "kv_len", "q_len"], kind="stable").reset_index(drop=True)
+
+
+def _one_state_per_case(rows: pd.DataFrame) -> bool:
+    """Every case id's measured rows are of one timing state (as kbench writes them: the state is in the id)."""
+    return measured(rows, ["case_id", "power"]).drop_duplicates(["case_id", "power"])["case_id"].is_unique
 
 
 def _ties(tied_with, kernel: str) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from kbench.cases import axes
-from kbench.report.runs import group_label
+from kbench.report.runs import GROUP_COLUMNS, group_label
 
 # the realistic axes and their values in the idealised batch
 REALISTIC_DEFAULTS = {a.name: a.default for a in axes.axes_with(axes.REALISTIC)}
@@ -32,12 +32,22 @@ def with_defaults(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _us(v) -> str:
-    return "-" if v is None or pd.isna(v) else f"{v:.1f}"
+    return "-" if v is None or v is pd.NA or (isinstance(v, float) and v != v) else f"{v:.1f}"
 
 
-def _shape_label(r: dict) -> str:
-    """The group and shape; the realistic axes have their own columns."""
-    return f"{group_label({**r, **REALISTIC_DEFAULTS})} bs{int(r['batch_size'])} q{int(r['q_len'])} kv{int(r['kv_len'])}"
+_LABEL_KEYS = [c for c in GROUP_COLUMNS if c not in REALISTIC_DEFAULTS]  # what a group label reads, less those axes
+
+
+def _shape_label(r: dict, labels: dict | None = None) -> str:
+    """The group and shape; the realistic axes have their own columns. labels: the group labels made so far (a
+    table's rows share a few groups)."""
+    key = tuple(r.get(c) for c in _LABEL_KEYS)
+    label = labels.get(key) if labels is not None else None
+    if label is None:
+        label = group_label({**r, **REALISTIC_DEFAULTS})
+        if labels is not None:
+            labels[key] = label
+    return f"{label} bs{int(r['batch_size'])} q{int(r['q_len'])} kv{int(r['kv_len'])}"
 
 
 def _group_ids(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -72,6 +82,7 @@ def acceptance_table(ok: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     best = [_fastest(ragged[m], ["_gid"]) for m in (ragged["kernel"].isin(PADDED_DECODE),
                                                     ragged["kernel"].isin(RAGGED_DECODE),
                                                     ragged["path"] == "context")]
+    groups: dict = {}
     for gid, r in sorted(_firsts(ragged, keys).items()):
         pad, rag, ctx = (b.get(gid) for b in best)
         cands = [b for b in (pad, rag, ctx) if b is not None]  # a kernel family not measured here: absent
@@ -81,7 +92,7 @@ def acceptance_table(ok: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         second = sorted(t for _, t in cands)[1] if len(cands) > 1 else None
         winner = win[0] + (f" by {second / win[1]:.2f}x" if second else "")
         ratio = f"{rag[1] / pad[1]:.2f}" if pad and rag else "-"
-        out.append([_shape_label(r), r["q_dist"], _other(r, ("q_dist",)), pad[0] if pad else "-",
+        out.append([_shape_label(r, groups), r["q_dist"], _other(r, ("q_dist",)), pad[0] if pad else "-",
                     _us(pad[1] if pad else None), _us(rag[1] if rag else None), ctx[0] if ctx else "-",
                     _us(ctx[1] if ctx else None), winner, ratio])
     return headers, out
@@ -112,10 +123,11 @@ def axis_effect_table(ok: pd.DataFrame, axis: str) -> tuple[list[str], list[list
     times = here.groupby(["_gid", axis, "kernel"], sort=True)["median_us"].min()
     firsts = _firsts(here, keys)
     labels: dict = {}  # (gid, value) -> the row's shape and other-axes labels: the same for each of its kernels
+    groups: dict = {}
     for (gid, value, kernel), t in zip(times.index.tolist(), times.tolist()):
         if (gid, value) not in labels:
             r = firsts[gid]
-            labels[gid, value] = (_shape_label(r), str(value), _other({**r, axis: value}, (axis,)))
+            labels[gid, value] = (_shape_label(r, groups), str(value), _other({**r, axis: value}, (axis,)))
         bt = base_us.get((gid, kernel))
         if bt is None and kernel in RAGGED_DECODE:  # a ragged kernel's uniform counterpart is the padded one
             bt = base_us.get((gid, PADDED_DECODE[0]))
