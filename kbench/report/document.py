@@ -13,6 +13,7 @@ from kbench.cases import axes
 from kbench.cases.axes import LATER_GROUP_AXES
 from kbench.frames import itertuples
 from kbench.report import crossovers as xo
+from kbench.report.lazy_rows import LazyRows
 from kbench.report.mla import mla_blocks
 from kbench.report.power_states import power_blocks
 from kbench.report.realistic import realistic_blocks
@@ -54,19 +55,22 @@ def _s(v) -> str:
     return str(v) if _has(v) and v != "" else "-"
 
 
-def case_table(cases) -> tuple[list[str], list[list[str]]]:
+def case_table(cases) -> tuple[list[str], LazyRows]:
     """Per-case winners table: ties are written as ties (in winner, margin and verdict)."""
     headers = ["group", "batch", "q_len", "kv_len", "winner", "µs", "runner-up", "margin", "decode speedup",
                "decode vs context", "excluded"]
-    rows = []
-    for r in itertuples(cases.sort_values(["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "page_size", "batch_size",
-                                "kv_len", "q_len", *LATER_GROUP_AXES])):
+    ordered = list(itertuples(cases.sort_values(["num_qo_heads", "num_kv_heads", "head_dim", "dtype", "page_size",
+                                                 "batch_size", "kv_len", "q_len", *LATER_GROUP_AXES])))
+
+    def row(i: int) -> list[str]:
+        r = ordered[i]
         winner = f"tie: {r.winner} = {r.tied_with}" if r.winner_tie else str(r.winner)
         margin = "tie" if r.winner_tie else _num(r.margin_pct, ".1f", "%")
-        rows.append([group_label(r._asdict()), str(r.batch_size), str(r.q_len), str(r.kv_len), winner,
-                     _num(r.winner_us, ".2f"), _s(r.runner_up), margin, _num(r.decode_speedup, ".2f", "x"),
-                     str(r.path_verdict), _s(r.excluded)])
-    return headers, rows
+        return [group_label(r._asdict()), str(r.batch_size), str(r.q_len), str(r.kv_len), winner,
+                _num(r.winner_us, ".2f"), _s(r.runner_up), margin, _num(r.decode_speedup, ".2f", "x"),
+                str(r.path_verdict), _s(r.excluded)]
+
+    return headers, LazyRows(len(ordered), row)
 
 
 def rules_table(policy: dict) -> tuple[list[str], list[list[str]]]:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from kbench.cases import axes
+from kbench.report.lazy_rows import LazyRows
 from kbench.report.runs import GROUP_COLUMNS, group_label
 
 # the realistic axes and their values in the idealised batch
@@ -72,30 +73,32 @@ def _firsts(df: pd.DataFrame, keys: list[str]) -> dict[int, dict]:
     return {int(g): dict(zip(keys, vals)) for g, *vals in zip(first["_gid"].tolist(), *(first[k].tolist() for k in keys))}
 
 
-def acceptance_table(ok: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+def acceptance_table(ok: pd.DataFrame) -> tuple[list[str], LazyRows]:
     """Per ragged-q case: the best padded decode, the ragged decode, the best context kernel, the winner."""
     headers = ["shape", "q_dist", "other axes", "padded decode", "µs", "ragged decode µs", "context", "µs",
                "winner", "ragged / padded"]
-    out = []
     keys = SHAPE + list(REALISTIC_DEFAULTS)
     ragged = _group_ids(ok[ok["q_dist"] != "fixed"], keys)
     best = [_fastest(ragged[m], ["_gid"]) for m in (ragged["kernel"].isin(PADDED_DECODE),
                                                     ragged["kernel"].isin(RAGGED_DECODE),
                                                     ragged["path"] == "context")]
+    firsts = _firsts(ragged, keys)
+    gids = [g for g in sorted(firsts) if any(g in b for b in best)]  # a kernel family not measured here: absent
     groups: dict = {}
-    for gid, r in sorted(_firsts(ragged, keys).items()):
-        pad, rag, ctx = (b.get(gid) for b in best)
-        cands = [b for b in (pad, rag, ctx) if b is not None]  # a kernel family not measured here: absent
-        if not cands:
-            continue
+
+    def row(i: int) -> list[str]:
+        r = firsts[gids[i]]
+        pad, rag, ctx = (b.get(gids[i]) for b in best)
+        cands = [b for b in (pad, rag, ctx) if b is not None]
         win = min(cands, key=lambda x: x[1])
         second = sorted(t for _, t in cands)[1] if len(cands) > 1 else None
         winner = win[0] + (f" by {second / win[1]:.2f}x" if second else "")
         ratio = f"{rag[1] / pad[1]:.2f}" if pad and rag else "-"
-        out.append([_shape_label(r, groups), r["q_dist"], _other(r, ("q_dist",)), pad[0] if pad else "-",
-                    _us(pad[1] if pad else None), _us(rag[1] if rag else None), ctx[0] if ctx else "-",
-                    _us(ctx[1] if ctx else None), winner, ratio])
-    return headers, out
+        return [_shape_label(r, groups), r["q_dist"], _other(r, ("q_dist",)), pad[0] if pad else "-",
+                _us(pad[1] if pad else None), _us(rag[1] if rag else None), ctx[0] if ctx else "-",
+                _us(ctx[1] if ctx else None), winner, ratio]
+
+    return headers, LazyRows(len(gids), row)
 
 
 def _other(r: dict, skip) -> str:
@@ -103,7 +106,7 @@ def _other(r: dict, skip) -> str:
     return ", ".join(parts) or "-"
 
 
-def axis_effect_table(ok: pd.DataFrame, axis: str) -> tuple[list[str], list[list[str]]]:
+def axis_effect_table(ok: pd.DataFrame, axis: str) -> tuple[list[str], LazyRows | list]:
     """Per kernel: the time with the axis at a non-default value against the same case at the default
     (every other axis equal), and each side's winner."""
     base_value = REALISTIC_DEFAULTS[axis]
@@ -124,7 +127,10 @@ def axis_effect_table(ok: pd.DataFrame, axis: str) -> tuple[list[str], list[list
     firsts = _firsts(here, keys)
     labels: dict = {}  # (gid, value) -> the row's shape and other-axes labels: the same for each of its kernels
     groups: dict = {}
-    for (gid, value, kernel), t in zip(times.index.tolist(), times.tolist()):
+    index, medians = times.index.tolist(), times.tolist()
+
+    def row(i: int) -> list[str]:
+        (gid, value, kernel), t = index[i], medians[i]
         if (gid, value) not in labels:
             r = firsts[gid]
             labels[gid, value] = (_shape_label(r, groups), str(value), _other({**r, axis: value}, (axis,)))
@@ -133,9 +139,10 @@ def axis_effect_table(ok: pd.DataFrame, axis: str) -> tuple[list[str], list[list
             bt = base_us.get((gid, PADDED_DECODE[0]))
         t = float(t)
         bt = float(bt) if bt is not None else None
-        out.append([*labels[gid, value], kernel, _us(bt),
-                    _us(t), f"{t / bt:.2f}x" if bt else "-", base_win[gid][0], win[(gid, value)][0]])
-    return headers, out
+        return [*labels[gid, value], kernel, _us(bt), _us(t), f"{t / bt:.2f}x" if bt else "-", base_win[gid][0],
+                win[(gid, value)][0]]
+
+    return headers, LazyRows(len(index), row)
 
 
 def realistic_blocks(ok_rows: pd.DataFrame) -> list[tuple]:
