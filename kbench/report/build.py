@@ -11,6 +11,7 @@ is measured on exactly those cases.
 """
 from __future__ import annotations
 
+import gc
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from kbench.report.document import build_document
 from kbench.report.policy import REPORT_JSON, build_policy, policy_of, save_policy
 from kbench.report.regret import Regret, holdout_split, regret
 from kbench.report.runs import RunSet, combine
-from kbench.runs.store import Run, as_run_list, now_iso
+from kbench.runs.store import Run, as_run_list, now_iso, release_memory
 from kbench.runs.winners import case_winners
 from kbench.values import int_in
 
@@ -86,12 +87,15 @@ def build_report(runs: list[Run | str | Path] | Run | str | Path, out_dir: str |
     check_report_folder(out)
     writable_dir(out, "--out", create=False)
     cases = case_winners(rs.rows)  # once: the states side by side and the policy read them
+    release_memory()  # each step's temporaries handed back before the next (a 300,000-row run's took 250 MB each)
     pairs = power_states.side_by_side(rs.rows, cases)
+    release_memory()
     if power is not None:
         rs.rows = power_states.of_state(rs.rows, power)
         power = axes.AXIS["power"].parse(power, "--power", "report")[0]
         cases = None
     policy, cases, ok = policy_of(rs, cases)
+    release_memory()
     regrets = [regret(policy, ok, cases, "all cases (in-sample)")]
     holdout_policy = None
     if holdout is not None:
@@ -105,16 +109,19 @@ def build_report(runs: list[Run | str | Path] | Run | str | Path, out_dir: str |
                           power_pairs=pairs, power=power)
 
     with atomic.replaced_folder(out, "--out") as tmp:  # the old report replaced whole, or left whole
-        files = _write(result, tmp, ok, plot_points, holdout_policy, pairs, plot_groups)
+        _plot(result, tmp, ok, plot_points, plot_groups)
+        del ok  # the measured rows (every column) are the plots' last use of them
+        gc.collect()  # a drawn Figure is a cycle of objects that holds its canvas (40 MB for a tall heatmap)
+        release_memory()
+        files = _write(result, tmp, holdout_policy, pairs)
     # what was written in the sibling folder now lies in `out`
     result.files = [out / p.relative_to(tmp) for p in files]
     result.plots = [(out / p.relative_to(tmp), caption) for p, caption in result.plots]
     return result
 
 
-def _write(result: ReportResult, out: Path, ok: pd.DataFrame, plot_points, holdout_policy, pairs,
-           plot_groups) -> list[Path]:
-    """Every file of the report into ``out`` (a fresh folder); report.json, written last, records them."""
+def _plot(result: ReportResult, out: Path, ok: pd.DataFrame, plot_points, plot_groups) -> None:
+    """The report's plots into ``out``, listed in result.plots with their captions."""
     cases, rs = result.cases, result.runset
     only, n_groups = plots.plot_groups(cases, plot_groups)
     if only is not None:
@@ -130,6 +137,12 @@ def _write(result: ReportResult, out: Path, ok: pd.DataFrame, plot_points, holdo
                                    f"{ceiling:,.0f} GB/s)" if kind == "read" and ceiling else
                                    "Fraction of the copy bandwidth per kernel (this run has no read ceiling: it was "
                                    "measured before kbench measured one)"))
+
+
+def _write(result: ReportResult, out: Path, holdout_policy, pairs) -> list[Path]:
+    """Every file of the report but its plots into ``out`` (a fresh folder); report.json, written last, records
+    them and the plots; returns them all."""
+    cases, rs = result.cases, result.runset
     files = [p for p, _ in result.plots]
     files.append(save_policy(result.policy, out / "policy.json"))
     if holdout_policy is not None:
@@ -143,6 +156,7 @@ def _write(result: ReportResult, out: Path, ok: pd.DataFrame, plot_points, holdo
     if not pairs.empty:
         atomic.write_with(out / "power.csv", lambda tmp: pairs.to_csv(tmp, index=False))
         files.append(out / "power.csv")
+    release_memory()
     doc = build_document(result)
     atomic.write_text(out / "report.md", md_out.render(doc, out))
     atomic.write_text(out / "report.html", html_out.render(doc))

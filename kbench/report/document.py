@@ -14,10 +14,10 @@ from kbench.cases.axes import LATER_GROUP_AXES
 from kbench.frames import itertuples
 from kbench.report import crossovers as xo
 from kbench.report.lazy_rows import LazyRows
-from kbench.report.mla import mla_blocks
+from kbench.report.mla import has_mla, mla_blocks
 from kbench.report.power_states import power_blocks
 from kbench.report.realistic import realistic_blocks
-from kbench.report.trees import tree_blocks
+from kbench.report.trees import has_trees, tree_blocks
 from kbench.report.runs import group_label
 
 
@@ -154,11 +154,15 @@ def build_document(result) -> list[tuple]:
                          "here.".format(*result.plot_groups)))
     for p, caption in result.plots:
         doc.append(("img", p, caption))
+    ok = (rs.rows["status"] == "ok") & rs.rows["median_us"].notna()
     read = {*axes.names(), "kernel", "path", "median_us", "status"}  # what realistic_blocks reads: not a copy of every column
-    doc += realistic_blocks(rs.rows.loc[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna(),
-                                        [c for c in rs.rows.columns if c in read]])
-    doc += tree_blocks(rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
-    doc += mla_blocks(cases, rs.rows[(rs.rows["status"] == "ok") & rs.rows["median_us"].notna()])
+    doc += realistic_blocks(rs.rows.loc[ok, [c for c in rs.rows.columns if c in read]])
+    # the ok rows whole (every column of 300,000 rows), only for a section that has something to say
+    if has_trees(rs.rows.loc[ok, ["tree"]] if "tree" in rs.rows else rs.rows.iloc[0:0]) or has_mla(cases):
+        ok_rows = rs.rows[ok]
+        doc += tree_blocks(ok_rows)
+        doc += mla_blocks(cases, ok_rows)
+        del ok_rows
     doc += power_blocks(result.power_pairs, result.power)
     doc += [("h", 2, "Per case"), ("table", *case_table(cases), "cases.csv")]
     return capped(doc)

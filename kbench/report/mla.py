@@ -128,9 +128,14 @@ def _same(cases: pd.DataFrame, meta: dict) -> pd.Series:
     return mask
 
 
+def has_mla(cases: pd.DataFrame) -> bool:
+    """Some of these cases are MLA cases (mla_blocks has something to say only then)."""
+    return not _mla(cases).empty
+
+
 def mla_blocks(cases: pd.DataFrame, ok: pd.DataFrame) -> list[tuple]:
     """The report's MLA section as document blocks (kbench.report.document); none without MLA cases."""
-    if _mla(cases).empty:
+    if not has_mla(cases):
         return []
     per_shape = kernel_per_shape(cases, ok)
     versus = decode_vs_context(cases, ok)

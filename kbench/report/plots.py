@@ -31,7 +31,7 @@ from kbench.errors import BadInput  # noqa: E402
 from kbench.cases.axes import AXIS, LATER_GROUP_AXES  # noqa: E402
 from kbench.report.runs import GROUP_COLUMNS, group_label  # noqa: E402
 from kbench.runs.store import safe_name  # noqa: E402
-from kbench.runs.winners import TIE  # noqa: E402
+from kbench.runs.winners import TIE, WINNER_INPUT  # noqa: E402
 
 DPI = 110
 
@@ -178,7 +178,8 @@ def time_vs_q(ok_rows: pd.DataFrame, points: list[tuple[int, int]] | None, out_d
               only: set[tuple] | None = None) -> list[Path]:
     out, asked = [], points is not None
     hit = set(zip(ok_rows["batch_size"], ok_rows["kv_len"])) if asked else set()  # measured in some group
-    for label, g in _groups(ok_rows, only):
+    read = {*GROUP_COLUMNS, *WINNER_INPUT}  # what is drawn and default_points reads: the groups copy only these
+    for label, g in _groups(ok_rows[[c for c in ok_rows.columns if c in read]], only):
         group = int(g["num_qo_heads"].iloc[0]) // max(1, int(g["num_kv_heads"].iloc[0]))
         for bs, kv in (points if asked else default_points(g)):
             sel = g[(g["batch_size"] == bs) & (g["kv_len"] == kv)]

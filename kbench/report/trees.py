@@ -83,9 +83,14 @@ def tree_summary(table_rows: list[list[str]]) -> str:
             f"{sorted(costs)[len(costs) // 2]:.2f}x).")
 
 
+def has_trees(ok_rows: pd.DataFrame) -> bool:
+    """Some of these rows are of a draft tree (tree_blocks has something to say only then)."""
+    return not ok_rows.empty and "tree" in ok_rows and not (ok_rows["tree"].fillna(CHAIN) == CHAIN).all()
+
+
 def tree_blocks(ok_rows: pd.DataFrame) -> list[tuple]:
     """Report blocks for runs with tree rows beside chain rows of the same shape; [] otherwise."""
-    if ok_rows.empty or "tree" not in ok_rows or (ok_rows["tree"].fillna(CHAIN) == CHAIN).all():
+    if not has_trees(ok_rows):
         return []
     ok = with_defaults(ok_rows[ok_rows["path"] != "reference"])
     headers, rows = tree_table(ok)
