@@ -51,6 +51,7 @@ import pandas as pd
 from kbench.values import finite, number, parse_float, status, status_value
 from kbench.errors import BadInput
 from kbench.runs.manifest import GATE, comparable, hardware_of, num_runs
+from kbench.runs.store import release_memory
 from kbench.gate.loading import RowSamples, load_for_gate, read_samples
 from kbench.gate.metrics import Metric, broken, key_columns, measurement, metrics_for, samples_of
 from kbench.gate.stats import is_worse
@@ -486,14 +487,14 @@ def _winner_records(w: pd.DataFrame) -> list[dict]:
     return [dict(zip(cols, vals)) for vals in zip(*(w[c].tolist() for c in cols))]
 
 
-def compare_winners(base_rows: pd.DataFrame, cand_rows: pd.DataFrame, ignore: bool,
+def compare_winners(wb: pd.DataFrame, wc: pd.DataFrame, ignore: bool,
                     noise_by_kernel_case: dict | None = None, k: float = DEFAULT_RUN_SPREAD_K,
                     ties: list[str] | None = None) -> tuple[list[WinnerChange], list[str]]:
-    """Winner path changes between decode and context, per case measured on both paths in both runs.
+    """Winner path changes between decode and context, per case measured on both paths in both runs (wb, wc: the
+    case_winners() of the baseline's and the candidate's rows).
     A tie (best decode and best context within their spreads, winners.py's path_verdict, or within
     the run-to-run band) is not a change; flips that only the run-to-run tie turned into ties go to ``ties``."""
     noise_by_kernel_case = noise_by_kernel_case or {}
-    wb, wc = case_winners(base_rows), case_winners(cand_rows)
     if wb.empty or wc.empty:
         return [], []
     cand_by_case = {r["case_id"]: r for r in _winner_records(wc)}
@@ -569,6 +570,9 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     metrics = metrics_for(kind, base.rows.columns, cand.rows.columns)
     if not metrics:
         raise BadInput(f"no metric the gate knows in both {kind} runs")
+    # the winners first, while the rows are all the gate holds (their temporaries took 250 MB at 300,000 rows)
+    winners = (case_winners(base.rows), case_winners(cand.rows)) if kind == "sweep" else None
+    release_memory()
     base_recs = _records(base, kind, key_cols, warnings, "baseline", metrics, skip=("reason",))
     cand_recs = _records(cand, kind, key_cols, warnings, "candidate", metrics)
     if not base_recs:
@@ -593,6 +597,9 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
                             f"committed H200 ones: kbench gate --baseline results/baselines/"
                             f"h200-power-both-kv4096-sweep1 --candidate results/baselines/"
                             f"h200-power-both-kv4096-sweep2 --noise-floor 1%")
+    hardware = hardware_of(base).describe(), hardware_of(cand).describe()
+    base.rows = cand.rows = None  # read: what the comparison needs is in the records (and the winners)
+    release_memory()
     noise = run_noise_of(base_recs, noise_floor)
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
                         run_spread_k)
@@ -605,12 +612,11 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
             kc = (str(b_kernel[i]), str(b_case[i]))
             by_kc[kc] = max(by_kc.get(kc, 0.0), noise[kk].band(run_spread_k))
         del base_recs, noise
-        changes, compared = compare_winners(base.rows, cand.rows, ignore_winner_change, by_kc, run_spread_k,
-                                            ties)
+        changes, compared = compare_winners(*winners, ignore_winner_change, by_kc, run_spread_k, ties)
     else:
         changes, compared = [], []
     return GateResult(str(baseline_path), str(candidate_path), kind, threshold, alpha, rows, changes, compared,
-                      hardware_of(base).describe(), hardware_of(cand).describe(), warnings,
+                      *hardware, warnings,
                       {"ignore_winner_change": ignore_winner_change, "allow_missing": allow_missing,
                        "force": force, "run_spread_k": run_spread_k, "noise_floor": noise_floor},
                       n_runs, run_spread_k, noise_floor, ties)
