@@ -77,8 +77,8 @@ class CellLabels(PathCollection):
         for _, _, text, _ in labels:
             if text not in shapes:
                 tp = TextPath((0, 0), text, prop=prop)
-                box = tp.get_extents()
-                shapes[text] = tp.transformed(Affine2D().translate(-(box.x0 + box.x1) / 2, -(box.y0 + box.y1) / 2))
+                (x0, y0), (x1, y1) = tp.vertices.min(axis=0), tp.vertices.max(axis=0)  # control points' box
+                shapes[text] = tp.transformed(Affine2D().translate(-(x0 + x1) / 2, -(y0 + y1) / 2))
         self.texts = [t for _, _, t, _ in labels]
         super().__init__([shapes[t] for t in self.texts], offsets=[(x, y) for x, y, _, _ in labels] or None,
                          offset_transform=ax.transData, facecolors=[c for *_, c in labels], edgecolors="none",
