@@ -195,10 +195,11 @@ class RunNoise:
 NO_NOISE = RunNoise(None, 0.0)
 
 
-def run_noise_of(base_recs: "Records", noise_floor: float = 0.0) -> dict[tuple, RunNoise]:
-    """key -> RunNoise: the row's run_spread and the median run_spread of the baseline's ok rows of its kernel
-    and batch size (at least noise_floor). Rows without a run_spread (single-run baselines, rows one run
-    measured) still get their group's median."""
+def run_noise_of(base_recs: "Records", noise_floor: float = 0.0) -> list[RunNoise | None]:
+    """RunNoise of each row of the baseline's records, by its place (None for a row no key counts: the earlier of
+    a repeated key): the row's run_spread and the median run_spread of the baseline's ok rows of its kernel and
+    batch size (at least noise_floor). Rows without a run_spread (single-run baselines, rows one run measured)
+    still get their group's median."""
     spread, state = base_recs.column("run_spread"), base_recs.column("status")
     kernel, bs = base_recs.column("kernel", ""), base_recs.column("batch_size", "")
     groups: dict[tuple, list[float]] = {}
@@ -213,14 +214,14 @@ def run_noise_of(base_recs: "Records", noise_floor: float = 0.0) -> dict[tuple, 
                 groups.setdefault(g, []).append(rs)
     pooled = {g: float(median(v)) for g, v in groups.items()}
     shared: dict[tuple, RunNoise] = {}  # rows without a run_spread of one pooled noise share one (frozen) RunNoise
-    out: dict[tuple, RunNoise] = {}
-    for k, i in base_recs.index.items():
-        p = max(pooled.get(group_of[i], 0.0), noise_floor)
+    out: list[RunNoise | None] = [None] * base_recs.rows
+    for i, g in group_of.items():
+        p = max(pooled.get(g, 0.0), noise_floor)
         if i in own:
-            out[k] = RunNoise(own[i], p)
+            out[i] = RunNoise(own[i], p)
         else:
             key = (p, math.copysign(1.0, p))  # 0.0 and -0.0 are equal keys but print apart
-            out[k] = shared.get(key) or shared.setdefault(key, RunNoise(None, p))
+            out[i] = shared.get(key) or shared.setdefault(key, RunNoise(None, p))
     return out
 
 
@@ -275,8 +276,9 @@ class Records:
     as a dict, made for the rows the comparison's general path reads; a GateRun's samples stay in its file until a
     row's noise test reads them."""
 
-    def __init__(self, columns: dict[str, list], index: dict[tuple, int], samples=None, pos=None):
+    def __init__(self, columns: dict[str, list], index: dict[tuple, int], samples=None, pos=None, rows: int = 0):
         self.columns, self.index, self.samples, self.pos = columns, index, samples, pos
+        self.rows = rows  # rows read (a repeated key's earlier rows among them)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -324,7 +326,7 @@ def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], rol
     index = dict(zip(keys, range(len(keys))))  # a repeated key: its last row, in the place of its first
     if len(index) < len(keys):
         warnings.append(f"{role} has {len(keys) - len(index)} duplicate row(s); the last of each counts")
-    return Records({c: _column_values(rows[c], as_key=False) for c in cols}, index, samples, pos)
+    return Records({c: _column_values(rows[c], as_key=False) for c in cols}, index, samples, pos, len(keys))
 
 
 def _band_why(noise: "RunNoise", k: float) -> str:
@@ -380,63 +382,63 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     return base
 
 
-def _within_threshold(vb, vc, metric: Metric, threshold: float) -> float | None:
-    """The change of an ok/ok row whose two values are finite positive floats and whose change is within the
-    threshold (what _compare_metric passes with "within threshold"), else None: the row takes the general path."""
-    if type(vb) is not float or type(vc) is not float or not (0.0 < vb < math.inf and 0.0 < vc < math.inf):
-        return None
-    change = (vc - vb) / vb
-    return change if abs(-change if metric.higher_is_better else change) <= threshold else None
-
-
 def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list[Metric], threshold: float,
-                 alpha: float, allow_missing: bool, noise: dict | None = None,
+                 alpha: float, allow_missing: bool, noise: list | None = None,
                  k: float = DEFAULT_RUN_SPREAD_K) -> list[RowResult]:
-    noise = noise or {}
+    """noise: run_noise_of(base_recs)."""
     results = []
     tests: list = []  # the noise tests, run below once the samples they need are read
     b_state, c_state = base_recs.column("status"), cand_recs.column("status")
-    b_case = base_recs.column("case_id")
+    b_case, c_reason = base_recs.column("case_id"), cand_recs.column("reason")
     b_vals = [base_recs.column(m.column) for m in metrics]
     c_vals = [cand_recs.column(m.column) for m in metrics]
+    at_kernel = key_cols.index("kernel") if "kernel" in key_cols else None  # a key's values are texts already
+    cand_at, inf = cand_recs.index.get, math.inf
     for k_, i in base_recs.index.items():
         key = dict(zip(key_cols, k_))
-        kernel, case_id = str(key.get("kernel", "")), str(b_case[i])
-        j = cand_recs.index.get(k_)
-        # the common row, ok on both sides and within the threshold on every metric: passed without the general
-        # path's dicts (the same result it gives)
+        kernel, case_id = k_[at_kernel] if at_kernel is not None else "", str(b_case[i])
+        j = cand_at(k_)
+        # the common row, ok on both sides and within the threshold on every metric: passed as _compare_metric
+        # passes it, without the general path's dicts (most of a 300,000-row gate's rows)
         if j is not None and b_state[i] == "ok" and c_state[j] == "ok":
-            changes = [_within_threshold(bv[i], cv[j], m, threshold) for m, bv, cv in zip(metrics, b_vals, c_vals)]
-            if None not in changes:
-                n = noise.get(k_) or NO_NOISE
-                band = max(threshold, n.band(k))
-                results.extend(RowResult(key, kernel, case_id, m.name, "pass", False, "ok", "ok", bv[i], cv[j], ch,
-                                         note="within threshold", run_noise=n.pooled, run_spread=n.own, band=band)
-                               for m, bv, cv, ch in zip(metrics, b_vals, c_vals, changes))
+            passed = []
+            for m, bv, cv in zip(metrics, b_vals, c_vals):
+                vb, vc = bv[i], cv[j]
+                if type(vb) is not float or type(vc) is not float or not (0.0 < vb < inf and 0.0 < vc < inf):
+                    break
+                ch = (vc - vb) / vb
+                if abs(ch) > threshold:  # |worse| is |change| whichever way the metric goes
+                    break
+                passed.append((m.name, vb, vc, ch))
+            else:
+                n = (noise[i] if noise else None) or NO_NOISE
+                band = max(threshold, k * n.pooled, n.own or 0.0)  # max(threshold, n.band(k))
+                for name, vb, vc, ch in passed:
+                    results.append(RowResult(key, kernel, case_id, name, "pass", False, "ok", "ok", vb, vc, ch, None,
+                                             None, "within threshold", n.pooled, n.own, band))
                 continue
-        rb = base_recs.record(i)
-        sb = status(rb)
-        rc = None if j is None else cand_recs.record(j)
-        if rc is None:
+        sb = status_value(b_state[i])
+        if j is None:
             results.append(RowResult(key, kernel, case_id, None, "missing", not allow_missing, sb, None,
                                      note="not in the candidate" + (" (allowed)" if allow_missing else "")))
             continue
-        sc = status(rc)
+        sc = status_value(c_state[j])
         if sb != "ok":
             note = f"baseline status {sb}" + ("; fixed in the candidate" if sc == "ok" else "")
             results.append(RowResult(key, kernel, case_id, None, "not-compared", False, sb, sc, note=note))
             continue
         if sc in ("wrong", "failed"):
-            reason = str(rc.get("reason") or "")
+            reason = str(c_reason[j] or "")
             results.append(RowResult(key, kernel, case_id, None, sc, True, sb, sc,
                                      note=f"was ok, now {sc}" + (f": {reason}" if reason else "")))
             continue
         if sc != "ok":
-            reason = str(rc.get("reason") or "")
+            reason = str(c_reason[j] or "")
             results.append(RowResult(key, kernel, case_id, None, "skipped", not allow_missing, sb, sc,
                                      note=f"was ok, now {sc}" + (f": {reason}" if reason else "")
                                      + (" (allowed)" if allow_missing else "")))
             continue
+        rb, rc = base_recs.record(i), cand_recs.record(j)  # a row each side as a dict: the general path
         for m in metrics:
             why = [f"{side} {w}" for side, w in (("candidate", broken(rc, m)), ("baseline", broken(rb, m))) if w]
             if why:  # an ok row without a real measurement is broken: a failure, never "not compared"
@@ -445,7 +447,7 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
                                          note="; ".join(why) + ": an ok row must carry a finite, positive "
                                          f"{m.column}"))
                 continue
-            results.append(_compare_metric(key, rb, rc, m, threshold, alpha, noise.get(k_), k, tests))
+            results.append(_compare_metric(key, rb, rc, m, threshold, alpha, noise[i] if noise else None, k, tests))
     for k_, j in cand_recs.index.items():
         if k_ not in base_recs.index:
             key = dict(zip(key_cols, k_))
@@ -608,9 +610,9 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     if kind == "sweep":
         by_kc: dict[tuple[str, str], float] = {}
         b_kernel, b_case = base_recs.column("kernel", ""), base_recs.column("case_id")
-        for kk, i in base_recs.index.items():
+        for i in base_recs.index.values():
             kc = (str(b_kernel[i]), str(b_case[i]))
-            by_kc[kc] = max(by_kc.get(kc, 0.0), noise[kk].band(run_spread_k))
+            by_kc[kc] = max(by_kc.get(kc, 0.0), noise[i].band(run_spread_k))
         del base_recs, noise
         changes, compared = compare_winners(*winners, ignore_winner_change, by_kc, run_spread_k, ties)
     else:
