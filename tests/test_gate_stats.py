@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from gate_synth import CASE_A, CONTEXT, DECODE, gate_json, sweep_rows, write_run
 
-from kbench.gate.stats import GateValue, is_worse
+from kbench.gate.stats import GateValue, MannWhitneyBatch, is_worse, mann_whitney_p
 
 
 def test_mann_whitney_one_sided():
@@ -18,6 +18,28 @@ def test_mann_whitney_one_sided():
     # for a throughput, larger is better: the same numbers are an improvement
     v3 = is_worse(base, slow, higher_is_better=True, alpha=0.01, direction="better")
     assert v3.beyond_noise
+
+
+def test_batched_p_values_are_each_tests_own():
+    """The gate computes its Mann-Whitney p a batch at a time: each must be the p of its own call, for sizes that
+    batch (over 8 a side, ties or not) and those that do not (the exact method), both alternatives, in ask order."""
+    import random
+
+    rng = random.Random(7)
+    asked = []
+    for _ in range(60):
+        nx, ny = rng.choice([3, 5, 8, 9, 12, 40]), rng.choice([4, 8, 9, 12, 40])
+        tied = rng.random() < 0.3  # rounded samples tie
+        x = [round(rng.gauss(10, 1), 0 if tied else 6) for _ in range(nx)]
+        y = [round(rng.gauss(10.3, 1), 0 if tied else 6) for _ in range(ny)]
+        asked.append((x, y, rng.choice(["greater", "less"])))
+    batch = MannWhitneyBatch()
+    for x, y, alt in asked:
+        batch.ask(x, y, alt)
+    batch.compute()
+    got = [batch.answer(x, y, alt) for x, y, alt in asked]
+    assert got == [mann_whitney_p(x, y, alt) for x, y, alt in asked]
+    assert len({(len(x), len(y), alt) for x, y, alt in asked if len(x) > 8 and len(y) > 8}) < len(asked)  # batched
 
 
 def test_too_few_samples_fall_back_to_spread():
