@@ -27,6 +27,13 @@ def test_reports_written_and_parseable(tmp_path):
     assert data["passed"] is False and data["exit_code"] == 1
     assert data["counts"]["regression"] == 1 and data["counts"]["wrong"] == 1 and data["counts"]["improvement"] == 1
     assert data["threshold"] == 0.05 and data["baseline_hw"] == "NVIDIA H200, SM90"
+    # the result whole (as to_dict and json_safe give it), each row on a line of its own
+    from kbench.gate import run_gate
+    from kbench.values import json_safe
+
+    assert data == json.loads(json.dumps(json_safe(run_gate(base, cand).to_dict()), default=str))
+    lines = [ln for ln in js.read_text().splitlines() if ln.lstrip().startswith('{"key": ')]
+    assert [json.loads(ln.strip().rstrip(",")) for ln in lines] == data["rows"] and len(lines) == 4
 
     text = md.read_text()
     assert text.startswith("## ❌ kbench gate: FAIL")
