@@ -73,16 +73,21 @@ def test_gate_json_on_a_full_disk_keeps_the_valid_file(tmp_path, monkeypatch):
     good = out.read_text()
     import kbench.gate.json_out as jo
 
-    def full(res):  # the text is produced, the disk takes only part of it
-        raise OSError(28, "No space left on device")
+    class FillingFile:  # the JSON is written a piece at a time: the disk takes the first 10 characters
+        def __init__(self, f):
+            self.f = f
 
-    real_write = Path.write_text
+        def __enter__(self):
+            return self
 
-    def partial_write(self, text, *a, **kw):
-        real_write(self, text[:10], *a, **kw)
-        raise OSError(28, "No space left on device")
+        def __exit__(self, *exc):
+            self.f.close()
 
-    monkeypatch.setattr(Path, "write_text", partial_write)
+        def write(self, text):
+            self.f.write(text[:10])
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(jo, "open", lambda *a, **kw: FillingFile(open(*a, **kw)), raising=False)
     r = gate_cli("--baseline", base, "--candidate", cand, "--json", out)
     monkeypatch.undo()
     assert r.exit_code == 2 and "No space left" in r.output and "Traceback" not in r.output
