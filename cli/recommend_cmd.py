@@ -12,6 +12,7 @@ from kbench.cli.console import make_console
 from kbench.cli.errors import one_line_errors
 from kbench.cli.options import FLOAT, INT, IntRange, OutputPath, examples
 from kbench.errors import BadInput
+from kbench.names import policy_kernels, unknown_kernels_note
 
 
 def _table(title: str, headers: list[str], rows: list[list[str]], first_bold: bool = False) -> Table:
@@ -138,6 +139,9 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     if as_json and markdown_file == "-":
         raise BadInput("--json prints to stdout, and so does --markdown -: give --markdown a file")
     src = load_source(list(sources))
+    note = unknown_kernels_note(policy_kernels(src.policy), "no engine setting runs them: not priced")
+    if note:
+        click.echo(note, err=True)
     layers = {"verify": verify_layers, "draft_extend": draft_layers}
     kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu, overlap=host_overlap)
     ab_ids = _ab_args(ab, ab_settings, eng) if ab or ab_settings else None
@@ -284,6 +288,9 @@ def export_cmd(source, fmt, out):
     from kbench.report.policy import policy_from
 
     policy = policy_from([source])[0]
+    note = unknown_kernels_note(policy_kernels(policy), "exported as the policy says")
+    if note:
+        click.echo(note, err=True)
     path = export_policy(policy, str(source), out, fmt)
     from kbench.runs.atomic import named_destination
 

@@ -11,9 +11,29 @@ KERNEL_NAMES = ("trtllm-decode", "trtllm-decode-ragged", "decode-wrapper", "trtl
 
 
 def unknown_kernel_note(kernel: str) -> str | None:
-    """The one line a reader of a policy warns with when the policy names a kernel this kbench does not have (a
-    policy from a newer kbench may); None for a known one."""
-    if kernel in KERNEL_NAMES:
+    """The one line `kbench select` warns with when the policy's answer is a kernel this kbench does not have (a
+    policy from a newer kbench may name one); None for a known one."""
+    return unknown_kernels_note([kernel], "answered as the policy says")
+
+
+def unknown_kernels_note(kernels, then: str) -> str | None:
+    """One line naming every kernel of ``kernels`` this kbench does not have, and what the reader does with them
+    (``then``); None when it knows them all."""
+    unknown = sorted({k for k in kernels if k not in KERNEL_NAMES})
+    if not unknown:
         return None
-    return (f"warning: the policy names kernel {kernel!r}, which this kbench does not know (a policy from a newer "
-            f"kbench?); answered as the policy says")
+    return (f"warning: the policy names kernel{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}, "
+            f"which this kbench does not know (a policy from a newer kbench?); {then}")
+
+
+def policy_kernels(policy: dict) -> set[str]:
+    """Every kernel a (checked) policy names: the rules' and cells' picks and the kernels timed in its cells."""
+    out: set[str] = set()
+    for g in policy.get("groups") or ():
+        for r in g.get("rules") or ():
+            out.add(r.get("kernel"))
+        for c in g.get("cells") or ():
+            out.add(c.get("kernel"))
+            out.update(c.get("kernels_us") or ())
+    out.discard(None)
+    return out

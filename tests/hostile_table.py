@@ -498,6 +498,10 @@ def _answered(out: str, line: str) -> None:
     assert any(ln.startswith(line) for ln in out.splitlines()), f"no answer {line!r}"
 
 
+def _file_holds(w, name: str, text: str) -> None:
+    assert text in w.path(name).read_text(), f"{name} lacks {text!r}"
+
+
 def _policy_cell(g, bs=16, q=4):
     return next(c for c in g["cells"] if (c["batch_size"], c["q_len"]) == (bs, q))
 
@@ -888,6 +892,18 @@ SITUATIONS: list[Situation] = [
               r"^warning: the policy names kernel 'trtllm-future', which this kbench does not know",
               _edited_policy(lambda g: _policy_cell(g).update(kernel="trtllm-future")),
               lambda w, out: _answered(out, "trtllm-future (decode path) for bs 16 q 4 kv 4096")),
+    Situation("policy-unknown-kernel-export", 4, "kbench export of a policy naming a kernel this kbench does not have",
+              "kbench export P.json --out sel.py", 0,
+              r"^warning: the policy names kernel 'trtllm-future', which this kbench does not know \(a policy from a "
+              r"newer kbench\?\); exported as the policy says$",
+              _edited_policy(lambda g: _policy_cell(g).update(kernel="trtllm-future")),
+              lambda w, out: _file_holds(w, "sel.py", "trtllm-future")),
+    Situation("policy-unknown-kernel-recommend", 4, "kbench recommend from a policy timing kernels this kbench does "
+              "not have", "kbench recommend P.json --engine sglang --batch-size 16 --q-len 4 --kv-len 4096", 0,
+              r"^warning: the policy names kernels 'a-future-kernel', 'trtllm-future', which this kbench does not "
+              r"know .*; no engine setting runs them: not priced$",
+              _edited_policy(lambda g: _policy_cell(g)["kernels_us"].update({"trtllm-future": 1.0,
+                                                                              "a-future-kernel": 2.0}))),
     Situation("policy-export-kernel-newline", 4, "kbench export of a policy whose kernel name holds a newline",
               "kbench export P.json --out sel.py", 2, rf"{_P_CELL}kernel 'evil\\nkernel' holds a character",
               _edited_policy(lambda g: _policy_cell(g).update(kernel="evil\nkernel")), _nothing_written("sel.py")),
