@@ -19,6 +19,10 @@ from kbench.errors import BadInput
 from kbench.values import SEED_MAX, int_in
 from kbench.report.policy import FILTER_AXES, Lookup
 
+# what heads_text reads of a case (the attention kind and the head axes, MLA's too)
+HEAD_COLUMNS = ("attention", "num_qo_heads", "num_kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim",
+                "qk_nope_head_dim")
+
 
 @dataclass
 class Regret:
@@ -55,16 +59,18 @@ def regret(policy: dict, ok_rows: pd.DataFrame, cases: pd.DataFrame, label: str)
     times = {(k, c): float(m) for k, c, m in zip(ok_rows["kernel"].tolist(), ok_rows["case_id"].tolist(),
                                                   ok_rows["median_us"].tolist())}
     lookup = Lookup(policy)  # one group selection and index per group, not per case
+    present = [a for a in FILTER_AXES if a in cases.columns]
+    head_cols = [c for c in HEAD_COLUMNS if c in cases.columns]
     recs = []
     for r in itertuples(cases):
         rec = {"case_id": r.case_id, "best": r.winner, "best_us": float(r.winner_us), "chosen": None,
                "chosen_us": None, "regret_pct": None, "interpolated": None, "extrapolated": None}
         # the case's own group: its realistic axes and timing state too (a run with both power states, or
         # several KV distributions, has one group per value, and the case is judged in its own)
-        filters = {a: str(getattr(r, a)) for a in FILTER_AXES if a in cases.columns}
+        filters = {a: str(getattr(r, a)) for a in present}
         try:
             ans = lookup(r.batch_size, r.q_len, r.kv_len, extrapolate=True,
-                         heads=heads_text(r._asdict()), dtype=r.dtype,
+                         heads=heads_text({c: getattr(r, c) for c in head_cols}), dtype=r.dtype,
                          kv_dtype=r.kv_dtype, page_size=int(r.page_size), kv_layout=r.kv_layout, **filters)
         except BadInput:  # no group in the policy for this case's heads, dtypes, axes or state
             recs.append(rec)
