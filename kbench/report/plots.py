@@ -58,9 +58,10 @@ def plot_groups(cases: pd.DataFrame, limit: int | None) -> tuple[set[tuple] | No
     return {keys[i] for i in sorted(range(len(keys)), key=lambda i: (off[i], i))[:limit]}, len(keys)
 
 
-def _save(fig: Figure, path: Path, tight: bool = True) -> Path:
-    """tight=False for a figure whose constrained layout already fits it (bbox_inches="tight" draws it twice)."""
-    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, bbox_inches="tight" if tight else None))
+def _save(fig: Figure, path: Path) -> Path:
+    """Every figure here is laid out by matplotlib's constrained layout, which fits it (bbox_inches="tight" drew it
+    once more to measure it)."""
+    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI))
     return path
 
 
@@ -139,7 +140,7 @@ def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path, only: set[tuple] | None
         cb.set_ticks(list(ticks), labels=[f"{2 ** t:.3g}x" for t in ticks])
         fig.suptitle(f"Decode vs context speedup, {label}   (blue: decode faster, red: context faster, "
                      f"'=' tie, '-' one path missing)", fontsize=11)
-        out.append(_save(fig, out_dir / f"{safe_name('speedup-heatmap-' + label)}.png", tight=False))
+        out.append(_save(fig, out_dir / f"{safe_name('speedup-heatmap-' + label)}.png"))
     return out
 
 
