@@ -166,6 +166,9 @@ def _per_case(rows: pd.DataFrame | None, column: str) -> dict[str, dict[str, flo
         return {}
     out: dict[str, dict[str, float]] = {}
     values = pd.to_numeric(rows[column], errors="coerce")
+    have = values.notna().to_numpy()
+    if not have.all():  # the rows without a value left out at once (the routes' columns are empty in most runs)
+        rows, values = rows[have], values[have]
     for cid, kernel, v in zip(rows["case_id"].tolist(), rows["kernel"].tolist(), values.tolist()):
         if v == v:  # not NaN
             out.setdefault(str(cid), {})[str(kernel)] = round(float(v), 4)
