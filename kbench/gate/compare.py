@@ -372,9 +372,13 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
                      f"({_band_why(noise, k)})")
         return base
 
+    read = []
+
     def noise_test(p_value=None) -> None:
         """p_value: how the Mann-Whitney p is had (stats.is_worse)."""
-        mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)  # only the rows tested read them
+        if not read:  # only the rows tested read their samples, once
+            mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)
+            read.append(True)
         verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction, p_value)
         base.method, base.p_value = verdict.method, verdict.p_value
         limit = f"{band:.1%}" + (f" ({_band_why(noise, k)})" if band > threshold else "")

@@ -79,8 +79,10 @@ def broken(row: dict, metric: Metric) -> str | None:
 def samples_of(row: dict, metric: Metric) -> list[float]:
     """The row's samples of the metric (its finite values; [] without any)."""
     raw = row.get(metric.samples_column) if metric.samples_column else None
-    return [f for f in (finite(x) for x in (list(raw) if raw is not None and not isinstance(raw, (str, float))
-                                         else [])) if f is not None]
+    values = list(raw) if raw is not None and not isinstance(raw, (str, float)) else []
+    if all(type(x) is float for x in values):  # as a run's file holds them: no conversion to try
+        return [x for x in values if math.isfinite(x)]
+    return [f for f in (finite(x) for x in values) if f is not None]
 
 
 def measurement(row: dict, metric: Metric, with_samples: bool = True) -> GateValue | None:

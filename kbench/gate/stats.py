@@ -46,10 +46,19 @@ def _min_p(n: int, m: int) -> float:
 
 
 def mann_whitney_p(x: list[float], y: list[float], alternative: str) -> float:
-    """The p of scipy's Mann-Whitney U test of x against y (method auto)."""
+    """The p of scipy's Mann-Whitney U test of x against y (method auto), for finite samples. scipy's test is
+    wrapped by its NaN-policy and broadcasting layer, half the cost of a call on one pair of short samples (the
+    gate runs 2,000 at 300,000 rows); finite 1-D samples need none of it, so the test itself is called where scipy
+    exposes it (the wrapper's __wrapped__), the same computation (tests/test_gate_stats.py checks the p against the
+    public call)."""
     from scipy.stats import mannwhitneyu  # imported here: scipy.stats takes most of a second to import
 
-    return float(mannwhitneyu(x, y, alternative=alternative).pvalue)
+    test = getattr(mannwhitneyu, "__wrapped__", None)
+    if test is None:
+        return float(mannwhitneyu(x, y, alternative=alternative).pvalue)
+    import numpy as np
+
+    return float(test(np.asarray(x, dtype=float), np.asarray(y, dtype=float), alternative=alternative).pvalue)
 
 
 class MannWhitneyBatch:
