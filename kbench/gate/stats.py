@@ -80,21 +80,23 @@ class MannWhitneyBatch:
     def compute(self) -> None:
         import numpy as np
 
-        p: list[float | None] = [None] * len(self.asked)
-        sized: dict[tuple, list[int]] = {}
+        batches: dict[tuple, list[int]] = {}
         for i, (x, y, alt) in enumerate(self.asked):
-            if len(x) > 8 and len(y) > 8:
-                sized.setdefault((len(x), len(y), alt), []).append(i)
-            else:
-                p[i] = mann_whitney_p(x, y, alt)
-        if sized:
+            # over 8 samples a side scipy's auto method is the asymptotic one whatever the ties: one batch a size
+            key = (len(x), len(y), alt) if len(x) > 8 and len(y) > 8 else ("alone", i)
+            batches.setdefault(key, []).append(i)
+        p: list[float] = [0.0] * len(self.asked)
+        for rows in batches.values():
+            if len(rows) == 1:
+                p[rows[0]] = mann_whitney_p(*self.asked[rows[0]])
+                continue
             from scipy.stats import mannwhitneyu
 
-            for (_, _, alt), rows in sized.items():
-                res = mannwhitneyu(np.array([self.asked[i][0] for i in rows], dtype=float),
-                                   np.array([self.asked[i][1] for i in rows], dtype=float), alternative=alt, axis=1)
-                for i, v in zip(rows, np.atleast_1d(res.pvalue).tolist()):
-                    p[i] = float(v)
+            res = mannwhitneyu(np.array([self.asked[i][0] for i in rows], dtype=float),
+                               np.array([self.asked[i][1] for i in rows], dtype=float),
+                               alternative=self.asked[rows[0]][2], axis=1)
+            for i, v in zip(rows, np.atleast_1d(res.pvalue).tolist()):
+                p[i] = float(v)
         self.p, self.read = p, 0
 
     def answer(self, x: list[float], y: list[float], alternative: str) -> float:
