@@ -333,7 +333,10 @@ def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int
     if kind == "sweep" and len(df):
         _fill_axes(df)
     for c in list_columns:
-        df[c] = df[c].map(lambda v: float_list(v, c))
+        if df[c].isna().all():  # read without its lists (lists=False) or never written: every cell []
+            df[c] = [[] for _ in range(len(df))]
+        else:
+            df[c] = df[c].map(lambda v: float_list(v, c))
     return check_rows(df, kind, where or "rows", lines)
 
 
