@@ -25,6 +25,11 @@ Generated runs are kept under --dir (default /tmp/kbench-scale) and reused when 
 The figures before the scale fixes came from the same command with --pythonpath pointing at the commit before
 them (2 cores shared with other work, load average about 12): report 708 s of CPU (4,095 s wall), 1,610 MiB,
 919 lines; gate 222 s of CPU (947 s wall), 2,104 MiB, 726 lines.
+At 301,056 rows (--cases-scale 3.0), on the 2-core CPU machine of 2026-12-05, wall s / peak MiB: report Parquet
+16.9 / 1,194, journal only 19.0 / 1,286; gate Parquet 9.4 / 896, journal only 12.2 / 1,061 (the first measurement
+of issue #40, journal only: report 144 s / 5.1 GB, gate 52 s / 4.7 GB). The machine's speed moved by a third that
+day (the same command minutes apart); its slowest runs gave report 18.5-26 s Parquet, 23-30 s journal only, gate
+14-16 s Parquet, 17-20 s journal only.
 """
 from __future__ import annotations
 
