@@ -224,7 +224,7 @@ def run_noise_of(base_recs: "Records", noise_floor: float = 0.0) -> list[RunNois
                 groups.setdefault(g, []).append(rs)
     pooled = {g: float(median(v)) for g, v in groups.items()}
     shared: dict[tuple, RunNoise] = {}  # rows without a run_spread of one pooled noise share one (frozen) RunNoise
-    out: list[RunNoise | None] = [None] * base_recs.rows
+    out: list[RunNoise | None] = [None] * base_recs.row_count
     for i, g in group_of.items():
         p = max(pooled.get(g, 0.0), noise_floor)
         if i in own:
@@ -286,9 +286,10 @@ class Records:
     as a dict, made for the rows the comparison's general path reads; a GateRun's samples stay in its file until a
     row's noise test reads them."""
 
-    def __init__(self, columns: dict[str, list], index: dict[tuple, int], samples=None, pos=None, rows: int = 0):
+    def __init__(self, columns: dict[str, list], index: dict[tuple, int], samples=None, pos=None,
+                 row_count: int = 0):
         self.columns, self.index, self.samples, self.pos = columns, index, samples, pos
-        self.rows = rows  # rows read (a repeated key's earlier rows among them)
+        self.row_count = row_count  # rows read (a repeated key's earlier rows among them)
 
     def __len__(self) -> int:
         return len(self.index)
