@@ -12,7 +12,7 @@ import pytest
 from report_synth import DECODE, FA2, case, cli, demo_rows, row, write_run
 
 from kbench.errors import BadInput
-from kbench.runs.store import JOURNAL, PARQUET, load_run, parquet_current, read_manifest
+from kbench.runs.store import JOURNAL, PARQUET, load_run, parquet_current, read_journal, read_manifest
 
 
 def test_rows_without_lists_are_the_rows_less_samples(tmp_path):
@@ -191,3 +191,15 @@ def test_gate_reads_the_samples_of_a_journal_only_run_from_the_journal(tmp_path)
     rows = load_run(cand).rows
     js = JournalList(bare / JOURNAL, "samples_us")
     assert js.row(len(rows) - 1) == rows["samples_us"].iloc[-1] and js.row(0) == rows["samples_us"].iloc[0]
+    # a journal edited by hand (blank and white-space lines, a row indented, CRLF, no newline at the end) is read
+    # row for row as read_journal reads it, in blocks small enough to cut lines, and in one block
+    lines = (bare / JOURNAL).read_bytes().splitlines()
+    edited = tmp_path / "edited.jsonl"
+    edited.write_bytes(b"\n".join([lines[0], b"", b"   ", lines[1] + b"\r", b"  " + lines[2], b"\t\n",
+                                    *lines[3:]]))
+    want = read_journal(edited)["samples_us"].tolist()
+    for block in (64, 1 << 20):
+        js = JournalList(edited, "samples_us")
+        js.BLOCK = block
+        js.read(range(len(want) + 2))  # two rows past the end: none
+        assert [js.row(i) for i in range(len(want) + 2)] == want + [[], []]
