@@ -60,8 +60,9 @@ def plot_groups(cases: pd.DataFrame, limit: int | None) -> tuple[set[tuple] | No
 
 def _save(fig: Figure, path: Path) -> Path:
     """Every figure here is laid out by matplotlib's constrained layout, which fits it (bbox_inches="tight" drew it
-    once more to measure it)."""
-    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI))
+    once more to measure it). PNG at zlib level 1: a tall heatmap (10 megapixels) compresses in two thirds of the
+    time of level 6, for 8% more bytes."""
+    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, pil_kwargs={"compress_level": 1}))
     return path
 
 
