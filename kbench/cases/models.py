@@ -49,6 +49,10 @@ class HeadConfig:
         return {"num_qo_heads": self.num_qo_heads, "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
 
 
+# what heads_text reads of a group or row: the attention kind and the head axes (MLA's too)
+HEAD_FIELDS = ("attention", "num_qo_heads", "num_kv_heads", "head_dim", *mla.SHAPE_FIELDS)
+
+
 def heads_text(g) -> str:
     """The --heads spelling of a group or row (a mapping of the head axes; one without attention is GQA)."""
     if g.get("attention", "gqa") == "mla":

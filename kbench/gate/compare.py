@@ -54,7 +54,7 @@ from kbench.runs.manifest import GATE, comparable, hardware_of, num_runs
 from kbench.runs.store import release_memory
 from kbench.gate.loading import RowSamples, load_for_gate, read_samples
 from kbench.gate.metrics import Metric, broken, key_columns, measurement, metrics_for, samples_of
-from kbench.gate.stats import MannWhitneyBatch, is_worse
+from kbench.gate.stats import is_worse
 from kbench.runs.winners import case_winners
 
 DEFAULT_THRESHOLD = 0.05
@@ -294,9 +294,6 @@ class Records:
     def __len__(self) -> int:
         return len(self.index)
 
-    def __contains__(self, key) -> bool:
-        return key in self.index
-
     def column(self, name: str, default=None) -> list:
         """The column's values by row; ``default`` in every row where the rows lack it (as dict.get gives)."""
         col = self.columns.get(name)
@@ -307,10 +304,6 @@ class Records:
         if self.samples is not None:
             rec["samples_us"] = RowSamples(self.samples, self.pos[i])
         return rec
-
-    def get(self, key) -> dict | None:
-        i = self.index.get(key)
-        return None if i is None else self.record(i)
 
 
 class _Constant:
@@ -373,14 +366,9 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
                      f"({_band_why(noise, k)})")
         return base
 
-    read = []
-
-    def noise_test(p_value=None) -> None:
-        """p_value: how the Mann-Whitney p is had (stats.is_worse)."""
-        if not read:  # only the rows tested read their samples, once
-            mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)
-            read.append(True)
-        verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction, p_value)
+    def noise_test() -> None:
+        mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)  # only the rows tested read them
+        verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
         base.method, base.p_value = verdict.method, verdict.p_value
         limit = f"{band:.1%}" + (f" ({_band_why(noise, k)})" if band > threshold else "")
         if not verdict.beyond_noise:
@@ -428,7 +416,7 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
                 passed.append((m.name, vb, vc, ch))
             else:
                 n = (noise[i] if noise else None) or NO_NOISE
-                band = max(threshold, k * n.pooled, n.own or 0.0)  # max(threshold, n.band(k))
+                band = max(threshold, n.band(k))
                 for name, vb, vc, ch in passed:
                     results.append(RowResult(key, kernel, case_id, name, "pass", False, "ok", "ok", vb, vc, ch, None,
                                              None, "within threshold", n.pooled, n.own, band))
@@ -471,14 +459,8 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
             results.append(RowResult(key, str(key.get("kernel", "")), str(rc.get("case_id")), None, "new", False,
                                      None, status(rc), note="not in the baseline"))
     read_samples([s for _, samples in tests for s in samples])
-    # each test in two passes: the first says which Mann-Whitney p it needs, which are then computed a batch at a
-    # time (scipy's cost per call was most of a 300,000-row gate's 2,000 tests); the second decides with them
-    batch = MannWhitneyBatch()
     for noise_test, _ in tests:
-        noise_test(batch.ask)
-    batch.compute()
-    for noise_test, _ in tests:
-        noise_test(batch.answer)
+        noise_test()
     return results
 
 

@@ -4,24 +4,13 @@ json's Python encoder, took 20 s and 2.6 GB), written as it is made."""
 from __future__ import annotations
 
 import json
-import math
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 from kbench.runs import atomic
 from kbench.values import json_safe
-from kbench.gate.compare import GateResult, RowResult
-
-
-def _row(r: RowResult) -> dict:
-    """r.to_dict() as json_safe() makes it (NaN and infinities as null), without walking every value."""
-    d = r.to_dict()
-    d["key"] = json_safe(d["key"])
-    for f, v in d.items():
-        if isinstance(v, float) and not math.isfinite(v):
-            d[f] = None
-    return d
+from kbench.gate.compare import GateResult
 
 
 def chunks(res: GateResult) -> Iterator[str]:
@@ -36,7 +25,7 @@ def chunks(res: GateResult) -> Iterator[str]:
     before, after = text.split(f'"{mark}"')
     yield before
     for i, r in enumerate(res.rows):
-        yield (",\n    " if i else "") + json.dumps(_row(r), default=str)
+        yield (",\n    " if i else "") + json.dumps(json_safe(r.to_dict()), default=str)
     yield after
 
 

@@ -61,59 +61,15 @@ def mann_whitney_p(x: list[float], y: list[float], alternative: str) -> float:
     return float(test(np.asarray(x, dtype=float), np.asarray(y, dtype=float), alternative=alternative).pvalue)
 
 
-class MannWhitneyBatch:
-    """Many tests' p, computed a batch at a time: ``ask`` takes a test's samples (and answers a placeholder), once
-    every test has asked ``compute`` runs them, and ``answer`` then gives each p in the order asked. Tests with more
-    than 8 samples a side (where scipy's auto method is the asymptotic one whatever the ties) of one size and
-    alternative go in one call along an axis, which gives each row the p its own call gives; the others are run
-    one by one."""
-
-    def __init__(self):
-        self.asked: list[tuple[list[float], list[float], str]] = []
-        self.p: list[float] = []
-        self.read = 0
-
-    def ask(self, x: list[float], y: list[float], alternative: str) -> float:
-        self.asked.append((x, y, alternative))
-        return 1.0
-
-    def compute(self) -> None:
-        import numpy as np
-
-        batches: dict[tuple, list[int]] = {}
-        for i, (x, y, alt) in enumerate(self.asked):
-            # over 8 samples a side scipy's auto method is the asymptotic one whatever the ties: one batch a size
-            key = (len(x), len(y), alt) if len(x) > 8 and len(y) > 8 else ("alone", i)
-            batches.setdefault(key, []).append(i)
-        p: list[float] = [0.0] * len(self.asked)
-        for rows in batches.values():
-            if len(rows) == 1:
-                p[rows[0]] = mann_whitney_p(*self.asked[rows[0]])
-                continue
-            from scipy.stats import mannwhitneyu
-
-            res = mannwhitneyu(np.array([self.asked[i][0] for i in rows], dtype=float),
-                               np.array([self.asked[i][1] for i in rows], dtype=float),
-                               alternative=self.asked[rows[0]][2], axis=1)
-            for i, v in zip(rows, np.atleast_1d(res.pvalue).tolist()):
-                p[i] = float(v)
-        self.p, self.read = p, 0
-
-    def answer(self, x: list[float], y: list[float], alternative: str) -> float:
-        self.read += 1
-        return self.p[self.read - 1]
-
-
 def is_worse(base: GateValue, cand: GateValue, higher_is_better: bool, alpha: float,
-             direction: str, p_value=None) -> NoiseVerdict:
-    """Is ``cand`` worse (direction="worse") or better ("better") than ``base`` beyond noise? p_value(x, y,
-    alternative): how the Mann-Whitney p is had (mann_whitney_p; a MannWhitneyBatch's ask or answer)."""
+             direction: str) -> NoiseVerdict:
+    """Is ``cand`` worse (direction="worse") or better ("better") than ``base`` beyond noise?"""
     cand_larger = (direction == "worse") != higher_is_better  # for time, worse = larger
     bs = [x for x in base.samples if x is not None and math.isfinite(x)]
     cs = [x for x in cand.samples if x is not None and math.isfinite(x)]
     if len(bs) >= 2 and len(cs) >= 2 and _min_p(len(bs), len(cs)) < alpha:
         alt = "greater" if cand_larger else "less"
-        p = (p_value or mann_whitney_p)(cs, bs, alt)
+        p = mann_whitney_p(cs, bs, alt)
         return NoiseVerdict("mann-whitney", p < alpha, p)
     if None not in (base.low, base.high, cand.low, cand.high):
         disjoint = cand.low > base.high if cand_larger else cand.high < base.low

@@ -13,15 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kbench.cases.models import heads_text
+from kbench.cases.models import HEAD_FIELDS, heads_text
 from kbench.frames import itertuples
 from kbench.errors import BadInput
 from kbench.values import SEED_MAX, int_in
 from kbench.report.policy import FILTER_AXES, Lookup
-
-# what heads_text reads of a case (the attention kind and the head axes, MLA's too)
-HEAD_COLUMNS = ("attention", "num_qo_heads", "num_kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim",
-                "qk_nope_head_dim")
 
 
 @dataclass
@@ -60,7 +56,7 @@ def regret(policy: dict, ok_rows: pd.DataFrame, cases: pd.DataFrame, label: str)
                                                   ok_rows["median_us"].tolist())}
     lookup = Lookup(policy)  # one group selection and index per group, not per case
     present = [a for a in FILTER_AXES if a in cases.columns]
-    head_cols = [c for c in HEAD_COLUMNS if c in cases.columns]
+    head_cols = [c for c in HEAD_FIELDS if c in cases.columns]
     recs = []
     for r in itertuples(cases):
         rec = {"case_id": r.case_id, "best": r.winner, "best_us": float(r.winner_us), "chosen": None,
