@@ -118,20 +118,8 @@ def render(res, console: Console, show_all: bool, max_rows: int | None = None) -
         more = f", ... {len(res.winner_ties) - len(ties)} more" if len(ties) < len(res.winner_ties) else ""
         console.print(escape(f"{len(res.winner_ties)} winner flip(s) within the run-to-run spread, counted as "
                              f"ties: {', '.join(ties)}{more}"), style="dim")
-    console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {noise_line(res)}"))
-    if res.kind == "server-bench":
-        from kbench.gate.ab import ab_answer
-
-        console.print(escape("A/B: " + ab_answer(res.rows)))
-    console.print(f"[{'bold green' if res.passed else 'bold red'}]{res.summary_line()}[/]")
-
-
-def noise_line(res) -> str:
-    """threshold, alpha and the run-to-run noise settings, one line."""
-    runs = f"baseline of {res.baseline_runs} run{'s' if res.baseline_runs != 1 else ''}"
-    band = f"band max(threshold, {res.run_spread_k:g} x run noise, run spread)"
-    floor = f", noise floor {res.noise_floor:.1%}" if res.noise_floor else ""
-    return f"threshold {res.threshold:.1%}, alpha {res.alpha:g}; {runs}, {band}{floor}"
+    console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {res.noise_used}"))
+    console.print(escape(res.summary_line()), style="bold green" if res.passed else "bold red")
 
 
 @click.command("gate", help=GATE_HELP, epilog=examples(
