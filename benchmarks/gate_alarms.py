@@ -1,9 +1,10 @@
 """False-alarm and miss rates of the server gate on a real (CPU) vLLM server: how often `kbench gate` fails an A/A
 pair (nothing changed), quiet and with a competing CPU load during one side, and how often it catches a real
 slowdown of 10% and 25%, for the plain procedure (two server-bench runs, one after the other) and the interleaved
-one (one server-bench run alternating A and B in ABBA order, gated as paired samples).
+one (one server-bench run alternating A and B in ABBA order, gated as paired samples); procedure baseline3 gates
+one run of B against a baseline of three runs of A (kbench baseline: the run-to-run spread widens the band).
 
-    python benchmarks/gate_alarms.py [--pairs 20] [--procedures plain,interleaved] [--out DIR]
+    python benchmarks/gate_alarms.py [--pairs 20] [--procedures plain,interleaved,baseline3] [--out DIR]
         [--url URL]                      # a running vLLM server (default: start the tests' CPU server)
         [--pythonpath DIR]               # import kbench from DIR (e.g. a checkout of the commit before)
 
@@ -142,7 +143,26 @@ def plain_pair(pa, pb, out: Path, load: Load | None, repeat: int) -> tuple:
         if load:
             load.stop()
     res = run_gate(a.run_dir, b.run_dir)
+    res.sides = (a.run_dir, b.run_dir)
     return res, time.monotonic() - t0
+
+
+def baseline3_pair(pa, pb, out: Path, load: Load | None, repeat: int) -> tuple:
+    """Three runs of A pooled into a baseline (kbench baseline), then one run of B gated against it."""
+    from kbench.gate import run_gate, write_multi_baseline
+    from kbench.server import run_server_bench
+
+    t0 = time.monotonic()
+    runs = [run_server_bench(config(pa.url, f"a{i}", out, repeat)).run_dir for i in range(3)]
+    base, _, _ = write_multi_baseline(runs, "a3", out / "baselines")
+    if load:
+        load.start()
+    try:
+        b = run_server_bench(config(pb.url, "b", out, repeat))
+    finally:
+        if load:
+            load.stop()
+    return run_gate(base, b.run_dir), time.monotonic() - t0
 
 
 def interleaved_pair(pa, pb, out: Path, load: Load | None, repeat: int, est_s: float) -> tuple:
@@ -160,7 +180,23 @@ def interleaved_pair(pa, pb, out: Path, load: Load | None, repeat: int, est_s: f
             timer.cancel()
             load.stop()
     res = run_gate(ab.a.run_dir, ab.b.run_dir)
+    res.sides = (ab.a.run_dir, ab.b.run_dir)
     return res, time.monotonic() - t0
+
+
+def samples(res) -> dict:
+    """Each case's latency and TTFT samples on A and on B (kept in pairs.jsonl, to study the rule offline)."""
+    from kbench.runs.store import load_run
+
+    if not getattr(res, "sides", None):
+        return {}
+    out = {}
+    for side, d in zip("ab", res.sides):
+        for rec in load_run(d).rows.to_dict("records"):
+            for m in ("latency", "last_ttft", "output_throughput"):
+                out.setdefault(rec["case_id"], {}).setdefault(m, {})[side] = [round(float(x), 6) for x in
+                                                                            (rec.get(f"{m}_samples") or [])]
+    return out
 
 
 def calibrate(pa, out: Path) -> dict:
@@ -233,6 +269,8 @@ def main(argv=None) -> int:
                     ld = load if cond == "aa-load" else None
                     if proc == "plain":
                         res, secs = plain_pair(pa, pb, d, ld, a.repeat_plain)
+                    elif proc == "baseline3":
+                        res, secs = baseline3_pair(pa, pb, d, ld, a.repeat_plain)
                     else:
                         res, secs = interleaved_pair(pa, pb, d, ld, a.repeat_interleaved,
                                                      est.get("interleaved", 30.0))
@@ -241,7 +279,8 @@ def main(argv=None) -> int:
                     rec = {"procedure": proc, "condition": cond, "pair": i, "passed": res.passed,
                            "verdict": verdict(res), "seconds": round(secs, 1), "load_avg": round(os.getloadavg()[0], 2),
                            "regressions": [f"{r.case_id} {r.metric} {r.change:+.1%} ({r.note})"
-                                           for r in res.rows if r.outcome == "regression"]}
+                                           for r in res.rows if r.outcome == "regression"],
+                           "samples": samples(res)}
                     results.append(rec)
                     log.write(json.dumps(rec) + "\n")
                     log.flush()

@@ -5,7 +5,7 @@ B = candidate): the gate's rows, per case, read as one answer, e.g.
     noise in the other 1. Rows: 2 regression, 8 within-noise
 
 It is the gate's own decision (not a second rule): a case is **slower** when any of its metrics is a regression
-(the rows that fail the gate), **failed** when a row of it fails otherwise (invalid, failed, missing, ...),
+(the rows that fail the gate), **fails** when a row of it fails otherwise (invalid, failed, missing, ...),
 **faster** when none fails and at least one improved beyond the band and noise, else **within noise**. The figures
 are the failing (improved) rows' changes, as the table lists them. PASS exactly when the gate passes.
 
@@ -46,13 +46,12 @@ class GroupAnswer:
         n = len(self.cases)
         noun = f"{self.name} case{'s' if n != 1 else ''}"
         if not (self.slower or self.failed or self.faster):
-            return f"within noise in the {noun} ({n})"
+            return f"is within noise in the {noun} ({n})"
         parts = []
-        for word, d in (("slower", self.slower), ("failed", self.failed), ("faster", self.faster)):
+        for verb, d in (("is slower", self.slower), ("fails", self.failed), ("is faster", self.faster)):
             if d:
                 which = ("the" if n == 1 else f"all {n}") if len(d) == n else f"{len(d)} of the {n}"
-                what = f"{word} in {which} {noun}" if word != "failed" else f"failed in {which} {noun}"
-                parts.append(f"{what} ({_detail(d)})")
+                parts.append(f"{verb if not parts else verb.removeprefix('is ')} in {which} {noun} ({_detail(d)})")
         rest = n - len(self.slower) - len(self.failed) - len(self.faster)
         return ", ".join(parts) + (f", within noise in the other {rest}" if rest else "")
 
@@ -100,9 +99,9 @@ def ab_answer(rows) -> str:
         return "B is within noise of A in every case (" + ", ".join(f"{len(g.cases)} {g.name}" for g in groups) + ")."
     changed.sort(key=lambda g: (not (g.slower or g.failed)))  # what fails the gate first
     first, *others = changed + [g for g in groups if g not in changed]
-    text = "B is " + first.phrase()
+    text = "B " + first.phrase()
     if others:
-        text += "; " + "; ".join(o.phrase() for o in others)
+        text += "; " + "; ".join(o.phrase().removeprefix("is ") for o in others)
     return text + "."
 
 

@@ -5,8 +5,10 @@ the i-th ratio ``b_i / a_i`` is free of whatever the machine did at that moment 
 Per case and metric:
 
     change = exp(median_i log(b_i / a_i)) - 1     the paired estimate (what the table shows)
-    beyond noise: one-sided Wilcoxon signed-rank test of the log ratios (scipy.stats.wilcoxon, exact for
-                  the few rounds kbench runs), p < alpha
+    beyond noise: one-sided Wilcoxon signed-rank test (scipy.stats.wilcoxon, exact for the few rounds kbench
+                  runs) that the log ratios exceed log(1 + threshold): p < alpha. H0 is "changed by at most
+                  the threshold", so an A/A pair whose rounds scatter around 1 cannot fail by chance as easily
+                  as with H0 "no change"
 
 and the rest of the rule is the gate's (kbench.gate.compare): regression iff worse than the threshold and beyond
 noise. With n rounds the exact test cannot go below 1 / 2**n, so alpha 0.01 needs 7 rounds or more (the gate
@@ -64,12 +66,16 @@ def paired_change(base: list[float], cand: list[float]) -> float | None:
 
 
 def paired_verdict(base: list[float], cand: list[float], higher_is_better: bool, alpha: float,
-                   direction: str) -> NoiseVerdict:
-    """Is ``cand`` worse (direction="worse") or better than ``base`` beyond noise, round by round?"""
+                   direction: str, threshold: float = 0.0) -> NoiseVerdict:
+    """Is ``cand`` worse (direction="worse") or better than ``base`` by more than ``threshold``, beyond noise, round
+    by round? The signed-rank test of the log ratios shifted by the threshold: H0 is a change of at most the
+    threshold, not of zero, so a difference the threshold allows is never what the test finds."""
     from scipy.stats import wilcoxon  # imported here: scipy.stats takes most of a second to import
 
-    d = [math.log(c / b) for b, c in zip(base, cand) if b > 0 and c > 0]
     cand_larger = (direction == "worse") != higher_is_better
+    # the candidate larger by more than the threshold: b / a > 1 + threshold; smaller: b / a < 1 / (1 + threshold)
+    shift = math.log1p(threshold) if cand_larger else -math.log1p(threshold)
+    d = [math.log(c / b) - shift for b, c in zip(base, cand) if b > 0 and c > 0]
     if len(d) < 2 or not any(d):
         return NoiseVerdict("wilcoxon", False, 1.0)
     p = float(wilcoxon(d, alternative="greater" if cand_larger else "less").pvalue)
