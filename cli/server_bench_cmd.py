@@ -150,10 +150,12 @@ SGLang's own command line runs as is: lists space-separated (--batch-size 1 4 16
 (rows kept, the run marked interrupted, --resume finishes it).
 
 \b
-A/B of a server setting: run the same cases before and after the change with --repeat 5, then
-  kbench gate --baseline RUN_A --candidate RUN_B --markdown ab.md
-(the noise-aware gate per case and metric, and a one-line answer: B is x% faster in the decode-heavy
-cases, within noise elsewhere).
+A/B of a server setting, on a shared machine: A and B interleaved in one run, round by round (ABBA),
+  kbench server-bench --url A_URL --url-b B_URL ... --repeat 10 --run-name ab
+  (one server: --switch-command 'bash switch.sh {side}' switches it between the rounds), then
+  kbench gate --baseline results/server-bench-ab-a-* --candidate results/server-bench-ab-b-*
+which compares the rounds as pairs and ends with one verdict, e.g. FAIL: B is slower in 1 of the
+2 decode-heavy cases (bs1-in64-out16: latency +12.0%, ...).
 """
 
 EPILOG = """\b
@@ -161,6 +163,8 @@ Examples:
   kbench server-bench --base-url http://127.0.0.1:30000 --batch-size 1 16 64 --input-len 1024 --output-len 8
   kbench server-bench --url http://127.0.0.1:8000 --api-key-file key.txt --batch-size 1..8*2 --prompt-pattern repeat:5 --repeat 5
   kbench server-bench --resume results/server-bench-default-20250101-120000 --url http://127.0.0.1:8000
+  kbench server-bench --url http://127.0.0.1:30000 --url-b http://127.0.0.1:30001 --batch-size 1 8 --repeat 10 --run-name ab
+  kbench server-bench --url http://127.0.0.1:30000 --switch-command 'bash switch.sh {side}' --repeat 8 --run-name ab
 """
 
 # options a resumed run takes from its own manifest: giving them again would be silently ignored, so refuse

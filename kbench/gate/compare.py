@@ -177,11 +177,12 @@ class GateResult:
         return head + ", ".join(parts)
 
     def to_dict(self, rows: bool = True) -> dict:
-        """Every field (rows: each RowResult.to_dict(); rows=False: an empty list), then passed, exit_code and
-        counts."""
+        """Every field (rows: each RowResult.to_dict(); rows=False: an empty list), then passed, exit_code, counts
+        and the verdict (summary_line)."""
         d = asdict(replace(self, rows=[]))  # asdict of 300,000 rows, copied field by field, took seconds
         d["rows"] = [r.to_dict() for r in self.rows] if rows else []
         d["passed"], d["exit_code"], d["counts"] = self.passed, self.exit_code, self.counts()
+        d["verdict"] = self.summary_line()
         return d
 
 
