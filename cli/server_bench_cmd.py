@@ -161,10 +161,8 @@ which compares the rounds as pairs and ends with one verdict, e.g. FAIL: B is sl
 EPILOG = """\b
 Examples:
   kbench server-bench --base-url http://127.0.0.1:30000 --batch-size 1 16 64 --input-len 1024 --output-len 8
-  kbench server-bench --url http://127.0.0.1:8000 --api-key-file key.txt --batch-size 1..8*2 --prompt-pattern repeat:5 --repeat 5
+  kbench server-bench --url http://127.0.0.1:30000 --url-b http://127.0.0.1:30001 --api-key-file key.txt --batch-size 1..8*2 --repeat 10 --run-name ab
   kbench server-bench --resume results/server-bench-default-20250101-120000 --url http://127.0.0.1:8000
-  kbench server-bench --url http://127.0.0.1:30000 --url-b http://127.0.0.1:30001 --batch-size 1 8 --repeat 10 --run-name ab
-  kbench server-bench --url http://127.0.0.1:30000 --switch-command 'bash switch.sh {side}' --repeat 8 --run-name ab
 """
 
 # options a resumed run takes from its own manifest: giving them again would be silently ignored, so refuse
