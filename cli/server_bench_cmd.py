@@ -320,6 +320,9 @@ class _ABListener(Listener):
         if reason:
             self.console.print(f"  {case.case_id} {side.upper()} failed: {reason}", highlight=False, markup=False)
 
+    def ab_switch(self, side, command):
+        self.console.print(f"  switching the server to {side.upper()}: {command}", highlight=False, markup=False)
+
     def warning(self, message):
         self.console.print(f"warning: {message}", style="yellow", highlight=False, markup=False)
 

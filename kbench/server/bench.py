@@ -206,6 +206,9 @@ class Listener:
                  reason: str) -> None:
         """One batch of an interleaved A/B done (kbench.server.interleave): its latency, or why it failed."""
 
+    def ab_switch(self, side: str, command: str) -> None:
+        """An interleaved A/B of one server runs its switch command to side ``side`` (a or b)."""
+
 
 @dataclass
 class ServerBenchResult:

@@ -103,7 +103,7 @@ class _Switcher:
         if side == self.side:
             return
         cmd = self.config.switch_command.replace("{side}", side)
-        self.ls.warning(f"switching the server to {side.upper()}: {cmd}")
+        self.ls.ab_switch(side, cmd)
         try:
             p = subprocess.run(cmd, shell=True, env={**os.environ, SIDE_ENV: side}, timeout=self.config.switch_timeout)
         except subprocess.TimeoutExpired:
@@ -220,8 +220,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     ids = {c.case_id: runners["a"].case_ids(c) for c in live}  # the same prompts on both sides
     done: dict[tuple[str, str], list[dict]] = {(c.case_id, s): [] for c in live for s in SIDES}
     failed: dict[str, tuple[str, dict]] = {}
-    if mode == "two-servers":
-        _warm(runners, SIDES, live, config, ls, results)
+    _warm(runners, SIDES if mode == "two-servers" else ("a",), live, config, ls, results)  # (switch: A is on)
     for r, ci, side in schedule(len(live), rounds, mode):
         case = live[ci]
         if switcher and switcher.side != side:
