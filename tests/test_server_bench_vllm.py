@@ -231,7 +231,7 @@ def test_ab_spec_off_vs_on_interleaved(vllm_server, vllm_spec_server, tmp_path):
     from kbench.server.interleave import run_interleaved
 
     ab = run_interleaved(ServerBenchConfig(
-        url=vllm_server.url, url_b=vllm_spec_server.url, backend="vllm", batch_sizes=(1,), input_lens=(64, 512),
+        url=vllm_server.url, url_b=vllm_spec_server.url, backend="vllm", batch_sizes=(1,), input_lens=(64, 1024),
         output_lens=(2, 64), prompt_pattern="repeat:5", repeat=7, run_name="ab", out_dir=tmp_path / "r",
         credentials=Credentials(api_key=vllm_spec_server.api_key)))
     assert [r.status for r in ab.a.rows + ab.b.rows] == ["ok"] * 8
@@ -264,7 +264,7 @@ def test_the_readme_server_block_runs_as_written(vllm_server, tmp_path):
     from pathlib import Path
     from test_readme import blocks
 
-    (block,) = blocks("server")
+    ((_, block),) = blocks("server")
     lines = [ln.split("  #")[0].strip() for ln in block if ln.startswith("kbench ")]
     assert any("--url-b" in ln for ln in lines) and lines[-1].startswith("kbench gate")
     bindir = Path(sys.executable).parent
