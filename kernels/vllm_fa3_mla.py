@@ -65,7 +65,6 @@ class VllmFa3Mla(MlaKernel):
             raise ValueError(f"call: 'vllm' or 'sglang', got {call!r}")
         self.call = call
         self.name = "vllm-fa3-mla" if call == "vllm" else "vllm-fa3-mla-sgl-call"
-        self.kv_dtypes = ("bf16", "fp16") if call == "vllm" else ("bf16", "fp16", "fp8")
         self.description = (
             f"vLLM {VLLM_VERSION}'s FA3 absorbed MLA (_vllm_fa3_C.fwd with q_v), " + (
                 "called as vLLM's FLASH_ATTN_MLA: AOT scheduler metadata (headdim 64, headdim_v 512, 1 KV head), "
@@ -91,7 +90,7 @@ class VllmFa3Mla(MlaKernel):
         return load_fa3()[1] if load_fa3()[0] is None else None
 
     def named_problem(self, kv_dtypes):
-        if kv_dtypes and set(kv_dtypes) <= {"fp8"} and "fp8" not in self.kv_dtypes:
+        if kv_dtypes and set(kv_dtypes) <= {"fp8"} and self.call == "vllm":
             return f"an fp8 KV cache: {VLLM_FP8_REFUSAL}; measure vllm-flashmla (the route) or flashmla for it"
         if _registered() is None and find_library()[0] is None:
             return f"vLLM's FlashAttention-3 library is not installed: {INSTALL_HINT}"
