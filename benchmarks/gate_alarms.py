@@ -14,8 +14,9 @@ start, per case), a fixed delay per response, so latency grows by about the effe
 is one process spinning on one core: during run B of a plain pair (the second half of the pair in time), and
 during the second half of an interleaved run (started when half of its batches are done), the same moment of the
 measurement a CI neighbour would hit. The gate is kbench's own (run_gate with its defaults); an alarm is a
-failing gate (exit 1). Cases are tiny (batch 1 and 2, input 64, output 16) so that 20 pairs of each kind fit in
-about 25 minutes on a 2-core machine. Each pair is one JSON line in OUT/pairs.jsonl (the verdict line kept); the
+failing gate (exit 1). Cases are tiny (batch 1 and 2, input 64, output 16): on the 2-core machine at load average
+10 to 24 (shared with other work), the 80 pairs of one procedure took 9 minutes (plain), 12 (baseline3, 61 pairs)
+and 17 (interleaved, 10 rounds); 40 rounds take about 35 s a pair (docs/gate.md has the figures). Each pair is one JSON line in OUT/pairs.jsonl (the verdict line kept); the
 table at the end is procedure x condition: alarms / pairs, as docs/gate.md shows it.
 """
 from __future__ import annotations
@@ -225,7 +226,7 @@ def main(argv=None) -> int:
     ap.add_argument("--procedures", default="plain,interleaved")
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
     ap.add_argument("--repeat-plain", type=int, default=5, help="repeats per run of the plain procedure")
-    ap.add_argument("--repeat-interleaved", type=int, default=8, help="ABBA rounds of the interleaved procedure")
+    ap.add_argument("--repeat-interleaved", type=int, default=40, help="ABBA rounds of the interleaved procedure")
     ap.add_argument("--url", default=None, help="a running vLLM server (default: start the tests' CPU server)")
     ap.add_argument("--out", default="/tmp/kbench-gate-alarms")
     ap.add_argument("--pythonpath", default=None, help="import kbench from this folder")

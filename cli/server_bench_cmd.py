@@ -151,7 +151,7 @@ SGLang's own command line runs as is: lists space-separated (--batch-size 1 4 16
 
 \b
 A/B of a server setting, on a shared machine: A and B interleaved in one run, round by round (ABBA),
-  kbench server-bench --url A_URL --url-b B_URL ... --repeat 10 --run-name ab
+  kbench server-bench --url A_URL --url-b B_URL ... --repeat 20 --run-name ab
   (one server: --switch-command 'bash switch.sh {side}' switches it between the rounds), then
   kbench gate --baseline results/server-bench-ab-a-* --candidate results/server-bench-ab-b-*
 which compares the rounds as pairs and ends with one verdict, e.g. FAIL: B is slower in 1 of the
@@ -161,7 +161,7 @@ which compares the rounds as pairs and ends with one verdict, e.g. FAIL: B is sl
 EPILOG = """\b
 Examples:
   kbench server-bench --base-url http://127.0.0.1:30000 --batch-size 1 16 64 --input-len 1024 --output-len 8
-  kbench server-bench --url http://127.0.0.1:30000 --url-b http://127.0.0.1:30001 --api-key-file key.txt --batch-size 1..8*2 --repeat 10 --run-name ab
+  kbench server-bench --url http://127.0.0.1:30000 --url-b http://127.0.0.1:30001 --api-key-file key.txt --batch-size 1..8*2 --repeat 20 --run-name ab
   kbench server-bench --resume results/server-bench-default-20250101-120000 --url http://127.0.0.1:8000
 """
 
@@ -176,7 +176,7 @@ _RESUME_OK = {"url", "resume", "api_key", "api_key_file", "header", "header_file
                    "--base-url is SGLang's spelling).")
 @click.option("--url-b", "url_b", default=None, metavar="URL",
               help="Interleaved A/B: B's server (--url is A's). Each case's batches alternate A and B, round by round "
-                   "in ABBA order (--repeat rounds, 8 or more); two run folders, ...-a-TIME and ...-b-TIME, which "
+                   "in ABBA order (--repeat rounds: 7 or more, more on a busy machine); two run folders, ...-a-TIME and ...-b-TIME, which "
                    "kbench gate reads as paired samples. The way to run an A/B on a shared machine.")
 @click.option("--switch-command", default=None, metavar="CMD",
               help="Interleaved A/B of one server: CMD switches it to side {side} (a or b; also $KBENCH_AB_SIDE), "

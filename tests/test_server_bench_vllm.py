@@ -279,7 +279,7 @@ def test_the_readme_server_block_runs_as_written(vllm_server, tmp_path):
         if ln.startswith("kbench gate"):
             assert p.returncode in (0, 1), out
             flat = " ".join(out.split())
-            assert "noise: paired, the 10 ABBA rounds of one interleaved run" in flat
+            assert "noise: paired, the 40 ABBA rounds of one interleaved run" in flat
             assert (" PASS: B " in flat) == (p.returncode == 0) and (" FAIL: B " in flat) == (p.returncode == 1)
             assert (tmp_path / "ab.md").read_text().startswith("## ")
         else:

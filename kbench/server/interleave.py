@@ -20,7 +20,7 @@ Two ways to have A and B:
 
 ``repeat`` is the number of rounds: each case gets that many batches on each side, a flush before each. The
 rounds' pairs are what the gate tests (one-sided Wilcoxon signed-rank on the per-round ratios), so at least
-7 of them are needed to reach alpha 0.01 (kbench.gate.paired.min_rounds); kbench's own figures use 10. Each
+7 of them are needed to reach alpha 0.01 (kbench.gate.paired.min_rounds); more find smaller changes. Each
 side is an ordinary server-bench run folder (``server-bench-NAME-a-TIME``, ``...-b-TIME``) whose manifest's
 ``interleave`` entry names the pair (id, side, order, rounds, mode); its ``<metric>_samples`` are in round
 order. A and B must serve the same model (else
