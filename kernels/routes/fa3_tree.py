@@ -195,14 +195,18 @@ class Fa3TreeRoute(Route):
         self.runs = self._fa3.name
 
     def supports(self, device, case):
-        if case.attention not in self.attentions:
-            return None
-        if case.tree == "chain":
-            return ("chain: SGLang's fa3 verifies a chain (topk 1) in one call, no cascade "
-                    "(flashattention_backend.py:1589-1593): sglang-fa3")
         import dataclasses
 
-        return self.uniform_q_reason(case) or self._fa3.supports(device, dataclasses.replace(case, tree="chain"))
+        if case.attention not in self.attentions:
+            return None
+        reason = self._fa3.supports(device, dataclasses.replace(case, tree="chain"))  # the device, the library first
+        if reason is None and case.tree == "chain":
+            reason = ("chain: SGLang's fa3 verifies a chain (topk 1) in one call, no cascade "
+                      "(flashattention_backend.py:1589-1593): sglang-fa3")
+        return reason or self.uniform_q_reason(case)
+
+    def backend(self, device) -> str:
+        return f"{self.runs} + merge_state"
 
     def jit_key(self, case):
         return ("merge-state",)  # FlashInfer's cascade module: one for every case (FA3 is prebuilt)
