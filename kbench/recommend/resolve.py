@@ -602,3 +602,95 @@ def resolve_current(text: str, family: str, *, engine_table=None, preset: str | 
         return resolve_server_info(text, family, engine_table=engine_table)
     return resolve_line(read_current(text), family, engine_table=engine_table, preset=preset,
                         source=text if text.startswith("@") else "--current")
+
+
+# ---- from a resolved configuration to the settings table -------------------------------------------------
+def setting_for(eng, resolved: Resolved):
+    """The setting of the table (kbench.recommend.settings) that runs what the server resolved to: the same
+    backend at each step (and the environment the setting needs); None when no setting is that configuration."""
+    tree = resolved.spec.topk > 1
+    if resolved.engine == "sglang":  # the setting whose flags name the same slots, when there is one
+        from kbench.recommend.flags import sglang_backends
+
+        named = {k: resolved.fields.get(k.lstrip("-").replace("-", "_"))
+                 for k in ("--prefill-attention-backend", "--decode-attention-backend",
+                           "--speculative-draft-attention-backend")}
+        for s in eng.valid_on(resolved.family, resolved.attention):
+            slots = sglang_backends(s.flags)
+            if (any(slots.get(k) != v for k, v in named.items()) or (s.chains_only and tree)
+                    or any(resolved.env.get(k) != v for k, v in s.env)):
+                continue
+            if _backends_of_setting(eng.engine, s) == resolved.backends and (
+                    not s.env or not any(x.env for x in [s]) or True):
+                if not s.env and any(x.env and _backends_of_setting(eng.engine, x) == resolved.backends
+                                     and not (x.chains_only and tree)
+                                     and all(resolved.env.get(k) == v for k, v in x.env)
+                                     for x in eng.valid_on(resolved.family, resolved.attention)):
+                    continue
+                return s
+    for s in eng.valid_on(resolved.family, resolved.attention):
+        if s.chains_only and tree:
+            continue  # the engine ignores the setting's switch for a tree (the plain backend's setting runs it)
+        if any(resolved.env.get(k) != v for k, v in s.env):
+            continue
+        if _backends_of_setting(eng.engine, s) == resolved.backends and (
+                resolved.engine != "vllm" or _vllm_trtllm(s) in (None, resolved.fields.get("use_trtllm_attention"))):
+            best_env = [x for x in eng.valid_on(resolved.family, resolved.attention)
+                        if x.env and not (x.chains_only and tree) and _backends_of_setting(eng.engine, x) ==
+                        resolved.backends and all(resolved.env.get(k) == v for k, v in x.env)]
+            return best_env[0] if best_env and not s.env else s
+    return None
+
+
+def _vllm_trtllm(s):
+    from kbench.recommend.flags import vllm_backend
+
+    return vllm_backend(s.flags)[1]
+
+
+def _backends_of_setting(engine: str, s) -> dict[str, str]:
+    from kbench.recommend.flags import sglang_backends, vllm_backend
+
+    if engine == "sglang":
+        slots = sglang_backends(s.flags)
+        fields = {k.lstrip("-").replace("-", "_"): v for k, v in slots.items()}
+        mode = next((a.partition("=")[2] or b for a, b in zip(s.flags.split(), s.flags.split()[1:] + [""])
+                     if a.startswith("--speculative-attention-mode")), None)
+        fields["speculative_attention_mode"] = mode or "prefill"
+        if fields.get("attention_backend") is None:
+            p, d = fields.get("prefill_attention_backend"), fields.get("decode_attention_backend")
+            fields["attention_backend"] = p if p == d else None
+        return sglang_slots(fields)
+    backend, _ = vllm_backend(s.flags)
+    return {"verify": backend, "draft_extend": backend}
+
+
+def engine_default(eng, family: str, attention: str, spec, page: int, argv: list[str] | None = None,
+                   env: dict | None = None, model: str | None = None):
+    """(setting, Resolved) the engine runs when no backend is given: the user's own line without its backend flags
+    (argv), or the command kbench prints for this spec config and page size; (None, resolved) when that backend is
+    no setting of the table."""
+    from kbench.recommend.flags import command_line, server_flags
+
+    if argv is None:
+        algo = "mtp" if attention == "mla" else "eagle"
+        argv = ["--model-path" if eng.engine == "sglang" else "--model", "MODEL_PATH",
+                *server_flags(eng.engine, "", spec, page, algorithm=algo)]
+    drop = {"--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
+            "--speculative-draft-attention-backend", "--speculative-attention-mode", "-ac", "--attention-config"}
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name, eq, _ = a.partition("=")
+        if name in drop:
+            skip = not eq
+            continue
+        kept.append(a)
+    line = command_line(eng.engine, kept[2:], model=kept[1]) if kept[:1] in (["--model-path"], ["--model"]) \
+        else command_line(eng.engine, kept)
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+    r = resolve_line((prefix + " " if prefix else "") + line, family, engine_table=eng,
+                     preset=model or ("deepseek-v3" if attention == "mla" else "llama3-8b"))
+    return setting_for(eng, r), r
