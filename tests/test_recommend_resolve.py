@@ -223,3 +223,82 @@ def test_bad_lines_are_one_line_bad_input(line, says):
     with pytest.raises(BadInput) as e:
         resolve_current(line, "sm90", preset="llama3-8b" if "unknown" not in line else None)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+# ---- kbench recommend --current, end to end on a synthetic run (tests/recommend_synth.py) ---------------------
+OLD_LINE = ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --speculative-eagle-topk 1 "
+            "--speculative-num-steps 3 --speculative-num-draft-tokens 4 --speculative-draft-model-path D --page-size 64")
+
+
+@pytest.fixture(scope="module")
+def synth_run(tmp_path_factory):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from recommend_synth import known_run
+
+    return known_run(tmp_path_factory.mktemp("cur") / "run")
+
+
+def test_current_prices_what_you_run_and_says_what_to_change(synth_run):
+    from recommend_synth import recommend_cli
+
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--model",
+                      "llama3-8b", "--json", "--current", OLD_LINE)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["spec"] == {"q_len": 4, "topk": 1, "steps": 3} and out["page_size"] == 64
+    mine = [s for s in out["settings"] if s["id"] == "flashinfer"][0]
+    assert mine["default"]  # SGLang resolves flashinfer at page 64 with topk 1: the default is what this line runs
+    best = out["best"]
+    assert best["id"] != "flashinfer" and best["per_step_us"] < mine["per_step_us"]
+    # the command to set is the user's own line with the best setting's backend flags
+    assert best["command"].startswith("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE")
+    assert "--page-size 64" in best["command"] and "--speculative-draft-model-path D" in best["command"]
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--model",
+                      "llama3-8b", "--current", OLD_LINE)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "you run: flashinfer" in text and "saves" in text and "flags: add --attention-backend" in text
+
+
+def test_current_with_its_cap_below_the_batch_is_refused_and_without_prints_the_flag(synth_run):
+    from recommend_synth import recommend_cli
+
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "64", "--kv-len", "4096", "--max-extrapolation",
+                      "8", "--model", "llama3-8b", "--current", OLD_LINE + " --max-running-requests 32")
+    assert r.exit_code == 2 and "--max-running-requests 32" in r.output and len(r.output.strip().splitlines()) == 1
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "64", "--kv-len", "4096", "--max-extrapolation",
+                      "8", "--json", "--model", "llama3-8b", "--current", OLD_LINE)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert "--max-running-requests 64" in out["best"]["command"]
+    assert any("above the 48 running requests" in c for c in out["caveats"])
+    # without --current too: SGLang's cap with EAGLE is 48
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "64", "--q-len", "4", "--kv-len", "4096",
+                      "--max-extrapolation", "8", "--json")
+    assert "--max-running-requests 64" in json.loads(r.output)["best"]["command"]
+
+
+def test_without_a_model_the_price_is_per_layer(synth_run):
+    from recommend_synth import recommend_cli
+
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--q-len", "4", "--kv-len", "4096")
+    assert r.exit_code == 0, r.output
+    assert "per attention layer" in " ".join(r.output.split())
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--q-len", "4", "--kv-len", "4096",
+                      "--model", "llama3-8b", "--json")
+    assert json.loads(r.output)["workload"]["layers"] == {"verify": 32, "draft_extend": 1}
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--q-len", "4", "--kv-len", "4096",
+                      "--model", "nope")
+    assert r.exit_code == 2 and "--model 'nope'" in r.output
+
+
+def test_tie_means_within_noise_of_the_best_only(synth_run):
+    from recommend_synth import recommend_cli
+
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--q-len", "4", "--kv-len", "4096",
+                      "--json")
+    out = json.loads(r.output)
+    best = out["best"]["id"]
+    for s in out["settings"]:
+        if s["tied_with"]:
+            assert s["id"] == best or best in s["tied_with"], s["id"]

@@ -39,6 +39,7 @@ class Source:
     kind: str  # run | policy
     device: dict  # {"name", "sm"}
     host: dict = field(default_factory=dict)  # {"cpus", "cpu"}: the host the routes' host work was timed on
+    model: str | None = None  # the runs' model preset (their scenario's `model`), when they agree on one
 
     @property
     def family(self) -> str | None:
@@ -63,7 +64,10 @@ def load_source(paths: list[str | Path] | str | Path) -> Source:
                            "kernel's time): pass the run folder, or re-run kbench report on it")
         dev = pol.get("device") if isinstance(pol.get("device"), dict) else {}
         return Source(pol, str(first), "policy", {"name": dev.get("name"), "sm": dev.get("sm")}, _host(pol))
-    return Source(pol, ", ".join(map(str, paths)), "run", dict(rs.device), _host(pol))
+    models = {(r.manifest.get("scenario") or {}).get("model") for r in rs.runs
+              if isinstance(r.manifest.get("scenario"), dict)}
+    model = next(iter(models)) if len(models) == 1 and isinstance(next(iter(models)), str) else None
+    return Source(pol, ", ".join(map(str, paths)), "run", dict(rs.device), _host(pol), model)
 
 
 def _host(policy: dict) -> dict:
@@ -252,6 +256,7 @@ class Recommendation:
     current: object = None  # kbench.recommend.resolve.Resolved: what the user's server runs (--current)
     default_resolved: object = None  # the engine's own resolution with no backend flag (the default's why)
     layers_known: bool = True  # False: no model preset, no --verify-layers: prices are per attention layer
+    cap_flag: int | None = None  # the cap the printed command sets (the priced batch is above the engine's cap)
 
     @property
     def you_run(self) -> SettingResult | None:
@@ -324,7 +329,8 @@ def check_overlap(engine: Engine, overlap: str | None) -> tuple[str, str]:
 def recommend(source: Source, workload: Workload, engine: Engine, *, settings: list[str] | None = None,
               flashinfer: str | None = None, layers: dict[str, int] | None = None,
               max_extrapolation: float = DEFAULT_MAX_EXTRAPOLATION, gpu: str | None = None,
-              top: int = 5, overlap: str | None = None, current=None, layers_known: bool = True) -> Recommendation:
+              top: int = 5, overlap: str | None = None, current=None, layers_known: bool = True,
+              cap_check: bool = True) -> Recommendation:
     from kbench.recommend.flags import check_spec, spec_of
 
     layers = {s: 1 for s in STEPS} | (layers or {})
@@ -369,6 +375,9 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     pages = sorted({p.page_size for p in priced if p.page_size})
     total_w = workload.total_weight
     page = pages[0] if len(pages) == 1 else None
+    from kbench.recommend.resolve import check_cap
+
+    cap_flag = check_cap(engine.engine, current, max(b.batch_size for b in workload.batches)) if cap_check else None
     if current is not None:
         if current.engine != engine.engine:
             raise BadInput(f"--current is a {current.engine} server and --engine is {engine.engine}: give one engine")
@@ -439,7 +448,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
                          sorted({n for b in workload.batches for n in b.notes})[:20], mode, mode_from, spec,
                          pages[0] if len(pages) == 1 else None, cpus[0] if cpus else None,
                          next((p.host_cpu for p in priced if p.host_cpu), ""), current, default_resolved,
-                         layers_known)
+                         layers_known, cap_flag)
     best = rec.best
     if best is not None and eng_ok:
         gaps = []

@@ -694,3 +694,85 @@ def engine_default(eng, family: str, attention: str, spec, page: int, argv: list
     r = resolve_line((prefix + " " if prefix else "") + line, family, engine_table=eng,
                      preset=model or ("deepseek-v3" if attention == "mla" else "llama3-8b"))
     return setting_for(eng, r), r
+
+
+# ---- layers of a model preset, the cap flag, and the diff against the user's own line ---------------------------
+# attention layers of the target (verify) and of its draft (EAGLE head or MTP layer: one) per kbench model preset
+MODEL_LAYERS = {"llama3-8b": (32, 1), "llama3-70b-tp8": (80, 1), "llama3.2-1b": (16, 1), "qwen3-30b-a3b": (48, 1),
+                "qwen2.5-7b": (28, 1), "gemma2-9b": (42, 1), "deepseek-v3": (61, 1), "deepseek-v3-tp8": (61, 1),
+                "kimi-k2": (61, 1), "kimi-k2-tp8": (61, 1)}
+CAP_FLAG = {"sglang": "--max-running-requests", "vllm": "--max-num-seqs"}
+DEFAULT_CAP = {"sglang": SGLANG_CAP, "vllm": VLLM_MAX_NUM_SEQS}
+BACKEND_FLAGS = {"sglang": ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
+                            "--speculative-draft-attention-backend", "--speculative-attention-mode"),
+                 "vllm": ("--attention-backend", "-ac", "--attention-config")}
+
+
+def check_cap(engine: str, current: Resolved | None, max_batch: int) -> int | None:
+    """The cap flag's value when the priced batch exceeds the engine's resolved cap (None: it does not); BadInput
+    when the user gave the cap and the workload is above it."""
+    cap = current.cap if current is not None else DEFAULT_CAP[engine]
+    if max_batch <= cap:
+        return None
+    if current is not None and current.cap_given:
+        raise BadInput(f"the workload's batch of {max_batch} is above the {CAP_FLAG[engine]} {cap} your server "
+                       "runs with: it never runs that batch (price batches up to the cap, or raise it)")
+    return max_batch
+
+
+def _flag_pairs(argv: list[str]) -> list[tuple[str, str | None]]:
+    out, i = [], 0
+    while i < len(argv):
+        name, eq, val = argv[i].partition("=")
+        if eq:
+            out.append((name, val))
+            i += 1
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            out.append((name, argv[i + 1]))
+            i += 2
+        else:
+            out.append((name, None))
+            i += 1
+    return out
+
+
+def edited_line(current: Resolved, setting, cap: int | None = None) -> tuple[str, dict[str, list[str]]]:
+    """The user's own line with a setting's backend flags (and environment) instead of theirs, and the cap flag when
+    the priced batch needs it: (the command, {"add": [...], "change": [...], "drop": [...]})."""
+    from kbench.recommend.flags import command_line
+
+    own = BACKEND_FLAGS[current.engine]
+    pairs = _flag_pairs(current.argv)
+    theirs = {n: v for n, v in pairs if n in own}
+    want = {n: v for n, v in _flag_pairs(shlex.split(setting.flags))}
+    if cap is not None:
+        want[CAP_FLAG[current.engine]] = str(cap)
+    kept = [(n, v) for n, v in pairs if n not in own and n not in want]
+    argv = [x for n, v in kept + list(want.items()) for x in ((n,) if v is None else (n, v))]
+    model_flag = "--model-path" if current.engine == "sglang" else "--model"
+    model = next((v for n, v in kept if n == model_flag), current.model)
+    argv2 = [x for n, v in kept + list(want.items()) if n != model_flag
+             for x in ((n,) if v is None else (n, v))]
+    env = dict(current.env)
+    for k, v in setting.env:
+        env[k] = v
+    table_env = {k for k, _ in setting.env}
+    dropped_env = [k for k in current.env if k.startswith("SGLANG_OPT_FLASHINFER") and k not in table_env]
+    for k in dropped_env:
+        env.pop(k)
+    line = command_line(current.engine, argv2, model=model)
+    if env:
+        line = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + line
+    diff = {"add": [], "change": [], "drop": []}
+    given = dict(pairs)
+    for n, v in want.items():
+        text = n if v is None else f"{n} {v}"
+        if n not in given:
+            diff["add"].append(text)
+        elif given[n] != v:
+            diff["change"].append(f"{n} {given[n]} -> {v}")
+    diff["drop"] += [n if v is None else f"{n} {v}" for n, v in theirs.items() if n not in want]
+    diff["add"] += [f"{k}={v}" for k, v in setting.env if current.env.get(k) != v]
+    diff["drop"] += [f"{k}={current.env[k]}" for k in dropped_env]
+    del argv
+    return line, diff
