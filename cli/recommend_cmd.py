@@ -154,6 +154,12 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         if q_len is None:
             q_len = str(resolved.spec.q_len)
         if resolved.tree != "chain" and filters.get("tree") is None:
+            trees = sorted({str(g.get("tree", "chain")) for g in src.policy.get("groups", [])})
+            if resolved.tree not in trees:
+                raise BadInput(f"--current: your server verifies a {resolved.spec.q_len}-token {resolved.tree} tree "
+                               f"({resolved.backends['verify']}, page {resolved.page_size}); {src.label} has no rows "
+                               f"of that tree (it has: {', '.join(trees)}): measure it (kbench sweep -s "
+                               "engine-routes --tree " + resolved.tree + f" -q {resolved.spec.q_len})")
             filters["tree"] = resolved.tree
             if steps == "verify,draft_extend":
                 step_list = ("verify",)  # the draft extend after a tree runs on the accepted path: not measured

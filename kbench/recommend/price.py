@@ -110,6 +110,7 @@ class Priced:
     spread: dict[str, float] = field(default_factory=dict)  # kernel -> relative spread of its median
     tree: str = "chain"
     attention: str = "gqa"
+    kv_dtype: str | None = None
     page_size: int | None = None
     host_cpus: int | None = None
     host_cpu: str = ""
@@ -154,7 +155,7 @@ def _locate_all(source: Source, workload: Workload, max_extrapolation: float) ->
                           host=dict(cell.get("kernels_host_us") or {}),
                           host_iqr=dict(cell.get("kernels_host_iqr_us") or {}),
                           spread=dict(cell.get("kernels_rel_spread") or {}), tree=tree,
-                          attention=g.get("attention", "gqa"),
+                          attention=g.get("attention", "gqa"), kv_dtype=g.get("kv_dtype"),
                           page_size=g.get("page_size"), host_cpus=source.host.get("cpus"),
                           host_cpu=source.host.get("cpu", "")))
     return out
@@ -218,6 +219,13 @@ class SettingResult:
     overlap: str = "sum"
 
 
+def default_kv_dtype(priced: list[Priced]) -> str | None:
+    """The KV-cache dtype of the workload's batches when they share one (which setting an engine resolves by default
+    may depend on it: Setting.is_default); None when they do not or it is not known."""
+    kinds = {p.kv_dtype for p in priced}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
 @dataclass
 class Driver:
     batch: Batch
@@ -257,6 +265,7 @@ class Recommendation:
     default_resolved: object = None  # the engine's own resolution with no backend flag (the default's why)
     layers_known: bool = True  # False: no model preset, no --verify-layers: prices are per attention layer
     cap_flag: int | None = None  # the cap the printed command sets (the priced batch is above the engine's cap)
+    default_why: str = ""  # why the default is that setting (the engine's rule, cited)
 
     @property
     def you_run(self) -> SettingResult | None:
@@ -362,6 +371,8 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
                 raise BadInput(f"setting {ident!r} ({s.flags}) is not valid on {FAMILY_NAME[fam]}, the GPU of "
                                f"{source.label} ({source.device_label}); {engine.label} runs it on "
                                f"{', '.join(FAMILY_NAME[g] for g in s.gpus)}")
+            for kv in sorted({p.kv_dtype for p in priced} & set(s.refuses_kv)):
+                raise BadInput(f"setting {ident!r} ({s.flags}): {s.refuses_kv[kv].text(engine.label)}")
             chosen.append(s)
     else:
         chosen = engine.valid_on(fam, attention)
@@ -396,10 +407,19 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
             engine, fam, attention, spec, page, argv=current.argv if current is not None else None,
             env=current.env if current is not None else None)
     mine = setting_for(engine, current) if current is not None else None
+    kv = default_kv_dtype(priced)
+    default_why = default_resolved.why.get("attention_backend", "") if default_resolved is not None else ""
+    if default_setting is None:  # a backend the table has no setting for: the table's own default, if any
+        default_setting = engine.default_for(fam, attention, kv)
+        default_why = "the table's default_on" if default_setting is not None else ""
+    elif default_setting.refuses_kv.get(kv):  # the engine falls to another backend for this KV dtype
+        refusal = default_setting.refuses_kv[kv]
+        default_why += f"; then {refusal.text(engine.label)}"
+        default_setting = engine.setting(refusal.falls_to)
 
     results = []
     for s in chosen:
-        r = _price_setting(s, priced, fam, fi, layers, mode, engine, spec)
+        r = _price_setting(s, priced, fam, fi, layers, mode, engine, spec, kv)
         r.default = default_setting is not None and s.id == default_setting.id
         r.you_run = mine is not None and s.id == mine.id
         results.append(r)
@@ -448,7 +468,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
                          sorted({n for b in workload.batches for n in b.notes})[:20], mode, mode_from, spec,
                          pages[0] if len(pages) == 1 else None, cpus[0] if cpus else None,
                          next((p.host_cpu for p in priced if p.host_cpu), ""), current, default_resolved,
-                         layers_known, cap_flag)
+                         layers_known, cap_flag, default_why)
     best = rec.best
     if best is not None and eng_ok:
         gaps = []
@@ -488,17 +508,21 @@ def _setting_backends(engine: Engine, s: Setting) -> dict[str, str]:
 
 
 def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, layers: dict[str, int], mode: str,
-                   engine: Engine, spec) -> SettingResult:
+                   engine: Engine, spec, kv_dtype: str | None = None) -> SettingResult:
     from kbench.recommend.flags import check_spec
 
     routes = {step: s.route(step, fam, fi) for step in STEPS}
     tree = spec is not None and not spec.is_chain
     kernels = {step: _kernel_for(s, step, fam, fi, tree=tree) for step in STEPS}
     notes = sorted({r.note for r in routes.values() if r.note})
-    default = False  # set by recommend(): what the engine resolves with no backend flag
+    default = False  # set by recommend(): what the engine resolves with no backend flag (kbench.recommend.resolve)
     fenced = engine.engine == "sglang" and bool(set(engine.fenced_by) & set(_setting_backends(engine, s).values()))
     # vLLM's drafter reuses the target's metadata: one step's host work is done once when both phases share a route
     host_once = engine.host_once and kernels["verify"] == kernels["draft_extend"]
+    refusal = s.refuses_kv.get(kv_dtype)
+    if refusal:
+        return SettingResult(s, kernels, None, None, unpriced=f"refused by the engine: {refusal.text(engine.label)}",
+                             notes=notes, default=default, overlap=mode)
     try:
         check_spec(engine.engine, s.id, s.flags, spec)
         refusal = ""

@@ -94,20 +94,21 @@ def headline(rec: Recommendation) -> list[str]:
         _, diff = edited_line(rec.current, best.setting, rec.cap_flag)
         lines.append("flags: " + "; ".join(f"{k} {', '.join(v)}" for k, v in diff.items() if v))
     default = rec.default
-    dwhy = (rec.default_resolved.why.get("attention_backend", "") if rec.default_resolved is not None else "")
-    dname = (f"the engine's default here ({default.setting.id}: what it resolves with no backend flag at page "
-             f"{rec.page_size}, topk {rec.spec.topk}" + (f"; {dwhy}" if dwhy else "") + ")") if default else ""
-    if default is None:
-        pass
-    elif default is best:
-        lines.append(f"{dname} is the best setting here")
-    elif default is not mine:
+    dwhy = rec.default_why
+    if default is best:
+        lines.append(f"the default ({best.setting.id}) is the best setting here: nothing to switch (the command "
+                     "spells out the configuration priced)")
+    elif default is not None and default is not mine:
         if default.total_us is not None:
             save = default.per_step_us - best.per_step_us
-            lines.append(f"{dname} costs {_us(default.per_step_us)} us per step: the best saves {_us(save)} us per "
-                         f"step, {save / default.per_step_us:.1%}")
+            lines.append(f"the default ({default.setting.id}) costs {_us(default.per_step_us)} us per step: switching "
+                         f"saves {_us(save)} us per step, {save / default.per_step_us:.1%}")
         else:
-            lines.append(f"{dname} is not priced: {default.unpriced}")
+            lines.append(f"the default ({default.setting.id}) is not priced: {default.unpriced}")
+    if default is not None and dwhy:
+        lines.append(f"  the default is what {rec.engine.engine} resolves with no backend flag at page {rec.page_size}, "
+                     f"topk {rec.spec.topk}: {dwhy}")
+    lines += switch_lines(rec)
     return lines + _routing_line(rec, eo)
 
 
@@ -120,6 +121,33 @@ def _routing_line(rec: Recommendation, eo) -> list[str]:
                      + (f" (any kbench kernel per shape, GPU time alone: "
                         f"{_us(_per_step(rec, rec.kbench_oracle_us))} us)" if rec.kbench_oracle_us else ""))
     return lines
+
+
+def vs_default(rec: Recommendation, r: SettingResult) -> tuple[float, float] | None:
+    """(us per step, share of the default's step) that switching from the engine's default to setting r saves
+    (negative) or costs (positive); None when either is not priced or r is the default."""
+    d = next((x for x in rec.results if x.default), None)
+    if d is None or d is r or d.per_step_us is None or r.per_step_us is None:
+        return None
+    delta = r.per_step_us - d.per_step_us
+    return delta, delta / d.per_step_us
+
+
+def switch_lines(rec: Recommendation) -> list[str]:
+    """On an MLA run: what switching from the default to each other priced setting saves or costs, per step and as
+    a share of the default's step (issue 45: a DeepSeek user's question is whether to leave fa3 / FLASH_ATTN_MLA)."""
+    d = next((x for x in rec.results if x.default), None)
+    if d is None or d.per_step_us is None or d.setting.attention != "mla":
+        return []
+    out = []
+    for r in rec.results:
+        v = vs_default(rec, r)
+        if v is None:
+            continue
+        delta, share = v
+        out.append(f"  switching from {d.setting.id} to {r.setting.id}: {'saves' if delta < 0 else 'costs'} "
+                   f"{_us(abs(delta))} us per step, {abs(share):.1%} of the default's step")
+    return out
 
 
 OVERLAP_WORDS = {"max": "overlap (a step costs max(host, GPU); host work that waits for the GPU adds)",
@@ -219,6 +247,8 @@ def to_json(rec: Recommendation) -> dict:
                 "bound_per_step_us": _per_step(rec, r.bound_us),
                 "vs_best_pct": None if best is None or r.total_us is None else (r.total_us / best.total_us - 1) * 100,
                 "vs_per_shape_routing_pct": rec.gap_pct(r) if r.total_us is not None else None,
+                "vs_default_per_step_us": (vs_default(rec, r) or (None,))[0],
+                "vs_default_pct": None if vs_default(rec, r) is None else vs_default(rec, r)[1] * 100,
                 "unpriced": r.unpriced or None, "missing": r.missing, "notes": r.notes, "same_kernels_as": r.same_as}
 
     return {

@@ -537,19 +537,15 @@ def resolve_line(text: str, family: str, *, engine_table=None, preset: str | Non
 
 def resolve_server_info(run_dir: str | Path, family: str, *, engine_table=None) -> Resolved:
     """A `kbench server-bench` run's server: SGLang's /server_info holds every resolved argument (the run keeps
-    them in its manifest's server.info); nothing is re-resolved, only read."""
-    from kbench import files
+    what kbench reads of it in its manifest's `server`, kbench.server.backends.SGLANG_INFO_KEYS); nothing is
+    re-resolved, only read."""
+    from kbench.runs.store import read_manifest
 
-    path = Path(run_dir) / "manifest.json"
-    try:
-        man = files.read_json(path)
-    except (OSError, ValueError):
-        raise BadInput(f"--current {run_dir}: no readable manifest.json (a kbench server-bench run folder)") from None
+    man = read_manifest(Path(run_dir))
     if man.get("kind") != "server-bench":
         raise BadInput(f"--current {run_dir}: a {man.get('kind')!r} run, not a kbench server-bench run")
-    server = man.get("server") if isinstance(man.get("server"), dict) else {}
-    backend = str(server.get("backend") or "")
-    info = server.get("info") if isinstance(server.get("info"), dict) else {}
+    backend = str(man.get("backend") or "")
+    info = man.get("server") if isinstance(man.get("server"), dict) else {}
     if backend != "sglang":
         raise BadInput(f"--current {run_dir}: a {backend or 'unknown'} server; kbench reads SGLang's /server_info "
                        "(for vLLM give its command line)")
@@ -607,39 +603,28 @@ def resolve_current(text: str, family: str, *, engine_table=None, preset: str | 
 # ---- from a resolved configuration to the settings table -------------------------------------------------
 def setting_for(eng, resolved: Resolved):
     """The setting of the table (kbench.recommend.settings) that runs what the server resolved to: the same
-    backend at each step (and the environment the setting needs); None when no setting is that configuration."""
-    tree = resolved.spec.topk > 1
-    if resolved.engine == "sglang":  # the setting whose flags name the same slots, when there is one
-        from kbench.recommend.flags import sglang_backends
+    backend at each step and the environment the setting needs; among those, the one whose own flags say what the
+    user's line says (its slots, vLLM's use_trtllm_attention), then the one that needs the most of the line's
+    environment. None when no setting is that configuration."""
+    from kbench.recommend.flags import sglang_backends
 
-        named = {k: resolved.fields.get(k.lstrip("-").replace("-", "_"))
-                 for k in ("--prefill-attention-backend", "--decode-attention-backend",
-                           "--speculative-draft-attention-backend")}
-        for s in eng.valid_on(resolved.family, resolved.attention):
-            slots = sglang_backends(s.flags)
-            if (any(slots.get(k) != v for k, v in named.items()) or (s.chains_only and tree)
-                    or any(resolved.env.get(k) != v for k, v in s.env)):
-                continue
-            if _backends_of_setting(eng.engine, s) == resolved.backends and (
-                    not s.env or not any(x.env for x in [s]) or True):
-                if not s.env and any(x.env and _backends_of_setting(eng.engine, x) == resolved.backends
-                                     and not (x.chains_only and tree)
-                                     and all(resolved.env.get(k) == v for k, v in x.env)
-                                     for x in eng.valid_on(resolved.family, resolved.attention)):
-                    continue
-                return s
-    for s in eng.valid_on(resolved.family, resolved.attention):
-        if s.chains_only and tree:
-            continue  # the engine ignores the setting's switch for a tree (the plain backend's setting runs it)
-        if any(resolved.env.get(k) != v for k, v in s.env):
-            continue
-        if _backends_of_setting(eng.engine, s) == resolved.backends and (
-                resolved.engine != "vllm" or _vllm_trtllm(s) in (None, resolved.fields.get("use_trtllm_attention"))):
-            best_env = [x for x in eng.valid_on(resolved.family, resolved.attention)
-                        if x.env and not (x.chains_only and tree) and _backends_of_setting(eng.engine, x) ==
-                        resolved.backends and all(resolved.env.get(k) == v for k, v in x.env)]
-            return best_env[0] if best_env and not s.env else s
-    return None
+    tree = resolved.spec.topk > 1
+    trtllm = resolved.fields.get("use_trtllm_attention")
+    cands = [s for s in eng.valid_on(resolved.family, resolved.attention)
+             if not (s.chains_only and tree) and all(resolved.env.get(k) == v for k, v in s.env)
+             and _backends_of_setting(eng.engine, s) == resolved.backends
+             and (resolved.engine != "vllm" or _vllm_trtllm(s) in (None, trtllm))]
+
+    def says(s) -> tuple[bool, int]:
+        if resolved.engine == "vllm":
+            return _vllm_trtllm(s) == trtllm, len(s.env)
+        slots = sglang_backends(s.flags)
+        same = all(slots.get(f"--{k.replace('_', '-')}") == resolved.fields.get(k)
+                   for k in ("prefill_attention_backend", "decode_attention_backend",
+                             "speculative_draft_attention_backend"))
+        return same, len(s.env)
+
+    return max(cands, key=says) if cands else None
 
 
 def _vllm_trtllm(s):
