@@ -156,10 +156,11 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         if resolved.tree != "chain" and filters.get("tree") is None:
             trees = sorted({str(g.get("tree", "chain")) for g in src.policy.get("groups", [])})
             if resolved.tree not in trees:
-                raise BadInput(f"--current: your server verifies a {resolved.spec.q_len}-token {resolved.tree} tree "
-                               f"({resolved.backends['verify']}, page {resolved.page_size}); {src.label} has no rows "
-                               f"of that tree (it has: {', '.join(trees)}): measure it (kbench sweep -s "
-                               "engine-routes --tree " + resolved.tree + f" -q {resolved.spec.q_len})")
+                raise BadInput(f"--current: your server verifies a tree of {resolved.spec.q_len} tokens "
+                               f"({resolved.tree}, on {resolved.backends['verify']}, page {resolved.page_size}); "
+                               f"{src.label} has no rows of that tree (it has: {', '.join(trees)}): measure it "
+                               f"(kbench sweep -s engine-routes --kernels routes --tree {resolved.tree} "
+                               f"-q {resolved.spec.q_len}, on the GPU)")
             filters["tree"] = resolved.tree
             if steps == "verify,draft_extend":
                 step_list = ("verify",)  # the draft extend after a tree runs on the accepted path: not measured

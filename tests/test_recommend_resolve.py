@@ -365,10 +365,11 @@ def test_vllm_reads_the_given_fields_as_kbench_does(tmp_path):
         pytest.skip(str(e))
     import shlex
 
-    parsed = _vllm_parse(py, [["meta-llama/Llama-3.1-8B-Instruct", *shlex.split(line)] for line in VLLM_LINES])
+    model = _folders(tmp_path)["llama"]  # a local model folder: vLLM looks nothing up on the hub
+    parsed = _vllm_parse(py, [[str(model), *shlex.split(line)] for line in VLLM_LINES])
     for line, v in zip(VLLM_LINES, parsed):
         assert v["ok"] and not v["problems"], (line, v)
-        ours = resolve_line("vllm serve meta-llama/Llama-3.1-8B-Instruct " + line, "sm90")
+        ours = resolve_line(f"vllm serve {model} " + line, "sm90")
         assert ours.model == v["model"]
         assert (ours.fields["method"], ours.fields["num_speculative_tokens"]) == (
             v["speculative_config"]["method"], v["speculative_config"]["num_speculative_tokens"])
