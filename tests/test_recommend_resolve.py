@@ -380,3 +380,55 @@ def test_vllm_reads_the_given_fields_as_kbench_does(tmp_path):
             assert ours.page_size == v["block_size"], line
         if v["async_scheduling"] is not None:
             assert (ours.overlap == "max") == v["async_scheduling"], line
+
+
+# ---- the sync-free verify plan and fa3's tree route, priced from synthetic rows ------------------------------------
+def test_the_sync_free_verify_plan_is_priced_as_its_own_setting_with_its_variable(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from recommend_synth import GQA_KERNELS, HOST, batch_price, known_rows, known_run, t_route
+
+    from kbench.recommend.price import load_source, recommend
+    from kbench.recommend.render import command
+    from kbench.recommend.settings import load_table
+    from kbench.recommend.workload import Batch, Workload
+
+    sg = load_table().engine("sglang")
+    run = known_run(tmp_path / "run", known_rows(kernels=(*GQA_KERNELS, "sglang-fi-verify-hostplan")))
+    src = load_source([run])
+    wl = Workload([Batch(8, 4, 4096, 1.0)], "test")
+    rec = recommend(src, wl, sg, settings=["flashinfer+verify-host-plan", "flashinfer"], overlap="max")
+    by = {r.setting.id: r for r in rec.results}
+    plan = by["flashinfer+verify-host-plan"]
+    assert plan.kernels == {"verify": "sglang-fi-verify-hostplan", "draft_extend": "sglang-fi-extend"}
+    # its plan does not wait, but flashinfer still reads sequence lengths on the CPU: the scheduler's fence holds
+    assert plan.fenced and plan.total_us == pytest.approx(batch_price(
+        {"verify": "sglang-fi-verify-hostplan", "draft_extend": "sglang-fi-extend"}, 8, 4, 4096,
+        {"verify": 1, "draft_extend": 1}, "max"))
+    assert plan.total_us == pytest.approx(t_route("sglang-fi-verify-hostplan", 8, 4, 4096) + max(
+        HOST["sglang-fi-verify-hostplan"] + HOST["sglang-fi-extend"], t_route("sglang-fi-extend", 8, 4, 4096)))
+    assert plan.total_us < by["flashinfer"].total_us
+    assert command(rec, plan).startswith("SGLANG_OPT_FLASHINFER_VERIFY_HOST_PLAN=1 python -m sglang.launch_server ")
+    assert "--attention-backend flashinfer" in command(rec, plan)
+
+
+def test_fa3_verifies_a_tree_on_its_tree_route(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from recommend_synth import known_rows, known_run, t_route
+
+    from kbench.recommend.price import load_source, recommend
+    from kbench.recommend.settings import load_table
+    from kbench.recommend.workload import Batch, Workload
+
+    sg = load_table().engine("sglang")
+    rows = known_rows(qs=(8,), kernels=("sglang-fa3-tree", "sglang-fi-verify", "fa2-prefill", "vllm-fa3-sgl-call"),
+                      tree="topk:4", page_size=1)
+    src = load_source([known_run(tmp_path / "run", rows)])
+    wl = Workload([Batch(8, 8, 4096, 1.0, steps=("verify",))], "test")
+    rec = recommend(src, wl, sg, overlap="sum")
+    by = {r.setting.id: r for r in rec.results}
+    assert by["fa3"].kernels["verify"] == "sglang-fa3-tree"
+    assert by["fa3"].total_us == pytest.approx(t_route("sglang-fa3-tree", 8, 8, 4096) + 6.0)
+    assert "refused by the engine" in by["flashinfer+verify-host-plan"].unpriced  # topk 1 only
+    assert "trtllm_mha" in by["trtllm_mha"].unpriced  # SGLang refuses trtllm_mha for a tree
+    # the plain-default Llama line's default at page 1 with topk 4 given: flashinfer (fa3 only with topk unset)
+    assert rec.default.setting.id == "flashinfer"
