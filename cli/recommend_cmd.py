@@ -153,8 +153,10 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
                                    preset=model_preset or src.model)
         if q_len is None:
             q_len = str(resolved.spec.q_len)
+        trees = sorted({str(g.get("tree", "chain")) for g in src.policy.get("groups", [])})
+        if resolved.tree == "chain" and len(trees) > 1 and filters.get("tree") is None:
+            filters["tree"] = "chain"  # the run has trees too: price the chain the server drafts
         if resolved.tree != "chain" and filters.get("tree") is None:
-            trees = sorted({str(g.get("tree", "chain")) for g in src.policy.get("groups", [])})
             if resolved.tree not in trees:
                 raise BadInput(f"--current: your server verifies a tree of {resolved.spec.q_len} tokens "
                                f"({resolved.tree}, on {resolved.backends['verify']}, page {resolved.page_size}); "
