@@ -121,11 +121,13 @@ VLLM_CITES = {
     "mla_fp8": f"{VLLM}v1/attention/backends/mla/flashattn_mla.py:40-46",
     "block": f"{VLLM}config/cache.py:185, 482-491",
     "spec": f"{VLLM}config/speculative.py:455, 1375-1379",
-    "cap": f"{VLLM}engine/arg_utils.py (max_num_seqs default for the OpenAI server on a GPU)",
+    "cap": f"{VLLM}engine/arg_utils.py:3010-3044 (max_num_seqs: 1024 on a GPU of 70 GiB or more, A100 and GB10 "
+           "excepted; 256 below)",
     "overlap": f"{VLLM}config/vllm.py:1610-1637; {VLLM}config/scheduler.py:246-249",
 }
 VLLM_BLOCK = 64  # config/cache.py:185
-VLLM_MAX_NUM_SEQS = 1024  # the OpenAI server's default on a GPU of more than 70 GiB (engine/arg_utils.py)
+VLLM_MAX_NUM_SEQS = 1024  # the OpenAI server's default on an H100/H200/B200-class GPU (engine/arg_utils.py:3010-3044;
+# 256 on a GPU below 70 GiB or an A100: kbench assumes the large one)
 
 
 @dataclass
