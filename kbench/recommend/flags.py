@@ -232,7 +232,7 @@ def check_page_size(engine: str, setting_flags: str, spec: SpecConfig, page_size
                            f"{', '.join(map(str, SGLANG_TRTLLM_PAGES))} only (it would use 64)")
         if not spec.is_chain and page_size > 1:
             base = slots.get("--attention-backend")
-            if base not in SGLANG_PAGE_TREE_BACKENDS:
+            if base is not None and base not in SGLANG_PAGE_TREE_BACKENDS:  # none given: the engine resolves one
                 raise BadInput(f"page size {page_size}: SGLang runs a topk {spec.topk} tree at a page above 1 on "
                                f"{', '.join(SGLANG_PAGE_TREE_BACKENDS)} only (--attention-backend is "
                                f"{base or 'not given'})")
