@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from kbench import __version__, files
+from kbench import __version__, files, shell
 from kbench.runs.atomic import write_text
 from kbench.errors import BadInput, KbenchError
 from kbench.values import INT32_MAX, SEED_MAX, int_in
@@ -227,7 +227,7 @@ class ServerBenchInterrupted(KbenchError):
         self.signum = signum or _signal.SIGINT
         self.exit_code = 128 + int(self.signum)
         super().__init__(f"stopped by {_signal.Signals(self.signum).name}; {len(result.rows)} row(s) kept in "
-                         f"{result.run_dir}; finish with: kbench server-bench --resume {result.run_dir}")
+                         f"{result.run_dir}; finish with: {shell.kbench('server-bench', '--resume', result.run_dir)}")
         self.result = result
 
 
