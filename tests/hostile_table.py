@@ -817,7 +817,10 @@ def _set_line_whole(*must):
     def check(w, out):
         line = next((ln for ln in out.splitlines() if ln.startswith("set: ")), None)
         assert line is not None, "no set: line"
-        argv = shlex.split(line[5:])
+        try:
+            argv = shlex.split(line[5:])
+        except ValueError as e:  # a quote opened and closed on the next line
+            raise AssertionError(f"the set: line does not split as a shell would run it ({e})") from None
         for m in must:
             assert m in argv, f"{m} not on the set: line"
         if "--speculative-config" in argv:

@@ -160,7 +160,7 @@ def origin(url: str) -> tuple[str, str, int | None] | None:
     scheme = (u.scheme or "").lower()
     default = {"http": 80, "https": 443}.get(scheme)
     theirs = scheme, (u.host or "").lower().strip("[]"), u.port or default
-    if theirs != (mine[0], mine[1], mine[2] or default):
+    if not theirs[1] or theirs != (mine[0], mine[1], mine[2] or default):
         return None
     return theirs
 
