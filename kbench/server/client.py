@@ -34,6 +34,9 @@ MAX_LINE_BYTES = 4 << 20  # one SSE line
 MAX_STREAM_BYTES = 1 << 30  # a whole streamed batch
 READ_CHUNK = 64 << 10
 MAX_REDIRECTS = 5  # within the server's own origin
+# the total deadline (kbench.server.deadline) ends an exchange this long after its timeout: the per-read timeout and
+# the checks between chunks say what happened where they can; the deadline ends what they cannot see end
+BACKSTOP_S = 1.0
 
 
 class ServerError(Exception):
@@ -126,7 +129,7 @@ class ServerClient:
         t = self.timeout if timeout is None else timeout
         scrub = self.credentials.scrub
         total = t
-        with Deadline(total) as dl:
+        with Deadline(total + BACKSTOP_S) as dl:
             try:
                 with self._send(method, path, json_body=json_body, params=params, timeout=(min(t, 10.0), t),
                                 deadline=dl) as r:
@@ -134,10 +137,10 @@ class ServerClient:
                     if not dl.expired:
                         return r.status_code, scrub(body.decode("utf-8", errors="replace"))
             except TRANSPORT_ERRORS as e:
-                if not dl.expired:
+                if not dl.expired or _own_timeout(e):
                     raise ServerError(scrub(f"{method} {self.url(path)}: {describe_exception(e)}")) from None
             except ServerError as e:
-                if not dl.expired:
+                if not dl.expired or _own_timeout(e):
                     msg = str(e) if str(e).startswith(f"{method} {self.url(path)}") else f"{method} {self.url(path)}: {e}"
                     raise ServerError(scrub(msg)) from None
         raise ServerError(f"{method} {self.url(path)}: {timed_out(total)}")
@@ -213,12 +216,14 @@ class ServerClient:
 
     def _stream_events(self, path: str, body: dict, *, timeout: float,
                        max_bytes: int) -> Iterator[tuple[float, dict | None]]:
-        with Deadline(timeout) as dl:
+        with Deadline(timeout + BACKSTOP_S) as dl:
             try:
                 yield from self._stream_within(path, body, timeout, max_bytes, dl)
-            except (*TRANSPORT_ERRORS, ServerError):
-                if not dl.expired:
-                    raise
+            except (*TRANSPORT_ERRORS, ServerError) as e:
+                if not dl.expired or _own_timeout(e):
+                    if isinstance(e, ServerError):
+                        raise
+                    raise StreamError(f"POST {self.url(path)}: {describe_exception(e)}") from None
             if dl.expired:  # whatever the library made of the socket shut under it
                 raise StreamError(f"POST {self.url(path)}: {timed_out(timeout)}")
 
@@ -228,8 +233,6 @@ class ServerClient:
         try:
             resp = self._send("POST", path, json_body=body, timeout=(min(timeout, 10.0), timeout), deadline=dl)
         except TRANSPORT_ERRORS as e:
-            if dl.expired:
-                raise
             raise StreamError(f"POST {self.url(path)}: {describe_exception(e)}") from None
         with resp:
             if dl.expired:
@@ -275,6 +278,14 @@ def _connects_to(url: str) -> str:
     if origin(url) is not None:
         return ""
     return f" (read by the HTTP library as host {u.host}, port {u.port or 'default'})"
+
+
+def _own_timeout(e: BaseException) -> bool:
+    """A timeout of its own (the server silent for a read's time, or the stream's deadline checked between chunks):
+    said as it is, also when the total deadline passed at the same moment."""
+    if isinstance(e, ServerError):
+        return "read timeout" in str(e) or "connect timeout" in str(e) or "request timeout" in str(e)
+    return describe_exception(e) in ("read timeout", "connect timeout")
 
 
 def timed_out(seconds: float) -> str:
