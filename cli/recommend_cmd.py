@@ -8,7 +8,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from kbench.cli.console import make_console
+from kbench.cli.console import make_console, print_command
 from kbench.cli.errors import one_line_errors
 from kbench.cli.options import FLOAT, INT, IntRange, OutputPath, examples
 from kbench.errors import BadInput
@@ -222,7 +222,10 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     con.print(_table(f"{rec.engine.label} settings valid on {FAMILY_NAME[rec.family]}, fastest first",
                      *setting_rows(rec), first_bold=True))
     for line in head[1:]:
-        con.print(escape(line), style="bold" if line.startswith(("set:", "  ->", "you run:", "flags:")) else None)
+        if line.startswith(("set:", "flags:")):
+            print_command(con, line, style="bold")  # whole on one line: it is pasted
+        else:
+            con.print(escape(line), style="bold" if line.startswith(("  ->", "you run:")) else None)
     if rec.drivers:
         con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec)))
     for c in caveats(rec):
@@ -352,5 +355,7 @@ def export_cmd(source, fmt, out):
         click.echo(f"wrote {path}: {summary(policy)}", err=True)
         return
     filters = " [--FILTER VALUE ...]" if len(policy["groups"]) > 1 else ""
-    click.echo(f"wrote {path}: {summary(policy)}; try: python {path} BATCH_SIZE Q_LEN KV_LEN{filters} (--help: the "
-               f"filters)")
+    from kbench.shell import command_line
+
+    try_it = command_line(["python", path, "BATCH_SIZE", "Q_LEN", "KV_LEN"]) + filters
+    click.echo(f"wrote {path}: {summary(policy)}; try: {try_it} (--help: the filters)")

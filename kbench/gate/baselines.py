@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kbench import files
+from kbench import files, shell
 from kbench.runs import atomic
 
 from kbench.cases import axes
@@ -191,8 +191,8 @@ def check_source(run: Run, allow_partial: bool = False) -> None:
     rows = run.rows
     run_status = run.manifest.get("status")
     if run_status not in (None, "complete") and not allow_partial:
-        finish = (f"kbench sweep --resume {run.path}" if run.kind == "sweep"
-                  else f"kbench server-bench --resume {run.path} --url URL")
+        finish = (shell.kbench("sweep", "--resume", run.path) if run.kind == "sweep"
+                  else shell.kbench("server-bench", "--resume", run.path, "--url", "URL"))
         raise BadInput(f"{run.path} is {run_status!r}, not complete: finish it ({finish}) or pass --allow-partial")
     if rows.empty or "status" not in rows or not (rows["status"] == "ok").any():
         raise BadInput(f"{run.path}: no ok row ({len(rows)} row(s)); a baseline needs measured rows")

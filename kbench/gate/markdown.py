@@ -5,6 +5,7 @@ import os
 
 from pathlib import Path
 
+from kbench import shell
 from kbench.runs import atomic
 from kbench.gate.compare import GateResult, RowResult
 
@@ -65,7 +66,7 @@ def to_markdown(res: GateResult) -> str:
     improved = res.with_outcome("improvement")
     if improved:
         lines += ["### Improvements", "",
-                  f"Refresh the baseline to keep them: `kbench baseline {res.candidate} --name NAME`.", "",
+                  f"Refresh the baseline to keep them: `{shell.kbench('baseline', res.candidate, '--name', 'NAME')}`.", "",
                   *_row_table(improved), ""]
     allowed_missing = [r for r in res.with_outcome("missing", "skipped") if not r.fails]
     info = res.with_outcome("within-noise", "new", "not-compared") + allowed_missing

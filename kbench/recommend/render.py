@@ -47,6 +47,17 @@ def command(rec: Recommendation, r: SettingResult | None = None) -> str | None:
     return (r.setting.env_text + " " + line) if r.setting.env else line
 
 
+def command_or_refusal(rec: Recommendation, r: SettingResult) -> tuple[str | None, str | None]:
+    """(the command line for setting r, None), or (None, why the engine would refuse it for this workload: a
+    trtllm_mha setting for a draft tree): each setting of --json's list, not only the best, which is valid."""
+    from kbench.errors import BadInput
+
+    try:
+        return command(rec, r), None
+    except BadInput as e:
+        return None, str(e).replace("'(given)'", repr(r.setting.id))
+
+
 def headline(rec: Recommendation) -> list[str]:
     """The answer in a few lines (the same words in every format)."""
     best = rec.best
@@ -240,7 +251,9 @@ def to_json(rec: Recommendation) -> dict:
     tw = rec.workload.total_weight
 
     def setting(r: SettingResult) -> dict:
-        return {"id": r.setting.id, "flags": r.setting.flags, "default": r.default, "command": command(rec, r),
+        cmd, refused = command_or_refusal(rec, r)
+        return {"id": r.setting.id, "flags": r.setting.flags, "default": r.default, "command": cmd,
+                "command_refused": refused,
                 "routes": r.kernels, "kernels": r.kernels, "total_us": r.total_us, "per_step_us": r.per_step_us,
                 "host_per_step_us": _per_step(rec, r.host_us), "gpu_per_step_us": _per_step(rec, r.gpu_us),
                 "noise_us": r.noise_us, "tied_with": r.tied_with,

@@ -29,13 +29,13 @@ from urllib.parse import urlparse
 
 import requests
 
-from kbench import __version__, files
+from kbench import __version__, files, shell
 from kbench.runs.atomic import write_text
 from kbench.errors import BadInput, KbenchError
 from kbench.values import INT32_MAX, SEED_MAX, int_in
 from kbench.runs.outputs import given_path, writable_dir
 from kbench.server import counters as ctr
-from kbench.server.auth import API_KEY_ENV, HIDDEN, Credentials, redact_argv, redact_url, split_url
+from kbench.server.auth import API_KEY_ENV, HIDDEN, Credentials, origin, redact_argv, redact_url, split_url
 from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
 from kbench.server.client import ServerClient, ServerError, StreamError
 from kbench.server.metrics import BatchTrace, metrics_from_trace
@@ -147,6 +147,9 @@ class ServerBenchConfig:
             port_ok = False
         if not port_ok or u.scheme not in ("http", "https") or not u.hostname:
             raise BadInput(f"--url {shown!r}: expected http://HOST:PORT or https://HOST:PORT")
+        if origin(self.url) is None:
+            raise BadInput(f"--url {shown!r}: Python's URL parser and the HTTP library's read two different servers "
+                           f"in it (a backslash or an @ in the host part); give the server's URL plainly")
         if u.query or u.fragment:
             raise BadInput(f"--url {shown!r}: a base URL has no query or fragment (kbench adds the endpoint paths "
                            f"to it)")
@@ -242,7 +245,7 @@ class ServerBenchInterrupted(KbenchError):
         self.signum = signum or _signal.SIGINT
         self.exit_code = 128 + int(self.signum)
         super().__init__(f"stopped by {_signal.Signals(self.signum).name}; {len(result.rows)} row(s) kept in "
-                         f"{result.run_dir}; finish with: kbench server-bench --resume {result.run_dir}")
+                         f"{result.run_dir}; finish with: {shell.kbench('server-bench', '--resume', result.run_dir)}")
         self.result = result
 
 
