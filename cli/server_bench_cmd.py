@@ -5,10 +5,12 @@ import math
 import sys
 
 import click
+from rich.markup import escape
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kbench import shell
 from kbench.cli.console import make_console
 from kbench.cli.options import OutputPath
 from kbench.errors import BadInput, KbenchError
@@ -342,8 +344,9 @@ def _run_ab(cfg, result_filename):
         raise err from None
     for side in (ab.a, ab.b):
         render_table(side, console)
-    console.print(f"A: {ab.a.run_dir}\nB: {ab.b.run_dir}\nthe verdict: kbench gate --baseline {ab.a.run_dir} "
-                  f"--candidate {ab.b.run_dir}", highlight=False, soft_wrap=True)
+    verdict = shell.kbench("gate", "--baseline", ab.a.run_dir, "--candidate", ab.b.run_dir)
+    console.print(escape(f"A: {ab.a.run_dir}\nB: {ab.b.run_dir}\nthe verdict: {verdict}"), highlight=False,
+                  soft_wrap=True)
     failed = ab.a.failed + ab.b.failed
     if failed:
         raise KbenchError(f"{len(failed)} of {len(ab.a.rows) + len(ab.b.rows)} row(s) failed; first: "

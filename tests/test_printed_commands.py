@@ -19,7 +19,8 @@ from kbench.recommend import flags as F
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUTES = ROOT / "results/baselines/h100-engine-routes-kv4096"
-SHAPE = ["--batch-size", "8", "--q-len", "4", "--kv-len", "4096", "--host-overlap", "sum"]
+SHAPE = ["--batch-size", "8", "--q-len", "4", "--kv-len", "4096", "--host-overlap", "sum", "--verify-layers", "1",
+         "--draft-layers", "1"]  # what the Python call below prices (the CLI takes the model preset's layers)
 
 
 # ---- kbench.shell -----------------------------------------------------------------------------------------------
