@@ -8,7 +8,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from kbench.cli.console import make_console
+from kbench.cli.console import echo, make_console
 from kbench.cli.errors import one_line_errors
 from kbench.cli.options import FLOAT, INT, IntRange, OutputPath, examples
 from kbench.errors import BadInput
@@ -141,7 +141,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     src = load_source(list(sources))
     note = unknown_kernels_note(policy_kernels(src.policy), "no engine setting runs them: not priced")
     if note:
-        click.echo(note, err=True)
+        echo(note, err=True)
     layers = {"verify": verify_layers, "draft_extend": draft_layers}
     kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu, overlap=host_overlap)
     ab_ids = _ab_args(ab, ab_settings, eng) if ab or ab_settings else None
@@ -290,13 +290,13 @@ def export_cmd(source, fmt, out):
     policy = policy_from([source])[0]
     note = unknown_kernels_note(policy_kernels(policy), "exported as the policy says")
     if note:
-        click.echo(note, err=True)
+        echo(note, err=True)
     path = export_policy(policy, str(source), out, fmt)
     from kbench.runs.atomic import named_destination
 
     if named_destination(path)[1]:  # a device or pipe (/dev/stdout): nothing there to run
-        click.echo(f"wrote {path}: {summary(policy)}", err=True)
+        echo(f"wrote {path}: {summary(policy)}", err=True)
         return
     filters = " [--FILTER VALUE ...]" if len(policy["groups"]) > 1 else ""
-    click.echo(f"wrote {path}: {summary(policy)}; try: python {path} BATCH_SIZE Q_LEN KV_LEN{filters} (--help: the "
+    echo(f"wrote {path}: {summary(policy)}; try: python {path} BATCH_SIZE Q_LEN KV_LEN{filters} (--help: the "
                f"filters)")

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from kbench.cases import axes
 from kbench.cli.answer import write_answer
-from kbench.cli.console import make_console
+from kbench.cli.console import echo, make_console
 from kbench.cli.options import FLOAT, INT, AliasOption, IntRange, OutputPath, examples
 from kbench.errors import BadInput
 from kbench.names import unknown_kernel_note
@@ -162,7 +162,7 @@ def select_cmd(policy_file, batch_size, q_len, kv_len, heads, dtype, kv_dtype, p
                  dtype=dtype, kv_dtype=kv_dtype, page_size=page_size, kv_layout=kv_layout, **realistic)
     note = unknown_kernel_note(ans["kernel"])
     if note:
-        click.echo(note, err=True)
+        echo(note, err=True)
     write_answer(json.dumps(ans, indent=2) if as_json else "\n".join(_answer_lines(ans)))
 
 
