@@ -64,6 +64,8 @@ def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows, plot
         raise BadInput("--plot-batch and --plot-kv must be given the same number of times (they pair up)")
     res = build_report(list(runs), out_dir, holdout=holdout, seed=seed,
                        plot_points=list(zip(plot_batch, plot_kv)) or None, power=power, plot_groups=plot_groups)
+    for w in res.runset.warnings:  # on stderr, as every warning: stdout is the report's listing
+        echo(w, err=True)
     con = make_console()
     if res.power:
         con.print(f"timing state: {res.power} (report and policy for this state only)", markup=False)

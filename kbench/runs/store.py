@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import importlib
 import io
 import json
@@ -247,6 +248,8 @@ class RunWriter:
         rows = read_journal(self.dir / JOURNAL, self.kind)
         try:
             write_tables(self.dir, rows, self.kind)
+            # what the Parquet was written from: a reader takes it for the journal only while both are these
+            self.manifest["tables"] = {n: files.record(self.dir / n) for n in (JOURNAL, PARQUET)}
         except BadInput as e:
             if "cannot write" not in str(e):
                 raise
@@ -671,26 +674,40 @@ class Run:
 
 
 def parquet_current(run_dir: Path, manifest: dict) -> bool:
-    """rows.parquet holds the journal's rows: the run is complete (finalize wrote the Parquet from the journal),
-    the Parquet is not older than the journal's last change, and both hold the num_rows the manifest recorded."""
-    j, pq = Path(run_dir) / JOURNAL, Path(run_dir) / PARQUET
-    n = manifest.get("num_rows")
-    if manifest.get("status") != "complete" or not isinstance(n, int) or isinstance(n, bool):
+    """rows.parquet holds the journal's rows, so a reader may take it for the journal: the run is complete and the
+    journal and the Parquet are both the files finalize recorded (manifest ``tables``: size and sha256) as it wrote
+    the one from the other. Otherwise (a Parquet or journal edited since, a run written before the record) the
+    journal is the one source of truth, for every reader alike."""
+    rec = manifest.get("tables")
+    if manifest.get("status") != "complete" or not isinstance(rec, dict):
         return False
     try:
-        if pq.stat().st_mtime_ns < j.stat().st_mtime_ns:
-            return False
-        import pyarrow.parquet as pqf
-
-        if pqf.ParquetFile(pq).metadata.num_rows != n:
-            return False
-        lines = 0
-        with files.open_regular(j, str(j), files.ROWS_MAX) as f:  # a FIFO there: refused, not waited on
-            while chunk := f.read(1 << 20):
-                lines += chunk.count(b"\n")
-        return lines == n
+        for name in (JOURNAL, PARQUET):
+            want, p = rec.get(name), Path(run_dir) / name
+            st = os.stat(p)
+            if not isinstance(want, dict) or st.st_size != want.get("bytes"):
+                return False
+            if _sha256(p, st) != want.get("sha256"):
+                return False
+        return True
     except Exception:  # unreadable: the journal decides, and its reader says what is wrong
         return False
+
+
+_HASHED: dict[tuple, str] = {}  # (path, inode, size, mtime, ctime) -> sha256: one command asks twice (the gate)
+
+
+def _sha256(p: Path, st: os.stat_result) -> str:
+    key = (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _HASHED:
+        h = hashlib.sha256()
+        with files.open_regular(p, str(p), files.ROWS_MAX) as f:  # a FIFO there: refused, not waited on
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        if len(_HASHED) >= 8:  # the last few asked: no cache that grows with the runs a process reads
+            _HASHED.clear()
+        _HASHED[key] = h.hexdigest()
+    return _HASHED[key]
 
 
 def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: dict | None = None,
