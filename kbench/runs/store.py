@@ -513,8 +513,8 @@ def check_rows(rows: pd.DataFrame, kind: str, where, lines: list[int] | None = N
             m = col.notna() & (num.isna() | (num != num.round()))
             if col.dtype == object:
                 m |= col.notna() & ~col.map(type).isin(_NUMBER_TYPES)  # "16", True: not an integer
-            if a.required:  # a shape axis has no default to read a missing cell as
-                m |= col.isna()
+            if a.required and not col.isna().all():  # a shape axis has no default to read a missing cell as (a
+                m |= col.isna()                             # foreign run without the column at all: kept missing)
             if m.any():
                 bad(m, a.name, "expected an integer")
             if a.minimum is not None:
