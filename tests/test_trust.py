@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import hostile_table as ht
+from helpers import shared_library
 
 from kbench.errors import BadInput
 
@@ -246,7 +247,8 @@ def test_archive_reader_writes_only_inside_the_target(tmp_path):
     dest.mkdir()
     outside.mkdir()
     os.symlink(outside, dest / "m1")  # the module's folder a link to elsewhere: not written through
-    with aot_archive.opened(_archive(tmp_path / "b.tgz", {"m1": b"lib-one", "m2": b"lib-two"})) as tar:
+    with aot_archive.opened(_archive(tmp_path / "b.tgz", {"m1": shared_library(b"lib-one"),
+                                                          "m2": shared_library(b"lib-two")})) as tar:
         arc = aot_archive.Archive(tar, "b.tgz")
         with pytest.raises(BadInput, match=r"m1 is not a folder inside .*aot \(a link\?\)"):
             arc.install("m1", dest)
