@@ -20,7 +20,6 @@ import re
 # C0 controls but tab and newline; DEL and C1; zero-width and bidirectional formatting (a name that reads as
 # another); line and paragraph separators
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069\ufeff]")
-_LINE = re.compile(r"\r\n|[\r\n]")
 # what XML 1.0 cannot hold at all, after terminal() (which leaves tab and newline)
 _NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
 
@@ -36,17 +35,15 @@ def terminal(s) -> str:
 
 
 def one_line(s) -> str:
-    s = terminal(s)
-    return _LINE.sub(lambda m: m.group().replace("\r", "\\r").replace("\n", "\\n"), s) if "\n" in s or "\r" in s \
-        else s
+    return terminal(s).replace("\n", "\\n")  # a carriage return is a control character: terminal() showed it
 
 
 def markdown(s) -> str:
-    return html.escape(terminal(s), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return html.escape(terminal(s), quote=False).replace("|", "\\|").replace("\n", " ")
 
 
 def code(s) -> str:
-    s = terminal(s).replace("\r", " ").replace("\n", " ")
+    s = terminal(s).replace("\n", " ")
     runs = re.findall(r"`+", s)
     fence = "`" * (max(map(len, runs)) + 1 if runs else 1)
     pad = " " if s.startswith("`") or s.endswith("`") else ""
