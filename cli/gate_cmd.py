@@ -211,7 +211,7 @@ def baseline(runs, name, root, force, allow_partial):
     for run, r in zip(runs, loaded):
         if r.manifest.get("status") not in (None, "complete") and allow_partial:
             echo(f"warning: {run} has status {r.manifest.get('status')!r}; the baseline holds only the rows "
-                       "it measured", err=True)
+                 "it measured", err=True)
     dest, rows, warnings = write_multi_baseline(loaded, name, root, force, allow_partial)
     for w in warnings:
         echo(f"warning: {w}", err=True)
@@ -225,4 +225,4 @@ def baseline(runs, name, root, force, allow_partial):
             spread = (f"; run_spread median {rs.median():.1%}, p95 {rs.quantile(0.95):.1%}, "
                       f"max {rs.max():.1%}")
     echo(f"baseline {dest} written from {src} ({len(rows)} rows{': ' + detail if detail else ''}{spread}); "
-               f"commit it: git add {dest}")
+         f"commit it: git add {dest}")

@@ -299,4 +299,4 @@ def export_cmd(source, fmt, out):
         return
     filters = " [--FILTER VALUE ...]" if len(policy["groups"]) > 1 else ""
     echo(f"wrote {path}: {summary(policy)}; try: python {path} BATCH_SIZE Q_LEN KV_LEN{filters} (--help: the "
-               f"filters)")
+         f"filters)")
