@@ -5,15 +5,27 @@ from __future__ import annotations
 
 import os
 
+import click
 from rich.console import Console
+
+from kbench.text import terminal
 
 LOG_WIDTH = 250
 
 
+class SafeConsole(Console):
+    """A Console whose every string (a printed line, a table cell) has its control characters shown as escapes
+    (kbench.text.terminal): a kernel name or device from a run cannot move the cursor or recolour the terminal.
+    rich's own styling is added after, as usual."""
+
+    def render_str(self, text: str, **kw):
+        return super().render_str(terminal(text), **kw)
+
+
 def make_console(**kw) -> Console:
-    c = Console(**kw)
+    c = SafeConsole(**kw)
     if not c.is_terminal and "width" not in kw and not os.environ.get("COLUMNS"):
-        c = Console(width=LOG_WIDTH, **kw)
+        c = SafeConsole(width=LOG_WIDTH, **kw)
     return c
 
 
@@ -24,3 +36,9 @@ def print_command(console: Console, line: str, style: str | None = None) -> None
     from rich.markup import escape
 
     console.print(escape(line), style=style, soft_wrap=True, highlight=False)
+
+
+def echo(message="", err: bool = False, **kw) -> None:
+    """click.echo of text an input may hold (a warning naming a kernel, a file, a device), control characters
+    shown as escapes."""
+    click.echo(terminal(message), err=err, **kw)

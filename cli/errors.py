@@ -12,6 +12,7 @@ from typing import NoReturn
 import click
 
 from kbench.errors import KbenchError
+from kbench.text import one_line
 
 # errors of the file system that mean "this output (or input) path cannot be used": one line, exit 2
 _PATH_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
@@ -48,7 +49,7 @@ def one_line_errors(fn):
         try:
             return fn(*a, **kw)
         except KbenchError as e:
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {one_line(e)}", err=True)  # one line whatever the input brought (kbench.text)
             sys.exit(e.exit_code)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under kbench.runs.signals (a replace not yet done)
             stopped(e)
@@ -60,7 +61,7 @@ def one_line_errors(fn):
             if e.errno not in _PATH_ERRNOS:
                 _stopped_or_raise(e)
             where = f"{e.filename}: " if e.filename else ""
-            click.echo(f"error: {where}{e.strerror or e}", err=True)
+            click.echo(f"error: {one_line(where)}{one_line(e.strerror or e)}", err=True)
             sys.exit(2)
         except ValueError as e:
             if str(e).startswith("Exceeds the limit") and "integer string conversion" in str(e):

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kbench.cli.console import make_console
+from kbench.cli.console import echo, make_console
 from kbench.cli.errors import one_line_errors
 from kbench.cli.options import FLOAT, INT, AliasOption, OutputPath, examples
 
@@ -203,15 +203,15 @@ def baseline(runs, name, root, force, allow_partial):
     writable_dir(root, "--out", create=False)
     note = name_note(name)
     if note:
-        click.echo(note, err=True)
+        echo(note, err=True)
     loaded = [load_run(r) for r in runs]
     for run, r in zip(runs, loaded):
         if r.manifest.get("status") not in (None, "complete") and allow_partial:
-            click.echo(f"warning: {run} has status {r.manifest.get('status')!r}; the baseline holds only the rows "
-                       "it measured", err=True)
+            echo(f"warning: {run} has status {r.manifest.get('status')!r}; the baseline holds only the rows "
+                 "it measured", err=True)
     dest, rows, warnings = write_multi_baseline(loaded, name, root, force, allow_partial)
     for w in warnings:
-        click.echo(f"warning: {w}", err=True)
+        echo(f"warning: {w}", err=True)
     counts = rows["status"].value_counts().to_dict() if "status" in rows else {}
     detail = ", ".join(f"{v} {k}" for k, v in counts.items())
     src = loaded[0].path if len(loaded) == 1 else f"{len(loaded)} runs"
@@ -221,5 +221,5 @@ def baseline(runs, name, root, force, allow_partial):
         if len(rs):
             spread = (f"; run_spread median {rs.median():.1%}, p95 {rs.quantile(0.95):.1%}, "
                       f"max {rs.max():.1%}")
-    click.echo(f"baseline {dest} written from {src} ({len(rows)} rows{': ' + detail if detail else ''}{spread}); "
-               f"commit it: git add {dest}")
+    echo(f"baseline {dest} written from {src} ({len(rows)} rows{': ' + detail if detail else ''}{spread}); "
+         f"commit it: git add {dest}")

@@ -9,6 +9,7 @@ import click
 
 from kbench import __version__
 from kbench.cli.errors import one_line_errors, rich_closed_pipe, stopped
+from kbench.text import one_line
 
 # command name -> (module, attribute, the line `kbench --help` shows for it without importing it;
 # tests/test_help.py checks each command exists and its own help says the same thing)
@@ -79,10 +80,10 @@ class KbenchGroup(click.Group):
             sys.exit(0)
         except click.UsageError as e:  # unknown option, missing argument, bad choice: one line, exit 2
             where = e.ctx.command_path if e.ctx is not None else (prog_name or "kbench")
-            click.echo(f"error: {e.format_message()} (see {where} --help)", err=True)
+            click.echo(f"error: {one_line(e.format_message())} (see {where} --help)", err=True)
             sys.exit(2)
         except click.ClickException as e:
-            click.echo(f"error: {e.format_message()}", err=True)
+            click.echo(f"error: {one_line(e.format_message())}", err=True)
             sys.exit(e.exit_code)
         except click.Abort as e:
             if isinstance(e.__cause__, KeyboardInterrupt):  # Ctrl-C or SIGTERM while click parsed the arguments

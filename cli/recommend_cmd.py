@@ -8,7 +8,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from kbench.cli.console import make_console, print_command
+from kbench.cli.console import echo, make_console, print_command
 from kbench.cli.errors import one_line_errors
 from kbench.cli.options import FLOAT, INT, IntRange, OutputPath, examples
 from kbench.errors import BadInput
@@ -188,7 +188,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
                    f"the run's page", err=True)
     note = unknown_kernels_note(policy_kernels(src.policy), "no engine setting runs them: not priced")
     if note:
-        click.echo(note, err=True)
+        echo(note, err=True)
     preset = model_preset or src.model
     known = MODEL_LAYERS.get(preset) if preset else None
     layers = {"verify": verify_layers if verify_layers is not None else (known[0] if known else 1),
@@ -347,15 +347,15 @@ def export_cmd(source, fmt, out):
     policy = policy_from([source])[0]
     note = unknown_kernels_note(policy_kernels(policy), "exported as the policy says")
     if note:
-        click.echo(note, err=True)
+        echo(note, err=True)
     path = export_policy(policy, str(source), out, fmt)
     from kbench.runs.atomic import named_destination
 
     if named_destination(path)[1]:  # a device or pipe (/dev/stdout): nothing there to run
-        click.echo(f"wrote {path}: {summary(policy)}", err=True)
+        echo(f"wrote {path}: {summary(policy)}", err=True)
         return
     filters = " [--FILTER VALUE ...]" if len(policy["groups"]) > 1 else ""
     from kbench.shell import command_line
 
     try_it = command_line(["python", path, "BATCH_SIZE", "Q_LEN", "KV_LEN"]) + filters
-    click.echo(f"wrote {path}: {summary(policy)}; try: {try_it} (--help: the filters)")
+    echo(f"wrote {path}: {summary(policy)}; try: {try_it} (--help: the filters)")

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from kbench.cases import axes
 from kbench.cli.answer import write_answer
-from kbench.cli.console import make_console
+from kbench.cli.console import echo, make_console
 from kbench.cli.options import FLOAT, INT, AliasOption, IntRange, OutputPath, examples
 from kbench.errors import BadInput
 from kbench.names import unknown_kernel_note
@@ -64,6 +64,8 @@ def report_cmd(runs, out_dir, holdout, seed, plot_batch, plot_kv, max_rows, plot
         raise BadInput("--plot-batch and --plot-kv must be given the same number of times (they pair up)")
     res = build_report(list(runs), out_dir, holdout=holdout, seed=seed,
                        plot_points=list(zip(plot_batch, plot_kv)) or None, power=power, plot_groups=plot_groups)
+    for w in res.runset.warnings:  # on stderr, as every warning: stdout is the report's listing
+        echo(w, err=True)
     con = make_console()
     if res.power:
         con.print(f"timing state: {res.power} (report and policy for this state only)", markup=False)
@@ -162,7 +164,7 @@ def select_cmd(policy_file, batch_size, q_len, kv_len, heads, dtype, kv_dtype, p
                  dtype=dtype, kv_dtype=kv_dtype, page_size=page_size, kv_layout=kv_layout, **realistic)
     note = unknown_kernel_note(ans["kernel"])
     if note:
-        click.echo(note, err=True)
+        echo(note, err=True)
     write_answer(json.dumps(ans, indent=2) if as_json else "\n".join(_answer_lines(ans)))
 
 

@@ -9,7 +9,7 @@ import click
 
 from kbench.cases.axes import GRID, axes_with
 from kbench.cases.scenario import builtin_names
-from kbench.cli.console import make_console
+from kbench.cli.console import echo, make_console
 from kbench.engine.devices import run_on_devices
 from kbench.engine.plans.adaptive_options import AdaptiveOptions as ADAPTIVE  # its defaults are the flags' defaults
 from kbench.engine.request import OVERRIDE_FLAGS, SweepRequest
@@ -152,7 +152,7 @@ def merge(runs, out_dir, name):
     writable_dir(out_dir, "--out", create=False)
     note = name_note(name)
     if note:
-        click.echo(note, err=True)
+        echo(note, err=True)
     path = merge_runs(list(runs), out_dir, name)
     run = load_run(path)
     make_console().print(f"merged {len(run.rows)} rows from {len(runs)} runs ({run.manifest['status']}): {path}")

@@ -230,6 +230,9 @@ def check_records(folder: str | os.PathLike, records, label: str, fix: str) -> N
     for name, want in records.items():
         if not isinstance(want, dict) or not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
             continue
+        if "\0" in name:  # no file has such a name (the OS refuses it): a hand-edited or foreign record
+            raise BadInput(f"{label}: the manifest's files name {name!r}, which no file can be named (a NUL "
+                           f"byte); {fix}")
         p = Path(folder) / name
         why = None
         try:

@@ -11,6 +11,11 @@ KERNEL_NAMES = ("trtllm-decode", "trtllm-decode-ragged", "decode-wrapper", "trtl
                 "sglang-fa3-tree", "vllm-fi-decode", "vllm-fi-prefill", "vllm-flash-attn", "vllm-flashmla",
                 "vllm-flash-attn-mla", "reference", "test-oob-write")
 
+# a kernel's name as kbench's registry spells them (trtllm-decode, fa2-prefill): the pattern every kernel name of a
+# run's rows (kbench.runs.store.check_rows) and of a policy (kbench.report.policy_schema) matches; it is printed,
+# written in markdown and exported as code
+KERNEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$"
+
 
 def unknown_kernel_note(kernel: str) -> str | None:
     """The one line `kbench select` warns with when the policy's answer is a kernel this kbench does not have (a

@@ -65,3 +65,14 @@ class StopAfter(SweepObserver):
         self.seen += 1
         if self.seen == self.n:
             raise KeyboardInterrupt
+
+
+def shared_library(payload: bytes = b"") -> bytes:
+    """A module a prebuild archive may hold: the ELF header of this Python's own executable made a shared object's
+    (e_type ET_DYN; this machine's class, byte order and machine, as kbench.engine.aot_archive checks), then
+    ``payload``."""
+    import sys
+
+    head = bytearray(Path(sys.executable).read_bytes()[:64])
+    head[16:18] = (3).to_bytes(2, "little" if head[5] == 1 else "big")
+    return bytes(head) + payload

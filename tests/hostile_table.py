@@ -7,7 +7,8 @@ processes and prints the table:
 
 Families (the issue's): 1 secrets, 2 outputs half replaced (by a signal) or replaced that must not be (a device, a
 link, the command's own input), 3 links in a run folder, 4 measurements
-lost or invented, 5 the gate and broken candidates, 6 inputs that hang or blow up. The situations the earlier
+lost or invented, 5 the gate and broken candidates, 6 inputs that hang or blow up, 7 outputs an input could forge
+(markup in a PR comment, control characters on a terminal or in JUnit, a second line in an error line; #48). The situations the earlier
 issues settled are in tests/edges_table.py (#17), tests/test_hostile_inputs.py and tests/test_server_bench_hostile.py.
 """
 from __future__ import annotations
@@ -880,6 +881,248 @@ def _stale_removed_live_kept(w, out):
     os.close(int(w.vars["live_fd"]))
     assert leftovers(w.root) == [".kb-new-live"], leftovers(w.root)  # the killed writer's removed, the live one kept
     assert digest(w.path("rep")) != w.vars["old_digest"], "the report was not written"
+# --- #48 trust-files: outputs no input can forge, files that disagree or lie ---------------------------------
+EVIL_HTML = "<img src=x onerror=alert(1)>"
+EVIL_TERM = "boom \x1b[2J\x1b]0;pwned\x07 \x00 end"  # clear the screen, retitle the terminal, a NUL
+
+
+def _device_named(run: Path, name: str) -> None:
+    m = json.loads((run / "manifest.json").read_text())
+    m["device"] = {**(m.get("device") or {}), "name": name}
+    (run / "manifest.json").write_text(json.dumps(m))
+
+
+def _html_device_runs(w):
+    """Baseline and candidate (the kernel runs) whose manifest names the GPU with markup."""
+    for name, src in (("base", w.shared.kernel_run), ("cand", w.shared.kernel_run2)):
+        _device_named(w.copy(src, name), EVIL_HTML)
+        w.vars[name] = str(w.path(name))
+
+
+def _html_device_source(w):
+    """The committed kv4096 baseline, its manifest's GPU named with markup (its tables untouched), and a workload."""
+    src = w.copy(ROOT / "results/baselines/h200-draft-extend-kv4096", "src")
+    _device_named(src, "NVIDIA H200 " + EVIL_HTML)
+    w.path("w.jsonl").write_text('{"batch_size": 16, "q_len": 4, "kv_len": 4096, "weight": 1}\n')
+    w.vars["src"] = str(src)
+
+
+def _markdown_escaped(name: str):
+    def check(w, out):
+        text = w.path(name).read_text()
+        assert "<img" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text, text[:600]
+    return check
+
+
+def _failed_with_reason(reason: str):
+    """A candidate whose decode row of CASE_A failed with ``reason`` (was ok in the baseline)."""
+    def setup(w):
+        cand = w.copy(w.shared.kernel_run2, "cand")
+        rows = journal(cand)
+        r = next(r for r in rows if r["kernel"] == DECODE and r["case_id"] == CASE_A.case_id)
+        r.update(status="failed", reason=reason, median_us=None, samples_us=[])
+        write_journal(cand, rows)
+        for f in ("rows.parquet", "rows.csv"):
+            (cand / f).unlink()
+        w.vars.update(base=str(w.shared.kernel_run), cand=str(cand))
+    return setup
+
+
+def _no_control_chars_and_xml(w, out):
+    import xml.dom.minidom
+
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f]", out), repr(out[-400:])
+    xml.dom.minidom.parse(str(w.path("j.xml")))  # a CI reader's parser takes it
+    text = w.path("j.xml").read_text()
+    assert "\\x1b[2J" in text and "\\x00" in text, "the reason is not shown, escaped"
+    assert "\x1b" not in w.path("g.md").read_text()
+
+
+def _workload_gpu_newline(w):
+    w.path("w.jsonl").write_text(json.dumps({"kbench_workload": 1, "gpu": "H100\n--x"}) + "\n" +
+                                 '{"batch_size": 16, "q_len": 4, "kv_len": 4096, "weight": 1}\n')
+    w.vars["src"] = str(ROOT / "results/baselines/h200-draft-extend-kv4096")
+
+
+def _parquet_run(edit, name: str = "cand"):
+    """A copy of a kernel run as its tables alone (no journal), its rows.parquet rewritten by edit(frame)."""
+    def setup(w):
+        import pandas as pd
+
+        run = w.copy(w.shared.kernel_run2, name)
+        (run / "rows.jsonl").unlink()
+        edit(pd.read_parquet(run / "rows.parquet")).to_parquet(run / "rows.parquet", index=False)
+        w.vars.update(base=str(w.shared.kernel_run), cand=str(run), run=str(run))
+    return setup
+
+
+def _parquet_tenfold(w):
+    """A complete run whose rows.parquet, rewritten after the run, says 10x the journal's times."""
+    import pandas as pd
+
+    run = w.copy(w.shared.kernel_run2, "run")
+    df = pd.read_parquet(run / "rows.parquet")
+    df["median_us"] = df["median_us"] * 10
+    df.to_parquet(run / "rows.parquet", index=False)
+    os.utime(run / "rows.parquet", ns=(time.time_ns(), time.time_ns() + 10**9))  # newer than the journal
+    w.vars["run"] = str(run)
+
+
+def _reported_from_journal(w, out):
+    import pandas as pd
+
+    times = {(r["kernel"], r["case_id"]): r["median_us"] for r in journal(Path(w.vars["run"])) if r["status"] == "ok"}
+    cases = pd.read_csv(w.path("rep/cases.csv"))
+    for _, c in cases.iterrows():
+        assert c["decode_us"] == times[(c["best_decode"], c["case_id"])], "report answered from the Parquet"
+
+
+def _journal_edit(edit):
+    """A copy of a kernel run whose journal rows are edited (edit(rows)), its tables removed."""
+    def setup(w):
+        run = w.copy(w.shared.kernel_run2, "run")
+        rows = journal(run)
+        edit(rows)
+        write_journal(run, rows)
+        for f in ("rows.parquet", "rows.csv"):
+            (run / f).unlink()
+        set_manifest(run, num_rows=len(rows), tables=None)
+        w.vars["run"] = str(run)
+    return setup
+
+
+def _first_decode(rows) -> dict:
+    return next(r for r in rows if r["kernel"] == DECODE)
+
+
+def _zero_rows(w):
+    run = w.copy(w.shared.kernel_run2, "cand")
+    write_journal(run, [])
+    for f in ("rows.parquet", "rows.csv"):
+        (run / f).unlink()
+    set_manifest(run, num_rows=None, tables=None)
+    w.vars.update(base=str(w.shared.kernel_run), cand=str(run))
+
+
+def _baseline_files_nul(w):
+    _baseline_pair(w)
+    m = json.loads((Path(w.vars["base"]) / "manifest.json").read_text())
+    m["files"]["rows\x00.csv"] = {"bytes": 1, "sha256": "0" * 64}
+    (Path(w.vars["base"]) / "manifest.json").write_text(json.dumps(m))
+
+
+def _policy_exported(edit):
+    """The committed baseline's policy edited (edit(policy)), exported as sel.py."""
+    def setup(w):
+        _edited_policy(lambda g: None)(w)
+        pol = json.loads(w.path("P.json").read_text())
+        edit(pol)
+        w.path("P.json").write_text(json.dumps(pol, indent=1))
+        r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "export", str(w.path("P.json")), "--out",
+                            str(w.path("sel.py"))], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    return setup
+
+
+def _nested(depth: int) -> dict:
+    d: dict = {}
+    for _ in range(depth):
+        d = {"x": d}
+    return d
+
+
+def _deep_device_policy(w):
+    _edited_policy(lambda g: None)(w)
+    pol = json.loads(w.path("P.json").read_text())
+    pol["device"]["extra"] = _nested(200)
+    w.path("P.json").write_text(json.dumps(pol))
+
+
+def _aot_zeros(w):
+    """An archive that honestly lists three modules of zeros (1 MiB each here; the issue's were 1 GiB)."""
+    _aot_archive(w, m1=bytes(1 << 20), m2=bytes(1 << 20), m3=bytes(1 << 20))
+
+
+def _aot_other_machine(w):
+    """A shared library of another machine (this Python's ELF header with another e_machine)."""
+    head = bytearray(Path(sys.executable).read_bytes()[:64])
+    order = "little" if head[5] == 1 else "big"
+    head[16:18] = (3).to_bytes(2, order)
+    head[18:20] = (183 if int.from_bytes(head[18:20], order) != 183 else 62).to_bytes(2, order)  # AArch64 / x86-64
+    _aot_archive(w, m1=bytes(head) + b"code")
+
+
+TRUST_FILES = [
+    # --- #48 trust-files ---
+    Situation("gate-markdown-device-html", 7, "gate --markdown of runs whose GPU name is markup",
+              "kbench gate --baseline {base} --candidate {cand} --markdown g.md", 0, r"^PASS",
+              _html_device_runs, _markdown_escaped("g.md")),
+    Situation("recommend-markdown-device-html", 7, "recommend --markdown from measurements whose GPU name is markup",
+              "kbench recommend {src} --engine sglang --workload w.jsonl --markdown r.md", 0, r"^wrote r\.md",
+              _html_device_source, _markdown_escaped("r.md")),
+    Situation("gate-reason-control-chars", 7, "a candidate row failed with a reason holding ESC sequences and a NUL",
+              "kbench gate --baseline {base} --candidate {cand} --junit j.xml --markdown g.md", 1, r"^FAIL",
+              _failed_with_reason(EVIL_TERM), _no_control_chars_and_xml),
+    Situation("error-line-newline", 7, "a workload header's gpu of 'H100\\n--x' (the error quotes it)",
+              "kbench recommend {src} --engine sglang --workload w.jsonl", 2,
+              r"^error: w\.jsonl: its header's gpu H100\\n--x: the measurements are from", _workload_gpu_newline),
+    Situation("parquet-journal-disagree", 4, "a complete run whose rows.parquet, newer, says 10x the journal's times",
+              "kbench report {run} --out rep", 0, r"^wrote \d+ files to rep", _parquet_tenfold,
+              _reported_from_journal),
+    Situation("parquet-median-text", 4, "a Parquet run whose median_us is text: report",
+              "kbench report {run} --out rep", 2, r"^error: .*rows\.parquet: column median_us holds str values, "
+              r"expected numbers$", _parquet_run(lambda d: d.assign(median_us=d["median_us"].astype(str))),
+              _nothing_written("rep")),
+    Situation("parquet-median-timestamps", 4, "a Parquet run whose median_us is timestamps: gate",
+              "kbench gate --baseline {base} --candidate {cand}", 2,
+              r"^error: candidate: .*rows\.parquet: column median_us holds datetime64\[\w+\] values",
+              _parquet_run(lambda d: d.assign(median_us=__import__("pandas").to_datetime(d["median_us"], unit="s")))),
+    Situation("parquet-batch-nan", 4, "a Parquet run whose batch_size is float with a NaN: baseline",
+              "kbench baseline {run} --name b --out bl", 2,
+              r"^error: .*rows\.parquet: row 1: batch_size is nan, expected an integer$",
+              _parquet_run(lambda d: d.assign(batch_size=d["batch_size"].astype(float).where(d.index != 0))),
+              _nothing_written("bl")),
+    Situation("parquet-samples-text", 4, "a Parquet run whose samples_us is text: report (which never reads it)",
+              "kbench report {run} --out rep", 2,
+              r"^error: .*rows\.parquet: column samples_us holds \w+ values, expected lists of numbers$",
+              _parquet_run(lambda d: d.assign(samples_us=d["samples_us"].map(lambda v: "[1, 2]"))),
+              _nothing_written("rep")),
+    Situation("gate-zero-rows", 4, "a candidate run of no rows", "kbench gate --baseline {base} --candidate {cand}", 2,
+              r"^error: candidate .*: the run holds no rows \(status 'complete'\): nothing to gate$", _zero_rows),
+    Situation("manifest-files-nul", 4, "a baseline whose manifest's files name a path with a NUL byte: gate",
+              "kbench gate --baseline {base} --candidate {new}", 2,
+              r"^error: baseline: .*: the manifest's files name 'rows\\x00\.csv', which no file can be named",
+              _baseline_files_nul),
+    Situation("report-kernel-html", 4, "a journal row whose kernel name is markup: report (select refused its policy)",
+              "kbench report {run} --out rep", 2,
+              r"^error: .*rows\.jsonl: row \d+: kernel is '<img src=x onerror=alert\(1\)>', not a kernel name",
+              _journal_edit(lambda rows: _first_decode(rows).update(kernel=EVIL_HTML)), _nothing_written("rep")),
+    Situation("report-batch-zero", 4, "a journal row of batch size 0: report", "kbench report {run} --out rep", 2,
+              r"^error: .*rows\.jsonl: row \d+: batch_size is 0, below its minimum 1$",
+              _journal_edit(lambda rows: _first_decode(rows).update(batch_size=0)), _nothing_written("rep")),
+    Situation("report-q-above-kv", 4, "a journal row of q_len 8 at kv_len 4: report", "kbench report {run} --out rep", 2,
+              r"^error: .*rows\.jsonl: row \d+: q_len 8 > kv_len 4: no such shape",
+              _journal_edit(lambda rows: _first_decode(rows).update(q_len=8, kv_len=4)), _nothing_written("rep")),
+    Situation("report-row-twice", 4, "a journal holding one row twice with different times: report",
+              "kbench report {run} --out rep", 0,
+              r"^warning: .*: 1 \(kernel, case\) measured more than once with different times .*the last row of each "
+              r"counts", _journal_edit(lambda rows: rows.append({**_first_decode(rows),
+                                                                 "median_us": _first_decode(rows)["median_us"] * 3}))),
+    Situation("export-help-percent", 6, "an exported selector's --help, a filter value of the policy holding '%'",
+              "python sel.py --help", 0, r"group filter; the policy has: file:50%\.csv",
+              _policy_exported(lambda p: p["groups"][0].update(kv_dist="file:50%.csv"))),
+    Situation("export-device-deep", 6, "kbench export of a policy whose device field nests 200 deep",
+              "kbench export P.json --out sel.py", 2, r"^error: P\.json: device\.extra\.x \.\.\.: nested more than 32 "
+              r"levels deep", _deep_device_policy, _nothing_written("sel.py")),
+    Situation("prebuild-zeros-modules", 6, "prebuild --load: an archive honestly listing three modules of zeros",
+              "kbench prebuild --load aot.tgz", 2,
+              r"^error: aot\.tgz: aot/m1/m1\.so is not a shared library \(no ELF header\): nothing installed$",
+              _aot_zeros, _aot_untouched, process=True),
+    Situation("prebuild-other-machine", 6, "prebuild --load: a shared library of another machine",
+              "kbench prebuild --load aot.tgz", 2,
+              r"^error: aot\.tgz: aot/m1/m1\.so is a 64-bit library for \S+ \(ELF machine \d+\), this machine runs",
+              _aot_other_machine, _aot_untouched, process=True),
+]
 
 
 SITUATIONS: list[Situation] = [
@@ -1245,6 +1488,7 @@ SITUATIONS: list[Situation] = [
     Situation("report-stale-kb-new", 2, "report over a report whose last writer was killed (kill -9) mid-write, "
               "beside a live writer's folder", "kbench report {new} --out {rep}", 0, r"^wrote \d+ files",
               _killed_report_leftovers, _stale_removed_live_kept, process=True),
+    *TRUST_FILES,
 ]
 BY_ID = {s.id: s for s in SITUATIONS}
 

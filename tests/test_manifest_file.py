@@ -38,7 +38,8 @@ def test_a_cpu_sweep_writes_the_same_keys_as_before(tmp_path):
     assert list(written) == [
         "kind", "schema_version", "kbench_version", "command_line", "scenario", "device", "python",
         "copy_bandwidth_gbs", "clocks_start", "timer", "slow_kernel", "seed", "shard", "read_bandwidth_gbs",
-        "roofline_ceiling", "start_time", "status", "isolated", "wall_s", "measurements", "end_time", "num_rows"]
+        "roofline_ceiling", "start_time", "status", "isolated", "wall_s", "measurements", "end_time", "num_rows",
+        "tables"]  # tables: the journal and the Parquet written from it (#48: one source of truth)
     assert written["kind"] == "sweep" and written["status"] == "complete" and written["num_rows"] == 1
     # no bandwidth measured on a CPU, so no roofline ceiling named (34e20ac named the read figure it lacked)
     assert written["copy_bandwidth_gbs"] is None and written["roofline_ceiling"] is None

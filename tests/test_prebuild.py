@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from helpers import shared_library
 from click.testing import CliRunner
 
 from kbench.cases.models import MODELS
@@ -42,7 +43,7 @@ class FakeSpec:
         if self.fail:
             raise RuntimeError(f"Ninja build failed. Ninja output:\n[1/3] nvcc ...\nFAILED: x.o\n{self.fail}\nninja: build stopped")
         self.jit_library_path.parent.mkdir(parents=True, exist_ok=True)
-        self.jit_library_path.write_bytes(b"\x7fELF" + self.name.encode())
+        self.jit_library_path.write_bytes(shared_library(self.name.encode()))
 
 
 class FakeKernel(Kernel):
@@ -184,7 +185,7 @@ def test_load_installs_checks_and_is_idempotent(tmp_path):
     dest = tmp_path / "fi-aot"
     first = prebuild.load_archive(out, into=dest, device=H200)
     assert first.installed == ["m1", "m2"] and first.present == []
-    assert (dest / "m1" / "m1.so").read_bytes() == b"\x7fELFm1"
+    assert (dest / "m1" / "m1.so").read_bytes() == shared_library(b"m1")
     again = prebuild.load_archive(out, into=dest, device=H200)
     assert again.installed == [] and again.present == ["m1", "m2"]
     with pytest.raises(BadInput, match=r"built for 9.0a \(SM90\), this GPU is SM100"):

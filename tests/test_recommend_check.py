@@ -91,7 +91,8 @@ def test_cli_ab_section_beside_the_prediction(tmp_path):
     text = md.read_text()
     assert "### Check against the engine: A = `flashinfer`, B = `trtllm_mha`" in text
     assert "**Measured (kbench gate on the two server-bench runs):** B is 25.0% faster" in text
-    assert f"| {CASES[0]} | 2,000.0 -> 1,600.0 ms | improvement |" in text
+    # cells HTML-escaped as every markdown cell (#48): "->" renders as written
+    assert f"| {CASES[0]} | 2,000.0 -&gt; 1,600.0 ms | improvement |" in text
     r = recommend_cli(src, "--engine", "sglang", "--workload", wl, "--ab", a, b, "--ab-settings", "flashinfer,triton")
     assert r.exit_code == 2 and "triton cannot be priced" in r.output
     r = recommend_cli(src, "--engine", "sglang", "--workload", wl, "--ab", a, b)

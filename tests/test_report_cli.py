@@ -62,8 +62,8 @@ def test_html_is_self_contained_and_escapes_result_strings(tmp_path):
     evil = "<script>alert('x')</script>"
     c = case(1, 1, 1024)
     run = write_run(tmp_path / "run", [row(DECODE, c, 10.0), row(FA2, c, 12.0),
-                                       row(evil, c, 11.0, path="context"),
-                                       row("decode-wrapper", c, 1.0, status="wrong", reason=f"bad {evil} | x")])
+                                       row("decode-wrapper", c, 1.0, status="wrong", reason=f"bad {evil} | x"),
+                                       row("fa3-prefill", c, 1.0, status="failed", reason=evil)])
     assert cli("report", run).exit_code == 0
     html = (run / "report" / "report.html").read_text()
     assert "<script" not in html.lower() and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
@@ -72,6 +72,12 @@ def test_html_is_self_contained_and_escapes_result_strings(tmp_path):
     assert "href=" not in html and "<link" not in html
     md = (run / "report" / "report.md").read_text()
     assert "<script" not in md and "&lt;script&gt;" in md and "bad &lt;script&gt;alert('x')&lt;/script&gt; \\| x" in md
+    # a kernel name that is markup is no kernel name: refused where the run is loaded (#48), so no policy holds it
+    bad = write_run(tmp_path / "bad", [row(DECODE, c, 10.0), row("fa3-prefill", c, 11.0, path="context")])
+    (bad / "rows.jsonl").write_text((bad / "rows.jsonl").read_text().replace('"fa3-prefill"', json.dumps(evil)))
+    r = cli("report", bad)
+    assert r.exit_code == 2 and re.search(r"rows\.jsonl: row \d: kernel is \"<script>alert\('x'\)</script>\", not a "
+                                          r"kernel name", r.output) and not (bad / "report").exists()
 
 
 def test_report_out_option_and_flip_back_on_screen(tmp_path):

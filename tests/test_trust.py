@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import hostile_table as ht
+from helpers import shared_library
 
 from kbench.errors import BadInput
 
@@ -40,7 +41,7 @@ def test_hostile_situation(sit, shared, tmp_path):
 
 
 def test_the_table_covers_every_family():
-    assert {s.family for s in ht.SITUATIONS} == {1, 2, 3, 4, 5, 6}
+    assert {s.family for s in ht.SITUATIONS} == {1, 2, 3, 4, 5, 6, 7}
     assert len({s.id for s in ht.SITUATIONS}) == len(ht.SITUATIONS)
 
 
@@ -246,7 +247,8 @@ def test_archive_reader_writes_only_inside_the_target(tmp_path):
     dest.mkdir()
     outside.mkdir()
     os.symlink(outside, dest / "m1")  # the module's folder a link to elsewhere: not written through
-    with aot_archive.opened(_archive(tmp_path / "b.tgz", {"m1": b"lib-one", "m2": b"lib-two"})) as tar:
+    with aot_archive.opened(_archive(tmp_path / "b.tgz", {"m1": shared_library(b"lib-one"),
+                                                          "m2": shared_library(b"lib-two")})) as tar:
         arc = aot_archive.Archive(tar, "b.tgz")
         with pytest.raises(BadInput, match=r"m1 is not a folder inside .*aot \(a link\?\)"):
             arc.install("m1", dest)
@@ -347,3 +349,68 @@ def test_stale_hidden_folders_are_removed_a_held_or_fresh_one_kept(tmp_path):
         os.close(fd)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".kb-new-fresh", ".kb-new-held", ".kb-new-link",
                                                           ".kb-newer", "out"]
+
+# ---- #48: one rule per output for text an input brings -----------------------------------------------------------
+def test_text_rules_neutralise_what_inputs_bring_and_keep_the_rest():
+    from kbench import text
+
+    evil = "k\x1b[2J\x00\x07\u202egpj.exe\u2028x\x9b1m"
+    assert text.terminal(evil) == "k\\x1b[2J\\x00\\x07\\u202egpj.exe\\u2028x\\x9b1m"
+    assert text.terminal("trtllm-decode\tbs 16\nnext line") == "trtllm-decode\tbs 16\nnext line"  # kbench's own text
+    assert text.one_line("H100\r\n--x\ny") == "H100\\x0d\\n--x\\ny"
+    assert text.markdown("<img src=x onerror=a()> | b\nc & d") == "&lt;img src=x onerror=a()&gt; \\| b c &amp; d"
+    assert text.code("a `b` c") == "``a `b` c``" and text.code("`x") == "`` `x ``" and text.code("p|q") == "`p\\|q`"
+    assert text.xml("a\x00b\ud800c\x1b") == "a\\x00b\\ud800c\\x1b"
+
+
+def test_junit_is_well_formed_whatever_a_row_holds(tmp_path):
+    import xml.dom.minidom
+
+    from kbench.gate.compare import GateResult, RowResult
+    from kbench.gate.junit import write_junit
+
+    evil = "boom \x1b[31m\x00\x01\ufffe end"
+    row = RowResult(key={}, kernel="k\x00", case_id=evil, metric=None, outcome="failed", fails=True, note=evil)
+    res = GateResult(baseline="b", candidate="c", kind="sweep", threshold=0.05, alpha=0.01, rows=[row],
+                     winner_changes=[], winners_compared=[], baseline_hw="H200", candidate_hw="H200")
+    write_junit(res, tmp_path / "j.xml")
+    doc = xml.dom.minidom.parse(str(tmp_path / "j.xml"))
+    case = doc.getElementsByTagName("testcase")[0]
+    assert case.getAttribute("name") == "boom \\x1b[31m\\x00\\x01\\ufffe end"
+
+
+def test_a_console_shows_control_characters_of_a_table_cell():
+    import io
+
+    from rich.table import Table
+
+    from kbench.cli.console import make_console
+
+    buf = io.StringIO()
+    con = make_console(file=buf, width=120, color_system=None)
+    t = Table()
+    t.add_column("kernel")
+    t.add_row("dec\x1b[31mRED\x00")
+    con.print(t)
+    con.print("line \x1b]0;title\x07")
+    out = buf.getvalue()
+    assert "\x1b" not in out and "\x00" not in out and "\x07" not in out
+    assert "dec\\x1b[31mRED\\x00" in out and "line \\x1b]0;title\\x07" in out
+
+
+def test_prebuild_archive_total_is_capped_before_anything_is_written(tmp_path, monkeypatch):
+    from kbench.engine import aot_archive
+
+    mods = {"m1": shared_library(b"one" * 100), "m2": shared_library(b"two" * 100)}
+    monkeypatch.setattr(aot_archive, "TOTAL_MAX", len(mods["m1"]) + len(mods["m2"]) - 1)
+    with aot_archive.opened(_archive(tmp_path / "a.tgz", mods)) as tar:
+        with pytest.raises(BadInput, match=r"its modules add up to \d+ bytes, more than the \d+ bytes kbench installs"):
+            aot_archive.Archive(tar, "a.tgz")
+    monkeypatch.setattr(aot_archive, "TOTAL_MAX", 1 << 30)
+    import shutil
+    from collections import namedtuple
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: namedtuple("U", "total used free")(1 << 30, 0, 100))
+    with aot_archive.opened(_archive(tmp_path / "a.tgz", mods)) as tar:
+        with pytest.raises(BadInput, match=r"its modules need \d+ bytes, .* has 100 bytes free: nothing installed"):
+            aot_archive.Archive(tar, "a.tgz").check_room(tmp_path)

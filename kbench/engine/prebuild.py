@@ -425,6 +425,7 @@ def load_archive(archive: str | Path, into: Path | None = None, device: DeviceIn
     installed, present = [], []
     with aot_archive.opened(archive) as tar:
         arc = aot_archive.Archive(tar, archive)  # every member checked against the manifest before one is read
+        arc.check_room(dest)
         for name in sorted(arc.manifest["modules"]):
             if arc.present(name, dest):
                 present.append(name)

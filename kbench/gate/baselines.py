@@ -44,7 +44,7 @@ from kbench.runs import atomic
 from kbench.cases import axes
 from kbench.values import finite, status
 from kbench.errors import BadInput
-from kbench.runs.manifest import POOL, Manifest, comparable, num_runs
+from kbench.runs.manifest import ABSENT, POOL, Manifest, comparable, num_runs
 from kbench.runs.outputs import given_path
 from kbench.runs.store import (CSV, JOURNAL, MANIFEST, PARQUET, Run, as_run_list, load_run, now_iso, safe_name,
                                write_tables)
@@ -243,6 +243,7 @@ def _write(dest: Path, rows: pd.DataFrame, kind: str, manifest: Manifest) -> Non
     with atomic.replaced_folder(dest, "--name", carry=lambda n: n not in OWN_FILES and not n.startswith(".")) as tmp:
         write_tables(tmp, rows, kind)
         manifest["files"] = {n: files.record(tmp / n) for n in (PARQUET, CSV)}
+        manifest["tables"] = ABSENT  # the source run's journal record: a baseline has no journal
         atomic.write_text(tmp / MANIFEST, manifest.to_json())
 
 

@@ -1,9 +1,11 @@
-"""JUnit XML: one test case per compared row (CI test-report UIs show them), one per winner comparison."""
+"""JUnit XML: one test case per compared row (CI test-report UIs show them), one per winner comparison. Always
+well-formed: a control character or NUL in a kernel name or case id is written as an escape (kbench.text.xml)."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from kbench import text
 from kbench.runs import atomic
 from kbench.gate.compare import GateResult
 from kbench.gate.markdown import fmt_change, fmt_value
@@ -51,6 +53,10 @@ def to_junit(res: GateResult) -> ET.ElementTree:
     wsuite.set("errors", "0")
     root.set("tests", str(len(res.rows) + len(res.winners_compared)))
     root.set("failures", str(fails + wfails))
+    for el in root.iter():  # every name, message and text an input brought: XML a CI reader takes (kbench.text.xml)
+        el.text = None if el.text is None else text.xml(el.text)
+        for k, v in el.attrib.items():
+            el.set(k, text.xml(v))
     ET.indent(root)
     return ET.ElementTree(root)
 

@@ -106,6 +106,14 @@ def _peek_schema(path: Path):
     return (m, m.get("schema_version")) if isinstance(m, dict) else (None, None)
 
 
+def _has_rows(run: Run, role: str) -> Run:
+    """A run of no rows has nothing to gate (and no timing state, power mode or device to compare): said as such."""
+    if not len(run.rows):
+        raise BadInput(f"{role} {run.path}: the run holds no rows (status {run.manifest.get('status')!r}): nothing "
+                       f"to gate")
+    return run
+
+
 def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str], columns=None) -> Run:
     """columns: where the run is a sweep of this kbench's schema, the rows keep only these columns (the others are
     neither read from rows.parquet nor kept from the journal): the gate reads a few dozen of a row's columns."""
@@ -130,7 +138,7 @@ def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str],
         for col in ("case_id", "status") if kind == "sweep" else ("case_id",):
             if col not in rows:
                 raise BadInput(f"{role} {path}: rows lack column {col!r}")
-        return Run(p, manifest, rows)
+        return _has_rows(Run(p, manifest, rows), role)
     # a sweep's rows without samples_us, which are read for the rows that need them: from rows.parquet where it
     # holds the rows (a baseline, a complete run), else from the journal (a run that never ended)
     sweep = manifest is not None and manifest.get("kind", "sweep") == "sweep"
@@ -141,6 +149,7 @@ def load_for_gate(path: str | Path, role: str, force: bool, warnings: list[str],
         run = load_run(p, lists=not lean, only=columns if lean else None)
     except BadInput as e:
         raise BadInput(f"{role}: {e}") from None
+    _has_rows(run, role)
     if run.manifest.get("status") not in (None, "complete"):
         warnings.append(f"{role} run status is {run.manifest.get('status')!r}, not complete: "
                         "rows it did not reach count as missing")

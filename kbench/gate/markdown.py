@@ -5,7 +5,7 @@ import os
 
 from pathlib import Path
 
-from kbench import shell
+from kbench import shell, text
 from kbench.runs import atomic
 from kbench.gate.compare import GateResult, RowResult
 
@@ -40,11 +40,11 @@ def _row_table(rows: list[RowResult]) -> list[str]:
 
 def to_markdown(res: GateResult) -> str:
     icon = "✅" if res.passed else "❌"
-    lines = [f"## {icon} kbench gate: {res.summary_line()}", "",
-             f"Baseline `{res.baseline}` ({res.baseline_hw}) vs candidate `{res.candidate}` ({res.candidate_hw}); "
-             f"{res.noise_used}.", ""]
+    lines = [f"## {icon} kbench gate: {_cell(res.summary_line())}", "",
+             f"Baseline {text.code(res.baseline)} ({_cell(res.baseline_hw)}) vs candidate {text.code(res.candidate)} "
+             f"({_cell(res.candidate_hw)}); {res.noise_used}.", ""]
     for w in res.warnings:
-        lines.append(f"> ⚠️ {w}")
+        lines.append(f"> ⚠️ {_cell(w)}")
     if res.warnings:
         lines.append("")
     failing = res.failing_rows
@@ -57,16 +57,16 @@ def to_markdown(res: GateResult) -> str:
                   "|---|---|---|---|"]
         for w in res.winner_changes:
             sp = f"{fmt_value(w.base_speedup)} -> {fmt_value(w.cand_speedup)}"
-            lines.append(f"| {_cell(w.case_id)} | {w.base_path} ({_cell(w.base_winner)}) | "
-                         f"{w.cand_path} ({_cell(w.cand_winner)}) | {sp} |")
+            lines.append(f"| {_cell(w.case_id)} | {_cell(w.base_path)} ({_cell(w.base_winner)}) | "
+                         f"{_cell(w.cand_path)} ({_cell(w.cand_winner)}) | {sp} |")
         lines.append("")
     if res.winner_ties:
         lines += [f"{len(res.winner_ties)} decode-vs-context winner flip(s) within the run-to-run spread, counted "
-                  f"as ties: {', '.join(f'`{c}`' for c in res.winner_ties)}.", ""]
+                  f"as ties: {', '.join(map(text.code, res.winner_ties))}.", ""]
     improved = res.with_outcome("improvement")
     if improved:
         lines += ["### Improvements", "",
-                  f"Refresh the baseline to keep them: `{shell.kbench('baseline', res.candidate, '--name', 'NAME')}`.", "",
+                  f"Refresh the baseline to keep them: {text.code(shell.kbench('baseline', res.candidate, '--name', 'NAME'))}.", "",
                   *_row_table(improved), ""]
     allowed_missing = [r for r in res.with_outcome("missing", "skipped") if not r.fails]
     info = res.with_outcome("within-noise", "new", "not-compared") + allowed_missing
@@ -89,7 +89,5 @@ def write_markdown(res: GateResult, path: str | Path | None) -> str:
     return text
 
 
-def _cell(x) -> str:
-    from kbench.report.markdown import cell  # imported here: kbench.report imports matplotlib
+_cell = text.markdown  # every value an input brings: HTML and pipes escaped, control characters shown
 
-    return cell(x)

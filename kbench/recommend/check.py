@@ -15,6 +15,7 @@ from kbench.errors import BadInput
 from kbench.recommend.price import Source, recommend
 from kbench.recommend.settings import Engine
 from kbench.recommend.workload import Workload
+from kbench import text
 from kbench.report.markdown import table as md_table
 
 
@@ -118,8 +119,9 @@ def check_rows(chk: Check) -> tuple[list[str], list[list[str]]]:
 
 def check_markdown(chk: Check) -> str:
     headers, rows = check_rows(chk)
-    lines = [f"### Check against the engine: A = `{chk.setting_a}`, B = `{chk.setting_b}`", "",
-             f"**Measured (kbench gate on the two server-bench runs):** {chk.answer}", "", *md_table(headers, rows)]
+    lines = [f"### Check against the engine: A = {text.code(chk.setting_a)}, B = {text.code(chk.setting_b)}", "",
+             f"**Measured (kbench gate on the two server-bench runs):** {text.markdown(chk.answer)}", "",
+             *md_table(headers, rows)]
     agree = [c.agrees(chk.threshold_pct) for c in chk.cases]
     judged = [a for a in agree if a != "-"]
     lines += ["", f"Predicted from kernel times: attention only (verify x {chk.layers['verify']} layers, draft extend "

@@ -142,7 +142,7 @@ def main(argv=None):
     for f in FILTERS:
         have = sorted({{_shown(g, f) for g in GROUPS if _shown(g, f) is not None}})
         p.add_argument("--" + f.replace("_", "-"), dest=f, metavar="VALUE",
-                       help=f"group filter; the policy has: {{', '.join(have) or '-'}}")
+                       help=f"group filter; the policy has: {{', '.join(have) or '-'}}".replace("%", "%%"))
     a = vars(p.parse_args(argv))  # usage errors: argparse's message, exit 2
     shape = [a.pop(n) for n in ("batch_size", "q_len", "kv_len")]
     extrapolate = a.pop("extrapolate")
@@ -185,8 +185,25 @@ if __name__ == "__main__":
 '''
 
 
-def _literal(obj) -> str:
-    """A Python literal of JSON-like data (None/True/False spelled as Python)."""
+# the deepest nesting a literal of the generated file may have: Python's parser refuses about 200 levels of
+# brackets (SyntaxError: too many nested parentheses), and no field of a policy kbench writes nests more than 3
+MAX_DEPTH = 32
+
+
+def _literal(obj, where: str) -> str:
+    """A Python literal of JSON-like data (None/True/False spelled as Python); BadInput naming the field where
+    ``obj`` nests deeper than MAX_DEPTH (the file would be code Python refuses)."""
+    todo = [(obj, 0, ())]  # walked without recursion: a policy may nest deeply
+    while todo:
+        v, depth, path = todo.pop()
+        if depth > MAX_DEPTH:
+            field = f"{where}: " + ".".join(map(str, path[:3])) + (" ..." if len(path) > 3 else "")
+            raise BadInput(f"{field}: nested more than {MAX_DEPTH} levels deep, which an exported selector cannot "
+                           f"hold (Python refuses code nested that deep)")
+        if isinstance(v, dict):
+            todo.extend((x, depth + 1, path + (k,)) for k, x in v.items())
+        elif isinstance(v, (list, tuple)):
+            todo.extend((x, depth + 1, path + (i,)) for i, x in enumerate(v))
     return repr(obj)
 
 
@@ -203,8 +220,9 @@ def render_python(policy: dict, source: str, filename: str = "kbench_policy.py")
         keys = {c: g[c] for c in GROUP_COLUMNS if c in g}
         head = {**keys, "label": g.get("label") or group_label(g), "power": g.get("power", "unthrottled"),
                 "grid": g["grid"]}
-        cells = ",\n".join(f"        {_literal({k: c.get(k) for k in CELL_KEYS})}" for c in g["cells"])
-        body = _literal(head)[:-1] + ", 'cells': [\n" + cells + "\n    ]}"
+        cells = ",\n".join(f"        {_literal({k: c.get(k) for k in CELL_KEYS}, f'{source}: a cell')}"
+                            for c in g["cells"])
+        body = _literal(head, f"{source}: group {head['label']}")[:-1] + ", 'cells': [\n" + cells + "\n    ]}"
         groups_src.append("    " + body + ",\n")
     first = policy["groups"][0] if policy["groups"] else None
     example = first["cells"][0]["kernel"] if first else "trtllm-decode"
@@ -217,7 +235,7 @@ def render_python(policy: dict, source: str, filename: str = "kbench_policy.py")
         example=_doc(repr(example)), filename=_doc(filename),
         device=_doc(f"{dev.get('name') or 'unknown GPU'} (SM{dev.get('sm')})"), schema=_doc(policy.get("schema")),
         policy_version=_doc(policy.get("kbench_version")), policy_created=_doc(policy.get("created_at")),
-        filters=", ".join(GROUP_FILTERS), meta=_literal(meta),
+        filters=", ".join(GROUP_FILTERS), meta=_literal(meta, source),
         filter_names=GROUP_FILTERS, groups="".join(groups_src),
         nearest_source=inspect.getsource(nearest))
     compile(text, filename, "exec")  # a generated file that does not compile is a kbench bug, not the user's

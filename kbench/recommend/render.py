@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kbench.recommend.price import OVERLAP_RULE, Recommendation, SettingResult, describe_beyond
 from kbench.report.markdown import table as md_table
+from kbench.text import markdown as md
 from kbench.recommend.settings import FAMILY_NAME, STEP_LABEL, STEPS, Engine
 
 
@@ -300,9 +301,9 @@ def to_json(rec: Recommendation) -> dict:
 
 def to_markdown(rec: Recommendation) -> str:
     best = rec.best
-    lines = [f"### kbench recommend: {rec.engine.label} on {rec.source.device_label}", ""]
+    lines = [f"### kbench recommend: {md(rec.engine.label)} on {md(rec.source.device_label)}", ""]
     head = headline(rec)
-    lines += [head[0], ""]
+    lines += [md(head[0]), ""]
     if best is not None:
         lines += ["**Set:**", "```sh", command(rec) or best.setting.flags, "```",
                   f"{_us(best.per_step_us)} us of attention per step ({_layers(rec)})" + (
@@ -314,7 +315,7 @@ def to_markdown(rec: Recommendation) -> str:
         lines += md_table(*driver_rows(rec)) + [""]
     cav = caveats(rec)
     if cav:
-        lines += ["**Caveats**", ""] + [f"- {c}" for c in cav] + [""]
+        lines += ["**Caveats**", ""] + [f"- {md(c)}" for c in cav] + [""]
     lines.append(f"Kernels per setting: {rec.engine.read_from}; `kbench recommend --settings --engine "
                  f"{rec.engine.engine}` lists each route's source lines.")
     return "\n".join(lines) + "\n"

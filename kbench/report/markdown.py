@@ -2,13 +2,14 @@
 table pipes are escaped, so a kernel name or reason cannot inject markup or break a table."""
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
+from kbench import text
 
-def cell(v) -> str:
-    """A markdown table cell: pipes escaped, newlines folded, so no value can break its table."""
-    return str(v).replace("|", "\\|").replace("\n", " ")
+# a markdown table cell and the report's results: HTML-escaped (markdown renders raw HTML), pipes escaped,
+# newlines folded and control characters shown as escapes (kbench.text.markdown), so no value can inject markup
+# or break its table
+cell = text.markdown
 
 
 def table(headers: list, rows: list, esc=cell) -> list[str]:
@@ -17,8 +18,7 @@ def table(headers: list, rows: list, esc=cell) -> list[str]:
             + ["| " + " | ".join(map(esc, r)) + " |" for r in rows])
 
 
-def _esc(s: str) -> str:  # the report's results: HTML-escaped too (markdown renders raw HTML)
-    return cell(html.escape(str(s), quote=False))
+_esc = text.markdown
 
 
 def render(doc: list[tuple], out_dir: Path) -> str:

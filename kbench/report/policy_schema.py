@@ -28,6 +28,7 @@ import re
 
 from kbench.cases import axes
 from kbench.errors import BadInput
+from kbench.names import KERNEL_NAME  # the one pattern: a run's rows are checked against it too
 from kbench.report.nearest import LOOKUP_AXES
 from kbench.runs.winners import CONTEXT, CONTEXT_ONLY, DECODE, DECODE_ONLY, TIE
 
@@ -37,8 +38,6 @@ CLASSIC = list(axes.CLASSIC_GROUP)
 HEADS = {"type": "string", "pattern": r"^(\d+/\d+/\d+|mla:\d+/\d+/\d+/\d+)$"}
 PATHS = [DECODE, CONTEXT]
 VERDICTS = [DECODE, CONTEXT, TIE, DECODE_ONLY, CONTEXT_ONLY]
-# a kernel's name as kbench's registry spells them (trtllm-decode, fa2-prefill): it is printed and exported
-KERNEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$"
 
 
 def axis_schema(a: axes.Axis) -> dict:

@@ -7,7 +7,7 @@ re-measuring a few shapes in a newer run replaces the old numbers. Within one ru
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +28,7 @@ class RunSet:
     device: dict  # {"name": ..., "sm": ...}
     copy_bandwidth_gbs: float | None
     read_bandwidth_gbs: float | None = None  # runs from before the read ceiling have none
+    warnings: list[str] = field(default_factory=list)  # what the reader chose that the user should know (one line each)
 
     @property
     def ceiling(self) -> tuple[str, float | None]:
@@ -76,13 +77,16 @@ def combine(runs: list[Run | str | Path] | Run | str | Path) -> RunSet:
         raise BadInput("runs come from different devices: " + ", ".join(f"{n} (SM{s})" for n, s in sorted(devices, key=str)))
     order = sorted(range(len(loaded)), key=lambda i: (str(loaded[i].manifest.get("start_time") or ""), i))
     loaded = [loaded[i] for i in order]
-    frames = []
+    frames, warnings = [], []
     for r in loaded:
         df = r.rows.copy(deep=False)  # copy-on-write: adding "run" below leaves the run's own rows as they are
         missing = [c for c in ("path", "median_us", *GROUP_COLUMNS, *axes.GRID_AXES) if c not in df.columns]
         if missing:
             raise BadInput(f"{r.path}: rows lack column {missing[0]!r}")
         check_ok_times(df, str(r.path))
+        note = repeated_rows(df, r.path)
+        if note:
+            warnings.append(note)
         df["run"] = r.name
         frames.append(df)
     # one run: its rows as they are (concat and drop_duplicates would copy every column of 300,000 rows)
@@ -105,7 +109,25 @@ def combine(runs: list[Run | str | Path] | Run | str | Path) -> RunSet:
         vals = [r.manifest.get(key) for r in loaded]
         return next((float(b) for b in reversed(vals) if isinstance(b, (int, float)) and b > 0), None)
 
-    return RunSet(loaded, rows, _device(loaded[-1]), last("copy_bandwidth_gbs"), last("read_bandwidth_gbs"))
+    return RunSet(loaded, rows, _device(loaded[-1]), last("copy_bandwidth_gbs"), last("read_bandwidth_gbs"), warnings)
+
+
+def repeated_rows(rows: pd.DataFrame, where) -> str | None:
+    """The warning for a run holding a (kernel, case) more than once with different times (a resume that repeated
+    a row, a hand edit): the last row counts, as in the gate (kbench.gate.compare), and the user is told which."""
+    key = ["kernel", "case_id"]
+    dup = rows.duplicated(key, keep=False).to_numpy()
+    if not dup.any():
+        return None
+    times = rows.loc[dup, [*key, "median_us"]]
+    differ = times.groupby(key, sort=False)["median_us"].nunique(dropna=False) > 1
+    if not differ.any():
+        return None  # repeated with the same time: nothing chosen
+    kernel, case_id = differ[differ].index[0]
+    seen = times[(times["kernel"] == kernel) & (times["case_id"] == case_id)]["median_us"].tolist()
+    return (f"warning: {where}: {int(differ.sum())} (kernel, case) measured more than once with different times "
+            f"(e.g. {kernel} {case_id}: {', '.join(f'{t:.4g}' for t in seen)} us); the last row of each counts, as "
+            f"in the gate")
 
 
 COMMITTED_BASELINE = "results/baselines/h200-draft-extend-kv4096"

@@ -138,6 +138,10 @@ def _read(f, end: int, as_text: list[str], list_columns, lists: bool, block: int
                                                  or pa.types.is_floating(t) or pa.types.is_boolean(t)
                                                  or pa.types.is_null(t)):
             return None  # a nested value where a plain one belongs: the line reader says where
+        if fld.name in list_columns and not (pa.types.is_null(t) or (pa.types.is_list(t) and (
+                pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)
+                or pa.types.is_null(t.value_type)))):
+            return None  # a list column of something else (text): the line reader says where, lists or not
     kept = {c: [] for c in list_columns if c in schema.names and (only is None or c in only)}
     drop = [x.name for x in schema if x.name in list_columns
             or (only is not None and x.name not in only and x.name not in REQUIRED)]

@@ -103,6 +103,9 @@ FIELDS: tuple[tuple[str, Any, bool], ...] = (
     # the files written with this manifest, {name: {bytes, sha256}} (kbench.files.record): a baseline's tables.
     # The manifest is written last; a reader refuses a folder whose files disagree with it (a half replace)
     ("files", dict, False),
+    # a run's journal and the rows.parquet finalize wrote from it, {name: {bytes, sha256}}: the Parquet stands in
+    # for the journal (kbench.runs.store.parquet_current) only while both are as recorded here
+    ("tables", dict, False),
 )
 FILE_KEYS = tuple(k for k, _, _ in FIELDS)
 _TYPES = {k: (t, nullable) for k, t, nullable in FIELDS}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import importlib
 import io
 import json
@@ -32,6 +33,7 @@ from kbench.runs import atomic
 from kbench.cases import axes
 from kbench.values import json_safe
 from kbench.errors import BadInput
+from kbench.names import KERNEL_NAME
 from kbench.runs.lock import LOCK_FILE, RunLock
 from kbench.runs.manifest import Manifest
 from kbench.runs.signals import deferred_signals
@@ -246,6 +248,8 @@ class RunWriter:
         rows = read_journal(self.dir / JOURNAL, self.kind)
         try:
             write_tables(self.dir, rows, self.kind)
+            # what the Parquet was written from: a reader takes it for the journal only while both are these
+            self.manifest["tables"] = {n: files.record(self.dir / n) for n in (JOURNAL, PARQUET)}
         except BadInput as e:
             if "cannot write" not in str(e):
                 raise
@@ -336,8 +340,29 @@ def normalize(df: pd.DataFrame, kind: str = "sweep", where=None, lines: list[int
         if df[c].isna().all():  # read without its lists (lists=False) or never written: every cell []
             df[c] = [[] for _ in range(len(df))]
         else:
-            df[c] = df[c].map(lambda v: float_list(v, c))
+            try:
+                df[c] = df[c].map(lambda v: float_list(v, c))
+            except BadInput:  # the row that holds it, named as check_rows names a row
+                i = next(i for i, v in enumerate(df[c]) if not _is_float_list(v))
+                raise BadInput(f"{_where(where or 'rows', lines, i)}: {c} is {_show(df[c].iloc[i])}, expected a list "
+                               f"of numbers") from None
     return check_rows(df, kind, where or "rows", lines)
+
+
+def _is_float_list(v) -> bool:
+    try:
+        float_list(v, "")
+        return True
+    except BadInput:
+        return False
+
+
+def _show(v) -> str:
+    """A cell's value in an error line, cut short (a hand-edited file may hold a long one)."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def _fill_axes(df: pd.DataFrame) -> None:
@@ -418,8 +443,10 @@ def read_journal(path: Path, kind: str = "sweep", lists: bool = True, only=None)
                                f"{path}: line {i + 1} is not valid JSON ({e.in_line()})") from None
             if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED):
                 raise BadInput(f"{path}: line {i + 1} is not a kbench row")
-            for c in drop:
-                rec.pop(c, None)
+            for c in drop:  # not read, but of its type: a reader of the lists would refuse it
+                v = rec.pop(c, None)
+                if v is not None and not isinstance(v, list):
+                    raise BadInput(f"{path}: line {i + 1}: {c} is {_show(v)}, expected a list of numbers")
             records.append(rec)
             line_nos.append(i + 1)
     columns = row_kind(kind)[0]
@@ -450,7 +477,10 @@ def check_rows(rows: pd.DataFrame, kind: str, where, lines: list[int] | None = N
     number column a number or nothing. BadInput names the file, the row (or journal line), the field and value."""
     def bad(mask: pd.Series, c: str, want: str):
         i = int(mask.to_numpy().nonzero()[0][0])
-        raise BadInput(f"{_where(where, lines, i)}: {c} is {rows[c].iloc[i]!r}, {want}")
+        raise BadInput(f"{_where(where, lines, i)}: {c} is {_show(rows[c].iloc[i])}, {want}")
+
+    def bad_column(c: str, want: str):  # a table's column of another type (a Parquet written by another tool)
+        raise BadInput(f"{where}: column {c} holds {rows[c].dtype} values, {want}")
 
     for c in ("kernel", "case_id", "status") if kind == "sweep" else REQUIRED:
         if c in rows:
@@ -462,23 +492,50 @@ def check_rows(rows: pd.DataFrame, kind: str, where, lines: list[int] | None = N
     m = ~rows["status"].isin(STATUSES)
     if m.any():
         bad(m, "status", f"not one of {', '.join(STATUSES)}")
+    # what a report writes from these rows, `kbench select` reads (kbench.report.policy_schema): a kernel's name as
+    # the registry spells them (no markup, no control character), a case id that prints, sizes from their minimum
+    if "kernel" in rows:
+        m = ~rows["kernel"].str.fullmatch(_KERNEL_NAME).astype(bool)
+        if m.any():
+            bad(m, "kernel", "not a kernel name (a letter or digit, then letters, digits and . _ + -; at most 64)")
+    if "case_id" in rows:
+        m = ~rows["case_id"].map(str.isprintable).astype(bool)
+        if m.any():
+            bad(m, "case_id", "holds a character that does not print")
     for a in axes.AXES:
         if a.name not in rows:  # left out by normalize(only=...): neither read nor checked
             continue
         col = rows[a.name]
         if a.type is int:
+            if col.dtype != object and not _numeric(col):
+                bad_column(a.name, "expected integers")
             num = pd.to_numeric(col, errors="coerce") if col.dtype == object else col
             m = col.notna() & (num.isna() | (num != num.round()))
             if col.dtype == object:
                 m |= col.notna() & ~col.map(type).isin(_NUMBER_TYPES)  # "16", True: not an integer
+            if a.required and not col.isna().all():  # a shape axis has no default to read a missing cell as (a
+                m |= col.isna()                             # foreign run without the column at all: kept missing)
             if m.any():
                 bad(m, a.name, "expected an integer")
+            if a.minimum is not None:
+                m = num.notna() & (num < a.minimum)
+                if m.any():
+                    bad(m, a.name, f"below its minimum {a.minimum}")
             # a shape axis (no default) may be absent from a foreign row: kept missing, the rest as integers
             rows[a.name] = num.astype("int64") if not num.isna().any() else num
         else:
             m = _not_str(col)
             if m.any():
                 bad(m, a.name, "expected a string")
+            m = ~col.map(str.isprintable).astype(bool)
+            if m.any():
+                bad(m, a.name, "holds a character that does not print")
+    if "q_len" in rows and "kv_len" in rows:
+        m = rows["q_len"] > rows["kv_len"]
+        if m.any():
+            i = int(m.to_numpy().nonzero()[0][0])
+            raise BadInput(f"{_where(where, lines, i)}: q_len {rows['q_len'].iloc[i]} > kv_len "
+                           f"{rows['kv_len'].iloc[i]}: no such shape (the query tokens are part of the KV)")
     for c in NUMBER_COLUMNS:
         if c not in rows:
             continue
@@ -487,9 +544,17 @@ def check_rows(rows: pd.DataFrame, kind: str, where, lines: list[int] | None = N
             m = col.notna() & ~col.map(type).isin(_NUMBER_TYPES)
             if m.any():
                 bad(m, c, "expected a number or nothing")
+        elif not _numeric(col):
+            bad_column(c, "expected numbers")
     return rows
 
 
+def _numeric(col: pd.Series) -> bool:
+    """A column of numbers (integers or floats, not booleans, timestamps or text)."""
+    return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+
+
+_KERNEL_NAME = KERNEL_NAME.strip("^$")  # for str.fullmatch
 # what a number cell of a loaded row may hold (a bool, a string or a list may not)
 _NUMBER_TYPES = (int, float, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
                  np.float16, np.float32, np.float64)
@@ -609,26 +674,40 @@ class Run:
 
 
 def parquet_current(run_dir: Path, manifest: dict) -> bool:
-    """rows.parquet holds the journal's rows: the run is complete (finalize wrote the Parquet from the journal),
-    the Parquet is not older than the journal's last change, and both hold the num_rows the manifest recorded."""
-    j, pq = Path(run_dir) / JOURNAL, Path(run_dir) / PARQUET
-    n = manifest.get("num_rows")
-    if manifest.get("status") != "complete" or not isinstance(n, int) or isinstance(n, bool):
+    """rows.parquet holds the journal's rows, so a reader may take it for the journal: the run is complete and the
+    journal and the Parquet are both the files finalize recorded (manifest ``tables``: size and sha256) as it wrote
+    the one from the other. Otherwise (a Parquet or journal edited since, a run written before the record) the
+    journal is the one source of truth, for every reader alike."""
+    rec = manifest.get("tables")
+    if manifest.get("status") != "complete" or not isinstance(rec, dict):
         return False
     try:
-        if pq.stat().st_mtime_ns < j.stat().st_mtime_ns:
-            return False
-        import pyarrow.parquet as pqf
-
-        if pqf.ParquetFile(pq).metadata.num_rows != n:
-            return False
-        lines = 0
-        with files.open_regular(j, str(j), files.ROWS_MAX) as f:  # a FIFO there: refused, not waited on
-            while chunk := f.read(1 << 20):
-                lines += chunk.count(b"\n")
-        return lines == n
+        for name in (JOURNAL, PARQUET):
+            want, p = rec.get(name), Path(run_dir) / name
+            st = os.stat(p)
+            if not isinstance(want, dict) or st.st_size != want.get("bytes"):
+                return False
+            if _sha256(p, st) != want.get("sha256"):
+                return False
+        return True
     except Exception:  # unreadable: the journal decides, and its reader says what is wrong
         return False
+
+
+_HASHED: dict[tuple, str] = {}  # (path, inode, size, mtime, ctime) -> sha256: one command asks twice (the gate)
+
+
+def _sha256(p: Path, st: os.stat_result) -> str:
+    key = (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _HASHED:
+        h = hashlib.sha256()
+        with files.open_regular(p, str(p), files.ROWS_MAX) as f:  # a FIFO there: refused, not waited on
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        if len(_HASHED) >= 8:  # the last few asked: no cache that grows with the runs a process reads
+            _HASHED.clear()
+        _HASHED[key] = h.hexdigest()
+    return _HASHED[key]
 
 
 def load_rows(run_dir: Path, kind: str = "sweep", lists: bool = True, manifest: dict | None = None,
@@ -682,21 +761,32 @@ def check_table_rows(run_dir: Path, manifest: dict, rows: pd.DataFrame, kind: st
                    f"short or edited; {fix}")
 
 
+PARQUET_BATCH = 1 << 16  # rows per batch of read_tables' Parquet reads
+
+
 def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True, only=None) -> pd.DataFrame:
     """The rows of rows.parquet, else of rows.csv (the journal aside). only: the columns to keep (normalize);
     from rows.parquet, only those are read."""
     if (run_dir / PARQUET).exists():
         with files.open_regular(run_dir / PARQUET, str(run_dir / PARQUET), files.ROWS_MAX) as f:
             try:
-                columns = None
-                if not lists or only is not None:
-                    import pyarrow.parquet as pqf
+                import pyarrow as pa
+                import pyarrow.parquet as pqf
 
-                    skip = () if lists else row_kind(kind)[1]
-                    columns = [c for c in pqf.read_schema(f).names
-                               if c not in skip and (only is None or c in only)]
-                    f.seek(0)
-                table = pd.read_parquet(f, columns=columns)
+                pfile = pqf.ParquetFile(f)
+                schema = pfile.schema_arrow
+            except Exception as e:
+                raise BadInput(f"{run_dir / PARQUET}: unreadable Parquet ({type(e).__name__})") from None
+            _check_list_types(schema, row_kind(kind)[1], run_dir / PARQUET)  # also where they are not read
+            try:
+                skip = () if lists else row_kind(kind)[1]
+                columns = [c for c in schema.names if c not in skip and (only is None or c in only)]
+                # read as batches that span row groups, then one table: pandas' read_parquet keeps a chunk per row
+                # group per column, and a file of one row per group (20,000 rows, another tool's writer) took report
+                # 87 s of CPU and 7.5 GiB that way, 14.6 s and 1.5 GiB (mostly its footer) this way (design-notes)
+                table = pa.Table.from_batches(
+                    list(pfile.iter_batches(batch_size=PARQUET_BATCH, columns=columns)),
+                    schema=pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)).to_pandas()
             except Exception as e:
                 raise BadInput(f"{run_dir / PARQUET}: unreadable Parquet ({type(e).__name__})") from None
         rows = normalize(table, kind, run_dir / PARQUET, copy=False, only=only)
@@ -722,6 +812,22 @@ def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True, only=Non
                     raise BadInput(f"{run_dir / CSV}: column {c} is not JSON lists ({e})") from None
         return normalize(df.astype(object).where(pd.notna(df), None), kind, run_dir / CSV, only=only)
     raise BadInput(f"{run_dir}: no rows ({JOURNAL}, {PARQUET} or {CSV})")
+
+
+def _check_list_types(schema, list_columns, where) -> None:
+    """A list column of a Parquet run (samples_us) holds lists of numbers, or nothing: its type is checked from the
+    schema, so a reader that never reads the column (report, the gate's lean load) refuses a file of another type
+    as the readers of the column would."""
+    import pyarrow as pa
+
+    for c in list_columns:
+        if c not in schema.names:
+            continue
+        t = schema.field(c).type
+        ok = pa.types.is_null(t) or ((pa.types.is_list(t) or pa.types.is_large_list(t)) and (
+            pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type) or pa.types.is_null(t.value_type)))
+        if not ok:
+            raise BadInput(f"{where}: column {c} holds {t} values, expected lists of numbers")
 
 
 def check_files(folder: Path, manifest: dict) -> None:
