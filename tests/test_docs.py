@@ -132,3 +132,27 @@ def test_the_docs_cpu_blocks_run_as_written_from_a_fresh_checkout(tmp_path, caps
             f"\n  {page}: {blocks_run[page]} blocks, {len(cmds)} commands" + "".join(
                 f"\n    exit {rc}: {cmd}" for cmd, rc in cmds) for page, cmds in ran.items()))
     assert sum(len(c) for c in ran.values()) >= 10, ran
+
+
+def test_build_fa3_is_stdlib_only_as_it_says():
+    """tools/build_fa3.py says "Stdlib only (plus pip for the download)": it runs from a bare python3."""
+    import ast
+
+    src = (ROOT / "tools" / "build_fa3.py").read_text()
+    assert "Stdlib only" in src
+    tree = ast.parse(src)
+    mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    mods |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert {m.split(".")[0] for m in mods} - set(sys.stdlib_module_names) - {"__future__"} == set(), mods
+
+
+def test_the_gpu_tour_runner_runs_the_readme_gpu_block_as_written():
+    """tests/gpu/readme_tour.py (the lead's GPU run of the tour) takes its commands from the README itself, ending
+    with the recommend that prices (the routes sweep first)."""
+    sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+    import readme_tour
+
+    cmds = readme_tour.tour_commands()
+    assert cmds[0] == "kbench kernels" and cmds[-2] == "kbench sweep -s engine-routes"
+    assert cmds[-1].startswith("kbench recommend results/engine-routes-2*/ --engine vllm")
+    assert all("#" not in c for c in cmds)
