@@ -7,7 +7,7 @@ its own `bash -c 'source .venv/bin/activate && ...'` after the block's `NAME=val
 after `→ ` (or `exit N: text`) is checked. KIND `gpu` (a CUDA GPU), `server` (a live SGLang or vLLM server) and
 `network` (downloads from a package index) are not run: each `kbench ...` line parses with the command's own
 options and a sweep's grid expands (test_examples' checker), every other line passes `bash -n`, and every file of
-the checkout a line names (tests/..., tools/..., schemas/..., results/baselines/...) exists.
+the checkout a line names (tests/..., tools/..., schemas/..., examples/...) exists.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ FENCE = re.compile(r"^```([\w-]*)\n(.*?)\n```", re.S | re.M)
 MARK = re.compile(r"<!-- readme-test: (\w+) -->\n$")
 KINDS = {"cpu", "gpu", "server", "network"}
 SHELL = {"", "sh", "bash", "shell", "console"}
-CHECKOUT_PATH = re.compile(r"^(?:tests|tools|schemas|scenarios|examples|results/baselines|benchmarks)/[\w./*-]+$")
+CHECKOUT_PATH = re.compile(r"^(?:tests|tools|schemas|scenarios|examples|benchmarks)/[\w./*-]+$")
 # --shard auto reads the scheduler's variables: the parse check gives it a Slurm array task's
 SHARD_ENV = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "8"}
 
