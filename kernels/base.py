@@ -38,6 +38,12 @@ class Kernel:
         """Which implementation runs on this device (for kernels that pick one, such as xqa/trtllm-gen)."""
         return self.name
 
+    def named_problem(self, kv_dtypes: tuple[str, ...]) -> str | None:
+        """Why naming this kernel in a sweep over these KV dtypes is a mistake the user can fix before any case runs
+        (its library is not installed; it refuses every KV dtype asked for): the sweep refuses it (exit 2). None by
+        default: a kernel that cannot run a case gives that case a skipped row with the reason."""
+        return None
+
     def jit_key(self, case: "Case") -> tuple:
         """Cases with equal keys share compiled modules: kbench compiles each key once before timing."""
         return (case.dtype, case.kv_dtype, case.head_dim, case.group, case.page_size, case.kv_layout)
@@ -177,7 +183,7 @@ def attention_reason(kernel: Kernel, case: "Case") -> str | None:
         return None
     if case.attention == "mla":
         return (f"an MLA case: {kernel.name} takes GQA/MHA heads only (MLA kernels: flashmla, flashinfer-mla-fa3, "
-                "flashinfer-mla-fa2, trtllm-gen-mla)")
+                "flashinfer-mla-fa2, trtllm-gen-mla, vllm-fa3-mla, vllm-fa3-mla-sgl-call)")
     return f"a GQA case: {kernel.name} takes MLA (latent attention) only; use an MLA model, e.g. --model deepseek-v3"
 
 

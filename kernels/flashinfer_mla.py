@@ -97,7 +97,8 @@ class FlashInferMla(MlaKernel):
                     head_dim_kpe=c.qk_rope_head_dim, page_size=c.page_size, causal=True, sm_scale=inputs.sm_scale,
                     q_data_type=torch_dtype(c.dtype), kv_data_type=torch_dtype(c.kv_dtype))
         w.plan(**plan)
-        self.replan = lambda: w.plan(**plan)  # what an engine redoes every step (a route times it)
+        self.wrapper = w  # planned: a route re-plans it every step, as the engine does (kernels/routes)
+        self.replan = lambda: w.plan(**plan)
         # fp8 KV plans take per-tensor scales at run time (scale_mode kv-per-tensor); kbench's fp8 cache is unscaled
         scales = dict(ckv_scale=1.0, kpe_scale=1.0) if c.kv_dtype == "fp8" else {}
         return launch.run(lambda q, kv: w.run(query=q, kv_cache=kv, out=launch.out, **scales))

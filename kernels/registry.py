@@ -27,11 +27,12 @@ def _load() -> None:
     from kbench.kernels.trtllm_fmha_v2 import TrtllmFmhaV2
     from kbench.kernels.trtllm_gen_mla import TrtllmGenMla
     from kbench.kernels.vllm_fa3 import VllmFa3
+    from kbench.kernels.vllm_fa3_mla import VllmFa3Mla
 
     # GQA kernels, then the MLA ones (each kind skips the other's cases), the engines' routes, then the oracle
     for k in (TrtllmDecode(), TrtllmDecode(ragged=True), DecodeWrapper(), TrtllmContext(), TrtllmFmhaV2(), FaPrefill("fa2"),
               FaPrefill("fa3"), VllmFa3("vllm"), VllmFa3("sglang"), FlashMla(), TrtllmGenMla(), FlashInferMla("fa3"),
-              FlashInferMla("fa2"), *all_routes(), ReferenceKernel(), OutOfBoundsWrite()):
+              FlashInferMla("fa2"), VllmFa3Mla("vllm"), VllmFa3Mla("sglang"), *all_routes(), ReferenceKernel(), OutOfBoundsWrite()):
         register(k)
 
 

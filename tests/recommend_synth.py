@@ -33,18 +33,22 @@ def t_vfa3(bs: int, q: int, kv: int) -> float:
 
 VFA3, VFA3_SGL = "vllm-fa3", "vllm-fa3-sgl-call"
 FLASHMLA, FI_MLA = "flashmla", "flashinfer-mla-fa3"
+FA3_MLA, FA3_MLA_SGL = "vllm-fa3-mla", "vllm-fa3-mla-sgl-call"
 TIMES = {DECODE: t_decode, FA2: t_fa2, FA3: t_fa3, VFA3: t_vfa3, VFA3_SGL: t_vfa3,
-         FLASHMLA: lambda bs, q, kv: bs * kv / 1024 * 0.5 * q, FI_MLA: lambda bs, q, kv: bs * kv / 1024 * 0.6 * q}
+         FLASHMLA: lambda bs, q, kv: bs * kv / 1024 * 0.5 * q, FI_MLA: lambda bs, q, kv: bs * kv / 1024 * 0.6 * q,
+         FA3_MLA: lambda bs, q, kv: bs * kv / 1024 * 0.55 * q, FA3_MLA_SGL: lambda bs, q, kv: bs * kv / 1024 * 0.56 * q}
 
 # the engines' routes (kbench.kernels.routes): the kernel each runs, a factor on its time (the custom mask's
 # cost), and its host work per step in us (flat: the planner's cost barely moves with the batch)
 ROUTE_OF = {"sglang-fi-verify": (FA2, 1.25), "sglang-fi-extend": (FA2, 1.0), "sglang-trtllm-mha": (DECODE, 1.0),
             "sglang-fa3": (VFA3_SGL, 1.0), "vllm-fi-decode": (DECODE, 1.0), "vllm-fi-prefill": (FA2, 1.0),
             "vllm-flash-attn": (VFA3, 1.0), "sglang-flashmla": (FLASHMLA, 1.0), "sglang-fi-mla": (FI_MLA, 1.0),
-            "vllm-flashmla": (FLASHMLA, 1.0)}
+            "vllm-flashmla": (FLASHMLA, 1.0), "sglang-fi-mla-extend": (FI_MLA, 1.0), "sglang-fa3-mla": (FA3_MLA_SGL, 1.0),
+            "vllm-flash-attn-mla": (FA3_MLA, 1.0)}
 HOST = {"sglang-fi-verify": 50.0, "sglang-fi-extend": 12.0, "sglang-trtllm-mha": 4.0, "sglang-fa3": 4.0,
         "vllm-fi-decode": 3.0, "vllm-fi-prefill": 15.0, "vllm-flash-attn": 8.0, "sglang-flashmla": 5.0,
-        "sglang-fi-mla": 30.0, "vllm-flashmla": 6.0}
+        "sglang-fi-mla": 30.0, "vllm-flashmla": 6.0, "sglang-fi-mla-extend": 40.0, "sglang-fa3-mla": 4.0,
+        "vllm-flash-attn-mla": 8.0}
 WAITS = {"sglang-fi-verify"}  # host work that waits for the GPU (never overlapped)
 ROUTES = tuple(ROUTE_OF)
 HOST_CPU = {"cpus": 16, "cpu": "Synthetic Xeon"}
@@ -90,10 +94,11 @@ def known_rows(bss=BS, qs=QS, kvs=KVS, kernels=None, **case_kw):
 
 
 PATHS_OF = {DECODE: "decode", FA2: "context", FA3: "context", VFA3: "decode", VFA3_SGL: "decode", FLASHMLA: "decode",
-            FI_MLA: "context"}
+            FI_MLA: "context", FA3_MLA: "decode", FA3_MLA_SGL: "decode"}
 GQA_KERNELS = (DECODE, FA2, FA3, VFA3, VFA3_SGL, "sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha",
                "sglang-fa3", "vllm-fi-decode", "vllm-fi-prefill", "vllm-flash-attn")
-MLA_KERNELS = (FLASHMLA, FI_MLA, "sglang-flashmla", "sglang-fi-mla", "vllm-flashmla")
+MLA_KERNELS = (FLASHMLA, FI_MLA, FA3_MLA, FA3_MLA_SGL, "sglang-flashmla", "sglang-fi-mla", "sglang-fi-mla-extend",
+               "sglang-fa3-mla", "vllm-flashmla", "vllm-flash-attn-mla")
 
 
 def known_run(path: Path, rows=None, device: dict | None = None) -> Path:

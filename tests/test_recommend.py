@@ -321,10 +321,12 @@ def test_an_mla_run_is_priced_by_the_engines_mla_settings(tmp_path):
     by = {r.setting.id: r for r in rec.results}
     assert set(by) == {x.id for x in SGLANG.valid_on("sm90", "mla")} and all(i.startswith("mla:") for i in by)
     assert by["mla:flashmla"].kernels == {"verify": "sglang-flashmla", "draft_extend": "sglang-flashmla"}
-    for i, route in (("mla:flashmla", "sglang-flashmla"), ("mla:flashinfer", "sglang-fi-mla")):
-        assert by[i].total_us == pytest.approx(batch_price({"verify": route, "draft_extend": route}, 8, 2, 4096,
+    for i, routes in (("mla:flashmla", ("sglang-flashmla",) * 2), ("mla:flashinfer", ("sglang-fi-mla",
+                                                                                       "sglang-fi-mla-extend")),
+                      ("mla:fa3", ("sglang-fa3-mla",) * 2)):
+        assert by[i].total_us == pytest.approx(batch_price(dict(zip(("verify", "draft_extend"), routes)), 8, 2, 4096,
                                                            {"verify": 61, "draft_extend": 1}, "sum"))
-    assert by["mla:fa3"].default and by["mla:fa3"].total_us is None  # FA3 absorbed MLA: not a kbench kernel
+    assert by["mla:fa3"].default  # FA3 absorbed MLA, priced from its route
     assert rec.best.setting.id == "mla:flashmla" and "--page-size 64" in render_command(rec)
     rec = recommend(s, wl, VLLM)
     assert {r.setting.id: r for r in rec.results}["mla:FLASHMLA"].priced_low == ["verify", "draft_extend"]

@@ -77,7 +77,7 @@ def test_unreached_kernels_are_listed_with_why():
     assert "plain extend and prefill only" in sg["trtllm-context"]
     vl = {k: why for k, why, _ in TABLE.engine("vllm").unreached_kernels(known_kernels() + ["mla-new-kernel"])}
     assert set(vl) == {"trtllm-context", "trtllm-fmha-v2", "mla-new-kernel", "vllm-fa3-sgl-call", "flashinfer-mla-fa3",
-                       "flashinfer-mla-fa2"}
+                       "flashinfer-mla-fa2", "vllm-fa3-mla-sgl-call"}
     assert vl["mla-new-kernel"].startswith("no setting in the table reaches it")
     assert all(not why.startswith("no setting in the table") for k, why in {**sg, **vl}.items() if k != "mla-new-kernel")
 

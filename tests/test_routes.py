@@ -20,7 +20,8 @@ ROUTES = [k for k in registry.all_kernels() if registry.is_route(k)]
 def test_routes_are_registered_apart_from_all():
     names = {k.name for k in ROUTES}
     assert names == {"sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha", "sglang-fa3", "sglang-flashmla",
-                     "sglang-fi-mla", "vllm-fi-decode", "vllm-fi-prefill", "vllm-flash-attn", "vllm-flashmla"}
+                     "sglang-fi-mla", "sglang-fi-mla-extend", "sglang-fa3-mla", "vllm-fi-decode", "vllm-fi-prefill",
+                     "vllm-flash-attn", "vllm-flashmla", "vllm-flash-attn-mla"}
     assert not names & {k.name for k in registry.select(["all"])}
     assert {k.name for k in registry.select(["routes"])} == names
     assert {k.name for k in registry.select(["routes", "fa2-prefill"])} == names | {"fa2-prefill"}

@@ -155,6 +155,17 @@ def _check_attention(kernels: list[Kernel], sc: Scenario) -> None:
                        "or all)")
 
 
+def _check_named(kernels: list[Kernel], sc: Scenario) -> None:
+    """A kernel named on purpose (not through a group) that cannot run this sweep for a reason the user can fix up
+    front (Kernel.named_problem: its library is not installed, it refuses every KV dtype asked for): exit 2."""
+    kv_dtypes = tuple(sc.kv_dtype if sc.kv_dtype is not None else sc.dtype)
+    for k in kernels:
+        if k.name in sc.kernels:
+            why = k.named_problem(kv_dtypes)
+            if why:
+                raise BadInput(f"{sc.source}: kernels: {k.name}: {why}")
+
+
 # emit(row): called once per kernel of the case
 Emit = Callable[[Row], None]
 
@@ -170,6 +181,7 @@ class CaseMeasurer:
         self.opt = options or MeasureOptions()
         self.kernels = select(scenario.kernels, scenario.source)
         _check_attention(self.kernels, scenario)
+        _check_named(self.kernels, scenario)
         for name in self.opt.slow_kernel:
             if name not in [k.name for k in self.kernels]:
                 raise BadInput(f"--slow-kernel: {name!r} is not among this sweep's kernels")

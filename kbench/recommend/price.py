@@ -106,6 +106,7 @@ class Priced:
     spread: dict[str, float] = field(default_factory=dict)  # kernel -> relative spread of its median
     tree: str = "chain"
     attention: str = "gqa"
+    kv_dtype: str | None = None
     page_size: int | None = None
     host_cpus: int | None = None
     host_cpu: str = ""
@@ -150,7 +151,7 @@ def _locate_all(source: Source, workload: Workload, max_extrapolation: float) ->
                           host=dict(cell.get("kernels_host_us") or {}),
                           host_iqr=dict(cell.get("kernels_host_iqr_us") or {}),
                           spread=dict(cell.get("kernels_rel_spread") or {}), tree=tree,
-                          attention=g.get("attention", "gqa"),
+                          attention=g.get("attention", "gqa"), kv_dtype=g.get("kv_dtype"),
                           page_size=g.get("page_size"), host_cpus=source.host.get("cpus"),
                           host_cpu=source.host.get("cpu", "")))
     return out
@@ -203,6 +204,13 @@ class SettingResult:
     tied_with: list[str] = field(default_factory=list)  # settings within the measured noise of this one
     default: bool = False
     overlap: str = "sum"
+
+
+def default_kv_dtype(priced: list[Priced]) -> str | None:
+    """The KV-cache dtype of the workload's batches when they share one (which setting an engine resolves by default
+    may depend on it: Setting.is_default); None when they do not or it is not known."""
+    kinds = {p.kv_dtype for p in priced}
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 @dataclass
@@ -336,6 +344,8 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
                 raise BadInput(f"setting {ident!r} ({s.flags}) is not valid on {FAMILY_NAME[fam]}, the GPU of "
                                f"{source.label} ({source.device_label}); {engine.label} runs it on "
                                f"{', '.join(FAMILY_NAME[g] for g in s.gpus)}")
+            for kv in sorted({p.kv_dtype for p in priced} & set(s.refuses_kv)):
+                raise BadInput(f"setting {ident!r} ({s.flags}): {s.refuses_kv[kv].text(engine.label)}")
             chosen.append(s)
     else:
         chosen = engine.valid_on(fam, attention)
@@ -350,8 +360,9 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     total_w = workload.total_weight
 
     results = []
+    kv = default_kv_dtype(priced)
     for s in chosen:
-        results.append(_price_setting(s, priced, fam, fi, layers, mode, engine, spec))
+        results.append(_price_setting(s, priced, fam, fi, layers, mode, engine, spec, kv))
     _rank(results, fam)
     same: dict[tuple, list[str]] = {}
     for r in results:
@@ -426,13 +437,17 @@ def _kernel_for(s: Setting, step: str, fam: str, fi: str | None, ragged: bool = 
 
 
 def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, layers: dict[str, int], mode: str,
-                   engine: Engine, spec) -> SettingResult:
+                   engine: Engine, spec, kv_dtype: str | None = None) -> SettingResult:
     from kbench.recommend.flags import check_spec
 
     routes = {step: s.route(step, fam, fi) for step in STEPS}
     kernels = {step: _kernel_for(s, step, fam, fi) for step in STEPS}
     notes = sorted({r.note for r in routes.values() if r.note})
-    default = fam in s.default_on
+    default = s is engine.default_for(fam, s.attention, kv_dtype)
+    refusal = s.refuses_kv.get(kv_dtype)
+    if refusal:
+        return SettingResult(s, kernels, None, None, unpriced=f"refused by the engine: {refusal.text(engine.label)}",
+                             notes=notes, default=default, overlap=mode)
     try:
         check_spec(engine.engine, s.id, s.flags, spec)
         refusal = ""

@@ -71,6 +71,7 @@ def headline(rec: Recommendation) -> list[str]:
                          f"saves {_us(save)} us per step, {save / default.per_step_us:.1%}")
         else:
             lines.append(f"the default ({default.setting.id}) is not priced: {default.unpriced}")
+    lines += switch_lines(rec)
     gap = rec.gap_pct()
     if gap is not None:
         lines.append(f"per-shape routing among {rec.engine.engine}'s routes: {_us(eo)} us per step; the best single "
@@ -78,6 +79,33 @@ def headline(rec: Recommendation) -> list[str]:
                      + (f" (any kbench kernel per shape, GPU time alone: "
                         f"{_us(_per_step(rec, rec.kbench_oracle_us))} us)" if rec.kbench_oracle_us else ""))
     return lines
+
+
+def vs_default(rec: Recommendation, r: SettingResult) -> tuple[float, float] | None:
+    """(us per step, share of the default's step) that switching from the engine's default to setting r saves
+    (negative) or costs (positive); None when either is not priced or r is the default."""
+    d = next((x for x in rec.results if x.default), None)
+    if d is None or d is r or d.per_step_us is None or r.per_step_us is None:
+        return None
+    delta = r.per_step_us - d.per_step_us
+    return delta, delta / d.per_step_us
+
+
+def switch_lines(rec: Recommendation) -> list[str]:
+    """On an MLA run: what switching from the default to each other priced setting saves or costs, per step and as
+    a share of the default's step (issue 45: a DeepSeek user's question is whether to leave fa3 / FLASH_ATTN_MLA)."""
+    d = next((x for x in rec.results if x.default), None)
+    if d is None or d.per_step_us is None or d.setting.attention != "mla":
+        return []
+    out = []
+    for r in rec.results:
+        v = vs_default(rec, r)
+        if v is None:
+            continue
+        delta, share = v
+        out.append(f"  switching from {d.setting.id} to {r.setting.id}: {'saves' if delta < 0 else 'costs'} "
+                   f"{_us(abs(delta))} us per step, {abs(share):.1%} of the default's step")
+    return out
 
 
 OVERLAP_WORDS = {"max": "overlap (a step costs max(host, GPU); host work that waits for the GPU adds)",
@@ -156,6 +184,8 @@ def to_json(rec: Recommendation) -> dict:
                 "bound_per_step_us": _per_step(rec, r.bound_us),
                 "vs_best_pct": None if best is None or r.total_us is None else (r.total_us / best.total_us - 1) * 100,
                 "vs_per_shape_routing_pct": rec.gap_pct(r) if r.total_us is not None else None,
+                "vs_default_per_step_us": (vs_default(rec, r) or (None,))[0],
+                "vs_default_pct": None if vs_default(rec, r) is None else vs_default(rec, r)[1] * 100,
                 "unpriced": r.unpriced or None, "missing": r.missing, "notes": r.notes, "same_kernels_as": r.same_as}
 
     return {

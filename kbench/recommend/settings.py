@@ -109,6 +109,19 @@ class Route:
 
 
 @dataclass(frozen=True)
+class KvRefusal:
+    """The engine refuses a setting with this KV-cache dtype and runs `falls_to` (a setting id) instead."""
+    kv_dtype: str
+    falls_to: str
+    why: str
+    cites: tuple[Cite, ...] = ()
+
+    def text(self, engine_label: str) -> str:
+        return (f"an {self.kv_dtype} KV cache: {self.why}; {engine_label} runs {self.falls_to} instead ("
+                + ", ".join(c.label() for c in self.cites) + ")")
+
+
+@dataclass(frozen=True)
 class Setting:
     id: str
     flags: str
@@ -116,6 +129,8 @@ class Setting:
     routes: tuple[Route, ...]
     default_on: tuple[str, ...] = ()
     attention: str = "gqa"  # the models it serves: gqa (GQA/MHA heads) or mla (latent attention)
+    # KV-cache dtypes the engine refuses for this setting: kv dtype -> what it does instead (a cited KvRefusal)
+    refuses_kv: dict = field(default_factory=dict, hash=False, compare=False)
 
     def route(self, step: str, family: str, flashinfer: str | None = None) -> Route:
         hits = [r for r in self.routes if r.step == step and r.holds(family, flashinfer)]
@@ -164,6 +179,16 @@ class Engine:
             if s.id == ident:
                 return s
         raise BadInput(f"{self.label} has no setting {ident!r} (known: {', '.join(s.id for s in self.settings)})")
+
+    def default_for(self, family: str, attention: str = "gqa", kv_dtype: str | None = None) -> Setting | None:
+        """The setting the engine runs with no attention flag on this GPU family for this attention kind and KV-cache
+        dtype: the table's default_on setting, or where the engine refuses that one for the KV dtype, the setting it
+        falls to (refuses_kv); None when the table names no default there."""
+        for s in self.valid_on(family, attention):
+            if family in s.default_on:
+                refusal = s.refuses_kv.get(kv_dtype)
+                return self.setting(refusal.falls_to) if refusal else s
+        return None
 
     def valid_on(self, family: str, attention: str | None = "gqa") -> list[Setting]:
         """The settings valid on a GPU family for one attention kind (None: every kind)."""
@@ -290,11 +315,21 @@ def parse_table(data: dict) -> Table:
             attention = s.get("attention", "gqa")
             if attention not in ATTENTIONS:
                 raise ValueError(f"{sw}: attention must be one of {', '.join(ATTENTIONS)}")
+            refuses = {}
+            for k, r in (s.get("refuses_kv") or {}).items():
+                if k not in ("bf16", "fp16", "fp8") or not isinstance(r, dict) or set(r) != {"falls_to", "why", "cites"}:
+                    raise ValueError(f"{sw}: refuses_kv.{k}: a KV dtype (bf16/fp16/fp8) with falls_to, why, cites")
+                refuses[k] = KvRefusal(k, str(r["falls_to"]), str(r["why"]), _cites(r["cites"], f"{sw}.refuses_kv"))
             settings.append(Setting(id=str(s["id"]), flags=str(s["flags"]), gpus=gpus, routes=routes,
-                                    default_on=default_on, attention=attention))
+                                    default_on=default_on, attention=attention, refuses_kv=refuses))
         ids = [s.id for s in settings]
         if len(set(ids)) != len(ids):
             raise ValueError(f"{where}: a setting id is given twice")
+        for s in settings:
+            for r in s.refuses_kv.values():
+                if r.falls_to not in ids:
+                    raise ValueError(f"{where}: setting {s.id}: refuses_kv.{r.kv_dtype} falls to an unknown setting "
+                                     f"{r.falls_to!r}")
         unreached = tuple(Unreached(str(u["kernel"]), str(u["why"]), _cites(u.get("cites"), f"{where}.unreached"))
                           for u in e.get("unreached", []))
         ov = _overlap(e.get("overlap"), where)

@@ -176,6 +176,9 @@ class KernelRoute(Route):
     def jit_key(self, case):
         return self._kernel.jit_key(case)
 
+    def named_problem(self, kv_dtypes):
+        return self._kernel.named_problem(kv_dtypes)
+
     def jit_specs(self, device, case):
         return self._kernel.jit_specs(device, case)
 

@@ -23,6 +23,7 @@ from kbench.kernels.flashmla import FlashMla
 from kbench.kernels.routes.base import KernelRoute, PagedPrefillRoute, flashmla_schedule, graph_buffer_refresh, replan
 from kbench.kernels.trtllm_decode import TrtllmDecode
 from kbench.kernels.vllm_fa3 import VllmFa3
+from kbench.kernels.vllm_fa3_mla import VllmFa3Mla
 
 WORKSPACE = 384 * 1024 * 1024  # SGLANG_FLASHINFER_WORKSPACE_SIZE's default (environ.py:1221)
 
@@ -63,11 +64,54 @@ FLASHMLA = KernelRoute(
                 "path), page 64, causal, in a CUDA graph",
     host_work="the graph's block table refreshed and get_mla_decoding_metadata launched (GPU kernels), no plan, "
               "no wait")
-FLASHINFER_MLA = KernelRoute(
-    "sglang-fi-mla", "sglang", FlashInferMla("fa3"), metadata=replan, steps=("verify", "draft_extend"),
-    source="flashinfer_mla_backend.py:299-303, 406-411, 1160-1181, 1401-1445",
-    description="SGLang flashinfer MLA verify and draft extend v2 on SM90: BatchMLAPagedAttentionWrapper (auto: "
-                "fa3), causal, planned every step from host offsets",
-    host_work="plan() from host offsets every step (SGLang's fast_mla_prefill_plan: the CPU planner, no wait)")
 
-ROUTES = (FLASHINFER_VERIFY, FLASHINFER_DRAFT_EXTEND, TRTLLM_MHA, FA3, FLASHMLA, FLASHINFER_MLA)
+
+def fast_mla_prefill_plan(inputs, kernel):
+    """SGLang's sync-free verify plan for FlashInfer MLA in CUDA-graph replay (flashinfer_mla_backend.py:1401-1445,
+    bound at :406-411): the wrapper's scalars set, the host offsets and the GPU page indices copied into its
+    buffers (non-blocking), and FlashInfer's planner called directly (``_cached_module.plan`` with the workspaces and
+    the host qo/kv indptrs and lengths), skipping everything else the public plan() does. On FlashInfer 0.7.4 the
+    wrapper keeps these attributes (mla/_batch_mla/_wrapper.py:152-156, 303-309: mirrored from the planned fa3
+    backend), so SGLang's function runs unchanged on the wrapper the kernel planned."""
+    w, c = kernel.wrapper, inputs.case
+    qo, kv_indptr, kv_len = inputs.host("qo_indptr"), inputs.host("kv_indptr"), inputs.host("seq_lens")
+    indices = inputs.kv_indices  # on the GPU, as SGLang's verify indices are (built by a Triton kernel)
+
+    def step():
+        w._causal, w._page_size, w._sm_scale = True, c.page_size, inputs.sm_scale
+        w._qo_indptr_buf.copy_(qo, non_blocking=True)
+        w._kv_indptr_buf.copy_(kv_indptr, non_blocking=True)
+        w._kv_indices_buf[: len(indices)].copy_(indices, non_blocking=True)
+        w._kv_len_arr_buf.copy_(kv_len, non_blocking=True)
+        w._cached_module.plan(w._float_workspace_buffer, w._int_workspace_buffer, w._pin_memory_int_workspace_buffer,
+                              qo, kv_indptr, kv_len, c.num_qo_heads, c.kv_lora_rank, True)
+
+    return step
+
+
+FLASHINFER_MLA = KernelRoute(
+    "sglang-fi-mla", "sglang", FlashInferMla("fa3"), metadata=fast_mla_prefill_plan, steps=("verify",),
+    source="flashinfer_mla_backend.py:299-303, 406-411, 1160-1181, 1401-1445",
+    description="SGLang flashinfer MLA target verify on SM90: BatchMLAPagedAttentionWrapper (auto: fa3), causal, in "
+                "a CUDA graph re-planned every step by SGLang's fast_mla_prefill_plan",
+    host_work="SGLang's fast_mla_prefill_plan every step: offsets copied into the wrapper's buffers, FlashInfer's "
+              "planner called directly on host offsets (no public plan(), no wait)")
+FLASHINFER_MLA_EXTEND = KernelRoute(
+    "sglang-fi-mla-extend", "sglang", FlashInferMla("fa3"), metadata=replan, steps=("draft_extend",),
+    source="flashinfer_mla_backend.py:447-497, 1160-1181",
+    description="SGLang flashinfer MLA draft extend v2 on SM90: BatchMLAPagedAttentionWrapper (auto: fa3), causal, "
+                "eager (no CUDA graph for it), plan() every step from host offsets",
+    host_work="FlashInfer's public plan() from host indptrs every step (SGLang's eager DRAFT_EXTEND_V2 path), no wait")
+
+# FlashAttention-3 absorbed MLA, SGLang's MLA default on Hopper (model_override_base.py:335-338)
+FA3_MLA = KernelRoute(
+    "sglang-fa3-mla", "sglang", VllmFa3Mla("sglang"), metadata=graph_buffer_refresh, steps=("verify", "draft_extend"),
+    source="flashattention_backend.py:1036-1081, 1181-1207, 1938-2030",
+    description="SGLang fa3 MLA verify and draft extend v2: FlashAttention-3 absorbed MLA with SGLang's "
+                "flash_attn_with_kvcache arguments (q=q_rope, qv=q_nope, page_table, cache_seqlens, num_splits 0, no "
+                "scheduler metadata; an fp8 cache cast to bf16 in the call) in a CUDA graph; vLLM 0.33.0's FA3 "
+                "library, not sgl-kernel's (docs/fa3.md)",
+    host_work="the graph's metadata refreshed by one launch (as SGLang's fa3 for GQA), no plan, no wait")
+
+ROUTES = (FLASHINFER_VERIFY, FLASHINFER_DRAFT_EXTEND, TRTLLM_MHA, FA3, FLASHMLA, FLASHINFER_MLA, FLASHINFER_MLA_EXTEND,
+          FA3_MLA)

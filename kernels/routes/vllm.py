@@ -17,6 +17,7 @@ from kbench.kernels.flashmla import FlashMla
 from kbench.kernels.routes.base import KernelRoute, PagedPrefillRoute, flashmla_schedule, host_to_gpu_copies, in_turn
 from kbench.kernels.trtllm_decode import TrtllmDecode
 from kbench.kernels.vllm_fa3 import VllmFa3, scheduler_metadata
+from kbench.kernels.vllm_fa3_mla import VllmFa3Mla, mla_scheduler_metadata
 
 WORKSPACE = 394 * 1024 * 1024  # VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE's default (envs.py:234, 1926-1927)
 
@@ -52,4 +53,14 @@ FLASHMLA = KernelRoute(
                 "own, vllm-project/FlashMLA)",
     host_work="block table and KV lengths copied host to GPU, then FlashMLA's schedule (get_mla_decoding_metadata)")
 
-ROUTES = (FLASHINFER_DECODE, FLASHINFER_PREFILL, FLASH_ATTN, FLASHMLA)
+FLASH_ATTN_MLA = KernelRoute(
+    "vllm-flash-attn-mla", "vllm", VllmFa3Mla("vllm"), steps=("verify", "draft_extend"),
+    # FlashAttnMLAMetadataBuilder._build_decode: the decode batch's copies, then FA3's split schedule for the MLA
+    # shape (headdim 64, headdim_v 512, one KV head) made every step by get_scheduler_metadata, no wait
+    metadata=in_turn(host_to_gpu_copies, mla_scheduler_metadata),
+    source="v1/attention/backends/mla/flashattn_mla.py:127-128, 173-175, 190-205, 224-263, 382-401",
+    description="vLLM FLASH_ATTN_MLA (the SM90 MLA default with a bf16 cache): vLLM's FlashAttention-3 absorbed MLA "
+                "(q=q_pe, q_v=q_nope) with the AOT split schedule, 32 splits under full CUDA graphs",
+    host_work="block table and KV lengths copied host to GPU, then get_scheduler_metadata (the MLA split schedule)")
+
+ROUTES = (FLASHINFER_DECODE, FLASHINFER_PREFILL, FLASH_ATTN, FLASHMLA, FLASH_ATTN_MLA)
