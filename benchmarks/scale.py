@@ -1,7 +1,14 @@
 """`kbench report` and `kbench gate` on a generated sweep run of 100,000 (or 300,000) rows, with its tables and
 from its journal alone: wall time and peak memory of each.
 
-    python benchmarks/scale.py [--dir DIR] [--cases-scale 1.0|3.0] [--only report|gate] [--form parquet|journal]
+    python benchmarks/scale.py [--dir DIR] [--cases-scale 1.0|3.0] [--shape axes|kv|batch|all] [--only report|gate]
+                               [--form parquet|journal] [--same-base] [--generate-only] [--pythonpath DIR]
+
+--shape: how the rows spread over the axes, each 100,352 rows at --cases-scale 1.0 and 301,056 at 3.0 (runs under
+DIR/SHAPE): `axes` (the default, below: few values on many axes), `kv` (hundreds of KV lengths: 98 x scale
+lengths 112 tokens apart from 512, x 8 batch sizes x q_len 1..16, the realistic axes at their defaults) and
+`batch` (hundreds of batch sizes: 1..112 x scale, x 7 kv_len x q_len 1..16). A report must not cost more for a
+grid with more distinct values on an axis.
 
 Generates two sweep run folders as kbench writes them (manifest.json, rows.jsonl, rows.parquet, rows.csv;
 written by kbench's own RunWriter) over the realistic axes: 8 kernels (the reference and trtllm-context
@@ -187,11 +194,12 @@ def measure(cmd: list[str], log: Path, pythonpath: str | None = None) -> dict:
             "lines": len(text.splitlines()), "tail": text.splitlines()[-3:]}
 
 
-def prepare(d: Path, shape: str, scale: float, regenerate: bool) -> dict[str, Path] | None:
+def prepare(d: Path, shape: str, scale: float, regenerate: bool, same_base: bool = False) -> dict[str, Path] | None:
     """The candidate run of one shape in both forms ({form: run folder}) and its baseline, generated under ``d``
-    unless there with the same parameters; None when kbench baseline failed."""
+    unless there with the same parameters; None when kbench baseline failed. same_base: the baseline is made from
+    the candidate itself (half the generating; the gate reads and compares as many rows, its verdicts all pass)."""
     kbench = [sys.executable, "-m", "kbench.cli.main"]
-    stamp = {"grid": _axes(shape, scale), "scale": scale, "shape": shape, "version": 3}
+    stamp = {"grid": _axes(shape, scale), "scale": scale, "shape": shape, "version": 3, "same_base": same_base}
     have = d / "params.json"
     if regenerate or not have.exists() or json.loads(have.read_text()) != stamp:
         shutil.rmtree(d, ignore_errors=True)
@@ -200,11 +208,15 @@ def prepare(d: Path, shape: str, scale: float, regenerate: bool) -> dict[str, Pa
         # generated in a spawned process: Linux counts a parent's peak RSS into every child it forks and execs
         # (the old address space's high-water mark), so kbench timed from a process that had held 100,000 rows
         # read as 1.7 GiB whatever it used itself
-        with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
-            n = ex.submit(generate, d / "candidate", seed=1, scale=scale, regress=0.01, shape=shape).result()
-            ex.submit(generate, d / "base-run", seed=2, scale=scale, noise=0.01, shape=shape).result()
+        # (the two runs side by side: generating is most of a first benchmark's time)
+        with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as ex:
+            cand = ex.submit(generate, d / "candidate", seed=1, scale=scale, regress=0.01, shape=shape)
+            base = None if same_base else ex.submit(generate, d / "base-run", seed=2, scale=scale, noise=0.01,
+                                                    shape=shape)
+            n, _ = cand.result(), base and base.result()
         print(f"{shape}: generated 2 runs of {n:,} rows in {time.perf_counter() - t0:.0f} s under {d}", flush=True)
-        b = measure([*kbench, "baseline", str(d / "base-run"), "--name", "scale-base", "--out", str(d / "baselines")],
+        b = measure([*kbench, "baseline", str(d / ("candidate" if same_base else "base-run")), "--name", "scale-base",
+                     "--out", str(d / "baselines")],
                     d / "baseline.log")
         if b["rc"] != 0:
             print(f"kbench baseline failed (exit {b['rc']}): {b['tail']}")
@@ -229,6 +241,10 @@ def main() -> int:
                                                                                       SHAPES.items()))
     ap.add_argument("--regenerate", action="store_true", help="generate the runs again even if they exist")
     ap.add_argument("--only", choices=("report", "gate"), default=None, help="time one command only")
+    ap.add_argument("--generate-only", action="store_true", help="generate the shapes' runs, time nothing")
+    ap.add_argument("--same-base", action="store_true",
+                    help="make the baseline from the candidate itself (no second run to generate; the gate reads "
+                         "and compares as many rows, but every row passes)")
     ap.add_argument("--form", choices=("parquet", "journal"), default=None, help="time one form of the run only")
     ap.add_argument("--pythonpath", default=None, metavar="DIR",
                     help="time the kbench found in DIR instead (an older commit: git archive COMMIT, with cli/, "
@@ -243,10 +259,13 @@ def main() -> int:
     ok = True
     for shape in shapes:
         d = a.dir / shape
-        forms = prepare(d, shape, a.cases_scale, a.regenerate)
+        forms = prepare(d, shape, a.cases_scale, a.regenerate, a.same_base)
         if forms is None:
             return 2
         rows = json.loads((d / "candidate" / "manifest.json").read_text()).get("num_rows")
+        if a.generate_only:
+            print(f"{shape}: {rows:,} rows per run under {d}", flush=True)
+            continue
         for form, cand in forms.items():
             if a.form and form != a.form:
                 continue
