@@ -258,10 +258,10 @@ def cpu_sweep_warning(n_cases: int, timing) -> str | None:
     est = n_cases * (max(timing.budget_s, timing.min_time_s) + CPU_S_PER_CASE)
     if est <= CPU_WARN_S:
         return None
-    return (f"on a CPU these {n_cases} cases take about {est / 60:.0f} min or more: a rough figure, not a bound (each "
-            f"case's reference is timed for up to {timing.budget_s:g} s, but at least 3 calls, after its check and "
-            f"warm-up calls, and one call takes from milliseconds to tens of seconds as the batch's KV grows); the "
-            f"FlashInfer kernels need a GPU; narrow the grid with --batch-size/--q-len/--kv-len, or lower --budget")
+    return (f"on a CPU these {n_cases} cases take about {est / 60:.0f} min or more (a rough figure, not a bound: each "
+            f"case's reference is timed up to {timing.budget_s:g} s but at least 3 calls, and a call takes milliseconds "
+            f"to tens of seconds as the batch's KV grows); narrow the grid with --batch-size/--q-len/--kv-len, or "
+            f"lower --budget")
 
 
 def sweep_header(console: Console, sc, n_cases: int, shard: tuple[int, int] | None = None) -> None:
