@@ -7,8 +7,9 @@ KERNEL_NAMES = ("trtllm-decode", "trtllm-decode-ragged", "decode-wrapper", "trtl
                 "fa2-prefill", "fa3-prefill", "vllm-fa3", "vllm-fa3-sgl-call", "flashmla", "trtllm-gen-mla",
                 "flashinfer-mla-fa3", "flashinfer-mla-fa2", "vllm-fa3-mla", "vllm-fa3-mla-sgl-call",
                 "sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha", "sglang-fa3", "sglang-flashmla",
-                "sglang-fi-mla", "sglang-fi-mla-extend", "sglang-fa3-mla", "vllm-fi-decode", "vllm-fi-prefill",
-                "vllm-flash-attn", "vllm-flashmla", "vllm-flash-attn-mla", "reference", "test-oob-write")
+                "sglang-fi-mla", "sglang-fi-mla-extend", "sglang-fa3-mla", "sglang-fi-verify-hostplan",
+                "sglang-fa3-tree", "vllm-fi-decode", "vllm-fi-prefill", "vllm-flash-attn", "vllm-flashmla",
+                "vllm-flash-attn-mla", "reference", "test-oob-write")
 
 
 def unknown_kernel_note(kernel: str) -> str | None:

@@ -29,6 +29,9 @@ class Kernel:
     attentions: tuple[str, ...] = ("gqa",)
     test_only: bool = False  # never selected by "all" (fault injection); runs only when named
     workspace_bytes: int = WORKSPACE_BYTES  # its own FlashInfer workspace (a route: the engine's size)
+    # the page sizes it takes ((): every page of the axis, 1 included) and where that limit is read
+    page_sizes: tuple[int, ...] = ()
+    page_source: str = ""
 
     def supports(self, device: "DeviceInfo", case: "Case") -> str | None:
         """None if this kernel can run the case here, else the reason it cannot."""
@@ -185,6 +188,15 @@ def attention_reason(kernel: Kernel, case: "Case") -> str | None:
         return (f"an MLA case: {kernel.name} takes GQA/MHA heads only (MLA kernels: flashmla, flashinfer-mla-fa3, "
                 "flashinfer-mla-fa2, trtllm-gen-mla, vllm-fa3-mla, vllm-fa3-mla-sgl-call)")
     return f"a GQA case: {kernel.name} takes MLA (latent attention) only; use an MLA model, e.g. --model deepseek-v3"
+
+
+def page_reason(kernel: Kernel, case: "Case") -> str | None:
+    """Why a kernel does not take this case's page size (kbench.cases.axes.PAGE_SIZES: 1 is SGLang's default), or
+    None."""
+    if not kernel.page_sizes or case.page_size in kernel.page_sizes:
+        return None
+    return (f"page size {case.page_size}: {kernel.name} takes pages of {'/'.join(map(str, kernel.page_sizes))} tokens "
+            f"({kernel.page_source})")
 
 
 def needs_cuda(device: "DeviceInfo", min_sm: int | None = None, only_sm: tuple[int, ...] | None = None,

@@ -27,6 +27,8 @@ XQA_SMS = (90, 120, 121)
 class TrtllmDecode(Kernel):
     path = "decode"
     kv_dtypes = ("bf16", "fp16", "fp8")
+    page_sizes = (16, 32, 64, 128)
+    page_source = "FlashInfer 0.7.4: xqa's module, jit/xqa.py:82-85; trtllm-gen, decode.py:997"
 
     def __init__(self, ragged: bool = False):
         self.ragged = ragged

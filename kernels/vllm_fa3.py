@@ -132,7 +132,8 @@ class VllmFa3(Kernel):
             return f"needs SM90 (FlashAttention-3 is Hopper-only; this GPU is SM{device.sm})"
         if case.tree != "chain":
             return ("tree: FA3's fwd takes causal and windows only, no mask (vLLM 0.33.0's _vllm_fa3_C.fwd schema; "
-                    "SGLang's fa3 runs a topk > 1 verify as a prefix call and a draft call merged by LSE, not modelled)")
+                    "SGLang's fa3 runs a topk > 1 verify as a prefix call and a draft call merged by LSE: the route "
+                    "sglang-fa3-tree)")
         reason = realistic_reason(
             case, window=f"sliding window: not wired for {self.name} yet (FA3 takes window_size; kbench passes none)",
             sinks=f"sinks: not wired for {self.name} yet (vLLM passes s_aux; kbench passes none)",

@@ -66,7 +66,7 @@ def test_a_column_an_old_run_lacks_reads_as_the_axis_default():
 
 def test_grid_value_errors_name_the_axis_and_the_allowed_values():
     base = {"model": "llama3-8b", "grid": {"batch_size": 1, "q_len": 1, "kv_len": 64}}
-    with pytest.raises(BadInput, match=r"grid.page_size: 48 is taken by no kernel \(use one of 16, 32, 64, 128\)"):
+    with pytest.raises(BadInput, match=r"grid.page_size: 48 is taken by no kernel \(use one of 1, 16, 32, 64, 128\)"):
         scenario_from_dict({**base, "grid": {**base["grid"], "page_size": 48}}, "s.toml")
     with pytest.raises(BadInput, match=r"grid.q_len: 65 is beyond draft-extend shapes"):
         scenario_from_dict({**base, "grid": {**base["grid"], "q_len": 65, "kv_len": 128}}, "s.toml")

@@ -153,6 +153,6 @@ def test_the_gpu_tour_runner_runs_the_readme_gpu_block_as_written():
     import readme_tour
 
     cmds = readme_tour.tour_commands()
-    assert cmds[0] == "kbench kernels" and cmds[-2] == "kbench sweep -s engine-routes"
+    assert cmds[0] == "kbench kernels" and cmds[-2].startswith("kbench sweep -s engine-routes")
     assert cmds[-1].startswith("kbench recommend results/engine-routes-2*/ --engine vllm")
     assert all("#" not in c for c in cmds)

@@ -39,7 +39,7 @@ def dense_attention_by_hand(inputs):
 
 
 @pytest.mark.parametrize("layout", ["HND", "NHD"])
-@pytest.mark.parametrize("page", [16, 32, 64, 128])
+@pytest.mark.parametrize("page", [1, 16, 32, 64, 128])
 def test_reference_matches_independent_dense_attention(layout, page):
     case = Case(batch_size=3, q_len=5, kv_len=150, num_qo_heads=8, num_kv_heads=2, head_dim=64, page_size=page,
                 kv_layout=layout)

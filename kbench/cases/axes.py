@@ -147,7 +147,7 @@ REQUIRED = object()  # default of an axis every case must give
 DTYPES = ("bf16", "fp16")
 KV_DTYPES = ("bf16", "fp16", "fp8")
 LAYOUTS = ("HND", "NHD")
-PAGE_SIZES = (16, 32, 64, 128)
+PAGE_SIZES = (1, 16, 32, 64, 128)  # 1: SGLang's default (its token pool), fa3's and flashinfer's plan
 HEAD_DIMS = (64, 128, 256)
 MAX_Q_LEN = 64
 
@@ -330,7 +330,7 @@ AXES: tuple[Axis, ...] = (
     Axis("num_kv_heads", int, REQUIRED, "KV heads per rank", _GROUP_HEADS, minimum=1, id_part=lambda c: None),
     Axis("head_dim", int, REQUIRED, "head dimension", _GROUP_HEADS, minimum=1, allowed=HEAD_DIMS,
          id_part=lambda c: None),
-    Axis("page_size", int, 64, "Override: 16, 32, 64 or 128 (a list is a grid axis).", _GROUP_GRID,
+    Axis("page_size", int, 64, "Override: 1, 16, 32, 64 or 128 (a list is a grid axis).", _GROUP_GRID,
          allowed=PAGE_SIZES, id_part=lambda c: f"p{c.page_size}"),
     Axis("kv_layout", str, "HND", "Override: HND, NHD or both.", _GROUP_GRID | {GATE}, allowed=LAYOUTS, aliases={"both": LAYOUTS},
          id_part=lambda c: None if c.attention == "mla" else c.kv_layout),

@@ -16,7 +16,7 @@ from typing import Callable
 from kbench.cases.case import Case
 from kbench.timing.check import compare, tolerance_for
 from kbench.errors import BadInput, first_line
-from kbench.kernels.base import Kernel, attention_reason
+from kbench.kernels.base import Kernel, attention_reason, page_reason
 from kbench.device import DeviceInfo
 from kbench.timing.probe import probe_device
 from kbench.kernels.inputs import build_inputs
@@ -100,7 +100,7 @@ def kernel_reason(kernel: Kernel, device: DeviceInfo, case: Case) -> str | None:
         return kind
     if case.kv_dtype not in kernel.kv_dtypes:
         return f"KV dtype {case.kv_dtype} not supported by {kernel.name} in kbench"
-    return kernel.supports(device, case)
+    return page_reason(kernel, case) or kernel.supports(device, case)
 
 
 @dataclass

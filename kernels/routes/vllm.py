@@ -20,15 +20,21 @@ from kbench.kernels.vllm_fa3 import VllmFa3, scheduler_metadata
 from kbench.kernels.vllm_fa3_mla import VllmFa3Mla, mla_scheduler_metadata
 
 WORKSPACE = 394 * 1024 * 1024  # VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE's default (envs.py:234, 1926-1927)
+# the kernel block sizes vLLM's backends take (get_supported_kernel_block_sizes; read in the tests' CPU vLLM 0.32.0,
+# 0.34.0's source not at hand): no page 1 on either
+FI_PAGES = dict(page_sizes=(16, 32, 64), page_source="vLLM FLASHINFER on SM90: v1/attention/backends/flashinfer.py:"
+                "460-479 (0.32.0)")
+FA_PAGES = dict(page_sizes=(16, 32, 64, 128), page_source="vLLM FLASH_ATTN: multiples of 16, "
+                "v1/attention/backends/flash_attn.py:355-365 (0.32.0)")
 
 FLASHINFER_DECODE = KernelRoute(
     "vllm-fi-decode", "vllm", TrtllmDecode(), metadata=host_to_gpu_copies, steps=("verify", "draft_extend"),
     source="v1/attention/backends/flashinfer.py:1058-1071, 1934-1963, 2728-2746",
     description="vLLM FLASHINFER spec decode: TRT-LLM decode (xqa on SM90) with q_len_per_req and the draft mask",
-    host_work="block table and KV lengths copied host to GPU, no plan")
+    host_work="block table and KV lengths copied host to GPU, no plan", **FI_PAGES)
 FLASHINFER_PREFILL = PagedPrefillRoute(
     "vllm-fi-prefill", "vllm", cuda_graph=False, custom_mask=False, indices_on_gpu=False,
-    steps=("verify", "draft_extend"), workspace_bytes=WORKSPACE,
+    steps=("verify", "draft_extend"), workspace_bytes=WORKSPACE, **FI_PAGES,
     source="v1/attention/backends/flashinfer.py:1058-1071, 1477-1482",
     description="vLLM FLASHINFER with use_trtllm_attention false: fa2 paged prefill (auto), causal, plan() every "
                 "step from host offsets, run eagerly")
@@ -42,7 +48,8 @@ FLASH_ATTN = KernelRoute(
     source="v1/attention/backends/flash_attn.py:1235-1236, 1290-1291; config/attention.py:66",
     description="vLLM FLASH_ATTN (the Hopper default): vLLM's FlashAttention-3 with the AOT split schedule, 32 "
                 "splits under full CUDA graphs",
-    host_work="block table and KV lengths copied host to GPU, then get_scheduler_metadata (the split schedule)")
+    host_work="block table and KV lengths copied host to GPU, then get_scheduler_metadata (the split schedule)",
+    **FA_PAGES)
 
 
 FLASHMLA = KernelRoute(

@@ -186,3 +186,16 @@ def stream_repeat(ctx: Ctx) -> None:
 
 group("time-to-answer", ["tta-cold", "tta-warm", "stream-repeat", "tta-prebuild"],
       "#29: cold (streamed), warm, prebuild archive, the streamed run's timing against warm runs")
+
+
+# issue 44: the engine-routes baseline (page 1 and 64, chains and topk:4 trees, bs 1..256, q 4/8, kv 4096) and the
+# table of SGLang's routes at page 1 against page 64 and fa3's tree cascade against flashinfer's tree route
+@step("engine-routes", limit=420, resumable=True, help="#44: kbench sweep -s engine-routes (every row checked), then "
+      "tests/gpu/route_pages.py's table")
+def engine_routes(ctx: Ctx) -> None:
+    run = ctx.sweep("engine-routes", ["--scenario", "engine-routes"])
+    check_rows(ctx, run)
+    d = ctx.script("tests/gpu/route_pages.py", run.path, "--json", ctx.res / "route_pages.json", ok=None)
+    ctx.figure(last_line(d.text))
+    ctx.check(d.rc == 0, "route_pages.py: wrong or failed route rows")
+    ctx.report(d.text)
