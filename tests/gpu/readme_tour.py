@@ -11,9 +11,12 @@ Exit 0 when every command exited 0, else 1. Run through the campaign as a shell 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,13 +45,19 @@ def main() -> int:
     logs = a.out / "readme-gpu-tour"
     logs.mkdir(parents=True, exist_ok=True)
     table = a.out / "readme-gpu-tour.txt"
+    env = dict(os.environ)
+    if shutil.which("kbench") is None:  # pip put the script off PATH (--user, a bare host): what `source .venv/...` gives
+        shim = Path(tempfile.mkdtemp(prefix="kbench-tour-"))
+        (shim / "kbench").write_text(f'#!/bin/sh\nexec {sys.executable} -m kbench.cli.main "$@"\n')
+        (shim / "kbench").chmod(0o755)
+        env["PATH"] = f"{shim}{os.pathsep}{env.get('PATH', '')}"
     ok = True
     with open(table, "a") as t:
         for i, cmd in enumerate(tour_commands(), 1):
             if i < a.start:
                 continue
             t0 = time.perf_counter()
-            p = subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True)
+            p = subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True, env=env)
             secs = time.perf_counter() - t0
             (logs / f"{i:02d}.txt").write_text(f"$ {cmd}\n{p.stdout}{p.stderr}\nexit {p.returncode}\n")
             tail = " | ".join((p.stdout + p.stderr).strip().splitlines()[-2:])[:300]
