@@ -185,7 +185,9 @@ def measure(cmd: list[str], log: Path, pythonpath: str | None = None) -> dict:
         env["PYTHONPATH"] = pythonpath
     t0 = time.perf_counter()
     with open(log, "wb") as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        # run from the work folder: `python -m` puts the current folder first on sys.path, so from the checkout's
+        # root --pythonpath's older kbench was shadowed by the checkout's own (every "before" timed the new code)
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
         _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
