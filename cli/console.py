@@ -15,3 +15,12 @@ def make_console(**kw) -> Console:
     if not c.is_terminal and "width" not in kw and not os.environ.get("COLUMNS"):
         c = Console(width=LOG_WIDTH, **kw)
     return c
+
+
+def print_command(console: Console, line: str, style: str | None = None) -> None:
+    """A line that holds a command to paste (recommend's `set: ...`): printed whole on one line, whatever the
+    console's width. rich wraps what it prints at that width (a log's 250 columns, a terminal's 100), and a pasted
+    first half runs another command; a terminal may fold the one long line on screen, but a copy takes it whole."""
+    from rich.markup import escape
+
+    console.print(escape(line), style=style, soft_wrap=True, highlight=False)

@@ -15,8 +15,10 @@ from kbench.cli.options import FLOAT, INT, AliasOption, OutputPath, examples
 GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
 
 \b
-Rows match on kernel, case, dtype and layout (server-bench runs: on case; the markdown starts, and
-the output ends, with the A/B answer, e.g. B is 12.0% faster in the decode-heavy cases). Per row, with
+Rows match on kernel, case, dtype and layout (server-bench runs: on case). The last line is the one
+verdict (also the markdown's title); for server-bench runs it reads the rows per case, e.g. FAIL: B is
+slower in 1 of the 2 decode-heavy cases (bs1-in64-out16: latency +12.0%, ...). The line above it says
+which noise was tested. Per row, with
 worse = (cand - base) / base for times and (base - cand) / base for throughputs, and
   band       = max(threshold, K * run_noise, run_spread)   K: --run-spread-k (default 3)
   run_noise  = max(median run_spread of the baseline's ok rows of the same kernel and batch
@@ -31,6 +33,13 @@ worse = (cand - base) / base for times and (base - cand) / base for throughputs,
                p25..p75) do not overlap, else the band alone
   improvement  faster by more than the band and beyond noise: passes, listed
   within-noise beyond the threshold but within the band or within noise: passes
+\b
+Server-bench runs: the two halves of one interleaved run (kbench server-bench --url A --url-b B) are
+compared round by round: change = the rounds' median B/A ratio - 1, beyond noise when a one-sided
+Wilcoxon signed-rank test finds the ratios beyond 1 + threshold (p < alpha; 7 rounds or more). A
+baseline of several server runs (kbench baseline RUN1 RUN2 RUN3) gives each case and metric its
+run spread (band as above, run_noise: that metric's median spread). Two single runs: only each
+run's repeats (warned). A case is decode-heavy when output_len * 256 >= batch_size * input_len.
 \b
 Also fails: an ok row whose time is absent, NaN, infinite, zero or negative (invalid); a
 baseline-ok row now wrong or failed; now skipped or absent from the candidate (unless
@@ -118,20 +127,8 @@ def render(res, console: Console, show_all: bool, max_rows: int | None = None) -
         more = f", ... {len(res.winner_ties) - len(ties)} more" if len(ties) < len(res.winner_ties) else ""
         console.print(escape(f"{len(res.winner_ties)} winner flip(s) within the run-to-run spread, counted as "
                              f"ties: {', '.join(ties)}{more}"), style="dim")
-    console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {noise_line(res)}"))
-    if res.kind == "server-bench":
-        from kbench.gate.ab import ab_answer
-
-        console.print(escape("A/B: " + ab_answer(res.rows)))
-    console.print(f"[{'bold green' if res.passed else 'bold red'}]{res.summary_line()}[/]")
-
-
-def noise_line(res) -> str:
-    """threshold, alpha and the run-to-run noise settings, one line."""
-    runs = f"baseline of {res.baseline_runs} run{'s' if res.baseline_runs != 1 else ''}"
-    band = f"band max(threshold, {res.run_spread_k:g} x run noise, run spread)"
-    floor = f", noise floor {res.noise_floor:.1%}" if res.noise_floor else ""
-    return f"threshold {res.threshold:.1%}, alpha {res.alpha:g}; {runs}, {band}{floor}"
+    console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {res.noise_used}"))
+    console.print(escape(res.summary_line()), style="bold green" if res.passed else "bold red")
 
 
 @click.command("gate", help=GATE_HELP, epilog=examples(

@@ -5,6 +5,7 @@ import time
 
 import click
 
+from kbench import shell
 from kbench.cli.console import make_console
 from kbench.cli.options import IntRange, OutputPath, examples
 from kbench.cli.sweep_cmd import grid_options
@@ -97,7 +98,7 @@ def prebuild(scenario, model, heads, kernels, grids, arch, archive, load, list_o
 
         out, n = write_archive(archive, pp.modules, arch or arch_name(pp.device))
         console.print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {n} modules); on the GPU host: "
-                      f"kbench prebuild --load {out}", highlight=False)
+                      f"{shell.kbench('prebuild', '--load', out)}", highlight=False, markup=False, soft_wrap=True)
     return 1 if failed else 0
 
 

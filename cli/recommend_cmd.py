@@ -8,7 +8,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from kbench.cli.console import make_console
+from kbench.cli.console import make_console, print_command
 from kbench.cli.errors import one_line_errors
 from kbench.cli.options import FLOAT, INT, IntRange, OutputPath, examples
 from kbench.errors import BadInput
@@ -60,10 +60,19 @@ def _group_filters(f):
                    "kbench server-bench writes RUN/workload.jsonl).")
 @click.option("--steps", default="verify,draft_extend", show_default=True,
               help="The steps each batch of the shape options runs: verify, draft_extend or both.")
-@click.option("--verify-layers", type=INT, default=1, show_default=True,
-              help="Attention layers of the target model: verify steps count this many calls (0..1000; 0: not priced).")
-@click.option("--draft-layers", type=INT, default=1, show_default=True,
-              help="Attention layers of the draft model: draft-extend steps count this many calls (0..1000).")
+@click.option("--current", default=None, metavar="LINE|@FILE|RUN",
+              help="What your server runs: its command line (python -m sglang.launch_server ... / vllm serve ...), "
+                   "@FILE holding it, or a kbench server-bench run folder (SGLang's resolved server info). Resolved "
+                   "as the engine does and priced as 'you run'; the answer is the flags to change on your line.")
+@click.option("--model", "model_preset", default=None, metavar="PRESET",
+              help="The model (a kbench preset: llama3-8b, deepseek-v3, ...): its layers weight the steps "
+                   "[default: the run's scenario model].")
+@click.option("--verify-layers", type=INT, default=None,
+              help="Attention layers of the target model: verify steps count this many calls (0..1000; 0: not "
+                   "priced) [default: the model preset's; none known: 1, a price per layer].")
+@click.option("--draft-layers", type=INT, default=None,
+              help="Attention layers of the draft model: draft-extend steps count this many calls (0..1000) "
+                   "[default: the model preset's, 1 for EAGLE and MTP].")
 @click.option("--setting", "setting_ids", multiple=True, help="Price only this setting (an id from --settings; repeat).")
 @click.option("--flashinfer", default=None, metavar="VERSION", help="FlashInfer the engine runs with [default: its pin].")
 @click.option("--gpu", default=None, help="The GPU the recommendation is for (SM90, sm100, H200): refused unless the run is from it.")
@@ -85,8 +94,8 @@ def _group_filters(f):
 @click.option("--threshold", default="5%", show_default=True,
               help="With --ab: the gate's threshold (5% or 0.05, below 100%), also what counts as no change.")
 @one_line_errors
-def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, workload_file, steps, verify_layers,
-                  draft_layers, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, as_json, markdown_file,
+def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, workload_file, steps, current,
+                  model_preset, verify_layers, draft_layers, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, as_json, markdown_file,
                   show_settings, ab, ab_settings, threshold, **filters):
     """The engine flags to set for a workload, from a run's measurements: each engine setting's price per step (the
     host work its routes redo every step + layers x their kernel time), the best one as a command line that
@@ -125,6 +134,41 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     step_list = tuple(s.strip().replace("-", "_") for s in steps.split(",") if s.strip())
     if not step_list or not set(step_list) <= set(STEPS):
         raise BadInput(f"--steps {steps!r}: verify, draft_extend or both (comma-separated)")
+    from kbench.recommend.resolve import MODEL_LAYERS, resolve_current
+
+    if model_preset is not None and model_preset not in MODEL_LAYERS:
+        raise BadInput(f"--model {model_preset!r}: one of {', '.join(MODEL_LAYERS)}")
+    src = None
+    resolved = None
+    if current is not None:
+        if workload_file:
+            raise BadInput("--current and --workload: the server's spec config comes from --current; give the shape "
+                           "as --batch-size and --kv-len")
+        if not sources:
+            raise BadInput("give a run folder or a policy file (RUN_OR_POLICY)")
+        from kbench.recommend.price import check_gpu, load_source
+
+        src = load_source(list(sources))
+        resolved = resolve_current(current, check_gpu(src, gpu), engine_table=eng,
+                                   preset=model_preset or src.model)
+        if q_len is None:
+            q_len = str(resolved.spec.q_len)
+        trees = sorted({str(g.get("tree", "chain")) for g in src.policy.get("groups", [])})
+        if resolved.tree == "chain" and len(trees) > 1 and filters.get("tree") is None:
+            filters["tree"] = "chain"  # the run has trees too: price the chain the server drafts
+        if resolved.tree != "chain" and filters.get("tree") is None:
+            if resolved.tree not in trees:
+                raise BadInput(f"--current: your server verifies a tree of {resolved.spec.q_len} tokens "
+                               f"({resolved.tree}, on {resolved.backends['verify']}, page {resolved.page_size}); "
+                               f"{src.label} has no rows of that tree (it has: {', '.join(trees)}): measure it "
+                               f"(kbench sweep -s engine-routes --kernels routes --tree {resolved.tree} "
+                               f"-q {resolved.spec.q_len}, on the GPU)")
+            filters["tree"] = resolved.tree
+            if steps == "verify,draft_extend":
+                step_list = ("verify",)  # the draft extend after a tree runs on the accepted path: not measured
+        pages = {g.get("page_size") for g in src.policy.get("groups", [])}
+        if resolved.page_size in pages and len(pages) > 1 and filters.get("page_size") is None:
+            filters["page_size"] = str(resolved.page_size)
     shape = {"batch_size": batch_size, "q_len": q_len, "kv_len": kv_len}
     given = [f"--{k.replace('_', '-')}" for k, v in {**shape, **filters}.items() if v is not None]
     if workload_file:
@@ -138,14 +182,24 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     distinct_outputs({"--markdown": markdown_file}, [*sources, workload_file, *(ab or ())])
     if as_json and markdown_file == "-":
         raise BadInput("--json prints to stdout, and so does --markdown -: give --markdown a file")
-    src = load_source(list(sources))
+    src = src or load_source(list(sources))
+    if resolved is not None and resolved.page_size not in {g.get("page_size") for g in src.policy.get("groups", [])}:
+        click.echo(f"note: your server runs page {resolved.page_size}; the run has no rows at that page: priced at "
+                   f"the run's page", err=True)
     note = unknown_kernels_note(policy_kernels(src.policy), "no engine setting runs them: not priced")
     if note:
         click.echo(note, err=True)
-    layers = {"verify": verify_layers, "draft_extend": draft_layers}
+    preset = model_preset or src.model
+    known = MODEL_LAYERS.get(preset) if preset else None
+    layers = {"verify": verify_layers if verify_layers is not None else (known[0] if known else 1),
+              "draft_extend": draft_layers if draft_layers is not None else (known[1] if known else 1)}
+    layers_known = verify_layers is not None or known is not None
     kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu, overlap=host_overlap)
     ab_ids = _ab_args(ab, ab_settings, eng) if ab or ab_settings else None
-    rec = recommend(src, wl, eng, settings=list(setting_ids) or None, top=top, **kw)
+    if resolved is not None and host_overlap in (None, "", "engine"):
+        kw["overlap"] = resolved.overlap  # what the server runs
+    rec = recommend(src, wl, eng, settings=list(setting_ids) or None, top=top, current=resolved,
+                    layers_known=layers_known, **kw)
     chk = _ab_check(src, wl, eng, ab, ab_ids, thr, kw) if ab_ids else None
 
     if markdown_file:
@@ -168,7 +222,10 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     con.print(_table(f"{rec.engine.label} settings valid on {FAMILY_NAME[rec.family]}, fastest first",
                      *setting_rows(rec), first_bold=True))
     for line in head[1:]:
-        con.print(escape(line), style="bold" if line.startswith(("set:", "  ->")) else None)
+        if line.startswith(("set:", "flags:")):
+            print_command(con, line, style="bold")  # whole on one line: it is pasted
+        else:
+            con.print(escape(line), style="bold" if line.startswith(("  ->", "you run:")) else None)
     if rec.drivers:
         con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec)))
     for c in caveats(rec):
@@ -298,5 +355,7 @@ def export_cmd(source, fmt, out):
         click.echo(f"wrote {path}: {summary(policy)}", err=True)
         return
     filters = " [--FILTER VALUE ...]" if len(policy["groups"]) > 1 else ""
-    click.echo(f"wrote {path}: {summary(policy)}; try: python {path} BATCH_SIZE Q_LEN KV_LEN{filters} (--help: the "
-               f"filters)")
+    from kbench.shell import command_line
+
+    try_it = command_line(["python", path, "BATCH_SIZE", "Q_LEN", "KV_LEN"]) + filters
+    click.echo(f"wrote {path}: {summary(policy)}; try: {try_it} (--help: the filters)")

@@ -9,6 +9,7 @@ import pandas as pd
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn,
                            TimeElapsedColumn)
+from rich.markup import escape
 from rich.text import Text
 from rich.table import Table
 
@@ -18,6 +19,7 @@ from kbench.runs.rows import Row
 from kbench.engine.sweep import SweepObserver
 from kbench.runs.winners import case_winners
 from kbench.errors import BadInput
+from kbench.shell import kbench as kbench_line
 from kbench.values import parse_float
 
 LOG_EVERY_S = 30  # progress line period without a terminal (env KBENCH_PROGRESS_S)
@@ -326,14 +328,14 @@ def sweep_summary(console: Console, result, stop, allow_wrong: bool, max_table_c
     outcome = result.outcome(allow_wrong)
     if outcome == "unwritable":
         click.echo(f"error: {result.error}; the journal keeps {len(rows)} complete row(s); free space, then "
-                   f"kbench sweep --resume {result.run_dir}", err=True)
+                   f"{kbench_line('sweep', '--resume', result.run_dir)}", err=True)
     elif outcome == "lost":
-        console.print(f"[bold red]stopped: {result.error}[/]\n[yellow]rows so far are kept; finish in a fresh process "
-                      f"with kbench sweep --resume {result.run_dir} (isolation, the default on a GPU, restarts "
-                      f"its worker instead)[/]")
+        console.print(f"[bold red]stopped: {escape(str(result.error))}[/]\n[yellow]rows so far are kept; finish in a "
+                      f"fresh process with {escape(kbench_line('sweep', '--resume', result.run_dir))} (isolation, the "
+                      f"default on a GPU, restarts its worker instead)[/]", soft_wrap=True)
     elif outcome == "interrupted":
         click.echo(f"error: {stop.reason}; {len(rows)} row(s) kept in {result.run_dir}; finish with: "
-                   f"kbench sweep --resume {result.run_dir}", err=True)
+                   f"{kbench_line('sweep', '--resume', result.run_dir)}", err=True)
     else:
         bad = rows[rows["status"] == "wrong"]
         if len(bad):

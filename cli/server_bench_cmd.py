@@ -150,16 +150,18 @@ SGLang's own command line runs as is: lists space-separated (--batch-size 1 4 16
 (rows kept, the run marked interrupted, --resume finishes it).
 
 \b
-A/B of a server setting: run the same cases before and after the change with --repeat 5, then
-  kbench gate --baseline RUN_A --candidate RUN_B --markdown ab.md
-(the noise-aware gate per case and metric, and a one-line answer: B is x% faster in the decode-heavy
-cases, within noise elsewhere).
+A/B of a server setting, on a shared machine: A and B interleaved in one run, round by round (ABBA),
+  kbench server-bench --url A_URL --url-b B_URL ... --repeat 20 --run-name ab
+  (one server: --switch-command 'bash switch.sh {side}' switches it between the rounds), then
+  kbench gate --baseline results/server-bench-ab-a-* --candidate results/server-bench-ab-b-*
+which compares the rounds as pairs and ends with one verdict, e.g. FAIL: B is slower in 1 of the
+2 decode-heavy cases (bs1-in64-out16: latency +12.0%, ...).
 """
 
 EPILOG = """\b
 Examples:
   kbench server-bench --base-url http://127.0.0.1:30000 --batch-size 1 16 64 --input-len 1024 --output-len 8
-  kbench server-bench --url http://127.0.0.1:8000 --api-key-file key.txt --batch-size 1..8*2 --prompt-pattern repeat:5 --repeat 5
+  kbench server-bench --url http://127.0.0.1:30000 --url-b http://127.0.0.1:30001 --api-key-file key.txt --batch-size 1..8*2 --repeat 20 --run-name ab
   kbench server-bench --resume results/server-bench-default-20250101-120000 --url http://127.0.0.1:8000
 """
 
@@ -172,6 +174,16 @@ _RESUME_OK = {"url", "resume", "api_key", "api_key_file", "header", "header_file
 @click.option("--url", "--base-url", "url", default=None, metavar="URL",
               help="Base URL of the running server, e.g. http://127.0.0.1:30000 (required unless --resume; "
                    "--base-url is SGLang's spelling).")
+@click.option("--url-b", "url_b", default=None, metavar="URL",
+              help="Interleaved A/B: B's server (--url is A's). Each case's batches alternate A and B, round by round "
+                   "in ABBA order (--repeat rounds: 7 or more, more on a busy machine); two run folders, ...-a-TIME and ...-b-TIME, which "
+                   "kbench gate reads as paired samples. The way to run an A/B on a shared machine.")
+@click.option("--switch-command", default=None, metavar="CMD",
+              help="Interleaved A/B of one server: CMD switches it to side {side} (a or b; also $KBENCH_AB_SIDE), "
+                   "e.g. a script that restarts it with B's setting; run before each phase (A B | B A | ...: one "
+                   "switch per round), then kbench waits for the server to answer. Must exit 0.")
+@click.option("--switch-timeout", default="600", metavar="SECONDS", show_default=True,
+              help="Seconds the switch command, and then the server's answer, may take.")
 @click.option("--api-key", default=None, metavar="KEY",
               help="Sent as 'Authorization: Bearer KEY' (SGLang's and vLLM's --api-key servers). Visible to other "
                    "users in the process list: prefer --api-key-file or $KBENCH_API_KEY. Never stored or printed.")
@@ -236,7 +248,7 @@ _RESUME_OK = {"url", "resume", "api_key", "api_key_file", "header", "header_file
               help="Finish an interrupted run with its own settings (only --url may change); cases with a row "
                    "are not re-run.")
 @click.pass_context
-def server_bench(ctx, url, api_key, api_key_file, header, header_file, backend, batch_size, input_len, output_len,
+def server_bench(ctx, url, url_b, switch_command, switch_timeout, api_key, api_key_file, header, header_file, backend, batch_size, input_len, output_len,
                  run_name, old_name, temperature, seed, skip_warmup, cache_hit_rate, return_logprob,
                  client_stream_interval, input_len_step_percentage, prompt_pattern, repeat, show_report, append_summary, flush_retries, flush_retry_wait,
                  flush_timeout, request_timeout, profile, model, vocab_size, out_dir, result_filename, fail_fast,
@@ -283,8 +295,59 @@ def server_bench(ctx, url, api_key, api_key_file, header, header_file, backend, 
         input_len_step_percentage=_num("--input-len-step-percentage", input_len_step_percentage),
         prompt_pattern=str(parse_prompt_pattern(prompt_pattern)), repeat=_num("--repeat", repeat, int),
         show_report=show_report, append_to_github_summary=append_summary,
+        url_b=url_b, switch_command=switch_command, switch_timeout=_num("--switch-timeout", switch_timeout),
         command=command, credentials=creds)
+    if url_b or switch_command:
+        return _run_ab(cfg, result_filename)
     return _run(cfg, result_filename)
+
+
+class _ABListener(Listener):
+    """An interleaved A/B's progress: a line per round of each case (A's and B's latency)."""
+
+    def __init__(self, console: Console):
+        self.console, self.line = console, {}
+
+    def run_started(self, run_dir, backend, facts, cases):
+        self.console.print(f"server-bench A/B: {len(cases)} case(s) against {backend} {facts.model or ''}, A and B "
+                           f"interleaved -> {run_dir.parent}", highlight=False)
+
+    def ab_batch(self, case, side, round_, rounds, latency, reason):
+        key = (case.case_id, round_)
+        self.line[key] = self.line.get(key, "") + f" {side.upper()} " + (f"{latency:.4f} s" if latency else "failed")
+        if self.line[key].count(" s") + self.line[key].count("failed") == 2:
+            self.console.print(f"  round {round_ + 1}/{rounds} {case.case_id}:{self.line.pop(key)}", highlight=False)
+        if reason:
+            self.console.print(f"  {case.case_id} {side.upper()} failed: {reason}", highlight=False, markup=False)
+
+    def ab_switch(self, side, command):
+        self.console.print(f"  switching the server to {side.upper()}: {command}", highlight=False, markup=False)
+
+    def warning(self, message):
+        self.console.print(f"warning: {message}", style="yellow", highlight=False, markup=False)
+
+
+def _run_ab(cfg, result_filename):
+    """An interleaved A/B (kbench.server.interleave): both run folders' tables, then the gate command to run."""
+    from kbench.server.interleave import run_interleaved
+    from kbench.runs.signals import stop_reason, terminate_as_interrupt
+
+    console = make_console()
+    try:
+        with terminate_as_interrupt():
+            ab = run_interleaved(cfg, _ABListener(console))
+    except KeyboardInterrupt as e:  # before the run folders existed (connecting, switching)
+        err = KbenchError(f"{stop_reason(e)} before any case ran; nothing was written")
+        err.exit_code = 128 + getattr(e, "signum", 2)
+        raise err from None
+    for side in (ab.a, ab.b):
+        render_table(side, console)
+    console.print(f"A: {ab.a.run_dir}\nB: {ab.b.run_dir}\nthe verdict: kbench gate --baseline {ab.a.run_dir} "
+                  f"--candidate {ab.b.run_dir}", highlight=False, soft_wrap=True)
+    failed = ab.a.failed + ab.b.failed
+    if failed:
+        raise KbenchError(f"{len(failed)} of {len(ab.a.rows) + len(ab.b.rows)} row(s) failed; first: "
+                          f"{failed[0].case_id}: {failed[0].reason}")
 
 
 def _run(cfg, result_filename):

@@ -711,6 +711,177 @@ def _aot_deep_manifest(w):
     _aot_archive(w, manifest=('{"format": 1, "modules": {}, "x": ' + DEEP + "}").encode())
 
 
+# --- #48 trust-net ---------------------------------------------------------------------------------------------
+# credentials that never reach another host, commands that paste whole, no hang, no hidden folder left for ever
+ECHO_PW = "k3y&x<y>z-Zq81"  # a password with characters each encoding changes
+ECHO_KEY = "sk&<trust>-9b1e"
+
+
+def secret_forms(secret: str, user: str | None = None) -> dict[str, str]:
+    """The forms a credential kbench sent may come back in: as given, HTTP Basic's base64 of user:password,
+    percent-encoded, HTML-escaped, JSON-escaped."""
+    import base64
+    import html
+    from urllib.parse import quote
+
+    out = {"raw": secret, "percent-encoded": quote(secret, safe=""), "HTML-escaped": html.escape(secret),
+           "JSON-escaped": json.dumps(secret)[1:-1]}
+    if user is not None:
+        out["base64 of user:password"] = base64.b64encode(f"{user}:{secret}".encode()).decode()
+    return out
+
+
+def _no_secret_form(secret: str, user: str | None = None):
+    """No form of the secret in what kbench printed or in any file under the workspace."""
+    def check(w, out):
+        for what, s in secret_forms(secret, user).items():
+            assert s not in out, f"the {what} secret ({s}) printed"
+            assert holds(w.root, s) == [], f"the {what} secret stored in {holds(w.root, s)}"
+    return check
+
+
+def _echo_auth(path: str, status: int, api_key: str | None = None):
+    def setup(w):
+        from urllib.parse import quote
+
+        _server(w, echo_auth=(path, status))
+        w.vars["echo_url"] = w.shared.server.url.replace("http://", f"http://bob:{quote(ECHO_PW, safe='')}@")
+    return setup
+
+
+def _backslash_redirect(w):
+    """A Location that urlsplit reads as this server and urllib3 connects to the other one with."""
+    _server(w, api_key=SECRET_KEY)
+    w.shared.server.faults.redirect_to = f"http://127.0.0.1:{w.shared.other.port}\\@127.0.0.1:{w.shared.server.port}"
+
+
+def _no_request_to_other_nor_key(w, out):
+    got = [(r.path, r.headers.get("Authorization")) for r in w.shared.other.requests]
+    assert not got, f"the other origin received {got}"
+    _no_secret(SECRET_KEY)(w, out)
+
+
+def _stall(how: str):
+    def setup(w):
+        _server(w, stall=how, drip=0.5)
+        w.vars["t0"] = str(time.monotonic())
+    return setup
+
+
+def _ended_within(seconds: float):
+    def check(w, out):
+        took = time.monotonic() - float(w.vars["t0"])
+        assert took < seconds, f"took {took:.0f} s"
+    return check
+
+
+PWNED = "res dir $(touch PWNED)"  # a folder name a shell would run a command from, pasted unquoted
+
+
+def _pasted(*names: str):
+    """The printed command names each of these workspace paths quoted for a shell, and no PWNED was made."""
+    def check(w, out):
+        for n in names:
+            q = shlex.quote(w.vars[n])
+            assert q in out, f"{q} not in the output"
+        assert not list(w.root.rglob("PWNED")), "PWNED exists"
+    return check
+
+
+def _quoted_interrupted_run(w):
+    src = _interrupted_cpu_run(w)
+    run = w.path("my runs") / "x $(touch PWNED)"
+    run.parent.mkdir()
+    src.rename(run)
+    w.vars.update(run=str(run), qrun=shlex.quote(str(run)))
+
+
+def _improved_candidate(w):
+    """A candidate whose rows are all twice as fast, in a folder named as a shell would run a command from."""
+    from gate_synth import scaled
+
+    cand = w.path(PWNED) / "cand"
+    cand.parent.mkdir()
+    write_run(cand, sweep_rows(times=scaled(0.5), seed=2))
+    w.vars.update(base=str(w.shared.kernel_run), cand=str(cand), qcand=shlex.quote(str(cand)))
+
+
+def _export_named(w):
+    _exported_report(w)
+    w.vars.update(sel=PWNED + ".py", qsel=shlex.quote(PWNED + ".py"))
+
+
+def _set_line_whole(*must):
+    """The `set:` line is one line that a shell splits into the whole command: every flag of ``must`` on it, and a
+    vLLM --speculative-config that is JSON."""
+    def check(w, out):
+        line = next((ln for ln in out.splitlines() if ln.startswith("set: ")), None)
+        assert line is not None, "no set: line"
+        try:
+            argv = shlex.split(line[5:])
+        except ValueError as e:  # a quote opened and closed on the next line
+            raise AssertionError(f"the set: line does not split as a shell would run it ({e})") from None
+        for m in must:
+            assert m in argv, f"{m} not on the set: line"
+        if "--speculative-config" in argv:
+            json.loads(argv[argv.index("--speculative-config") + 1])
+    return check
+
+
+def _json_answer(w, out):
+    data = json.loads(out)
+    assert data["settings"] and any(s["command"] for s in data["settings"])
+
+
+def _pasted_run():
+    """The resume line names the run folder made under the workspace's PWNED folder, quoted; no PWNED made."""
+    def check(w, out):
+        runs = list(w.path(PWNED).iterdir())
+        assert len(runs) == 1, runs
+        q = shlex.quote(str(runs[0]))
+        assert q in out or shlex.quote(os.path.relpath(runs[0], w.root)) in out, f"{q} not in the output"
+        assert not list(w.root.rglob("PWNED")), "PWNED exists"
+    return check
+
+
+ROUTES = str(ROOT / "results/baselines/h100-engine-routes-kv4096")
+TREES = str(ROOT / "results/baselines/h100-eagle-tree-kv4096")
+
+
+def _killed_report_leftovers(w):
+    """A report killed by kill -9 while writing over its old one (a hidden .kb-new-* left beside it), and a live
+    writer's .kb-new-* folder (this process holds its flock), both made a minute ago."""
+    import fcntl
+
+    _report_pair(w)
+    marker = w.path(".pause-killed")
+    p = subprocess.Popen([sys.executable, str(HERE / "pause_at.py"), "kbench.report.build:save_policy", "before",
+                          str(marker), "--", "report", w.vars["new"], "--out", w.vars["rep"]], cwd=w.root,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    while not marker.exists() and time.monotonic() - t0 < 120 and p.poll() is None:
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    marker.unlink()
+    left = [x for x in w.root.iterdir() if x.name.startswith(".kb-new-")]
+    assert left, "the killed report left nothing"
+    live = w.path(".kb-new-live")
+    live.mkdir()
+    (live / "policy.json").write_text("{}")
+    fd = os.open(live, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    w.vars["live_fd"] = str(fd)
+    for x in [*left, live]:
+        os.utime(x, (time.time() - 60, time.time() - 60))
+
+
+def _stale_removed_live_kept(w, out):
+    os.close(int(w.vars["live_fd"]))
+    assert leftovers(w.root) == [".kb-new-live"], leftovers(w.root)  # the killed writer's removed, the live one kept
+    assert digest(w.path("rep")) != w.vars["old_digest"], "the report was not written"
+
+
 SITUATIONS: list[Situation] = [
     # 1 secrets ------------------------------------------------------------------------------------------------
     Situation("password-url", 1, "--url holds user:password", f"kbench server-bench --url {{pw_url}} {SERVER} --out r",
@@ -1010,6 +1181,70 @@ SITUATIONS: list[Situation] = [
     Situation("max-seq-len-int32", 6, "--max-seq-len context:2147483647 at batch 64 (on a host with < 33 GiB free)",
               "kbench sweep --scenario quick -b 64 -q 1 -k 64 --max-seq-len context:2147483647 --kernels reference "
               "--out o", 0, r"needs [\d.]+ GiB of host memory \(page tables 32\.0 GiB\)", process=True),
+    # --- #48 trust-net ---
+    Situation("redirect-backslash-other-host", 1, "a redirect to http://OTHER\\@this-host:port/ (urlsplit reads this "
+              "server, the HTTP library connects to OTHER)", f"kbench server-bench --url {{url}} --api-key {SECRET_KEY} "
+              f"{SERVER} --out r", 1, r"^error: cannot use the server: GET .* redirected \(307\) to another origin, "
+              r".*read by the HTTP library as host 127\.0\.0\.1, port \d+", _backslash_redirect,
+              _no_request_to_other_nor_key),
+    Situation("password-echoed-every-encoding", 1, "a --url password; /generate answers 500 quoting the Basic header "
+              "and the password raw, HTML-escaped, percent-encoded, JSON-escaped",
+              f"kbench server-bench --url {{echo_url}} {SERVER} --out r", 1,
+              r"^error: 1 of 1 case\(s\) failed; first: .* -> 500 .*Authorization \*\*\*; password \*\*\*",
+              _echo_auth("/generate", 500), _no_secret_form(ECHO_PW, "bob")),
+    Situation("api-key-echoed-401-every-encoding", 1, "an API key; a 401 page quoting it in every encoding",
+              f"kbench server-bench --url {{url}} --api-key '{ECHO_KEY}' {SERVER} --out r", 1,
+              r"^error: cannot use the server: GET .* -> 401 .*Bearer \*\*\*; password \*\*\*; url-form \*\*\*",
+              _echo_auth("/server_info", 401), _no_secret_form(ECHO_KEY)),
+    Situation("api-key-not-latin1", 1, "--api-key sk-€uro (an HTTP header carries Latin-1 only)",
+              f"kbench server-bench --url {{url}} --api-key sk-€uro {SERVER} --out r", 2,
+              r"^error: --api-key: character 4 of the value is outside Latin-1", lambda w: _server(w),
+              _no_secret("sk-€uro")),
+    Situation("header-not-latin1", 1, "--header 'X-Gw: é€'", f"kbench server-bench --url {{url}} --header 'X-Gw: é€' "
+              f"{SERVER} --out r", 2, r"^error: --header X-Gw: character 2 of the value is outside Latin-1",
+              lambda w: _server(w), _no_secret("é€")),
+    Situation("password-not-latin1", 1, "--url http://bob:p€ss-word@host",
+              f"kbench server-bench --url http://bob:p€ss-word@127.0.0.1:9 {SERVER} --out r", 2,
+              r"^error: --url's password: character 2 of the value is outside Latin-1", None, _no_secret("p€ss-word")),
+    Situation("server-100-continue-forever", 6, "the server sends `100 Continue` interim responses for ever",
+              f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 1,
+              r"^error: cannot use the server: GET .*: request timeout: no complete answer within 3 s",
+              _stall("continue"), _ended_within(40), process=True),
+    Situation("server-header-drip", 6, "the server sends its status line, then one header byte each 0.5 s for ever",
+              f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 1,
+              r"^error: cannot use the server: GET .*: request timeout: no complete answer within 3 s",
+              _stall("header-drip"), _ended_within(40), process=True),
+    Situation("sweep-resume-line-quoted", 2, "sweep --out 'res dir $(touch PWNED)' stopped by SIGTERM: the resume line",
+              f"kbench sweep {TINY} --out '{PWNED}'", 143, r"finish with: kbench sweep --resume '.*res dir \$\(touch",
+              None, _pasted_run(), signal_at=("kbench.runs.store:json_safe", "after", signal.SIGTERM)),
+    Situation("server-bench-resume-line-quoted", 2, "server-bench --out 'res dir $(touch PWNED)' stopped by SIGTERM",
+              f"kbench server-bench --url {{url}} {SERVER} --out '{PWNED}'", 143,
+              r"finish with: kbench server-bench --resume '.*res dir \$\(touch", lambda w: _server(w),
+              _pasted_run(), signal_at=("kbench.server.bench:_append_lines", "before", signal.SIGTERM)),
+    Situation("baseline-finish-line-quoted", 2, "baseline of an interrupted run in 'my runs/x $(touch PWNED)'",
+              "kbench baseline {qrun} --name b --out bl", 2,
+              r"^error: .* is 'interrupted', not complete: finish it \(kbench sweep --resume '.*my runs/x \$\(touch",
+              _quoted_interrupted_run, _pasted("run")),
+    Situation("gate-refresh-line-quoted", 2, "gate --markdown: the 'refresh the baseline' line for a candidate in "
+              "'res dir $(touch PWNED)'", "kbench gate --baseline {base} --candidate {qcand} --markdown g.md", 0,
+              r"^PASS", _improved_candidate, lambda w, out: _pasted("cand")(w, w.path("g.md").read_text())),
+    Situation("export-try-line-quoted", 2, "export --out 'res dir $(touch PWNED).py': the try: line",
+              "kbench export {rep}/policy.json --out {qsel}", 0, r"; try: python 'res dir \$\(touch PWNED\)\.py' "
+              r"BATCH_SIZE Q_LEN KV_LEN", _export_named, _pasted("sel")),
+    Situation("recommend-set-line-log-sglang", 2, "recommend's set: line in a log of 100 columns (SGLang)",
+              f"kbench recommend {ROUTES} --engine sglang --batch-size 8 --q-len 4 --kv-len 4096 --host-overlap sum",
+              0, r"^set: python -m sglang\.launch_server", None,
+              _set_line_whole("--page-size", "--disable-overlap-schedule"), env={"COLUMNS": "100"}),
+    Situation("recommend-set-line-log-vllm", 2, "recommend's set: line in a log of 80 columns (vLLM's JSON config)",
+              f"kbench recommend {ROUTES} --engine vllm --batch-size 8 --q-len 4 --kv-len 4096 --host-overlap sum",
+              0, r"^set: vllm serve MODEL_PATH --speculative-config", None,
+              _set_line_whole("--block-size", "--no-async-scheduling"), env={"COLUMNS": "80"}),
+    Situation("recommend-json-tree", 5, "recommend --json with a topk:4 tree workload (trtllm_mha refuses a tree)",
+              f"kbench recommend {TREES} --engine sglang --batch-size 8 --q-len 8 --kv-len 4096 --tree topk:4 --json",
+              0, r'"engine"', None, _json_answer),
+    Situation("report-stale-kb-new", 2, "report over a report whose last writer was killed (kill -9) mid-write, "
+              "beside a live writer's folder", "kbench report {new} --out {rep}", 0, r"^wrote \d+ files",
+              _killed_report_leftovers, _stale_removed_live_kept, process=True),
 ]
 BY_ID = {s.id: s for s in SITUATIONS}
 

@@ -41,15 +41,19 @@ TIMES = {DECODE: t_decode, FA2: t_fa2, FA3: t_fa3, VFA3: t_vfa3, VFA3_SGL: t_vfa
 # the engines' routes (kbench.kernels.routes): the kernel each runs, a factor on its time (the custom mask's
 # cost), and its host work per step in us (flat: the planner's cost barely moves with the batch)
 ROUTE_OF = {"sglang-fi-verify": (FA2, 1.25), "sglang-fi-extend": (FA2, 1.0), "sglang-trtllm-mha": (DECODE, 1.0),
-            "sglang-fa3": (VFA3_SGL, 1.0), "vllm-fi-decode": (DECODE, 1.0), "vllm-fi-prefill": (FA2, 1.0),
+            "sglang-fi-verify-hostplan": (FA2, 1.25), "sglang-fa3": (VFA3_SGL, 1.0), "sglang-fa3-tree": (VFA3_SGL, 1.5), "vllm-fi-decode": (DECODE, 1.0), "vllm-fi-prefill": (FA2, 1.0),
             "vllm-flash-attn": (VFA3, 1.0), "sglang-flashmla": (FLASHMLA, 1.0), "sglang-fi-mla": (FI_MLA, 1.0),
             "vllm-flashmla": (FLASHMLA, 1.0), "sglang-fi-mla-extend": (FI_MLA, 1.0), "sglang-fa3-mla": (FA3_MLA_SGL, 1.0),
             "vllm-flash-attn-mla": (FA3_MLA, 1.0)}
 HOST = {"sglang-fi-verify": 50.0, "sglang-fi-extend": 12.0, "sglang-trtllm-mha": 4.0, "sglang-fa3": 4.0,
+        "sglang-fi-verify-hostplan": 20.0, "sglang-fa3-tree": 6.0,
         "vllm-fi-decode": 3.0, "vllm-fi-prefill": 15.0, "vllm-flash-attn": 8.0, "sglang-flashmla": 5.0,
         "sglang-fi-mla": 30.0, "vllm-flashmla": 6.0, "sglang-fi-mla-extend": 40.0, "sglang-fa3-mla": 4.0,
         "vllm-flash-attn-mla": 8.0}
-WAITS = {"sglang-fi-verify"}  # host work that waits for the GPU (never overlapped)
+WAITS = {"sglang-fi-verify", "vllm-fi-prefill"}  # host work that waits for the GPU (never overlapped)
+# SGLang routes of a backend that reads sequence lengths on the CPU: the overlap scheduler waits for the previous
+# verify before preparing the step, so host work overlaps only the draft extend's GPU work
+FENCED = {"sglang-fi-verify", "sglang-fi-extend", "sglang-fi-verify-hostplan", "sglang-fi-mla", "sglang-fi-mla-extend"}
 ROUTES = tuple(ROUTE_OF)
 HOST_CPU = {"cpus": 16, "cpu": "Synthetic Xeon"}
 
@@ -68,10 +72,17 @@ def step_price(route: str, bs: int, q: int, kv: int, layers: int = 1, overlap: s
 
 def batch_price(routes: dict[str, str], bs: int, q: int, kv: int, layers: dict[str, int], overlap: str = "max") -> float:
     """One engine step (its phases: step -> route) computed here: host + GPU, or, overlapped, max(host work that
-    does not wait for the GPU, GPU work) + the host work that does."""
+    does not wait for the GPU, GPU work) + the host work that does; an SGLang setting with a flashinfer route
+    overlaps its host work with the draft extend's GPU work only; vLLM does a step's host work once when both
+    phases share a route (its drafter reuses the target's metadata)."""
     gpu = sum(layers[st] * t_route(r, bs, q, kv) for st, r in routes.items())
-    free = sum(HOST[r] for r in routes.values() if r not in WAITS)
-    waiting = sum(HOST[r] for r in routes.values() if r in WAITS)
+    once = len(set(routes.values())) == 1 and all(r.startswith("vllm-") for r in routes.values())
+    hosts = {st: (0.0 if once and st == "draft_extend" else HOST[r]) for st, r in routes.items()}
+    free = sum(h for st, h in hosts.items() if routes[st] not in WAITS)
+    waiting = sum(h for st, h in hosts.items() if routes[st] in WAITS)
+    if overlap == "max" and set(routes.values()) & FENCED:
+        verify = layers["verify"] * t_route(routes["verify"], bs, q, kv) if "verify" in routes else 0.0
+        return verify + max(free, gpu - verify) + waiting
     return (max(free, gpu) if overlap == "max" else free + gpu) + waiting
 
 

@@ -86,7 +86,9 @@ def test_sglang_refuses_a_tree_with_trtllm_mha_in_any_slot(setting):
 
 
 def test_every_sglang_setting_has_trtllm_mha_or_takes_a_tree():
-    takes = {s.id for s in SGLANG.settings if "trtllm_mha" not in s.flags and s.attention == "gqa"}
+    # (the sync-free verify plan is a topk-1 switch: SGLang runs a tree on plain flashinfer, Setting.chains_only)
+    takes = {s.id for s in SGLANG.settings if "trtllm_mha" not in s.flags and s.attention == "gqa"
+             and not s.chains_only}
     takes |= {s.id for s in SGLANG.settings if s.attention == "mla" and s.id in ("mla:fa3", "mla:triton")}
     assert takes == {"flashinfer", "fa3", "triton", "mla:fa3", "mla:triton"}
     for s in SGLANG.settings:
@@ -420,3 +422,29 @@ def test_sglang_parser_check_refuses_what_sglang_refuses(sglang_python):
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == ["exit 2", "exit 2", "accepted"]
     assert "invalid choice: 'trtllm_mhaX'" in r.stderr and "unrecognized arguments: --block-size 16" in r.stderr
+
+
+@pytest.mark.server
+def test_model_paths_that_look_like_flags_parse_as_paths(vllm_python, sglang_python):
+    """Issue #48: a model or draft path starting with `-` (`--trust-remote-code`, `-h`) reaches the engine's own
+    parser as that path (the --flag=value form), not as one of its flags."""
+    model = Path(tempfile.gettempdir()) / f"-kbench-model-{os.getpid()}"  # relative to the parsers' cwd: `-k...`
+    model.mkdir(exist_ok=True)
+    try:
+        spec = F.SpecConfig.chain(4)
+        v = shlex.split(F.command_line("vllm", F.server_flags("vllm", "--attention-backend FLASHINFER", spec, 64,
+                                                              draft_model="--trust-remote-code"), model=model.name))
+        got = _vllm_parse(vllm_python, [v[2:]])[0]
+        assert got["ok"] and got["model"] == model.name, got
+        assert got["speculative_config"]["model"] == "--trust-remote-code"
+        s = shlex.split(F.command_line("sglang", F.server_flags("sglang", "--attention-backend fa3", spec, 64,
+                                                                draft_model="-h"), model="--trust-remote-code"))
+        code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport sglang_args\n"
+                "print(json.dumps(sglang_args.parse(json.load(sys.stdin))))\n")
+        r = subprocess.run([str(sglang_python), "-c", code, str(SERVERS)], input=json.dumps(s[3:]),
+                           capture_output=True, text=True, timeout=600, cwd=tempfile.gettempdir(), env=_clean_env())
+        assert r.returncode == 0, r.stderr[-3000:]
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        assert got["model_path"] == "--trust-remote-code" and got["speculative_draft_model_path"] == "-h", got
+    finally:
+        model.rmdir()

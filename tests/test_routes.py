@@ -58,7 +58,8 @@ def test_host_work_that_waits_for_the_gpu_is_the_plan_reading_gpu_offsets():
     by = {k.name: k for k in ROUTES}
     assert by["sglang-fi-verify"].host_waits_for_gpu and by["sglang-fi-verify"].custom_mask
     assert not by["sglang-fi-extend"].host_waits_for_gpu and not by["sglang-fi-extend"].custom_mask
-    assert not by["vllm-fi-prefill"].host_waits_for_gpu and not by["vllm-fi-prefill"].cuda_graph
+    # vLLM FLASHINFER without TRT-LLM reads seq_lens back every step (flashinfer.py:1696-1706): it waits too
+    assert by["vllm-fi-prefill"].host_waits_for_gpu and not by["vllm-fi-prefill"].cuda_graph
     assert not by["sglang-trtllm-mha"].host_waits_for_gpu and not by["vllm-fi-decode"].host_waits_for_gpu
     # SGLang's sync-free verify plan: the same mask and GPU offsets, no read-back; the fa3 cascade: no plan at all
     hp = by["sglang-fi-verify-hostplan"]

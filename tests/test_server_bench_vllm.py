@@ -223,46 +223,70 @@ def test_spec_acceptance_length_matches_vllm_counters(vllm_spec_server, tmp_path
           f"acc_length {row.acc_length:.3f}, acceptance rate {row.acceptance_rate:.3f}", file=sys.stderr)
 
 
-def test_ab_spec_off_vs_on_two_real_runs(vllm_server, vllm_spec_server, tmp_path):
-    """A: the plain server, B: n-gram speculative decoding; the same cases, 5 repeats each (the fewest with
-    which a one-sided Mann-Whitney test can reach alpha 0.01), gated B against A."""
+def test_ab_spec_off_vs_on_interleaved(vllm_server, vllm_spec_server, tmp_path):
+    """A: the plain server, B: n-gram speculative decoding; one interleaved run (7 ABBA rounds, the fewest with which
+    the paired signed-rank test can reach alpha 0.01), gated as paired samples: one verdict, classes by shape."""
     from kbench.gate import run_gate
-    from kbench.gate.ab import ab_answer, ab_groups
+    from kbench.gate.ab import ab_groups, case_class
+    from kbench.server.interleave import run_interleaved
 
-    runs = []
-    for name, srv in (("a", vllm_server), ("b", vllm_spec_server)):
-        res = run_server_bench(ServerBenchConfig(
-            url=srv.url, backend="vllm", batch_sizes=(1,), input_lens=(64, 1536), output_lens=(2, 128),
-            prompt_pattern="repeat:5", repeat=5, run_name=name, out_dir=tmp_path / "r",
-            credentials=Credentials(api_key=srv.api_key)))
-        assert [r.status for r in res.rows] == ["ok"] * 4
-        runs.append(res)
+    ab = run_interleaved(ServerBenchConfig(
+        url=vllm_server.url, url_b=vllm_spec_server.url, backend="vllm", batch_sizes=(1,), input_lens=(64, 1024),
+        output_lens=(2, 64), prompt_pattern="repeat:5", repeat=7, run_name="ab", out_dir=tmp_path / "r",
+        credentials=Credentials(api_key=vllm_spec_server.api_key)))
+    assert [r.status for r in ab.a.rows + ab.b.rows] == ["ok"] * 8
+    assert all(len(r.latency_samples) == 7 for r in ab.a.rows + ab.b.rows)
     md = tmp_path / "ab.md"
-    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "gate", "--baseline", str(runs[0].run_dir),
-                        "--candidate", str(runs[1].run_dir), "--markdown", str(md)],
+    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "gate", "--baseline", str(ab.a.run_dir),
+                        "--candidate", str(ab.b.run_dir), "--markdown", str(md)],
                        capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", **_env()})
     assert p.returncode in (0, 1), p.stdout + p.stderr
-    gate = run_gate(runs[0].run_dir, runs[1].run_dir)
-    answer = ab_answer(gate.rows)
-    assert f"**A/B:** {answer}" in md.read_text() and answer.startswith("B is ")
-    lat = [r for r in gate.rows if r.metric == "latency"]
-    assert len(lat) == 4  # each latency change within the threshold, or judged by the repeats' Mann-Whitney test
-    assert all(r.method == "mann-whitney" or (r.method is None and r.note == "within threshold") for r in lat), lat
-    a_rows = {r.case_id: r for r in runs[0].rows}
-    b_rows = {r.case_id: r for r in runs[1].rows}
-    for g in ab_groups(gate.rows):
-        for case in g.cases:  # the group A's own timings put it in: decoding took >= half the latency, or not
-            heavy = 1 - a_rows[case].last_ttft / a_rows[case].latency >= 0.5
-            assert (g.name == "decode-heavy") == heavy, (case, g.name)
-        for case, speed in {**g.faster, **g.slower}.items():  # faster/slower as the medians say
-            assert speed == pytest.approx(a_rows[case].latency / b_rows[case].latency - 1)
-            assert (case in g.faster) == (b_rows[case].latency < a_rows[case].latency)
-        assert g.name in answer
-    # (which group a case lands in is measured: under CPU load a 128-token decode can take less than the TTFT)
-    assert sum(len(g.cases) for g in ab_groups(gate.rows)) == 4
-    assert all(r.acc_length > 1 for r in runs[1].rows if r.output_len > 2)  # B really drafted
-    assert all(r.acc_length == -1 for r in runs[0].rows)
-    print(f"\n[ab] {answer}\n" + md.read_text(), file=sys.stderr)
+    gate = run_gate(ab.a.run_dir, ab.b.run_dir)
+    verdict = gate.summary_line()
+    assert verdict.startswith("PASS: B " if p.returncode == 0 else "FAIL: B ")  # the one verdict, as the exit code
+    assert " ".join(p.stdout.split()).endswith(" ".join(verdict.split()))
+    assert md.read_text().startswith(f"## {'✅' if p.returncode == 0 else '❌'} kbench gate: {verdict}")
+    assert gate.paired and "noise: paired, the 7 ABBA rounds" in gate.noise_used
+    judged = [r for r in gate.rows if r.method]
+    assert judged and all(r.method == "wilcoxon" for r in judged), judged
+    for g in ab_groups(gate.rows):  # the class is the case's shape, whatever this run's timings were
+        assert all(case_class(c) == g.name for c in g.cases)
+    assert {case_class(r.case_id) for r in ab.a.rows} == {"decode-heavy", "prefill-heavy"}
+    assert all(r.acc_length > 1 for r in ab.b.rows if r.output_len > 2)  # B really drafted
+    assert all(r.acc_length == -1 for r in ab.a.rows)
+    print(f"\n[ab] {verdict}\n" + md.read_text(), file=sys.stderr)
+
+
+def test_the_readme_server_block_runs_as_written(vllm_server, tmp_path):
+    """The README's server block: its kbench lines, as written, against the tests' vLLM server (A and B both this
+    server: an A/A), from a fresh folder; the interleaved A/B writes its two run folders and the gate reads them as
+    paired samples, its verdict line consistent with its exit code."""
+    from pathlib import Path
+    from test_readme import blocks
+
+    ((_, block),) = blocks("server")
+    lines = [ln.split("  #")[0].strip() for ln in block if ln.startswith("kbench ")]
+    assert any("--url-b" in ln for ln in lines) and lines[-1].startswith("kbench gate")
+    bindir = Path(sys.executable).parent
+    env = {**_env(), "COLUMNS": "200", "PATH": f"{bindir}:/usr/bin:/bin"}
+    port = vllm_server.url.rsplit(":", 1)[1]
+    ran = []
+    for ln in lines:
+        cmd = ln.replace("127.0.0.1:30000", f"127.0.0.1:{port}").replace("127.0.0.1:30001", f"127.0.0.1:{port}")
+        p = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        ran.append((ln, p.returncode))
+        out = p.stdout + p.stderr
+        if ln.startswith("kbench gate"):
+            assert p.returncode in (0, 1), out
+            flat = " ".join(out.split())
+            assert "noise: paired, the 40 ABBA rounds of one interleaved run" in flat
+            assert (" PASS: B " in flat) == (p.returncode == 0) and (" FAIL: B " in flat) == (p.returncode == 1)
+            assert (tmp_path / "ab.md").read_text().startswith("## ")
+        else:
+            assert p.returncode == 0, out[-3000:]
+    assert len(list((tmp_path / "results").glob("server-bench-ab-a-*"))) == 1
+    assert len(list((tmp_path / "results").glob("server-bench-ab-b-*"))) == 1
+    print("\nREADME server block:" + "".join(f"\n  exit {rc}: {c}" for c, rc in ran), file=sys.stderr)
 
 
 def test_recommend_check_on_two_real_runs_of_one_setting(vllm_spec_server, tmp_path):

@@ -261,3 +261,89 @@ def test_the_kernel_names_without_torch_are_the_registry():
 
     assert tuple(kernel_names()) == KERNEL_NAMES
     assert unknown_kernel_note("fa2-prefill") is None and "'x'" in unknown_kernel_note("x")
+
+
+# ---- #48 trust-net: the mechanisms under the table's rows ----------------------------------------------------------
+def test_scrub_hides_every_form_a_secret_was_sent_or_may_come_back_in():
+    import base64
+    import html
+    import json
+    from urllib.parse import quote, quote_plus
+
+    from kbench.server.auth import Credentials
+
+    pw, key = "k3y&x<y>z'q", "sk&<t>\"k"
+    c = Credentials(key, (), None)
+    b = Credentials(None, (), ("bob", pw))
+    sent = base64.b64encode(f"bob:{pw}".encode()).decode()
+    for creds, s, extra in ((c, key, []), (b, pw, [f"Basic {sent}", sent])):
+        forms = [s, quote(s, safe=""), quote_plus(s), html.escape(s), html.escape(s, quote=False),
+                 html.escape(s).replace("&#x27;", "&#39;"), json.dumps(s)[1:-1], *extra]
+        text = creds.scrub(" | ".join(forms))
+        assert text == " | ".join(["***"] * len(forms)), text
+
+
+def test_origin_is_the_connecting_parsers_and_nobodys_where_the_parsers_differ():
+    from kbench.server.auth import origin
+
+    assert origin("http://127.0.0.1:8000/x") == ("http", "127.0.0.1", 8000)
+    assert origin("HTTPS://Host/x") == ("https", "host", 443)
+    assert origin("http://[::1]:9/") == ("http", "::1", 9)
+    assert origin("http://127.0.0.1:5\\@127.0.0.1:6/r") is None  # urlsplit: port 6; urllib3 connects to port 5
+    assert origin("http://a:b:c@/") is None
+
+
+@pytest.mark.parametrize("value,where", [("sk-€uro", "--api-key"), ("é€", "--header X-Gw")])
+def test_a_header_value_outside_latin1_is_one_line_without_the_value(value, where):
+    from kbench.server.auth import Credentials
+
+    kw = {"api_key": value} if where == "--api-key" else {"headers": (("X-Gw", value),)}
+    with pytest.raises(BadInput, match=rf"^{where}: character \d+ of the value is outside Latin-1") as e:
+        Credentials(**kw)
+    assert value not in str(e.value)
+    Credentials(api_key="sk-é-latin1")  # Latin-1 travels
+
+
+def test_a_deadline_ends_a_server_that_answers_every_read_in_time():
+    """kbench.server.client's total deadline, in-process: `100 Continue` for ever (each read answered in 0.2 s)."""
+    import time
+
+    from fake_sglang import FakeSGLang, Faults
+
+    from kbench.server.client import ServerClient, ServerError
+
+    with FakeSGLang(Faults(stall="continue", drip=0.2)) as srv:
+        client = ServerClient(srv.url, timeout=2.0)
+        t0 = time.monotonic()
+        with pytest.raises(ServerError, match=r"request timeout: no complete answer within 2 s"):
+            client.request("GET", "/server_info")
+        assert time.monotonic() - t0 < 10
+        srv.faults = Faults()
+        assert client.request("GET", "/server_info")[0] == 200  # the pool's next connection is a good one
+
+
+def test_stale_hidden_folders_are_removed_a_held_or_fresh_one_kept(tmp_path):
+    import fcntl
+    import time
+
+    from kbench.runs.atomic import STALE_AFTER_S, remove_stale_folders, replaced_folder
+
+    old = time.time() - 10 * STALE_AFTER_S
+    for name in (".kb-new-dead", ".kb-old-dead", ".kb-new-held", ".kb-new-fresh", ".kb-newer"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text("x")
+        if name != ".kb-new-fresh":
+            os.utime(tmp_path / name, (old, old))
+    (tmp_path / ".kb-new-link").symlink_to(tmp_path / ".kb-newer")
+    fd = os.open(tmp_path / ".kb-new-held", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert sorted(p.name for p in remove_stale_folders(tmp_path)) == [".kb-new-dead", ".kb-old-dead"]
+        with replaced_folder(tmp_path / "out", "--out") as new:  # a writer holds its own: another is not taking it
+            assert remove_stale_folders(tmp_path) == [] and new.exists()
+            os.utime(new, (old, old))
+            assert remove_stale_folders(tmp_path) == []
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".kb-new-fresh", ".kb-new-held", ".kb-new-link",
+                                                          ".kb-newer", "out"]

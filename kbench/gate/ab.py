@@ -1,74 +1,110 @@
-"""The one-line answer to an A/B of a server setting: "B is x% faster in the decode-heavy cases, within noise
-elsewhere", from the gate's verdicts on two server-bench runs (A = baseline, B = candidate).
+"""The one verdict of an A/B of a server setting (two server-bench runs gated against each other, A = baseline,
+B = candidate): the gate's rows, per case, read as one answer, e.g.
 
-Cases split by where A's time went: decode-heavy when decoding took at least half of the batch's latency
-(``1 - last_ttft / latency >= 0.5``), prefill-heavy otherwise. Within a group a case counts as faster
-(slower) when the gate found its latency an improvement (regression): beyond the threshold and beyond
-noise (Mann-Whitney on the ``--repeat`` samples, or the threshold alone without repeats). With g the
-geometric mean of ``latency_A / latency_B`` over the group's faster (slower) cases, B is ``g - 1`` faster
-(``1 / g - 1`` slower: B's latency is that much longer).
+    FAIL: B is slower in 1 of the 2 decode-heavy cases (bs1-in64-out16: ttft +31.2%, latency +12.0%), within
+    noise in the other 1. Rows: 2 regression, 8 within-noise
+
+It is the gate's own decision (not a second rule): a case is **slower** when any of its metrics is a regression
+(the rows that fail the gate), **fails** when a row of it fails otherwise (invalid, failed, missing, ...),
+**faster** when none fails and at least one improved beyond the band and noise, else **within noise**. The figures
+are the failing (improved) rows' changes, as the table lists them. PASS exactly when the gate passes.
+
+A case's class comes from its shape, never from one run's timings (which move with the machine's load):
+**decode-heavy** when its decode steps are at least the prefill's tokens over PREFILL_TOKENS_PER_STEP, i.e.
+``output_len * 256 >= batch_size * input_len``, prefill-heavy otherwise. 256: a decode step of a batch reads
+the whole model's weights once, about the time a GPU takes to prefill a few hundred tokens; the class is a
+label for the answer, the verdict does not depend on it.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
-DECODE_HEAVY = 0.5  # share of the latency spent after the first token
+PREFILL_TOKENS_PER_STEP = 256
+_CASE = re.compile(r"^bs(\d+)-in(\d+)-out(\d+)$")
+MAX_LISTED = 3  # cases named in a group's phrase
+
+
+def case_class(case_id: str) -> str:
+    """decode-heavy | prefill-heavy from the case's shape (``bs8-in1024-out16``); "other" when the id is not one."""
+    m = _CASE.match(case_id)
+    if not m:
+        return "other"
+    bs, inp, out = (int(x) for x in m.groups())
+    return "decode-heavy" if out * PREFILL_TOKENS_PER_STEP >= bs * inp else "prefill-heavy"
 
 
 @dataclass
 class GroupAnswer:
-    name: str  # decode-heavy | prefill-heavy
-    cases: list[str]
-    faster: dict[str, float]  # case -> latency_A / latency_B - 1 (beyond noise)
-    slower: dict[str, float]
+    name: str  # decode-heavy | prefill-heavy | other
+    cases: list[str] = field(default_factory=list)
+    slower: dict[str, list] = field(default_factory=dict)  # case -> its regression rows
+    failed: dict[str, list] = field(default_factory=dict)  # case -> its other failing rows
+    faster: dict[str, list] = field(default_factory=dict)  # case -> its improvement rows (none failing)
 
     def phrase(self) -> str:
         n = len(self.cases)
-        if not self.faster and not self.slower:
-            return f"within noise in the {self.name} cases ({n})"
+        noun = f"{self.name} case{'s' if n != 1 else ''}"
+        if not (self.slower or self.failed or self.faster):
+            return f"is within noise in the {noun} ({n})"
         parts = []
-        for word, d in (("faster", self.faster), ("slower", self.slower)):
+        for verb, d in (("is slower", self.slower), ("fails", self.failed), ("is faster", self.faster)):
             if d:
-                g = math.exp(sum(math.log1p(v) for v in d.values()) / len(d))  # geometric mean of lat_A / lat_B
-                pct = (g - 1 if word == "faster" else 1 / g - 1) * 100
-                which = "the" if len(d) == n else f"{len(d)} of the {n}"
-                parts.append(f"{pct:.1f}% {word} in {which} {self.name} cases")
-        rest = n - len(self.faster) - len(self.slower)
-        return ", ".join(parts) + (f" (within noise in the other {rest})" if rest else "")
+                which = ("the" if n == 1 else f"all {n}") if len(d) == n else f"{len(d)} of the {n}"
+                parts.append(f"{verb if not parts else verb.removeprefix('is ')} in {which} {noun} ({_detail(d)})")
+        rest = n - len(self.slower) - len(self.failed) - len(self.faster)
+        return ", ".join(parts) + (f", within noise in the other {rest}" if rest else "")
+
+
+def _detail(d: dict[str, list]) -> str:
+    out = []
+    for case, rows in list(d.items())[:MAX_LISTED]:
+        bits = [f"{r.metric} {r.change:+.1%}" if r.change is not None and r.metric else r.outcome for r in rows]
+        out.append(f"{case}: {', '.join(dict.fromkeys(bits))}")
+    more = len(d) - MAX_LISTED
+    return "; ".join(out) + (f"; {more} more" if more > 0 else "")
 
 
 def ab_groups(rows) -> list[GroupAnswer]:
-    """``rows``: the gate's RowResults of a server-bench comparison."""
-    lat = {r.case_id: r for r in rows if r.metric == "latency"}
-    ttft = {r.case_id: r for r in rows if r.metric == "ttft"}
-    groups = {"decode-heavy": GroupAnswer("decode-heavy", [], {}, {}),
-              "prefill-heavy": GroupAnswer("prefill-heavy", [], {}, {})}
-    for case, r in lat.items():
-        if not r.base_value or not r.cand_value or r.base_value <= 0 or r.cand_value <= 0:
-            continue
-        t = ttft.get(case)
-        share = 1 - (t.base_value / r.base_value) if t is not None and t.base_value else 1.0
-        g = groups["decode-heavy" if share >= DECODE_HEAVY else "prefill-heavy"]
+    """``rows``: the gate's RowResults of a server-bench comparison; the cases by class, each judged (docstring)."""
+    by_case: dict[str, list] = {}
+    for r in rows:
+        by_case.setdefault(r.case_id, []).append(r)
+    groups: dict[str, GroupAnswer] = {}
+    for case, rs in by_case.items():
+        if all(r.outcome in ("new", "not-compared") for r in rs) and not any(r.fails for r in rs):
+            continue  # nothing of it compared (a case only one side has, or a baseline row that was not ok)
+        g = groups.setdefault(case_class(case), GroupAnswer(case_class(case)))
         g.cases.append(case)
-        speed = r.base_value / r.cand_value - 1
-        if r.outcome == "improvement":
-            g.faster[case] = speed
-        elif r.outcome == "regression":
-            g.slower[case] = speed
-    return [g for g in groups.values() if g.cases]
+        reg = [r for r in rs if r.outcome == "regression"]
+        other = [r for r in rs if r.fails and r.outcome != "regression"]
+        better = [r for r in rs if r.outcome == "improvement"]
+        if reg:
+            g.slower[case] = reg
+        elif other:
+            g.failed[case] = other
+        elif better:
+            g.faster[case] = better
+    order = ("decode-heavy", "prefill-heavy", "other")
+    return [groups[k] for k in order if k in groups]
 
 
 def ab_answer(rows) -> str:
-    """``B is 12.0% faster in the decode-heavy cases, within noise in the prefill-heavy cases (2).``"""
+    """``B is slower in 1 of the 2 decode-heavy cases (...); within noise in the prefill-heavy case (1).``"""
     groups = ab_groups(rows)
     if not groups:
-        return "B vs A: no case with a latency on both sides to compare."
-    changed = [g for g in groups if g.faster or g.slower]
+        return "B vs A: no case compared on both sides."
+    changed = [g for g in groups if g.slower or g.failed or g.faster]
     if not changed:
         return "B is within noise of A in every case (" + ", ".join(f"{len(g.cases)} {g.name}" for g in groups) + ")."
+    changed.sort(key=lambda g: (not (g.slower or g.failed)))  # what fails the gate first
     first, *others = changed + [g for g in groups if g not in changed]
-    text = "B is " + first.phrase()
+    text = "B " + first.phrase()
     if others:
-        text += "; " + "; ".join(o.phrase() for o in others)
+        text += "; " + "; ".join(o.phrase().removeprefix("is ") for o in others)
     return text + "."
+
+
+def verdict_line(res) -> str:
+    """The gate's one verdict (GateResult.summary_line, which for server-bench runs starts with ab_answer)."""
+    return res.summary_line()

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kbench import files
+from kbench import files, shell
 from kbench.runs import atomic
 
 from kbench.cases import axes
@@ -53,6 +53,10 @@ from kbench.runs.winners import check_ok_times
 DEFAULT_ROOT = Path("results") / "baselines"
 KEY = axes.gate_key()
 RUN_SPREAD_RULE = "(max - min) / median of the per-run medians of the row"
+SERVER_POOL_RULES = {"metrics": "each metric the median of the per-run medians (<metric>_run_medians); "
+                                "<metric>_samples pooled",
+                     "run_spread": "<metric>_run_spread = (max - min) / median of the per-run medians of the case; "
+                                   "run_spread the largest of them"}
 
 
 def baseline_dir(name: str, root: str | Path = DEFAULT_ROOT) -> Path:
@@ -81,8 +85,16 @@ def check_same_scenario(runs: list[Run]) -> None:
         seen[p] = r.path
         if num_runs(r.manifest) > 1:
             raise BadInput(f"{r.path} is already a multi-run baseline; give the runs it was built from")
+    kinds = {r.kind for r in runs}
+    if len(kinds) > 1:
+        raise BadInput(f"a baseline from several runs needs runs of one kind, not {' and '.join(sorted(kinds))} runs")
+    if runs[0].kind == "server-bench":
+        from kbench.gate.server_baseline import check_same_cases
+
+        check_same_cases(runs)
+        return
     if runs[0].kind != "sweep":
-        raise BadInput(f"a baseline from several runs needs sweep runs, not {runs[0].kind} runs")
+        raise BadInput(f"a baseline from several runs needs sweep or server-bench runs, not {runs[0].kind} runs")
     for r in runs[1:]:
         verdict = comparable(runs[0], r, POOL)
         if not verdict.ok:
@@ -129,6 +141,10 @@ def _pool(recs: list[dict]) -> dict:
 def pool_runs(runs: list[Run]) -> tuple[pd.DataFrame, list[str]]:
     """The rows of a multi-run baseline (see the module docstring) and warnings about rows that differ."""
     check_same_scenario(runs)
+    if runs[0].kind == "server-bench":
+        from kbench.gate.server_baseline import pool_server_runs
+
+        return pool_server_runs(runs)
     by_key: dict[tuple, list[tuple[int, dict]]] = {}
     for i, run in enumerate(runs):
         per_run: dict[tuple, dict] = {}
@@ -175,8 +191,8 @@ def check_source(run: Run, allow_partial: bool = False) -> None:
     rows = run.rows
     run_status = run.manifest.get("status")
     if run_status not in (None, "complete") and not allow_partial:
-        finish = (f"kbench sweep --resume {run.path}" if run.kind == "sweep"
-                  else f"kbench server-bench --resume {run.path} --url URL")
+        finish = (shell.kbench("sweep", "--resume", run.path) if run.kind == "sweep"
+                  else shell.kbench("server-bench", "--resume", run.path, "--url", "URL"))
         raise BadInput(f"{run.path} is {run_status!r}, not complete: finish it ({finish}) or pass --allow-partial")
     if rows.empty or "status" not in rows or not (rows["status"] == "ok").any():
         raise BadInput(f"{run.path}: no ok row ({len(rows)} row(s)); a baseline needs measured rows")
@@ -275,8 +291,9 @@ def write_multi_baseline(runs: list[Run | str | Path], name: str, root: str | Pa
         "source_runs": [str(r.path) for r in runs],
         "source_run_names": [r.path.name for r in runs],
         "num_runs": len(runs),
-        "run_spread": RUN_SPREAD_RULE,
-        "median_us": "median of the per-run medians (run_medians_us); samples_us pooled",
+        **(SERVER_POOL_RULES if runs[0].kind == "server-bench" else {
+            "run_spread": RUN_SPREAD_RULE,
+            "median_us": "median of the per-run medians (run_medians_us); samples_us pooled"}),
         "runs": [{k: r.manifest.get(k) for k in ("start_time", "end_time", "command_line", "clocks_start",
                                                  "clocks_end", "status")} for r in runs],
         "created_at": now_iso(),

@@ -128,6 +128,8 @@ class GateResult:
     run_spread_k: float = DEFAULT_RUN_SPREAD_K
     noise_floor: float = DEFAULT_NOISE_FLOOR
     winner_ties: list[str] = field(default_factory=list)  # flips within the run-to-run spread: ties
+    paired: dict | None = None  # the two halves of one interleaved server-bench run: its manifest's interleave entry
+    noise_used: str = ""  # which noise the rule tested against, in words (the output says it)
 
     def with_outcome(self, *outcomes: str) -> list[RowResult]:
         return [r for r in self.rows if r.outcome in outcomes]
@@ -158,6 +160,8 @@ class GateResult:
         return out
 
     def summary_line(self) -> str:
+        """The one verdict: PASS or FAIL, then the outcomes counted; for an A/B of two server-bench runs the answer
+        read from the same rows first (kbench.gate.ab)."""
         c = self.counts()
         order = ["regression", "invalid", "wrong", "failed", "skipped", "missing", "winner-change", "improvement",
                  "within-noise", "pass", "new", "not-compared"]
@@ -165,14 +169,20 @@ class GateResult:
         if not self.compared:
             return ("FAIL: nothing compared: no row is ok and timed on both sides"
                     + (f" ({', '.join(parts)})" if parts else ""))
-        return f"{'PASS' if self.passed else 'FAIL'}: " + ", ".join(parts)
+        head = f"{'PASS' if self.passed else 'FAIL'}: "
+        if self.kind == "server-bench":
+            from kbench.gate.ab import ab_answer
+
+            return head + ab_answer(self.rows) + " Rows: " + ", ".join(parts)
+        return head + ", ".join(parts)
 
     def to_dict(self, rows: bool = True) -> dict:
-        """Every field (rows: each RowResult.to_dict(); rows=False: an empty list), then passed, exit_code and
-        counts."""
+        """Every field (rows: each RowResult.to_dict(); rows=False: an empty list), then passed, exit_code, counts
+        and the verdict (summary_line)."""
         d = asdict(replace(self, rows=[]))  # asdict of 300,000 rows, copied field by field, took seconds
         d["rows"] = [r.to_dict() for r in self.rows] if rows else []
         d["passed"], d["exit_code"], d["counts"] = self.passed, self.exit_code, self.counts()
+        d["verdict"] = self.summary_line()
         return d
 
 
@@ -316,6 +326,26 @@ class _Constant:
         return self.value
 
 
+def server_run_noise(base_recs: "Records", metrics: list[Metric], noise_floor: float = 0.0) -> dict:
+    """RunNoise of each row of a server baseline, per metric name: the case's own run spread of that metric
+    (<metric>_run_spread, recorded by a baseline of several runs: kbench.gate.server_baseline) and the median of it
+    over the baseline's ok rows (at least noise_floor). {} when no row records a spread and noise_floor is 0."""
+    state = base_recs.column("status")
+    out: dict[str, list[RunNoise]] = {}
+    for m in metrics:
+        col = base_recs.column(m.spread_column) if m.spread_column else None
+        own = {i: finite(col[i]) for i in base_recs.index.values()} if col is not None else {}
+        ok = [v for i, v in own.items() if v is not None and state[i] == "ok"]
+        if not ok and noise_floor <= 0:
+            continue
+        pooled = max(median(ok) if ok else 0.0, noise_floor)
+        noise = [NO_NOISE] * base_recs.row_count
+        for i in base_recs.index.values():
+            noise[i] = RunNoise(own.get(i), pooled)
+        out[m.name] = noise
+    return out
+
+
 def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], role: str,
              metrics: list[Metric] = (), skip: tuple[str, ...] = ()) -> Records:
     """The run's rows as Records (reference rows left out of a sweep: they are not gated)."""
@@ -323,7 +353,8 @@ def _records(run, kind: str, key_cols: tuple[str, ...], warnings: list[str], rol
     if kind == "sweep" and "path" in rows:
         keep = (rows["path"] != "reference").to_numpy()
         rows, pos = rows[keep], np.flatnonzero(keep).tolist()
-    wanted = dict.fromkeys([*RECORD_COLUMNS, *(c for m in metrics for c in (m.column, m.samples_column) if c)])
+    wanted = dict.fromkeys([*RECORD_COLUMNS, *(c for m in metrics for c in (m.column, m.samples_column,
+                                                                             m.spread_column) if c)])
     samples = getattr(run, "samples", None)
     cols = [c for c in wanted if c in rows and c not in skip and not (samples is not None and c == "samples_us")]
     keys = list(zip(*(_column_values(rows[c], as_key=True) for c in key_cols)))
@@ -341,9 +372,10 @@ def _band_why(noise: "RunNoise", k: float) -> str:
 
 def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: float,
                     noise: "RunNoise | None" = None, k: float = DEFAULT_RUN_SPREAD_K,
-                    defer: list | None = None) -> RowResult:
+                    defer: list | None = None, paired: bool = False) -> RowResult:
     """defer: a list to which the noise test is appended (as a function that completes the result) instead of
-    being run, so that compare_rows reads the samples of every row to test in one pass."""
+    being run, so that compare_rows reads the samples of every row to test in one pass. paired: the two rows are
+    the sides of one interleaved run (kbench.gate.paired): the change and the test are the rounds' pairs'."""
     noise = noise or NO_NOISE
     band = max(threshold, noise.band(k))
     base = RowResult(key, str(key.get("kernel", "")), str(rec_b.get("case_id")), metric.name, "pass", False,
@@ -355,6 +387,16 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
         return base
     base.base_value, base.cand_value = mb.value, mc.value
     base.change = (mc.value - mb.value) / mb.value
+    if paired:
+        sb, sc = samples_of(rec_b, metric), samples_of(rec_c, metric)
+        if len(sb) == len(sc) >= 2:
+            return _compare_paired(base, sb, sc, metric, alpha)
+        # a metric some rounds lack (vLLM's output throughput of a batch whose tokens came in one chunk): its
+        # values no longer pair round by round, and an unpaired test would compare two moments again
+        base.outcome = "within-noise" if abs(base.change) > threshold else "pass"
+        base.note = (f"not judged: {metric.column} is missing in some rounds ({len(sb)} values on A, {len(sc)} on "
+                     f"B), so its rounds do not pair")
+        return base
     worse = -base.change if metric.higher_is_better else base.change
     if abs(worse) <= threshold:
         base.note = "within threshold"
@@ -386,10 +428,38 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     return base
 
 
+def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: Metric, alpha: float) -> RowResult:
+    """The rule of _compare_metric on paired samples (kbench.gate.paired): the change is the rounds' median ratio,
+    the noise test the signed-rank test of the ratios; the band is the threshold (the pairs carry the noise)."""
+    from kbench.gate.paired import paired_change, paired_verdict
+
+    change = paired_change(sb, sc)
+    base.change = change if change is not None else base.change
+    worse = -base.change if metric.higher_is_better else base.change
+    if abs(worse) <= base.band:
+        base.note = f"within threshold (paired, {len(sb)} rounds)"
+        return base
+    direction = "worse" if worse > 0 else "better"
+    verdict = paired_verdict(sb, sc, metric.higher_is_better, alpha, direction, base.band)
+    base.method, base.p_value = verdict.method, verdict.p_value
+    test = f"paired Wilcoxon p={verdict.p_value:.2g} over {len(sb)} rounds"
+    if not verdict.beyond_noise:
+        base.outcome, base.note = "within-noise", f"{direction} by {abs(worse):.1%} but {test}"
+    elif direction == "worse":
+        base.outcome, base.fails = "regression", True
+        base.note = f"worse by {worse:.1%} > {base.band:.1%}, {test}"
+    else:
+        base.outcome, base.note = "improvement", f"better by {-worse:.1%} > {base.band:.1%}, {test}"
+    return base
+
+
 def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list[Metric], threshold: float,
                  alpha: float, allow_missing: bool, noise: list | None = None,
-                 k: float = DEFAULT_RUN_SPREAD_K) -> list[RowResult]:
-    """noise: run_noise_of(base_recs)."""
+                 k: float = DEFAULT_RUN_SPREAD_K, paired: bool = False,
+                 metric_noise: dict | None = None) -> list[RowResult]:
+    """noise: run_noise_of(base_recs). paired: the runs are the two sides of one interleaved run. metric_noise:
+    server_run_noise(base_recs, ...), which replaces noise for the metrics it holds."""
+    metric_noise = metric_noise or {}
     results = []
     tests: list = []  # the noise tests, run below once the samples they need are read
     b_state, c_state = base_recs.column("status"), cand_recs.column("status")
@@ -404,7 +474,7 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
         j = cand_at(k_)
         # the common row, ok on both sides and within the threshold on every metric: passed as _compare_metric
         # passes it, without the general path's dicts (most of a 300,000-row gate's rows)
-        if j is not None and b_state[i] == "ok" and c_state[j] == "ok":
+        if j is not None and b_state[i] == "ok" and c_state[j] == "ok" and not paired and not metric_noise:
             passed = []
             for m, bv, cv in zip(metrics, b_vals, c_vals):
                 vb, vc = bv[i], cv[j]
@@ -427,6 +497,11 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
                                      note="not in the candidate" + (" (allowed)" if allow_missing else "")))
             continue
         sc = status_value(c_state[j])
+        if sb != "ok" and paired:  # one measurement: A's side failing is the run's failure, never "not compared"
+            reason = str(base_recs.column("reason")[i] or "")
+            results.append(RowResult(key, kernel, case_id, None, "failed", True, sb, sc,
+                                     note=f"A's side {sb}" + (f": {reason}" if reason else "")))
+            continue
         if sb != "ok":
             note = f"baseline status {sb}" + ("; fixed in the candidate" if sc == "ok" else "")
             results.append(RowResult(key, kernel, case_id, None, "not-compared", False, sb, sc, note=note))
@@ -451,7 +526,8 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
                                          note="; ".join(why) + ": an ok row must carry a finite, positive "
                                          f"{m.column}"))
                 continue
-            results.append(_compare_metric(key, rb, rc, m, threshold, alpha, noise[i] if noise else None, k, tests))
+            n = metric_noise[m.name][i] if m.name in metric_noise else (noise[i] if noise else None)
+            results.append(_compare_metric(key, rb, rc, m, threshold, alpha, n, k, tests, paired))
     for k_, j in cand_recs.index.items():
         if k_ not in base_recs.index:
             key = dict(zip(key_cols, k_))
@@ -579,7 +655,17 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     # the winners first, while the rows are all the gate holds (their temporaries took 250 MB at 300,000 rows)
     winners = (case_winners(base.rows), case_winners(cand.rows)) if kind == "sweep" else None
     release_memory()
-    base_recs = _records(base, kind, key_cols, warnings, "baseline", metrics, skip=("reason",))
+    pair = None
+    if kind == "server-bench":
+        from kbench.gate.paired import halves, min_rounds
+
+        pair = halves(base, cand, warnings)
+        if pair and isinstance(pair.get("rounds"), int) and pair["rounds"] < min_rounds(alpha):
+            warnings.append(f"the interleaved run has {pair['rounds']} rounds: the paired test cannot reach alpha "
+                            f"{alpha:g} with fewer than {min_rounds(alpha)} (kbench server-bench --repeat "
+                            f"{min_rounds(alpha)} or more); it finds no difference")
+    base_recs = _records(base, kind, key_cols, warnings, "baseline", metrics,
+                         skip=("reason",) if kind == "sweep" else ())
     cand_recs = _records(cand, kind, key_cols, warnings, "candidate", metrics)
     if not base_recs:
         ref_ok = int(((base.rows.get("path") == "reference") & (base.rows.get("status") == "ok")).sum()) \
@@ -607,8 +693,14 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     base.rows = cand.rows = None  # read: what the comparison needs is in the records (and the winners)
     release_memory()
     noise = run_noise_of(base_recs, noise_floor)
+    metric_noise = server_run_noise(base_recs, metrics, noise_floor) if kind == "server-bench" and not pair else {}
+    if kind == "server-bench" and not pair and not metric_noise:
+        warnings.append("the baseline is a single server-bench run: only the noise within each run (its repeats) "
+                        "is tested, not from one run to the next; a neighbour busy during one run can fail the gate. "
+                        "Run A and B interleaved (kbench server-bench --url A --url-b B), or gate against a baseline "
+                        "of several runs (kbench baseline RUN1 RUN2 RUN3 --name NAME)")
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
-                        run_spread_k)
+                        run_spread_k, paired=bool(pair), metric_noise=metric_noise)
     del cand_recs  # a row's record per row of each run: let go of them before the winners are compared
     ties: list[str] = []
     if kind == "sweep":
@@ -621,8 +713,29 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
         changes, compared = compare_winners(*winners, ignore_winner_change, by_kc, run_spread_k, ties)
     else:
         changes, compared = [], []
+    used = _noise_used(kind, pair, metric_noise, n_runs, threshold, alpha, run_spread_k, noise_floor)
     return GateResult(str(baseline_path), str(candidate_path), kind, threshold, alpha, rows, changes, compared,
                       *hardware, warnings,
                       {"ignore_winner_change": ignore_winner_change, "allow_missing": allow_missing,
                        "force": force, "run_spread_k": run_spread_k, "noise_floor": noise_floor},
-                      n_runs, run_spread_k, noise_floor, ties)
+                      n_runs, run_spread_k, noise_floor, ties, pair, used)
+
+
+def _noise_used(kind: str, pair: dict | None, metric_noise: dict, n_runs: int, threshold: float, alpha: float,
+                k: float, noise_floor: float) -> str:
+    """The noise the rule tested against, one line (what `kbench gate` prints above its verdict)."""
+    head = f"threshold {threshold:.1%}, alpha {alpha:g}; "
+    floor = f", noise floor {noise_floor:.1%}" if noise_floor else ""
+    if pair:
+        return (head + f"noise: paired, the {pair.get('rounds')} {pair.get('order', 'ABBA')} rounds of one "
+                f"interleaved run (one-sided Wilcoxon signed-rank: the rounds' B/A ratios beyond the threshold)")
+    if kind == "server-bench":
+        if not metric_noise:
+            return (head + f"noise: within each run only (Mann-Whitney on the repeats); run-to-run noise unknown "
+                    f"(baseline of {n_runs} run{'s' if n_runs != 1 else ''}){floor}")
+        per = ", ".join(f"{name} {next(n.pooled for n in noise if n is not None):.1%}"
+                        for name, noise in metric_noise.items())
+        return (head + f"noise: between runs, from a baseline of {n_runs} runs (median run spread: {per}){floor}; "
+                f"band max(threshold, {k:g} x that, the case's own run spread), then Mann-Whitney on the repeats")
+    runs = f"baseline of {n_runs} run{'s' if n_runs != 1 else ''}"
+    return head + f"{runs}, band max(threshold, {k:g} x run noise, run spread){floor}"

@@ -5,6 +5,7 @@ import os
 
 from pathlib import Path
 
+from kbench import shell
 from kbench.runs import atomic
 from kbench.gate.compare import GateResult, RowResult
 
@@ -41,13 +42,7 @@ def to_markdown(res: GateResult) -> str:
     icon = "✅" if res.passed else "❌"
     lines = [f"## {icon} kbench gate: {res.summary_line()}", "",
              f"Baseline `{res.baseline}` ({res.baseline_hw}) vs candidate `{res.candidate}` ({res.candidate_hw}); "
-             f"threshold {res.threshold:.1%}, Mann-Whitney alpha {res.alpha:g}; baseline of {res.baseline_runs} "
-             f"run(s), band max(threshold, {res.run_spread_k:g} x run noise, run spread)"
-             + (f", noise floor {res.noise_floor:.1%}" if res.noise_floor else "") + ".", ""]
-    if res.kind == "server-bench":  # an A/B of a server setting: the answer first (kbench.gate.ab)
-        from kbench.gate.ab import ab_answer
-
-        lines += [f"**A/B:** {ab_answer(res.rows)}", ""]
+             f"{res.noise_used}.", ""]
     for w in res.warnings:
         lines.append(f"> ⚠️ {w}")
     if res.warnings:
@@ -71,7 +66,7 @@ def to_markdown(res: GateResult) -> str:
     improved = res.with_outcome("improvement")
     if improved:
         lines += ["### Improvements", "",
-                  f"Refresh the baseline to keep them: `kbench baseline {res.candidate} --name NAME`.", "",
+                  f"Refresh the baseline to keep them: `{shell.kbench('baseline', res.candidate, '--name', 'NAME')}`.", "",
                   *_row_table(improved), ""]
     allowed_missing = [r for r in res.with_outcome("missing", "skipped") if not r.fails]
     info = res.with_outcome("within-noise", "new", "not-compared") + allowed_missing

@@ -31,18 +31,25 @@ class Metric:
     # it, never passes it as not compared). Other metrics may be absent (vLLM's output throughput of a case whose
     # tokens all came in the first chunk), but present they must be finite and positive too.
     required: bool = False
+    # server runs: the column a baseline of several runs holds the case's run-to-run spread of this metric in
+    # (kbench.gate.server_baseline); sweep rows have one run_spread per row
+    spread_column: str | None = None
 
 
 SWEEP_KEY = axes.gate_key()  # kernel, case_id and the GATE axes
 SERVER_KEY = ("case_id",)
 SWEEP_METRICS = (Metric("median_us", "median_us", False, "samples_us", "us", required=True),)
 SERVER_METRICS = (
-    Metric("latency", "latency", False, "latency_samples", "s", required=True),
-    Metric("ttft", "last_ttft", False, "last_ttft_samples", "s", required=True),
+    Metric("latency", "latency", False, "latency_samples", "s", required=True, spread_column="latency_run_spread"),
+    Metric("ttft", "last_ttft", False, "last_ttft_samples", "s", required=True,
+           spread_column="last_ttft_run_spread"),
     Metric("ttft", "ttft", False, "ttft_samples", "s", required=True),
-    Metric("input_throughput", "input_throughput", True, "input_throughput_samples", "tok/s"),
-    Metric("output_throughput", "output_throughput", True, "output_throughput_samples", "tok/s"),
-    Metric("overall_throughput", "overall_throughput", True, "overall_throughput_samples", "tok/s"),
+    Metric("input_throughput", "input_throughput", True, "input_throughput_samples", "tok/s",
+           spread_column="input_throughput_run_spread"),
+    Metric("output_throughput", "output_throughput", True, "output_throughput_samples", "tok/s",
+           spread_column="output_throughput_run_spread"),
+    Metric("overall_throughput", "overall_throughput", True, "overall_throughput_samples", "tok/s",
+           spread_column="overall_throughput_run_spread"),
 )
 
 

@@ -43,6 +43,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
+from kbench import shell
 from kbench.cases import axes
 from kbench.cases import trees
 from kbench.errors import BadInput
@@ -232,7 +233,7 @@ def check_page_size(engine: str, setting_flags: str, spec: SpecConfig, page_size
                            f"{', '.join(map(str, SGLANG_TRTLLM_PAGES))} only (it would use 64)")
         if not spec.is_chain and page_size > 1:
             base = slots.get("--attention-backend")
-            if base not in SGLANG_PAGE_TREE_BACKENDS:
+            if base is not None and base not in SGLANG_PAGE_TREE_BACKENDS:  # none given: the engine resolves one
                 raise BadInput(f"page size {page_size}: SGLang runs a topk {spec.topk} tree at a page above 1 on "
                                f"{', '.join(SGLANG_PAGE_TREE_BACKENDS)} only (--attention-backend is "
                                f"{base or 'not given'})")
@@ -272,8 +273,7 @@ def server_flags(engine: str, setting_flags: str, spec: SpecConfig, page_size: i
     algo = ALGORITHMS.get(str(algorithm).strip().lower())
     if algo is None:
         raise BadInput(f"algorithm {algorithm!r}: use {' or '.join(ALGORITHMS)}")
-    if not isinstance(draft_model, str) or not draft_model.strip():
-        raise BadInput(f"draft model {draft_model!r}: give the draft model's path or name")
+    _check_path("draft model", draft_model)
     setting = _split(setting_flags)
     own = _SGLANG_OWN if engine == "sglang" else _VLLM_OWN
     clash = [a for a in setting if a.partition("=")[0] in own]
@@ -283,7 +283,7 @@ def server_flags(engine: str, setting_flags: str, spec: SpecConfig, page_size: i
     if engine == "sglang":
         argv = [*setting, "--speculative-algorithm", algo[0], "--speculative-eagle-topk", str(spec.topk),
                 "--speculative-num-steps", str(spec.steps), "--speculative-num-draft-tokens",
-                str(spec.num_draft_tokens), *([] if mtp else ["--speculative-draft-model-path", draft_model]),
+                str(spec.num_draft_tokens), *([] if mtp else _option("--speculative-draft-model-path", draft_model)),
                 "--page-size", str(page_size)]
         if overlap == "sum":
             argv.append("--disable-overlap-schedule")
@@ -300,13 +300,31 @@ def server_flags(engine: str, setting_flags: str, spec: SpecConfig, page_size: i
 
 def command_line(engine: str, argv: list[str], model: str = "MODEL_PATH") -> str:
     """One shell line to paste: `python -m sglang.launch_server --model-path MODEL ...` or `vllm serve MODEL
-    ...`, every argument quoted for a POSIX shell (shlex.join)."""
+    ...`, every argument quoted for a POSIX shell (kbench.shell.command_line). A model path that starts with `-`
+    is given as `--model-path=-x` (SGLang) or `--model=-x` (vLLM, whose positional model it would otherwise be
+    read as an option), so the engine's parser cannot take it for one of its flags."""
     engine = _engine(engine)
-    if not isinstance(model, str) or not model.strip():
-        raise BadInput(f"model {model!r}: give the model's path or name")
-    head = (["python", "-m", "sglang.launch_server", "--model-path", model] if engine == "sglang"
-            else ["vllm", "serve", model])
-    return shlex.join([*head, *map(str, argv)])
+    _check_path("model", model)
+    if engine == "sglang":
+        head = ["python", "-m", "sglang.launch_server", *_option("--model-path", model)]
+    else:
+        head = ["vllm", "serve", *(["--model=" + model] if model.startswith("-") else [model])]
+    return shell.command_line([*head, *map(str, argv)])
+
+
+def _check_path(what: str, value) -> None:
+    """BadInput for a model or draft path no engine could be given: not a string, blank, or holding a NUL byte
+    (no argument of a command can hold one: it would end there)."""
+    if not isinstance(value, str) or not value.strip():
+        raise BadInput(f"{what} {value!r}: give the {what}'s path or name")
+    if "\0" in value:
+        raise BadInput(f"{what} {shell.quote(value.replace(chr(0), '<NUL>'))}: holds a NUL byte, which no command "
+                       f"argument can hold")
+
+
+def _option(flag: str, value: str) -> list[str]:
+    """`flag value`, or `flag=value` where the value starts with `-` (an engine's parser would read it as a flag)."""
+    return [f"{flag}={value}"] if value.startswith("-") else [flag, value]
 
 
 def spec_of(workload, trees: list[str]):

@@ -39,6 +39,7 @@ class Source:
     kind: str  # run | policy
     device: dict  # {"name", "sm"}
     host: dict = field(default_factory=dict)  # {"cpus", "cpu"}: the host the routes' host work was timed on
+    model: str | None = None  # the runs' model preset (their scenario's `model`), when they agree on one
 
     @property
     def family(self) -> str | None:
@@ -63,7 +64,10 @@ def load_source(paths: list[str | Path] | str | Path) -> Source:
                            "kernel's time): pass the run folder, or re-run kbench report on it")
         dev = pol.get("device") if isinstance(pol.get("device"), dict) else {}
         return Source(pol, str(first), "policy", {"name": dev.get("name"), "sm": dev.get("sm")}, _host(pol))
-    return Source(pol, ", ".join(map(str, paths)), "run", dict(rs.device), _host(pol))
+    models = {(r.manifest.get("scenario") or {}).get("model") for r in rs.runs
+              if isinstance(r.manifest.get("scenario"), dict)}
+    model = next(iter(models)) if len(models) == 1 and isinstance(next(iter(models)), str) else None
+    return Source(pol, ", ".join(map(str, paths)), "run", dict(rs.device), _host(pol), model)
 
 
 def _host(policy: dict) -> dict:
@@ -176,13 +180,20 @@ class StepCost:
     total_us: float  # this phase alone under the overlap rule (per-shape routing compares phases with it)
     noise_us: float  # layers x median x rel_spread + host IQR / 2: what one measurement may be off by
     waits: bool = False  # the host work waits for the GPU: it never overlaps
+    step: str = ""  # verify | draft_extend
 
 
-def batch_total(costs: list[StepCost], overlap: str) -> float:
-    """One engine step of a batch (its phases: target verify, draft extend) under the overlap rule."""
+def batch_total(costs: list[StepCost], overlap: str, fenced: bool = False) -> float:
+    """One engine step of a batch (its phases: target verify, draft extend) under the overlap rule. fenced: the
+    engine's scheduler waits for the previous step's verify on the GPU before it prepares the next step (SGLang's
+    overlap scheduler with a backend that reads sequence lengths on the CPU), so host work overlaps only the other
+    phases' GPU work."""
     gpu = sum(c.gpu_us for c in costs)
     free = sum(c.host_us for c in costs if not c.waits)
     waiting = sum(c.host_us for c in costs if c.waits)
+    if overlap == "max" and fenced:
+        verify = sum(c.gpu_us for c in costs if c.step == "verify")
+        return verify + max(free, gpu - verify) + waiting
     return (max(free, gpu) if overlap == "max" else free + gpu) + waiting
 
 
@@ -197,6 +208,8 @@ class SettingResult:
     notes: list[str] = field(default_factory=list)  # the routes' caveats
     same_as: list[str] = field(default_factory=list)  # settings with the same routes on this GPU
     priced_low: list[str] = field(default_factory=list)  # steps priced from a plain kernel, not the engine's route
+    you_run: bool = False  # the configuration the user's server resolves to (--current)
+    fenced: bool = False  # the engine waits for the previous verify before preparing a step (see batch_total)
     gpu_us: float | None = None  # the total's GPU part (weighted sum)
     host_us: float | None = None  # the total's host part (weighted sum, before overlap)
     noise_us: float = 0.0
@@ -248,6 +261,19 @@ class Recommendation:
     page_size: int | None = None
     host_cpus: int | None = None
     host_cpu: str = ""
+    current: object = None  # kbench.recommend.resolve.Resolved: what the user's server runs (--current)
+    default_resolved: object = None  # the engine's own resolution with no backend flag (the default's why)
+    layers_known: bool = True  # False: no model preset, no --verify-layers: prices are per attention layer
+    cap_flag: int | None = None  # the cap the printed command sets (the priced batch is above the engine's cap)
+    default_why: str = ""  # why the default is that setting (the engine's rule, cited)
+
+    @property
+    def you_run(self) -> SettingResult | None:
+        return next((r for r in self.results if r.you_run), None)
+
+    @property
+    def default(self) -> SettingResult | None:
+        return next((r for r in self.results if r.default), None)
 
     @property
     def best(self) -> SettingResult | None:
@@ -280,18 +306,18 @@ def _waits_for_gpu(route: str) -> bool:
     return route in kernel_names() and bool(getattr(get_kernel(route), "host_waits_for_gpu", False))
 
 
-def step_cost(p: Priced, route: str, layers: int, overlap: str) -> StepCost | None:
+def step_cost(p: Priced, route: str, layers: int, overlap: str, step: str = "", host: bool = True) -> StepCost | None:
     """The cost of one step of batch p on `route` (its cell's kernel time x layers, plus its host work under the
     overlap rule); None when the cell has no time for it."""
     t = p.times.get(route)
     if t is None:
         return None
-    host = p.host.get(route, 0.0)
+    host = p.host.get(route, 0.0) if host else 0.0
     gpu = layers * t
     waits = _waits_for_gpu(route)
     total = max(host, gpu) if overlap == "max" and not waits else host + gpu
     noise = gpu * p.spread.get(route, 0.0) + p.host_iqr.get(route, 0.0) / 2
-    return StepCost(route, gpu, host, total, noise, waits)
+    return StepCost(route, gpu, host, total, noise, waits, step)
 
 
 def check_overlap(engine: Engine, overlap: str | None) -> tuple[str, str]:
@@ -312,7 +338,8 @@ def check_overlap(engine: Engine, overlap: str | None) -> tuple[str, str]:
 def recommend(source: Source, workload: Workload, engine: Engine, *, settings: list[str] | None = None,
               flashinfer: str | None = None, layers: dict[str, int] | None = None,
               max_extrapolation: float = DEFAULT_MAX_EXTRAPOLATION, gpu: str | None = None,
-              top: int = 5, overlap: str | None = None) -> Recommendation:
+              top: int = 5, overlap: str | None = None, current=None, layers_known: bool = True,
+              cap_check: bool = True) -> Recommendation:
     from kbench.recommend.flags import check_spec, spec_of
 
     layers = {s: 1 for s in STEPS} | (layers or {})
@@ -358,11 +385,44 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
             check_spec(engine.engine, s.id, s.flags, spec)
     pages = sorted({p.page_size for p in priced if p.page_size})
     total_w = workload.total_weight
+    page = pages[0] if len(pages) == 1 else None
+    from kbench.recommend.resolve import check_cap
+
+    cap_flag = check_cap(engine.engine, current, max(b.batch_size for b in workload.batches)) if cap_check else None
+    if current is not None:
+        if current.engine != engine.engine:
+            raise BadInput(f"--current is a {current.engine} server and --engine is {engine.engine}: give one engine")
+        if current.attention != attention:
+            raise BadInput(f"--current serves a {current.attention.upper()} model and the run's group is "
+                           f"{attention.upper()}: price it on a run of that kind of attention")
+        if (current.spec.q_len, current.spec.topk) != (spec.q_len, spec.topk):
+            raise BadInput(f"--current verifies {current.spec.q_len} tokens (topk {current.spec.topk}) and the "
+                           f"workload {spec.q_len} (topk {spec.topk}): price what the server runs")
+        spec = current.spec
+    from kbench.recommend.resolve import engine_default, setting_for
+
+    default_setting, default_resolved = (None, None)
+    if page is not None:
+        default_setting, default_resolved = engine_default(
+            engine, fam, attention, spec, page, argv=current.argv if current is not None else None,
+            env=current.env if current is not None else None)
+    mine = setting_for(engine, current) if current is not None else None
+    kv = default_kv_dtype(priced)
+    default_why = default_resolved.why.get("attention_backend", "") if default_resolved is not None else ""
+    if default_setting is None:  # a backend the table has no setting for: the table's own default, if any
+        default_setting = engine.default_for(fam, attention, kv)
+        default_why = "the table's default_on" if default_setting is not None else ""
+    elif default_setting.refuses_kv.get(kv):  # the engine falls to another backend for this KV dtype
+        refusal = default_setting.refuses_kv[kv]
+        default_why += f"; then {refusal.text(engine.label)}"
+        default_setting = engine.setting(refusal.falls_to)
 
     results = []
-    kv = default_kv_dtype(priced)
     for s in chosen:
-        results.append(_price_setting(s, priced, fam, fi, layers, mode, engine, spec, kv))
+        r = _price_setting(s, priced, fam, fi, layers, mode, engine, spec, kv)
+        r.default = default_setting is not None and s.id == default_setting.id
+        r.you_run = mine is not None and s.id == mine.id
+        results.append(r)
     _rank(results, fam)
     same: dict[tuple, list[str]] = {}
     for r in results:
@@ -376,13 +436,14 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     for s in engine.valid_on(fam, attention):
         for step in STEPS:
             r = s.route(step, fam, fi)
-            reach[step].update(x for x in (r.route, r.kernel if not r.route else None) if x)
+            routed = _kernel_for(s, step, fam, fi, tree=not spec.is_chain) if r.route else None
+            reach[step].update(x for x in (routed, r.kernel if not r.route else None) if x)
     eng_total, kb_total = 0.0, 0.0
     oracle_of: dict[tuple[int, str], StepCost] = {}
     oracle_kernels: dict[str, dict[str, float]] = {step: {} for step in STEPS}
     eng_ok = kb_ok = True
     for i, p in enumerate(priced):
-        options = [[c for k in sorted(reach[step]) if (c := step_cost(p, k, layers[step], mode)) is not None]
+        options = [[c for k in sorted(reach[step]) if (c := step_cost(p, k, layers[step], mode, step)) is not None]
                    for step in p.batch.steps]
         if all(options):  # the cheapest choice of a route per phase, under the batch's overlap rule
             chosen = min(itertools.product(*options),
@@ -406,7 +467,8 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
                          sum(p.batch.weight for p in priced if p.interpolated) / total_w,
                          sorted({n for b in workload.batches for n in b.notes})[:20], mode, mode_from, spec,
                          pages[0] if len(pages) == 1 else None, cpus[0] if cpus else None,
-                         next((p.host_cpu for p in priced if p.host_cpu), ""))
+                         next((p.host_cpu for p in priced if p.host_cpu), ""), current, default_resolved,
+                         layers_known, cap_flag, default_why)
     best = rec.best
     if best is not None and eng_ok:
         gaps = []
@@ -428,12 +490,21 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     return rec
 
 
-def _kernel_for(s: Setting, step: str, fam: str, fi: str | None, ragged: bool = False) -> str | None:
-    """What a setting's step runs: the engine's route when the table names one, else its kernel."""
+def _kernel_for(s: Setting, step: str, fam: str, fi: str | None, ragged: bool = False, tree: bool = False) -> str | None:
+    """What a setting's step runs: the engine's route when the table names one (its tree route for a topk > 1
+    tree, when it has one), else its kernel."""
     r = s.route(step, fam, fi)
     if ragged and r.ragged_kernel:
         return r.ragged_kernel
+    if tree and r.tree_route:
+        return r.tree_route
     return r.route or r.kernel
+
+
+def _setting_backends(engine: Engine, s: Setting) -> dict[str, str]:
+    from kbench.recommend.resolve import _backends_of_setting
+
+    return _backends_of_setting(engine.engine, s)
 
 
 def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, layers: dict[str, int], mode: str,
@@ -441,9 +512,13 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
     from kbench.recommend.flags import check_spec
 
     routes = {step: s.route(step, fam, fi) for step in STEPS}
-    kernels = {step: _kernel_for(s, step, fam, fi) for step in STEPS}
+    tree = spec is not None and not spec.is_chain
+    kernels = {step: _kernel_for(s, step, fam, fi, tree=tree) for step in STEPS}
     notes = sorted({r.note for r in routes.values() if r.note})
-    default = s is engine.default_for(fam, s.attention, kv_dtype)
+    default = False  # set by recommend(): what the engine resolves with no backend flag (kbench.recommend.resolve)
+    fenced = engine.engine == "sglang" and bool(set(engine.fenced_by) & set(_setting_backends(engine, s).values()))
+    # vLLM's drafter reuses the target's metadata: one step's host work is done once when both phases share a route
+    host_once = engine.host_once and kernels["verify"] == kernels["draft_extend"]
     refusal = s.refuses_kv.get(kv_dtype)
     if refusal:
         return SettingResult(s, kernels, None, None, unpriced=f"refused by the engine: {refusal.text(engine.label)}",
@@ -451,6 +526,9 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
     try:
         check_spec(engine.engine, s.id, s.flags, spec)
         refusal = ""
+        if s.chains_only and tree:
+            refusal = (f"{engine.engine} setting {s.id!r} holds for topk 1 only: with topk {spec.topk} the engine "
+                       "runs the plain backend")
     except BadInput as e:
         refusal = str(e)
     if refusal:
@@ -467,9 +545,11 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
         for step in p.batch.steps:
             r = routes[step]
             plain = (r.ragged_kernel or r.kernel) if p.ragged else r.kernel
-            c = step_cost(p, r.route, layers[step], mode) if r.route and not p.ragged else None
+            rt = kernels[step] if r.route else None
+            c = (step_cost(p, rt, layers[step], mode, step, host=not (host_once and step == "draft_extend"))
+                 if rt and not p.ragged else None)
             if c is None:
-                missing.append(f"{r.route} at {_cell(p.used)} ({p.group})" if r.route and not p.ragged else
+                missing.append(f"{rt} at {_cell(p.used)} ({p.group})" if r.route and not p.ragged else
                                f"{STEP_LABEL[step]}: no route of the engine in kbench's table"
                                + (" for a ragged batch" if p.ragged and r.route else ""))
                 t = p.times.get(plain)
@@ -480,7 +560,7 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
                 continue
             costs.append(c)
         w = p.batch.weight
-        step_total = batch_total(costs, mode)
+        step_total = batch_total(costs, mode, fenced)
         total += w * step_total
         gpu += w * sum(c.gpu_us for c in costs)
         host += w * sum(c.host_us for c in costs)
@@ -498,7 +578,7 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
                              bound_us=bound if bound_ok else None, default=default, overlap=mode)
     low = [step for step in STEPS if routes[step].priced_low]
     return SettingResult(s, kernels, total, total / tw, notes=notes, priced_low=low, gpu_us=gpu, host_us=host,
-                         noise_us=noise, default=default, overlap=mode)
+                         noise_us=noise, default=default, overlap=mode, fenced=fenced)
 
 
 def _flag_count(s: Setting) -> int:
@@ -515,15 +595,15 @@ def _rank(results: list[SettingResult], fam: str) -> None:
     rest = [r for r in results if r.total_us is None]
     rest.sort(key=lambda r: (r.bound_us is None, r.bound_us or 0.0, r.setting.id))
     ordered: list[SettingResult] = []
-    while priced:
+    if priced:  # a tie is with the best only: the settings within the measured noise of the fastest
         lead = priced[0]
         tied = [r for r in priced if r.total_us - lead.total_us <= max(lead.noise_us, r.noise_us)]
-        tied.sort(key=lambda r: (bool(r.priced_low), not r.default, _flag_count(r.setting), r.total_us, r.setting.id))
+        tied.sort(key=lambda r: (bool(r.priced_low), not r.you_run, not r.default, _flag_count(r.setting),
+                                 r.total_us, r.setting.id))
         ids = [r.setting.id for r in tied]
         for r in tied:
-            r.tied_with = [i for i in ids if i != r.setting.id]
-        ordered += tied
-        priced = [r for r in priced if r not in tied]
+            r.tied_with = [i for i in ids if i != r.setting.id] if len(tied) > 1 else []
+        ordered = tied + [r for r in priced if r not in tied]
     results[:] = ordered + rest
 
 

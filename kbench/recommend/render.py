@@ -33,9 +33,29 @@ def command(rec: Recommendation, r: SettingResult | None = None) -> str | None:
     r = r or rec.best
     if r is None or rec.spec is None or rec.page_size is None:
         return None
+    if rec.current is not None:  # the user's own line, with this setting's backend flags
+        from kbench.recommend.resolve import edited_line
+
+        return edited_line(rec.current, r.setting, rec.cap_flag)[0]
     argv = server_flags(rec.engine.engine, r.setting.flags, rec.spec, rec.page_size, overlap=rec.overlap,
                         algorithm="mtp" if r.setting.attention == "mla" else "eagle")
-    return command_line(rec.engine.engine, argv)
+    if rec.cap_flag is not None:
+        from kbench.recommend.resolve import CAP_FLAG
+
+        argv += [CAP_FLAG[rec.engine.engine], str(rec.cap_flag)]
+    line = command_line(rec.engine.engine, argv)
+    return (r.setting.env_text + " " + line) if r.setting.env else line
+
+
+def command_or_refusal(rec: Recommendation, r: SettingResult) -> tuple[str | None, str | None]:
+    """(the command line for setting r, None), or (None, why the engine would refuse it for this workload: a
+    trtllm_mha setting for a draft tree): each setting of --json's list, not only the best, which is valid."""
+    from kbench.errors import BadInput
+
+    try:
+        return command(rec, r), None
+    except BadInput as e:
+        return None, str(e).replace("'(given)'", repr(r.setting.id))
 
 
 def headline(rec: Recommendation) -> list[str]:
@@ -55,23 +75,56 @@ def headline(rec: Recommendation) -> list[str]:
                         if bound else ""))
         return lines
     eo = _per_step(rec, rec.engine_oracle_us)
+    unit = "" if rec.layers_known else " (per attention layer: no model preset known; give --model or --verify-layers)"
+    mine = rec.you_run
+    if rec.current is not None:
+        from kbench.recommend.resolve import edited_line
+
+        cur = rec.current
+        desc = (f"{cur.backends['verify']} verify / {cur.backends['draft_extend']} draft extend, page "
+                f"{cur.page_size}, topk {cur.spec.topk}, {cur.spec.steps} steps, {cur.spec.q_len} draft tokens, cap "
+                f"{cur.cap}, host work {'overlapped' if cur.overlap == 'max' else 'not overlapped'}")
+        if mine is None:
+            lines.append(f"you run: {desc}: no setting of kbench's table is that configuration, so it is not priced")
+        elif mine.total_us is None:
+            lines.append(f"you run: {mine.setting.id} ({desc}): not priced: {mine.unpriced}")
+        else:
+            lines.append(f"you run: {mine.setting.id} ({desc}): {_us(mine.per_step_us)} us per step{unit}")
+        if mine is best:
+            lines.append("what you run is the best setting here: nothing to change")
+            return lines + _routing_line(rec, eo)
     lines.append(f"set: {command(rec) or best.setting.flags}")
-    lines.append(f"  -> {_us(best.per_step_us)} us per step (GPU {_us(_per_step(rec, best.gpu_us))}, host "
+    lines.append(f"  -> {_us(best.per_step_us)} us per step{unit} (GPU {_us(_per_step(rec, best.gpu_us))}, host "
                  f"{_us(_per_step(rec, best.host_us))})"
                  + (f"; tied within the measured noise with {', '.join(best.tied_with)}: the engine's default, then "
                     "the fewest flags, wins a tie" if best.tied_with else ""))
-    default = next((r for r in rec.results if r.default), None)
+    if rec.current is not None and mine is not None and mine.total_us is not None:
+        save = mine.per_step_us - best.per_step_us
+        lines.append(f"  saves {_us(save)} us per step over what you run, {save / mine.per_step_us:.1%}")
+    if rec.current is not None:
+        _, diff = edited_line(rec.current, best.setting, rec.cap_flag)
+        lines.append("flags: " + "; ".join(f"{k} {', '.join(v)}" for k, v in diff.items() if v))
+    default = rec.default
+    dwhy = rec.default_why
     if default is best:
         lines.append(f"the default ({best.setting.id}) is the best setting here: nothing to switch (the command "
                      "spells out the configuration priced)")
-    elif default is not None:
+    elif default is not None and default is not mine:
         if default.total_us is not None:
             save = default.per_step_us - best.per_step_us
             lines.append(f"the default ({default.setting.id}) costs {_us(default.per_step_us)} us per step: switching "
                          f"saves {_us(save)} us per step, {save / default.per_step_us:.1%}")
         else:
             lines.append(f"the default ({default.setting.id}) is not priced: {default.unpriced}")
+    if default is not None and dwhy:
+        lines.append(f"  the default is what {rec.engine.engine} resolves with no backend flag at page {rec.page_size}, "
+                     f"topk {rec.spec.topk}: {dwhy}")
     lines += switch_lines(rec)
+    return lines + _routing_line(rec, eo)
+
+
+def _routing_line(rec: Recommendation, eo) -> list[str]:
+    lines = []
     gap = rec.gap_pct()
     if gap is not None:
         lines.append(f"per-shape routing among {rec.engine.engine}'s routes: {_us(eo)} us per step; the best single "
@@ -120,11 +173,12 @@ def setting_rows(rec: Recommendation) -> tuple[list[str], list[list[str]]]:
     for r in rec.results:
         vs = None if best is None or r.total_us is None else (r.total_us / best.total_us - 1) * 100
         if r.total_us is not None:
-            price = _us(r.per_step_us) + (" (tie)" if r.tied_with else "")
+            price = _us(r.per_step_us) + (" (tie)" if r.tied_with else "")  # within noise of the best
         else:
             price = "not priced: " + r.unpriced + (
                 f" (>= {_us(r.bound_us / rec.workload.total_weight)} us, GPU alone)" if r.bound_us is not None else "")
-        rows.append([r.setting.id + (" (default)" if r.default else ""), r.setting.flags,
+        rows.append([r.setting.id + (" (default)" if r.default else "") + (" (you run)" if r.you_run else ""),
+                     (r.setting.env_text + " " if r.setting.env else "") + r.setting.flags,
                      r.kernels["verify"] or "not measured", r.kernels["draft_extend"] or "not measured",
                      _us(_per_step(rec, r.host_us)), _us(_per_step(rec, r.gpu_us)), price,
                      _pct(vs), _pct(rec.gap_pct(r)) if r.total_us is not None else "-"])
@@ -169,7 +223,27 @@ def caveats(rec: Recommendation) -> list[str]:
         out.append(f"routes that depend on FlashInfer's version are taken for FlashInfer {rec.flashinfer}"
                    + (f" ({rec.engine.label}'s pin)" if rec.flashinfer == rec.engine.flashinfer else ""))
     out += rec.notes
+    if rec.cap_flag is not None:
+        from kbench.recommend.resolve import CAP_FLAG, DEFAULT_CAP
+
+        cap = rec.current.cap if rec.current is not None else DEFAULT_CAP[rec.engine.engine]
+        out.append(f"the workload's largest batch ({rec.cap_flag}) is above the {cap} running requests "
+                   f"{rec.engine.engine} resolves to: the command sets {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}")
+    fa3 = [r for r in (rec.best, rec.you_run) if r is not None and "fa3" in _slots(rec, r)]
+    if fa3 and rec.engine.engine == "sglang" and rec.spec is not None and rec.spec.topk == 1 and (rec.page_size or 1) > 1:
+        out.append("SGLang's own TODO: FA3 speculative decoding with topk 1 and page size > 1 has a lower acceptance "
+                   "rate (python/sglang/srt/utils/common.py:3959): measure acceptance before switching at page "
+                   f"{rec.page_size}")
+    if not rec.layers_known:
+        out.append("prices are per attention layer: the run names no model preset kbench knows the depth of; "
+                   "give --model PRESET or --verify-layers/--draft-layers")
     return out
+
+
+def _slots(rec: Recommendation, r: SettingResult) -> set[str]:
+    from kbench.recommend.resolve import _backends_of_setting
+
+    return set(_backends_of_setting(rec.engine.engine, r.setting).values())
 
 
 def to_json(rec: Recommendation) -> dict:
@@ -177,7 +251,9 @@ def to_json(rec: Recommendation) -> dict:
     tw = rec.workload.total_weight
 
     def setting(r: SettingResult) -> dict:
-        return {"id": r.setting.id, "flags": r.setting.flags, "default": r.default, "command": command(rec, r),
+        cmd, refused = command_or_refusal(rec, r)
+        return {"id": r.setting.id, "flags": r.setting.flags, "default": r.default, "command": cmd,
+                "command_refused": refused,
                 "routes": r.kernels, "kernels": r.kernels, "total_us": r.total_us, "per_step_us": r.per_step_us,
                 "host_per_step_us": _per_step(rec, r.host_us), "gpu_per_step_us": _per_step(rec, r.gpu_us),
                 "noise_us": r.noise_us, "tied_with": r.tied_with,

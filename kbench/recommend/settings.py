@@ -90,6 +90,7 @@ class Route:
     kernel: str | None  # None: a kernel kbench does not measure (unmeasured says which)
     ragged_kernel: str | None = None
     route: str | None = None  # the kbench route (kbench.kernels.routes) that runs it as the engine does
+    tree_route: str | None = None  # the route of a topk > 1 tree, when the engine takes another path for it
     unmeasured: str = ""
     flashinfer_below: str | None = None
     flashinfer_from: str | None = None
@@ -131,6 +132,13 @@ class Setting:
     attention: str = "gqa"  # the models it serves: gqa (GQA/MHA heads) or mla (latent attention)
     # KV-cache dtypes the engine refuses for this setting: kv dtype -> what it does instead (a cited KvRefusal)
     refuses_kv: dict = field(default_factory=dict, hash=False, compare=False)
+    env: tuple[tuple[str, str], ...] = ()  # environment variables the setting needs (VAR, value), set before the command
+    chains_only: bool = False  # the setting holds for topk 1 only (the engine ignores it for a tree)
+
+    @property
+    def env_text(self) -> str:
+        """'VAR=value ...' as a shell line starts with it ('' without)."""
+        return " ".join(f"{k}={v}" for k, v in self.env)
 
     def route(self, step: str, family: str, flashinfer: str | None = None) -> Route:
         hits = [r for r in self.routes if r.step == step and r.holds(family, flashinfer)]
@@ -169,6 +177,14 @@ class Engine:
     overlap_default: str = "sum"
     overlap_why: str = ""
     overlap_cites: tuple[Cite, ...] = ()
+    # backends whose need of CPU-side sequence lengths makes the overlap scheduler wait for the previous verify
+    fenced_by: tuple[str, ...] = ()
+    fence_why: str = ""
+    fence_cites: tuple[Cite, ...] = ()
+    # a step's host work is done once for both phases (the drafter reuses the target's metadata)
+    host_once: bool = False
+    host_why: str = ""
+    host_cites: tuple[Cite, ...] = ()
 
     @property
     def label(self) -> str:
@@ -245,8 +261,8 @@ def _cites(raw, where: str) -> tuple[Cite, ...]:
 
 
 def _route(raw: dict, setting_gpus: tuple[str, ...], where: str) -> Route:
-    known = {"step", "gpus", "kernel", "ragged_kernel", "route", "unmeasured", "flashinfer_below", "flashinfer_from",
-             "note", "priced_low", "cites"}
+    known = {"step", "gpus", "kernel", "ragged_kernel", "route", "tree_route", "unmeasured", "flashinfer_below",
+             "flashinfer_from", "note", "priced_low", "cites"}
     extra = set(raw) - known
     if extra:
         raise ValueError(f"{where}: unknown key {sorted(extra)[0]!r}")
@@ -264,7 +280,7 @@ def _route(raw: dict, setting_gpus: tuple[str, ...], where: str) -> Route:
     if not set(gpus) <= set(setting_gpus):
         raise ValueError(f"{where}: gpus {gpus} outside the setting's {setting_gpus}")
     return Route(step=raw["step"], gpus=gpus, kernel=raw.get("kernel"), ragged_kernel=raw.get("ragged_kernel"),
-                 route=raw.get("route"),
+                 route=raw.get("route"), tree_route=raw.get("tree_route"),
                  unmeasured=raw.get("unmeasured", ""), flashinfer_below=raw.get("flashinfer_below"),
                  flashinfer_from=raw.get("flashinfer_from"), note=raw.get("note", ""),
                  priced_low=bool(raw.get("priced_low", False)), cites=_cites(raw.get("cites"), where))
@@ -280,8 +296,21 @@ def _overlap(raw, where: str) -> dict:
         raise ValueError(f"{where}.overlap: modes must map max and/or sum to the flags that select them")
     if raw.get("default") not in modes:
         raise ValueError(f"{where}.overlap: default must be one of its modes")
+    fence = {}
+    if raw.get("fenced_by"):
+        fence = dict(fenced_by=tuple(map(str, raw["fenced_by"])), fence_why=str(raw.get("fence_why", "")),
+                     fence_cites=_cites(raw.get("fence_cites"), f"{where}.overlap.fence"))
     return dict(overlap_modes={k: str(v) for k, v in modes.items()}, overlap_default=raw["default"],
-                overlap_why=str(raw.get("why", "")), overlap_cites=_cites(raw.get("cites"), f"{where}.overlap"))
+                overlap_why=str(raw.get("why", "")), overlap_cites=_cites(raw.get("cites"), f"{where}.overlap"),
+                **fence)
+
+
+def _host(raw, where: str) -> dict:
+    """An engine's [engines.host]: once_per_step (the drafter reuses the target's metadata), why, cites."""
+    if not raw:
+        return {}
+    return dict(host_once=bool(raw.get("once_per_step")), host_why=str(raw.get("why", "")),
+                host_cites=_cites(raw.get("cites"), f"{where}.host"))
 
 
 def _table_version(value, where: str) -> None:
@@ -320,8 +349,13 @@ def parse_table(data: dict) -> Table:
                 if k not in ("bf16", "fp16", "fp8") or not isinstance(r, dict) or set(r) != {"falls_to", "why", "cites"}:
                     raise ValueError(f"{sw}: refuses_kv.{k}: a KV dtype (bf16/fp16/fp8) with falls_to, why, cites")
                 refuses[k] = KvRefusal(k, str(r["falls_to"]), str(r["why"]), _cites(r["cites"], f"{sw}.refuses_kv"))
+            env = s.get("env", {})
+            if not isinstance(env, dict) or not all(re.fullmatch(r"[A-Z_][A-Z0-9_]*", k) for k in env):
+                raise ValueError(f"{sw}: env must map variable names to values")
             settings.append(Setting(id=str(s["id"]), flags=str(s["flags"]), gpus=gpus, routes=routes,
-                                    default_on=default_on, attention=attention, refuses_kv=refuses))
+                                    default_on=default_on, attention=attention, refuses_kv=refuses,
+                                    env=tuple((k, str(v)) for k, v in env.items()),
+                                    chains_only=bool(s.get("chains_only", False))))
         ids = [s.id for s in settings]
         if len(set(ids)) != len(ids):
             raise ValueError(f"{where}: a setting id is given twice")
@@ -335,7 +369,8 @@ def parse_table(data: dict) -> Table:
         ov = _overlap(e.get("overlap"), where)
         engines.append(Engine(engine=str(e["engine"]), version=str(e["version"]), read_from=str(e["read_from"]),
                               cite_url=str(e["cite_url"]), flashinfer=e.get("flashinfer"),
-                              settings=tuple(settings), unreached=unreached, notes=tuple(e.get("notes", ())), **ov))
+                              settings=tuple(settings), unreached=unreached, notes=tuple(e.get("notes", ())), **ov,
+                              **_host(e.get("host"), where)))
     return Table(engines)
 
 

@@ -5,7 +5,9 @@ write removes its temporary file and leaves the old file as it was. OSError from
 read-only, permission) becomes BadInput: one `error:` line, exit 2.
 
 A folder of files that belong together (a baseline, a report) is replaced the same way, as a whole:
-`replaced_folder` yields a sibling folder to write into and swaps it into place in one step.
+`replaced_folder` yields a sibling folder to write into and swaps it into place in one step. Only kill -9 can
+leave such a hidden sibling (`.kb-new-*`, `.kb-old-*`) behind: the next replace in that folder removes it, once no
+process holds it (its writer keeps an flock on it while it lives) and it is STALE_AFTER_S old.
 Files a run changes in place (the journal, the lock) are opened with `open_no_follow`: never through a link.
 A file the user names (named=True: --json, --markdown, export --out) is resolved by `named_destination`: a link
 is followed, a device or FIFO (/dev/stdout) is written through rather than replaced.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
 import tempfile
@@ -166,7 +169,8 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
     dest is as it was; the two signals are held while the swap and the removal run. ``carry(name)``: entries
     of the old folder to copy into the new one before the swap (what a user keeps beside kbench's files).
     A reader sees the old folder or the new one, never a mix; only kill -9 can leave a hidden
-    `.kb-new-*` or `.kb-old-*` folder behind (never a half-written dest)."""
+    `.kb-new-*` or `.kb-old-*` folder behind (never a half-written dest), and the next replace beside it
+    removes it (remove_stale_folders)."""
     dest = Path(dest)
     if dest.is_symlink():
         raise BadInput(f"{label} {dest}: a symbolic link; kbench replaces this folder as a whole and does not "
@@ -178,7 +182,9 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
     with terminate_as_interrupt():
         try:
             parent.mkdir(parents=True, exist_ok=True)
+            remove_stale_folders(parent)
             tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}new-", dir=parent))
+            held = _hold(tmp)  # while this process lives: not stale to another kbench
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would outlive the swap
         except OSError as e:
             raise BadInput(f"{label} {dest}: cannot write there ({e.strerror or e})") from None
@@ -207,6 +213,56 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
                 shutil.rmtree(tmp, ignore_errors=True)
                 _remove_empty(made)
             raise
+        finally:
+            os.close(held)
+
+
+# a hidden sibling this old, that no process holds, is a killed writer's: removed (younger: it may be a writer's
+# between making the folder and taking its lock, a few microseconds)
+STALE_AFTER_S = 2.0
+_SIBLINGS = (f"{TMP_PREFIX}new-", f"{TMP_PREFIX}old-")
+
+
+def _hold(folder: Path) -> int:
+    """An flock on ``folder`` for as long as the returned descriptor is open (the process ends: released)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        pass  # a file system without flock: the age rule alone
+    return fd
+
+
+def remove_stale_folders(parent: str | os.PathLike) -> list[Path]:
+    """Removes the `.kb-new-*` / `.kb-old-*` folders in ``parent`` that a writer killed mid-write left behind:
+    only a real folder (not a link), STALE_AFTER_S old or more, whose flock no process holds (a live writer's is
+    held). Best effort, never an error; returns what was removed."""
+    import time
+
+    removed = []
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith(_SIBLINGS)]
+    except OSError:
+        return removed
+    for e in entries:
+        try:
+            st = e.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode) or time.time() - st.st_mtime < STALE_AFTER_S:
+                continue
+            fd = os.open(e.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # held: a writer at work
+        try:
+            shutil.rmtree(e.path, ignore_errors=True)
+            removed.append(Path(e.path))
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _missing_folders(folder: Path) -> list[Path]:

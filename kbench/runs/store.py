@@ -25,7 +25,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from kbench import RESULT_SCHEMA_VERSION, files
+from kbench import RESULT_SCHEMA_VERSION, files, shell
 
 from kbench.runs import atomic
 
@@ -529,7 +529,7 @@ def check_journal(run_dir: Path, manifest: dict, rows: pd.DataFrame, kind: str) 
     if lost:
         where = "rows.parquet" if (run_dir / PARQUET).exists() else "rows.csv" if (run_dir / CSV).exists() else None
         raise BadInput(f"{run_dir / JOURNAL}: {len(rows)} row(s), but the run recorded {manifest.get('num_rows')} "
-                       f"({MANIFEST} num_rows): {lost} row(s) lost from the journal; kbench {kind} --resume {run_dir} "
+                       f"({MANIFEST} num_rows): {lost} row(s) lost from the journal; {shell.kbench(kind, '--resume', run_dir)} "
                        f"restores them ({f'from {where} where it holds them, else ' if where else ''}by measuring "
                        f"them again)")
 
@@ -673,9 +673,9 @@ def check_table_rows(run_dir: Path, manifest: dict, rows: pd.DataFrame, kind: st
     if isinstance(manifest.get("baseline"), dict):
         fix = "rebuild it from its runs (kbench baseline RUN ... --name NAME --force)"
     elif kind == "sweep":
-        fix = f"kbench sweep --resume {run_dir} measures the missing rows again"
+        fix = f"{shell.kbench('sweep', '--resume', run_dir)} measures the missing rows again"
     elif kind == "server-bench":
-        fix = f"kbench server-bench --resume {run_dir} --url URL measures the missing rows again"
+        fix = f"{shell.kbench('server-bench', '--resume', run_dir, '--url', 'URL')} measures the missing rows again"
     else:
         fix = "write it again"
     raise BadInput(f"{table}: {len(rows)} row(s), but the run recorded {n} ({MANIFEST} {field}): the file was cut "

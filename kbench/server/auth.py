@@ -11,14 +11,26 @@ line, the rows' url column, baselines made from the run) or printed (errors, row
 - `redact_argv` is the command line as the manifest records it (values of --api-key and --header, a URL's password:
   `***`);
 - `Credentials.scrub` replaces every secret value in a text that came back from the server (a 401 body that echoes
-  the key) before kbench keeps or prints it (kbench.server.client does it for every reply and error).
+  the key) before kbench keeps or prints it (kbench.server.client does it for every reply and error), in every
+  form a server may quote it in: as sent (the key; HTTP Basic's base64 of user:password, with and without
+  `Basic `), as given (the password), percent-encoded, HTML-escaped and JSON-escaped;
+- a value that is not Latin-1 (`sk-€uro`) cannot travel in an HTTP header: Credentials refuses it with one line;
+- `origin` is decided by the parser that connects (urllib3's, which requests uses), so a URL the two readings of
+  differ on (`http://OTHER\\@host/`: urlsplit reads host, urllib3 connects to OTHER) is never taken for this
+  server's origin.
 """
 from __future__ import annotations
 
+import base64
+import html
+import json
 import os
 import re
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
+
+import urllib3.exceptions
+import urllib3.util
 
 from kbench import files
 from kbench.errors import BadInput
@@ -33,6 +45,18 @@ _REFUSED = {"host", "content-length", "transfer-encoding", "connection", "conten
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]*@")
 
 
+def _latin1(what: str, value: str | None) -> None:
+    """BadInput for a value an HTTP header cannot carry (not Latin-1: http.client would raise on it); the line
+    names the option and the character's position, never the value."""
+    if not value:
+        return
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError as e:
+        raise BadInput(f"{what}: character {e.start + 1} of the value is outside Latin-1; an HTTP header carries "
+                       "Latin-1 only (give the value as the bytes the server expects)") from None
+
+
 class Credentials:
     """What authenticates kbench to the server: an API key, extra headers, HTTP Basic user and password.
     repr() and describe() name them, never their values."""
@@ -42,6 +66,12 @@ class Credentials:
         self.api_key = api_key
         self.headers = tuple(headers)
         self.basic = basic
+        _latin1("--api-key", api_key)
+        for name, value in self.headers:
+            _latin1(f"--header {name}", value)
+        if basic:
+            _latin1("--url's user name", basic[0])
+            _latin1("--url's password", basic[1])
 
     def __repr__(self) -> str:
         return f"Credentials({', '.join(self.describe()) or 'none'})"
@@ -66,8 +96,16 @@ class Credentials:
         return out
 
     def secrets(self) -> list[str]:
-        vals = [self.api_key or ""] + [v for _, v in self.headers] + ([self.basic[1]] if self.basic else [])
-        return sorted({v.strip() for v in vals if v and len(v.strip()) >= 3}, key=len, reverse=True)
+        """Every secret value, in every form kbench sent it or a server may quote it in (longest first)."""
+        vals = [self.api_key or ""] + [v for _, v in self.headers]
+        if self.basic:
+            sent = base64.b64encode(f"{self.basic[0]}:{self.basic[1]}".encode("latin-1")).decode()
+            vals += [self.basic[1], f"Basic {sent}", sent]
+        out = set()
+        for v in (v.strip() for v in vals if v and len(v.strip()) >= 3):
+            out |= {v, quote(v, safe=""), quote(v), quote_plus(v), html.escape(v), html.escape(v, quote=False),
+                    html.escape(v).replace("&#x27;", "&#39;"), json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1]}
+        return sorted(out, key=len, reverse=True)
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret value (and any URL's password) replaced by ***."""
@@ -108,11 +146,23 @@ def without_userinfo(url: str) -> str:
     return urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
 
 
-def origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) with the scheme's default port filled in: what a redirect must keep to be followed."""
-    u = urlsplit(url)
+def origin(url: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port), the scheme's default port filled in: where a request to ``url`` goes, as the HTTP
+    library that connects reads it (urllib3's parser, which requests uses). None where Python's urlsplit reads
+    another place in it (`http://OTHER\\@host:port/`: urlsplit says host, urllib3 connects to OTHER) or it does
+    not parse: such a URL is nobody's origin, so a redirect to it is never followed."""
+    try:
+        u = urllib3.util.parse_url(url)
+        s = urlsplit(url)
+        mine = (s.scheme or "").lower(), (s.hostname or "").lower(), s.port
+    except (ValueError, urllib3.exceptions.LocationParseError):
+        return None
     scheme = (u.scheme or "").lower()
-    return scheme, (u.hostname or "").lower(), u.port or {"http": 80, "https": 443}.get(scheme)
+    default = {"http": 80, "https": 443}.get(scheme)
+    theirs = scheme, (u.host or "").lower().strip("[]"), u.port or default
+    if not theirs[1] or theirs != (mine[0], mine[1], mine[2] or default):
+        return None
+    return theirs
 
 
 # options whose value is secret (server-bench's): the value, or the header's value, is recorded as ***

@@ -119,6 +119,15 @@ class Backend:
         return -1.0, -1.0
 
 
+# what a run keeps of SGLang's /server_info (every resolved server argument is there): the fields kbench recommend
+# --current RUN reads back as what the server ran (kbench.recommend.resolve.resolve_server_info)
+SGLANG_INFO_KEYS = ("model_path", "tokenizer_path", "tp_size", "dp_size", "version", "max_running_requests",
+                    "speculative_algorithm", "page_size", "speculative_num_draft_tokens", "speculative_num_steps",
+                    "speculative_eagle_topk", "attention_backend", "prefill_attention_backend",
+                    "decode_attention_backend", "speculative_draft_attention_backend", "speculative_attention_mode",
+                    "disable_overlap_schedule", "kv_cache_dtype", "cuda_graph_max_bs")
+
+
 class SGLangBackend(Backend):
     name = "sglang"
     flush_path = "/flush_cache"
@@ -157,10 +166,7 @@ class SGLangBackend(Backend):
         f.dp_size = f.count(info.get("dp_size"), "dp_size") or 1
         f.token_capacity = f.count(memory.get("token_capacity"), "token_capacity")
         f.model = model or str(info.get("served_model_name") or info.get("model_path") or "")
-        f.info = {k: info.get(k) for k in ("model_path", "tokenizer_path", "tp_size", "dp_size", "version",
-                                           "max_running_requests", "speculative_algorithm", "page_size",
-                                           "speculative_num_draft_tokens", "speculative_num_steps")
-                  if k in info}
+        f.info = {k: info.get(k) for k in SGLANG_INFO_KEYS if k in info}
         f.info.update(info_path=self._info_path, token_capacity=f.token_capacity,
                       effective_max_running_requests_per_dp=f.max_running_requests)
         if vocab_size:

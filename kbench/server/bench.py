@@ -29,13 +29,13 @@ from urllib.parse import urlparse
 
 import requests
 
-from kbench import __version__, files
+from kbench import __version__, files, shell
 from kbench.runs.atomic import write_text
 from kbench.errors import BadInput, KbenchError
 from kbench.values import INT32_MAX, SEED_MAX, int_in
 from kbench.runs.outputs import given_path, writable_dir
 from kbench.server import counters as ctr
-from kbench.server.auth import API_KEY_ENV, HIDDEN, Credentials, redact_argv, redact_url, split_url
+from kbench.server.auth import API_KEY_ENV, HIDDEN, Credentials, origin, redact_argv, redact_url, split_url
 from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
 from kbench.server.client import ServerClient, ServerError, StreamError
 from kbench.server.metrics import BatchTrace, metrics_from_trace
@@ -92,6 +92,11 @@ class ServerBenchConfig:
     # kbench's own
     prompt_pattern: str = "random"  # random | repeat:N (kbench.server.prompts)
     repeat: int = 1  # timed batches per case (flush before each); the row holds their medians and samples
+    # an interleaved A/B (kbench.server.interleave): B's URL (two servers), or a command that switches the one
+    # server between A and B ({side} in it, and $KBENCH_AB_SIDE, say which), waited for up to switch_timeout s
+    url_b: str | None = None
+    switch_command: str | None = None
+    switch_timeout: float = 600.0
     show_report: bool = False  # print SGLang's markdown report at the end
     append_to_github_summary: bool = True  # ... and append it to $GITHUB_STEP_SUMMARY when that is set
     # API key, headers, the URL's password (kbench.server.auth): sent, never recorded or printed
@@ -111,6 +116,9 @@ class ServerBenchConfig:
                                    "the Authorization header)")
                 self.credentials = Credentials(c.api_key, c.headers, basic)
                 self.url = public
+        if isinstance(self.url_b, str) and split_url(self.url_b)[1]:
+            raise BadInput("--url-b: a password in B's URL is not supported; both sides are sent the credentials "
+                           "of --url (--api-key-file, --header)")
 
     def recorded(self) -> dict:
         """What a run's manifest keeps of this configuration: no credential value (auth names what was sent)."""
@@ -139,6 +147,9 @@ class ServerBenchConfig:
             port_ok = False
         if not port_ok or u.scheme not in ("http", "https") or not u.hostname:
             raise BadInput(f"--url {shown!r}: expected http://HOST:PORT or https://HOST:PORT")
+        if origin(self.url) is None:
+            raise BadInput(f"--url {shown!r}: Python's URL parser and the HTTP library's read two different servers "
+                           f"in it (a backslash or an @ in the host part); give the server's URL plainly")
         if u.query or u.fragment:
             raise BadInput(f"--url {shown!r}: a base URL has no query or fragment (kbench adds the endpoint paths "
                            f"to it)")
@@ -194,6 +205,13 @@ class Listener:
 
     def warning(self, message: str) -> None: ...
 
+    def ab_batch(self, case: ServerCase, side: str, round_: int, rounds: int, latency: float | None,
+                 reason: str) -> None:
+        """One batch of an interleaved A/B done (kbench.server.interleave): its latency, or why it failed."""
+
+    def ab_switch(self, side: str, command: str) -> None:
+        """An interleaved A/B of one server runs its switch command to side ``side`` (a or b)."""
+
 
 @dataclass
 class ServerBenchResult:
@@ -227,7 +245,7 @@ class ServerBenchInterrupted(KbenchError):
         self.signum = signum or _signal.SIGINT
         self.exit_code = 128 + int(self.signum)
         super().__init__(f"stopped by {_signal.Signals(self.signum).name}; {len(result.rows)} row(s) kept in "
-                         f"{result.run_dir}; finish with: kbench server-bench --resume {result.run_dir}")
+                         f"{result.run_dir}; finish with: {shell.kbench('server-bench', '--resume', result.run_dir)}")
         self.result = result
 
 
@@ -278,18 +296,33 @@ class _Runner:
         holds the median of each metric and, with repeats, every batch's value (``<metric>_samples``)."""
         cfg = self.cfg
         self.ls.case_started(case, warmup)
-        pattern = parse_prompt_pattern(cfg.prompt_pattern)
-        seed_key = f"{cfg.seed}-{'warmup-' if warmup else ''}{case.case_id}"
-        ids = pattern.ids(random.Random(seed_key), case.batch_size, case.input_len, self.vocab)
+        ids = self.case_ids(case, warmup)
         reps = 1 if warmup else cfg.repeat
         done: list[dict] = []
         for rep in range(reps):
             one = self._timed_batch(case, ids, warmup, profiling=cfg.profile and not warmup and rep == 0)
             if one.get("reason"):
-                row = self._row(case, "failed", one["reason"], warmup=warmup, prompt_pattern=str(pattern),
-                                **one["fkw"], **one.get("per_req", {}))
-                return row, one.get("trace")
+                return self.failed_row(case, one, warmup), one.get("trace")
             done.append(one)
+        return self.case_row(case, done, warmup), done[-1]["trace"]
+
+    def case_ids(self, case: ServerCase, warmup: bool = False) -> list[list[int]]:
+        """The case's prompts (the same for every repeat, and for both sides of an interleaved A/B)."""
+        pattern = parse_prompt_pattern(self.cfg.prompt_pattern)
+        seed_key = f"{self.cfg.seed}-{'warmup-' if warmup else ''}{case.case_id}"
+        return pattern.ids(random.Random(seed_key), case.batch_size, case.input_len, self.vocab)
+
+    def failed_row(self, case: ServerCase, one: dict, warmup: bool = False) -> ServerBenchRow:
+        """The row of a case whose batch ``one`` (a _timed_batch result) failed."""
+        return self._row(case, "failed", one["reason"], warmup=warmup,
+                         prompt_pattern=str(parse_prompt_pattern(self.cfg.prompt_pattern)),
+                         **one["fkw"], **one.get("per_req", {}))
+
+    def case_row(self, case: ServerCase, done: list[dict], warmup: bool = False) -> ServerBenchRow:
+        """The ok row of a case from its timed batches (_timed_batch results, in the order they ran): each metric's
+        median and, with more than one batch, every batch's value."""
+        pattern = parse_prompt_pattern(self.cfg.prompt_pattern)
+        reps = len(done)
         last = done[-1]
         vals = {k: [d["m"][k] for d in done if d["m"][k] is not None] for k in SAMPLED}  # None: a zero interval
         med = {k: statistics.median(v) if v else None for k, v in vals.items()}
@@ -311,7 +344,7 @@ class _Runner:
             agg = ctr.CaseCounters(spec_drafts=row.spec_drafts, spec_draft_tokens=row.spec_draft_tokens,
                                    spec_accepted_tokens=row.spec_accepted_tokens)
             row.acc_length, row.acceptance_rate = agg.acc_length, agg.acceptance_rate
-        return row, last["trace"]
+        return row
 
     def _timed_batch(self, case: ServerCase, ids: list[list[int]], warmup: bool, profiling: bool) -> dict:
         """Flush, warm the prefix cache (--cache-hit-rate), snapshot /metrics, stream one batch, snapshot again."""
@@ -482,13 +515,8 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
     if config.resume:
         run_session = RunSession.resume(config.resume, kind=ROW_KIND)
     else:
-        kept = config.recorded()  # no credential in it (kbench.server.auth)
-        run_session = RunSession.new(config.out_dir, f"server-bench-{config.run_name}", Manifest(
-            kind=ROW_KIND, command=kept["command"],
-            kbench_version=__version__, url=kept["url"], backend=backend, model=facts.model, server=facts.info,
-            vocab_size=facts.vocab_size, vocab_source=facts.vocab_source,
-            config=kept["config"],
-            cases=[c.case_id for c in config.cases()]))
+        run_session = RunSession.new(config.out_dir, f"server-bench-{config.run_name}",
+                                     run_manifest(config, backend, facts))
     result = ServerBenchResult(run_session.dir, "running", backend, facts)
     try:
         with run_session as run:
@@ -507,6 +535,14 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
         if config.append_to_github_summary:
             append_github_step_summary(result.report)
     return result
+
+
+def run_manifest(config: ServerBenchConfig, backend: str, facts: ServerFacts) -> Manifest:
+    """A new server-bench run's manifest (no credential in it: kbench.server.auth)."""
+    kept = config.recorded()
+    return Manifest(kind=ROW_KIND, command=kept["command"], kbench_version=__version__, url=kept["url"],
+                    backend=backend, model=facts.model, server=facts.info, vocab_size=facts.vocab_size,
+                    vocab_source=facts.vocab_source, config=kept["config"], cases=[c.case_id for c in config.cases()])
 
 
 def _int_or_1(v) -> int:
@@ -575,6 +611,9 @@ def config_of_run(run_dir: str | Path, url: str | None = None,
     m = read_manifest(Path(run_dir))
     if m.get("kind") != ROW_KIND or not isinstance(m.get("config"), dict):
         raise BadInput(f"{run_dir}: not a server-bench run")
+    if isinstance(m.get("interleave"), dict):
+        raise BadInput(f"--resume {run_dir}: one side of an interleaved A/B, which is not resumed (its pairs are "
+                       f"measured together): run the A/B again")
     known = {f for f in ServerBenchConfig.__dataclass_fields__}
     cfg = {k: v for k, v in m["config"].items() if k in known}
     for k in ("batch_sizes", "input_lens", "output_lens"):

@@ -1,13 +1,16 @@
 """HTTP to the server under test: small JSON calls, a bounded SSE stream reader, the cache flush with retry.
 
-Everything here is bounded: every call has a timeout, a stream has a total deadline, a maximum line length
+Everything here is bounded: every call has a total deadline (kbench.server.deadline: not only a timeout per
+read, which endless `100 Continue` lines or a header byte a second never trip), a stream a maximum line length
 and a maximum size, so a misbehaving server turns into a ServerError with one clear line, never a hang.
 
 Credentials (kbench.server.auth) travel as headers, never in a URL kbench prints; every reply body and error
 this client hands back has their values replaced by *** (a 401 page that echoes the key). Redirects: one to
 another origin (scheme, host, port) is refused with one line (the batch and the credentials would go to another
 server, and the rows would hold its figures); up to MAX_REDIRECTS within the same origin are followed with the
-method and body kept (a proxy's /path -> /path/), as a 307/308 asks.
+method and body kept (a proxy's /path -> /path/), as a 307/308 asks. The origin of a redirect's target is read
+by the parser that connects (kbench.server.auth.origin): a Location that Python's urlsplit and urllib3 read as two
+places (`http://OTHER\\@host:port/`) is another origin.
 """
 from __future__ import annotations
 
@@ -19,9 +22,11 @@ from urllib.parse import urljoin
 
 import requests
 import urllib3.exceptions
+import urllib3.util
 
 from kbench import files
 from kbench.server.auth import NO_CREDENTIALS, Credentials, origin, redact_url, without_userinfo
+from kbench.server.deadline import Deadline, deadline_session
 
 # Bounds on what the server may send back
 MAX_JSON_BYTES = 16 << 20  # a /server_info or /metrics reply
@@ -29,6 +34,9 @@ MAX_LINE_BYTES = 4 << 20  # one SSE line
 MAX_STREAM_BYTES = 1 << 30  # a whole streamed batch
 READ_CHUNK = 64 << 10
 MAX_REDIRECTS = 5  # within the server's own origin
+# the total deadline (kbench.server.deadline) ends an exchange this long after its timeout: the per-read timeout and
+# the checks between chunks say what happened where they can; the deadline ends what they cannot see end
+BACKSTOP_S = 1.0
 
 
 class ServerError(Exception):
@@ -87,7 +95,7 @@ class ServerClient:
         self.base_url = without_userinfo(base_url).rstrip("/")  # a password travels as a header, not here
         self.origin = origin(self.base_url)
         self.timeout = timeout
-        self.session = session or requests.Session()
+        self.session = deadline_session(session)  # every exchange has a total deadline
         self.credentials = credentials or NO_CREDENTIALS
         self.headers = self.credentials.http_headers()
         self.auth = self.credentials.basic
@@ -95,19 +103,22 @@ class ServerClient:
     def url(self, path: str) -> str:
         return self.base_url + path
 
-    def _send(self, method: str, path: str, *, timeout, json_body=None, params=None) -> requests.Response:
-        """The streamed response, after same-origin redirects; ServerError for one to another origin."""
+    def _send(self, method: str, path: str, *, timeout, deadline: Deadline, json_body=None,
+              params=None) -> requests.Response:
+        """The streamed response, after same-origin redirects; ServerError for one to another origin. Every
+        connection it takes joins ``deadline``."""
         url = self.url(path)
         for _ in range(MAX_REDIRECTS + 1):
-            r = self.session.request(method, url, json=json_body, params=params, stream=True, timeout=timeout,
-                                     headers=self.headers, auth=self.auth, allow_redirects=False)
+            with deadline.attaching():
+                r = self.session.request(method, url, json=json_body, params=params, stream=True, timeout=timeout,
+                                         headers=self.headers, auth=self.auth, allow_redirects=False)
             if not r.is_redirect:
                 return r
             target = urljoin(r.url, r.headers.get("location", ""))
             r.close()
-            if origin(target) != self.origin:
+            if self.origin is None or origin(target) != self.origin:
                 raise ServerError(f"{method} {self.url(path)}: redirected ({r.status_code}) to another origin, "
-                                  f"{redact_url(target)}; kbench does not follow it (the batch and any credentials "
+                                  f"{redact_url(target)}{_connects_to(target)}; kbench does not follow it (the batch and any credentials "
                                   f"would go to another server): give that server's URL as --url")
             url, params = target, None  # the Location holds its own query
         raise ServerError(f"{method} {self.url(path)}: more than {MAX_REDIRECTS} redirects")
@@ -117,15 +128,22 @@ class ServerClient:
         """(status, text). Raises ServerError on a transport failure; reads at most MAX_JSON_BYTES."""
         t = self.timeout if timeout is None else timeout
         scrub = self.credentials.scrub
-        try:
-            with self._send(method, path, json_body=json_body, params=params, timeout=(min(t, 10.0), t)) as r:
-                body = _read_bounded(r, MAX_JSON_BYTES, time.monotonic() + t + 5.0)
-                return r.status_code, scrub(body.decode("utf-8", errors="replace"))
-        except TRANSPORT_ERRORS as e:
-            raise ServerError(scrub(f"{method} {self.url(path)}: {describe_exception(e)}")) from None
-        except ServerError as e:
-            msg = str(e) if str(e).startswith(f"{method} {self.url(path)}") else f"{method} {self.url(path)}: {e}"
-            raise ServerError(scrub(msg)) from None
+        total = t
+        with Deadline(total + BACKSTOP_S) as dl:
+            try:
+                with self._send(method, path, json_body=json_body, params=params, timeout=(min(t, 10.0), t),
+                                deadline=dl) as r:
+                    body = _read_bounded(r, MAX_JSON_BYTES, time.monotonic() + total)
+                    if not dl.expired:
+                        return r.status_code, scrub(body.decode("utf-8", errors="replace"))
+            except TRANSPORT_ERRORS as e:
+                if not dl.expired or _own_timeout(e):
+                    raise ServerError(scrub(f"{method} {self.url(path)}: {describe_exception(e)}")) from None
+            except ServerError as e:
+                if not dl.expired or _own_timeout(e):
+                    msg = str(e) if str(e).startswith(f"{method} {self.url(path)}") else f"{method} {self.url(path)}: {e}"
+                    raise ServerError(scrub(msg)) from None
+        raise ServerError(f"{method} {self.url(path)}: {timed_out(total)}")
 
     def get_json(self, path: str, timeout: float | None = None):
         """Parsed JSON of a 200 reply, else None (the endpoint is absent or broken). Transport errors raise."""
@@ -198,17 +216,33 @@ class ServerClient:
 
     def _stream_events(self, path: str, body: dict, *, timeout: float,
                        max_bytes: int) -> Iterator[tuple[float, dict | None]]:
+        with Deadline(timeout + BACKSTOP_S) as dl:
+            try:
+                yield from self._stream_within(path, body, timeout, max_bytes, dl)
+            except (*TRANSPORT_ERRORS, ServerError) as e:
+                if not dl.expired or _own_timeout(e):
+                    if isinstance(e, ServerError):
+                        raise
+                    raise StreamError(f"POST {self.url(path)}: {describe_exception(e)}") from None
+            if dl.expired:  # whatever the library made of the socket shut under it
+                raise StreamError(f"POST {self.url(path)}: {timed_out(timeout)}")
+
+    def _stream_within(self, path: str, body: dict, timeout: float, max_bytes: int,
+                       dl: Deadline) -> Iterator[tuple[float, dict | None]]:
         deadline = time.monotonic() + timeout
         try:
-            resp = self._send("POST", path, json_body=body, timeout=(min(timeout, 10.0), timeout))
+            resp = self._send("POST", path, json_body=body, timeout=(min(timeout, 10.0), timeout), deadline=dl)
         except TRANSPORT_ERRORS as e:
             raise StreamError(f"POST {self.url(path)}: {describe_exception(e)}") from None
         with resp:
+            if dl.expired:
+                return
             if resp.status_code != 200:
                 try:
                     text = _read_bounded(resp, 64 << 10, deadline, truncate=True)
                 except (*TRANSPORT_ERRORS, ServerError):
                     text = b""
+                text = self.credentials.scrub(text.decode("utf-8", errors="replace"))  # before it is cut short
                 raise StreamError(f"POST {self.url(path)} -> {resp.status_code} {snippet(text)!r}")
             n_lines = 0
             try:
@@ -233,6 +267,30 @@ class ServerClient:
             except TRANSPORT_ERRORS as e:
                 raise StreamError(f"stream from {path} broke after {n_lines} lines: {describe_exception(e)}") from None
             raise StreamError(f"stream from {path} ended before [DONE] after {n_lines} lines")
+
+
+def _connects_to(url: str) -> str:
+    """Where the HTTP library would connect for ``url``, said where Python's urlsplit reads another host in it."""
+    try:
+        u = urllib3.util.parse_url(url)
+    except (ValueError, urllib3.exceptions.LocationParseError):
+        return " (a URL the HTTP library cannot read)"
+    if origin(url) is not None:
+        return ""
+    return f" (read by the HTTP library as host {u.host}, port {u.port or 'default'})"
+
+
+def _own_timeout(e: BaseException) -> bool:
+    """A timeout of its own (the server silent for a read's time, or the stream's deadline checked between chunks):
+    said as it is, also when the total deadline passed at the same moment."""
+    if isinstance(e, ServerError):
+        return "read timeout" in str(e) or "connect timeout" in str(e) or "request timeout" in str(e)
+    return describe_exception(e) in ("read timeout", "connect timeout")
+
+
+def timed_out(seconds: float) -> str:
+    return (f"request timeout: no complete answer within {seconds:g} s (a total deadline: the server kept the "
+            f"exchange going without finishing it)")
 
 
 def _says_not_done(body: str) -> bool:

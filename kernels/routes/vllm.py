@@ -6,10 +6,11 @@ Sources (the vllm 0.34.0 sources; kbench/recommend/engines.toml cites them per s
   run by the TRT-LLM decode kernel with q_len_per_req and the draft mask (flashinfer.py:1934-1963, 2728-2746) in a
   CUDA graph; no plan() for it;
 - FLASH_ATTN (the default off SM100): vllm-flash-attn's FlashAttention-3 via flash_attn_varlen_func, the split
-  schedule made by get_scheduler_metadata in every build() (flash_attn.py:1235-1236, 1290-1291);
+  schedule made by get_scheduler_metadata in every build() (flash_attn.py:1290-1291 splits the packed cache, 1437-1462 calls the kernel);
 - FLASHINFER with use_trtllm_attention false: BatchPrefillWithPagedKVCacheWrapper(backend auto: fa2 for every
   draft-extend shape from FlashInfer 0.7.4) planned every step from host offsets (flashinfer.py:1477-1482), run
-  eagerly between the CUDA-graph pieces.
+  eagerly between the CUDA-graph pieces; its build reads seq_lens back from the GPU every step
+  (flashinfer.py:1696-1706), so its host work waits for the GPU.
 """
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ FLASHINFER_PREFILL = PagedPrefillRoute(
     source="v1/attention/backends/flashinfer.py:1058-1071, 1477-1482",
     description="vLLM FLASHINFER with use_trtllm_attention false: fa2 paged prefill (auto), causal, plan() every "
                 "step from host offsets, run eagerly")
+# its metadata build copies seq_lens to the host every step (needs_seq_lens_cpu when a path is not TRT-LLM:
+# v1/attention/backends/flashinfer.py:1696-1706, `seq_lens.cpu()` under gpu_sync_allowed): it waits for the GPU
+FLASHINFER_PREFILL.host_waits_for_gpu = True
+FLASHINFER_PREFILL.host_work += "; seq_lens read back from the GPU every step (waits for it)"
 
 
 FLASH_ATTN = KernelRoute(
@@ -45,7 +50,7 @@ FLASH_ATTN = KernelRoute(
     # FlashAttentionMetadataBuilder.build(): the decode batch's copies, then FA3's split schedule made every step
     # by get_scheduler_metadata (a small GPU kernel launched from the host, no wait)
     metadata=in_turn(host_to_gpu_copies, scheduler_metadata),
-    source="v1/attention/backends/flash_attn.py:1235-1236, 1290-1291; config/attention.py:66",
+    source="v1/attention/backends/flash_attn.py:1290-1291, 1437-1462; config/attention.py:66",
     description="vLLM FLASH_ATTN (the Hopper default): vLLM's FlashAttention-3 with the AOT split schedule, 32 "
                 "splits under full CUDA graphs",
     host_work="block table and KV lengths copied host to GPU, then get_scheduler_metadata (the split schedule)",

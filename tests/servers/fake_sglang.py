@@ -46,6 +46,14 @@ class Faults:
     # a path under /r/ is served as the path without it (so a redirect to this server's own URL lands)
     redirect_to: str | None = None
     redirect_status: int = 307
+    # (path, status): that path answered with the status and a page quoting the Authorization header it got, and
+    # its secret (a Basic password decoded, or a Bearer key) raw, HTML-escaped, percent-encoded and JSON-escaped,
+    # as an error page or a gateway's log line may
+    echo_auth: tuple | None = None
+    # every path but /health never finishes its answer: "continue" sends `100 Continue` interim responses for ever,
+    # "header-drip" the status line, then one header byte every drip seconds for ever
+    stall: str | None = None
+    drip: float = 0.5
 
 
 @dataclass
@@ -163,10 +171,16 @@ class _Handler(BaseHTTPRequestHandler):
         return u.path[2:] if u.path.startswith("/r/") else u.path
 
     def _refused(self, path: str) -> bool:
-        """Answers a redirect or a 401 when the faults ask for one (True: answered)."""
+        """Answers a redirect, a 401, a stall or an echo when the faults ask for one (True: answered)."""
         f = self.server_obj.faults
         if path == "/health":
             return False
+        if f.stall:
+            self._stall(f.stall, f.drip)
+            return True
+        if f.echo_auth and path == f.echo_auth[0]:
+            self._echo_auth(f.echo_auth[1])
+            return True
         if f.redirect_to and not self.path.startswith("/r/"):
             self.send_response(f.redirect_status)
             self.send_header("Location", f.redirect_to.rstrip("/") + "/r" + self.path)
@@ -181,6 +195,30 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(401, {"error": f"unauthorized: {name} {self.headers.get(name)!r} was not accepted"})
                 return True
         return False
+
+    def _stall(self, how: str, drip: float) -> None:
+        self.close_connection = True
+        try:
+            if how == "header-drip":
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            for _ in range(100_000):  # hours: far beyond any test
+                self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n" if how == "continue" else b"X")
+                self.wfile.flush()
+                time.sleep(drip)
+        except OSError:
+            pass  # the client gave up
+
+    def _echo_auth(self, status: int) -> None:
+        import base64
+        import html
+        from urllib.parse import quote
+
+        auth = self.headers.get("Authorization") or ""
+        kind, _, cred = auth.partition(" ")
+        secret = base64.b64decode(cred).decode("latin-1").partition(":")[2] if kind == "Basic" else cred
+        page = (f"<html><body>denied: Authorization {html.escape(auth)}; password {html.escape(secret)}; "
+                f"url-form {quote(secret, safe='')}; raw {secret}; json {json.dumps(secret)}</body></html>")
+        self._send(status, page, "text/html")
 
     def _send(self, status: int, body, ctype="application/json"):
         data = (json.dumps(body) if not isinstance(body, str) else body).encode()

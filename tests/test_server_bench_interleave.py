@@ -1,0 +1,168 @@
+"""The interleaved A/B (kbench.server.interleave) against two SGLang-protocol test servers: the ABBA order seen by
+the servers, two run folders whose samples pair round by round, the switch command of one server, a failed batch,
+and the bad inputs (one line, exit 2). The real vLLM A/B is in test_server_bench_vllm.py."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from fake_sglang import FakeSGLang, Faults  # noqa: E402
+
+from kbench.runs.store import load_run  # noqa: E402
+from kbench.server import ServerBenchConfig  # noqa: E402
+from kbench.server.interleave import run_interleaved, schedule  # noqa: E402
+
+
+@pytest.fixture
+def two(model_dir):
+    a = FakeSGLang(Faults(model_path=str(model_dir))).start()
+    b = FakeSGLang(Faults(model_path=str(model_dir))).start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+def cfg(a, b, tmp_path, **kw) -> ServerBenchConfig:
+    base = dict(url=a.url, url_b=b.url if b else None, backend="sglang", batch_sizes=(1, 2), input_lens=(16,),
+                output_lens=(4,), skip_warmup=True, repeat=4, run_name="ab", out_dir=tmp_path / "results",
+                request_timeout=10)
+    base.update(kw)
+    return ServerBenchConfig(**base)
+
+
+def cli(*args):
+    from kbench.cli.main import cli as group
+
+    return CliRunner().invoke(group, ["server-bench", *map(str, args)], env={"COLUMNS": "200"})
+
+
+def test_the_schedule_is_abba_per_case_and_one_switch_per_round_for_one_server():
+    two_servers = schedule(2, 4, "two-servers")
+    case0 = "".join(s for _, c, s in two_servers if c == 0)
+    case1 = "".join(s for _, c, s in two_servers if c == 1)
+    assert case0 == "abbaabba" and case1 == "baabbaab"
+    one = "".join(s for _, _, s in schedule(2, 4, "switch"))
+    assert one == "aabbbbaaaabbbbaa"  # A's cases then B's, then B's then A's: a switch per round
+
+
+def test_servers_see_the_batches_in_abba_order_and_the_runs_pair_round_by_round(two, tmp_path):
+    a, b = two
+    ab = run_interleaved(cfg(a, b, tmp_path))
+    assert ab.exit_code == 0 and ab.mode == "two-servers"
+    seen = sorted([(r.t, "a", len(r.body["input_ids"])) for r in a.seen("/generate")]
+                  + [(r.t, "b", len(r.body["input_ids"])) for r in b.seen("/generate")])
+    order = {bs: "".join(side for _, side, n in seen if n == bs) for bs in (1, 2)}
+    assert order == {1: "abbaabba", 2: "baabbaab"}, seen
+    ma, mb = (json.loads((r.run_dir / "manifest.json").read_text()) for r in (ab.a, ab.b))
+    assert ma["interleave"]["id"] == mb["interleave"]["id"]
+    assert (ma["interleave"]["side"], mb["interleave"]["side"]) == ("a", "b")
+    assert ma["interleave"]["other"] == ab.b.run_dir.name and mb["interleave"]["other"] == ab.a.run_dir.name
+    assert ma["interleave"]["rounds"] == 4 and ma["interleave"]["order"] == "ABBA"
+    assert ab.a.run_dir.name.startswith("server-bench-ab-a-") and ab.b.run_dir.name.startswith("server-bench-ab-b-")
+    rows_a, rows_b = load_run(ab.a.run_dir).rows, load_run(ab.b.run_dir).rows
+    assert list(rows_a["case_id"]) == list(rows_b["case_id"]) == ["bs1-in16-out4", "bs2-in16-out4"]
+    assert all(len(x) == 4 for x in rows_a["latency_samples"]) and all(len(x) == 4 for x in rows_b["latency_samples"])
+    # the same prompts on both sides
+    assert [r.body["input_ids"] for r in a.seen("/generate")][:1] == [r.body["input_ids"] for r in b.seen("/generate")][:1]
+
+
+def test_the_cli_prints_the_rounds_and_the_gate_command_and_the_gate_pairs_them(two, tmp_path):
+    a, b = two
+    res = cli("--url", a.url, "--url-b", b.url, "--backend", "sglang", "--batch-size", "1", "--input-len", "16",
+              "--output-len", "4", "--skip-warmup", "--repeat", "7", "--run-name", "ab", "--out", tmp_path / "r")
+    assert res.exit_code == 0, res.output
+    assert "round 7/7 bs1-in16-out4:" in res.output and "the verdict: kbench gate --baseline" in res.output
+    ra, rb = sorted((tmp_path / "r").glob("server-bench-ab-*"))
+    from gate_synth import gate_cli
+
+    g = gate_cli("--baseline", ra, "--candidate", rb)
+    assert g.exit_code in (0, 1), g.output
+    out = " ".join(g.output.split())
+    assert "noise: paired, the 7 ABBA rounds of one interleaved run" in out
+    assert ("PASS: B is" in out) == (g.exit_code == 0)
+
+
+def test_a_slower_b_fails_the_paired_gate(two, tmp_path):
+    a, b = two
+    b.faults.first_token_delay = 0.3  # B's prefill 300 ms slower: far beyond the noise of a busy 2-core machine
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=8))
+    from kbench.gate import run_gate
+
+    res = run_gate(ab.a.run_dir, ab.b.run_dir)
+    assert not res.passed
+    assert res.summary_line().startswith("FAIL: B is slower in the decode-heavy case (bs1-in16-out4: latency +")
+    lat = next(r for r in res.rows if r.metric == "latency")
+    assert lat.method == "wilcoxon" and lat.p_value == pytest.approx(1 / 256)
+
+
+def test_one_server_switched_by_a_command_between_phases(model_dir, tmp_path):
+    with FakeSGLang(Faults(model_path=str(model_dir))) as srv:
+        log = tmp_path / "switches.log"
+        cmd = f"echo {{side}} $KBENCH_AB_SIDE >> {log}"
+        ab = run_interleaved(cfg(srv, None, tmp_path, switch_command=cmd, repeat=4))
+        assert ab.mode == "switch" and ab.switches == 5
+        # before A's first phase, then A B | B A | A B | B A: a switch per round
+        assert log.read_text().splitlines() == ["a a", "b b", "a a", "b b", "a a"]
+        assert len(load_run(ab.b.run_dir).rows["latency_samples"][0]) == 4
+
+
+def test_a_failing_switch_command_is_one_line(model_dir, tmp_path):
+    with FakeSGLang(Faults(model_path=str(model_dir))) as srv:
+        res = cli("--url", srv.url, "--switch-command", "exit 3", "--backend", "sglang", "--skip-warmup",
+                  "--repeat", "2", "--out", tmp_path / "r")
+    assert res.exit_code == 1, res.output
+    assert res.output.strip().splitlines()[-1] == "error: --switch-command for side A exited 3: exit 3"
+
+
+def test_a_and_b_serving_different_models_is_bad_input(tmp_path):
+    with FakeSGLang(Faults(model_path="org/model-a")) as a, FakeSGLang(Faults(model_path="org/model-b")) as b:
+        res = cli("--url", a.url, "--url-b", b.url, "--backend", "sglang", "--vocab-size", "512", "--skip-warmup",
+                  "--out", tmp_path / "r")
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == ["error: A and B serve different models ('org/model-a' vs "
+                                               "'org/model-b'): an A/B compares one model with one setting changed; "
+                                               "give both sides the same --model"]
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--url-b", "http://127.0.0.1:1", "--switch-command", "true"], "--url-b and --switch-command: give one"),
+    (["--url-b", "ftp://x"], "--url 'ftp://x': expected http://HOST:PORT or https://HOST:PORT"),
+    (["--url-b", "http://u:secret@127.0.0.1:1"], "--url-b: a password in B's URL is not supported"),
+    (["--switch-command", "true", "--switch-timeout", "0"], "--switch-timeout 0.0: must be a number of seconds > 0"),
+])
+def test_bad_interleave_options_are_one_line(tmp_path, args, msg):
+    res = cli("--url", "http://127.0.0.1:9", *args, "--out", tmp_path / "r")
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0], res.output
+    assert "secret" not in res.output
+
+
+def test_a_failed_batch_fails_the_case_on_both_sides(two, tmp_path):
+    a, b = two
+    b.faults.stream_plan = ["ok", "truncate"]  # B's second batch (round 0 of bs2, which B starts) ends early
+    ab = run_interleaved(cfg(a, b, tmp_path))
+    assert ab.exit_code == 1
+    ra = {r.case_id: r for r in ab.a.rows}
+    rb = {r.case_id: r for r in ab.b.rows}
+    assert rb["bs2-in16-out4"].status == "failed" and ra["bs2-in16-out4"].status == "failed"
+    assert ra["bs2-in16-out4"].reason.startswith("the paired batch on B failed:")
+    assert ra["bs1-in16-out4"].status == rb["bs1-in16-out4"].status == "ok"
+    assert len(b.seen("/generate")) == 2 + 3  # bs2's remaining rounds were not sent
+    from kbench.gate import run_gate
+
+    res = run_gate(ab.a.run_dir, ab.b.run_dir)
+    assert not res.passed and res.summary_line().startswith(
+        "FAIL: B fails in 1 of the 2 decode-heavy cases (bs2-in16-out4: failed), within noise in the other 1.")
+
+
+def test_an_interleaved_half_is_not_resumed(two, tmp_path):
+    a, b = two
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=2))
+    res = cli("--resume", ab.b.run_dir, "--url", b.url)
+    assert res.exit_code == 2
+    assert "one side of an interleaved A/B, which is not resumed" in res.output
