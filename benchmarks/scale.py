@@ -1,7 +1,14 @@
 """`kbench report` and `kbench gate` on a generated sweep run of 100,000 (or 300,000) rows, with its tables and
 from its journal alone: wall time and peak memory of each.
 
-    python benchmarks/scale.py [--dir DIR] [--cases-scale 1.0|3.0] [--only report|gate] [--form parquet|journal]
+    python benchmarks/scale.py [--dir DIR] [--cases-scale 1.0|3.0] [--shape axes|kv|batch|all] [--only report|gate]
+                               [--form parquet|journal] [--same-base] [--generate-only] [--pythonpath DIR]
+
+--shape: how the rows spread over the axes, each 100,352 rows at --cases-scale 1.0 and 301,056 at 3.0 (runs under
+DIR/SHAPE): `axes` (the default, below: few values on many axes), `kv` (hundreds of KV lengths: 98 x scale
+lengths 112 tokens apart from 512, x 8 batch sizes x q_len 1..16, the realistic axes at their defaults) and
+`batch` (hundreds of batch sizes: 1..112 x scale, x 7 kv_len x q_len 1..16). A report must not cost more for a
+grid with more distinct values on an axis.
 
 Generates two sweep run folders as kbench writes them (manifest.json, rows.jsonl, rows.parquet, rows.csv;
 written by kbench's own RunWriter) over the realistic axes: 8 kernels (the reference and trtllm-context
@@ -61,18 +68,37 @@ HEADS = (32, 8, 128)
 COPY_BW = 4300.0
 
 
-def _cases(scale: float):
-    from kbench.cases.case import Case
+SHAPES = {  # --shape: how the rows spread over the axes (each 301,056 rows at --cases-scale 3.0)
+    "axes": "few values on many axes: q_len 1..16 x batch sizes x 7 kv_len x kv_dist x q_dist x sinks x power",
+    "kv": "hundreds of KV lengths (a fine KV sweep): q_len 1..16 x 8 batch sizes x 98 x scale kv_len",
+    "batch": "hundreds of batch sizes: q_len 1..16 x 112 x scale batch sizes x 7 kv_len",
+}
 
+
+def _axes(shape: str, scale: float) -> dict[str, list]:
+    """The grid of one shape: {axis: values}, the realistic axes at their defaults outside the "axes" shape."""
+    fixed = {"kv_dist": ["fixed"], "q_dist": ["fixed"], "sinks": ["off"], "power": ["unthrottled"]}
+    if shape == "kv":  # 98 x scale KV lengths, 112 tokens apart from 512 (3.0: 294 lengths, 512..33,328)
+        return {**GRID, **fixed, "batch_size": [1, 2, 4, 8, 16, 32, 64, 128],
+                "kv_len": [512 + 112 * i for i in range(max(1, round(98 * scale)))]}
+    if shape == "batch":  # every batch size from 1 (3.0: 1..336)
+        return {**GRID, **fixed, "batch_size": list(range(1, max(1, round(112 * scale)) + 1))}
     bss = (GRID["batch_size"][: max(1, round(len(GRID["batch_size"]) * scale))] if scale < 1
            else MORE_BATCH_SIZES[: round(len(GRID["batch_size"]) * scale)])
-    for power in GRID["power"]:
-        for kv_dist in GRID["kv_dist"]:
-            for q_dist in GRID["q_dist"]:
-                for sinks in GRID["sinks"]:
-                    for bs in bss:
-                        for kv in GRID["kv_len"]:
-                            for q in GRID["q_len"]:
+    return {**GRID, "batch_size": bss}
+
+
+def _cases(scale: float, shape: str = "axes"):
+    from kbench.cases.case import Case
+
+    g = _axes(shape, scale)
+    for power in g["power"]:
+        for kv_dist in g["kv_dist"]:
+            for q_dist in g["q_dist"]:
+                for sinks in g["sinks"]:
+                    for bs in g["batch_size"]:
+                        for kv in g["kv_len"]:
+                            for q in g["q_len"]:
                                 yield Case(batch_size=bs, q_len=q, kv_len=kv, num_qo_heads=HEADS[0],
                                            num_kv_heads=HEADS[1], head_dim=HEADS[2], kv_dist=kv_dist,
                                            q_dist=q_dist, sinks=sinks, power=power)
@@ -120,7 +146,8 @@ def _row(kernel, path, c, median, rng):
                         roofline_frac=bw / COPY_BW, sm_clock_mhz=1980.0, **base)
 
 
-def generate(path: Path, seed: int, scale: float, noise: float = 0.0, regress: float = 0.0) -> int:
+def generate(path: Path, seed: int, scale: float, noise: float = 0.0, regress: float = 0.0,
+             shape: str = "axes") -> int:
     """One run folder; noise: per-row run-to-run spread of the medians; regress: fraction of ok rows 10% slower."""
     from kbench.runs import store
 
@@ -135,7 +162,7 @@ def generate(path: Path, seed: int, scale: float, noise: float = 0.0, regress: f
     try:
         w = store.RunWriter(path, manifest)
         n = 0
-        for c in _cases(scale):
+        for c in _cases(scale, shape):
             times = _times(c)
             for kernel, kpath in KERNELS:
                 t = times.get(kernel, 1.0)
@@ -158,7 +185,9 @@ def measure(cmd: list[str], log: Path, pythonpath: str | None = None) -> dict:
         env["PYTHONPATH"] = pythonpath
     t0 = time.perf_counter()
     with open(log, "wb") as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        # run from the work folder: `python -m` puts the current folder first on sys.path, so from the checkout's
+        # root --pythonpath's older kbench was shadowed by the checkout's own (every "before" timed the new code)
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
         _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
@@ -167,69 +196,97 @@ def measure(cmd: list[str], log: Path, pythonpath: str | None = None) -> dict:
             "lines": len(text.splitlines()), "tail": text.splitlines()[-3:]}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=Path("/tmp/kbench-scale"), help="work folder (runs kept here)")
-    ap.add_argument("--cases-scale", type=float, default=1.0,
-                    help="fraction of the batch sizes to generate (1.0: 100,352 rows; 3.0: 301,056 rows, more "
-                         "batch sizes; less than 1 for a quick try)")
-    ap.add_argument("--regenerate", action="store_true", help="generate the runs again even if they exist")
-    ap.add_argument("--only", choices=("report", "gate"), default=None, help="time one command only")
-    ap.add_argument("--form", choices=("parquet", "journal"), default=None, help="time one form of the run only")
-    ap.add_argument("--pythonpath", default=None, metavar="DIR",
-                    help="time the kbench found in DIR instead (an older commit: git archive COMMIT, with cli/, "
-                         "kernels/ and scenarios/ copied into kbench/ as the install lays them out)")
-    a = ap.parse_args()
+def prepare(d: Path, shape: str, scale: float, regenerate: bool, same_base: bool = False) -> dict[str, Path] | None:
+    """The candidate run of one shape in both forms ({form: run folder}) and its baseline, generated under ``d``
+    unless there with the same parameters; None when kbench baseline failed. same_base: the baseline is made from
+    the candidate itself (half the generating; the gate reads and compares as many rows, its verdicts all pass)."""
     kbench = [sys.executable, "-m", "kbench.cli.main"]
-    d = a.dir
-    stamp = {"grid": GRID, "scale": a.cases_scale, "version": 2}
+    stamp = {"grid": _axes(shape, scale), "scale": scale, "shape": shape, "version": 3, "same_base": same_base}
     have = d / "params.json"
-    if a.regenerate or not have.exists() or json.loads(have.read_text()) != stamp:
+    if regenerate or not have.exists() or json.loads(have.read_text()) != stamp:
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
         t0 = time.perf_counter()
         # generated in a spawned process: Linux counts a parent's peak RSS into every child it forks and execs
         # (the old address space's high-water mark), so kbench timed from a process that had held 100,000 rows
         # read as 1.7 GiB whatever it used itself
-        with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
-            n = ex.submit(generate, d / "candidate", seed=1, scale=a.cases_scale, regress=0.01).result()
-            ex.submit(generate, d / "base-run", seed=2, scale=a.cases_scale, noise=0.01).result()
-        print(f"generated 2 runs of {n:,} rows in {time.perf_counter() - t0:.0f} s under {d}", flush=True)
-        b = measure([*kbench, "baseline", str(d / "base-run"), "--name", "scale-base", "--out", str(d / "baselines")],
+        # (the two runs side by side: generating is most of a first benchmark's time)
+        with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as ex:
+            cand = ex.submit(generate, d / "candidate", seed=1, scale=scale, regress=0.01, shape=shape)
+            base = None if same_base else ex.submit(generate, d / "base-run", seed=2, scale=scale, noise=0.01,
+                                                    shape=shape)
+            n, _ = cand.result(), base and base.result()
+        print(f"{shape}: generated 2 runs of {n:,} rows in {time.perf_counter() - t0:.0f} s under {d}", flush=True)
+        b = measure([*kbench, "baseline", str(d / ("candidate" if same_base else "base-run")), "--name", "scale-base",
+                     "--out", str(d / "baselines")],
                     d / "baseline.log")
         if b["rc"] != 0:
             print(f"kbench baseline failed (exit {b['rc']}): {b['tail']}")
-            return 2
+            return None
         have.write_text(json.dumps(stamp))
-    rows = json.loads((d / "candidate" / "manifest.json").read_text()).get("num_rows")
     journal_only = d / "candidate-journal"
     if not (journal_only / "rows.jsonl").exists():  # the same run as an interrupted sweep leaves it: no tables
         journal_only.mkdir(exist_ok=True)
         shutil.copy(d / "candidate" / "manifest.json", journal_only / "manifest.json")
         shutil.copy(d / "candidate" / "rows.jsonl", journal_only / "rows.jsonl")
-    forms = {"parquet": d / "candidate", "journal": journal_only}
-    print(f"{rows:,} rows per run; output of each command in {d}/<command>-<form>.log "
-          "(form: parquet = a complete run, journal = the same run with only manifest.json and rows.jsonl)")
-    print(f"{'command':<8} {'form':<8} {'exit':>4} {'wall s':>8} {'cpu s':>8} {'peak MiB':>9} {'lines':>6}  target")
+    return {"parquet": d / "candidate", "journal": journal_only}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/kbench-scale"), help="work folder (runs kept here)")
+    ap.add_argument("--cases-scale", type=float, default=1.0,
+                    help="how many values the shape's large axis gets (1.0: 100,352 rows; 3.0: 301,056 rows; "
+                         "less than 1 for a quick try)")
+    ap.add_argument("--shape", choices=(*SHAPES, "all"), action="append", default=None,
+                    help="the grid's shape (repeatable; default: axes): " + "; ".join(f"{k}: {v}" for k, v in
+                                                                                      SHAPES.items()))
+    ap.add_argument("--regenerate", action="store_true", help="generate the runs again even if they exist")
+    ap.add_argument("--only", choices=("report", "gate"), default=None, help="time one command only")
+    ap.add_argument("--generate-only", action="store_true", help="generate the shapes' runs, time nothing")
+    ap.add_argument("--same-base", action="store_true",
+                    help="make the baseline from the candidate itself (no second run to generate; the gate reads "
+                         "and compares as many rows, but every row passes)")
+    ap.add_argument("--form", choices=("parquet", "journal"), default=None, help="time one form of the run only")
+    ap.add_argument("--pythonpath", default=None, metavar="DIR",
+                    help="time the kbench found in DIR instead (an older commit: git archive COMMIT, with cli/, "
+                         "kernels/ and scenarios/ copied into kbench/ as the install lays them out)")
+    a = ap.parse_args()
+    kbench = [sys.executable, "-m", "kbench.cli.main"]
+    shapes = list(SHAPES) if "all" in (a.shape or []) else list(dict.fromkeys(a.shape or ["axes"]))
+    print("output of each command in DIR/SHAPE/<command>-<form>.log (form: parquet = a complete run, journal = "
+          "the same run with only manifest.json and rows.jsonl)")
+    print(f"{'shape':<6} {'command':<8} {'form':<8} {'rows':>8} {'exit':>4} {'wall s':>8} {'cpu s':>8} "
+          f"{'peak MiB':>9} {'lines':>6}  target", flush=True)
     ok = True
-    for form, cand in forms.items():
-        if a.form and form != a.form:
+    for shape in shapes:
+        d = a.dir / shape
+        forms = prepare(d, shape, a.cases_scale, a.regenerate, a.same_base)
+        if forms is None:
+            return 2
+        rows = json.loads((d / "candidate" / "manifest.json").read_text()).get("num_rows")
+        if a.generate_only:
+            print(f"{shape}: {rows:,} rows per run under {d}", flush=True)
             continue
-        cmds = {"report": [*kbench, "report", str(cand), "--out", str(d / f"report-{form}"), "--max-rows", "5"],
-                "gate": [*kbench, "gate", "--baseline", str(d / "baselines" / "scale-base"), "--candidate",
-                         str(cand)]}
-        for name, cmd in cmds.items():
-            if a.only and name != a.only:
+        for form, cand in forms.items():
+            if a.form and form != a.form:
                 continue
-            r = measure(cmd, d / f"{name}-{form}.log", a.pythonpath)
-            t_max, m_max = TARGETS[name]
-            met = r["wall_s"] <= t_max and r["rss_mib"] <= m_max
-            ok &= met
-            print(f"{name:<8} {form:<8} {r['rc']:>4} {r['wall_s']:>8.1f} {r['cpu_s']:>8.1f} {r['rss_mib']:>9.0f} "
-                  f"{r['lines']:>6}  <= {t_max:.0f} s, <= {m_max:.0f} MiB: {'met' if met else 'MISSED'}", flush=True)
-            if r["rc"] not in (0, 1):
-                print(f"  {name} failed: {r['tail']}")
-                ok = False
+            cmds = {"report": [*kbench, "report", str(cand), "--out", str(d / f"report-{form}"), "--max-rows", "5"],
+                    "gate": [*kbench, "gate", "--baseline", str(d / "baselines" / "scale-base"), "--candidate",
+                             str(cand)]}
+            for name, cmd in cmds.items():
+                if a.only and name != a.only:
+                    continue
+                r = measure(cmd, d / f"{name}-{form}.log", a.pythonpath)
+                t_max, m_max = TARGETS[name]
+                met = r["wall_s"] <= t_max and r["rss_mib"] <= m_max
+                ok &= met
+                print(f"{shape:<6} {name:<8} {form:<8} {rows:>8,} {r['rc']:>4} {r['wall_s']:>8.1f} {r['cpu_s']:>8.1f} "
+                      f"{r['rss_mib']:>9.0f} {r['lines']:>6}  <= {t_max:.0f} s, <= {m_max:.0f} MiB: "
+                      f"{'met' if met else 'MISSED'}", flush=True)
+                if r["rc"] not in (0, 1):
+                    print(f"  {name} failed: {r['tail']}")
+                    ok = False
     return 0 if ok else 1
 
 

@@ -43,8 +43,8 @@ def _group_filters(f):
 
 
 @click.command("recommend", epilog=examples(
-    "kbench recommend results/baselines/h200-draft-extend-full-kv512-4096-32768 --engine sglang "
-    "--batch-size 1@3,2@2,4@1 --q-len 8 --kv-len lognormal:4096:0.5:8 --verify-layers 32",
+    "kbench recommend results/baselines/h100-engine-routes-kv4096 --engine sglang "
+    "--batch-size 1@3,4@2,16@1 --q-len 4 --kv-len 4096 --verify-layers 32   # a run with routes: priced",
     "kbench recommend report/policy.json --engine vllm --workload RUN/workload.jsonl --json   # server-bench's batches",
     "kbench recommend --settings --engine sglang --markdown -   # the engine-settings table with its source lines"))
 @click.argument("sources", nargs=-1, metavar="RUN_OR_POLICY")

@@ -249,7 +249,10 @@ CPU_WARN_S = 180
 
 
 def cpu_sweep_warning(n_cases: int, timing) -> str | None:
-    """On a CPU (no CUDA): a warning when the sweep will take more than a few minutes, with how to narrow it."""
+    """On a CPU (no CUDA): a warning when the sweep will take more than a few minutes, with how to narrow it. The
+    figure (cases x (budget + CPU_S_PER_CASE)) is no bound either way: a case stops early when its spread is small,
+    and runs past its budget when three reference calls take longer (a batch of 64 x 4096 KV tokens: about 20 s a
+    call on a 2-core machine, so 8 such cases took 10 minutes where the figure said a few seconds each); it says so."""
     import torch
 
     if torch.cuda.is_available():
@@ -257,9 +260,10 @@ def cpu_sweep_warning(n_cases: int, timing) -> str | None:
     est = n_cases * (max(timing.budget_s, timing.min_time_s) + CPU_S_PER_CASE)
     if est <= CPU_WARN_S:
         return None
-    return (f"on a CPU these {n_cases} cases take up to about {est / 60:.0f} min (the reference is timed up to "
-            f"{timing.budget_s:g} s per case; the FlashInfer kernels need a GPU); narrow the grid with "
-            f"--batch-size/--q-len/--kv-len, or lower --budget")
+    return (f"on a CPU these {n_cases} cases take about {est / 60:.0f} min or more (a rough figure, not a bound: each "
+            f"case's reference is timed up to {timing.budget_s:g} s but at least 3 calls, and a call takes milliseconds "
+            f"to tens of seconds as the batch's KV grows); narrow the grid with --batch-size/--q-len/--kv-len, or "
+            f"lower --budget")
 
 
 def sweep_header(console: Console, sc, n_cases: int, shard: tuple[int, int] | None = None) -> None:

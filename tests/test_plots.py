@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from helpers import BASELINE, run_cli
 
 from kbench.runs.store import load_run
@@ -105,3 +106,78 @@ def test_roofline_of_a_run_with_a_read_ceiling_is_the_read_roofline_and_names_it
     assert max(max(c.get_offsets()[:, 1]) for c in roof.collections) <= 1.0
     caption = dict((p.name, c) for p, c in rep.plots)["roofline.png"]
     assert caption == f"Fraction of the read roofline per kernel (the measured read ceiling, {read:,.0f} GB/s)"
+
+
+def _fine_grid_rows(bss, kvs, qs):
+    from report_synth import DECODE, FA2, case, row
+
+    rows = []
+    for bs in bss:
+        for kv in kvs:
+            for q in qs:
+                c = case(bs, q, kv)
+                rows += [row(DECODE, c, 10.0 + q + kv / 1000), row(FA2, c, 12.0 + bs / 10 + kv / 2000)]
+    return rows
+
+
+
+@pytest.mark.parametrize("shape,bss,kvs,qs", [
+    ("hundreds of KV lengths", (1, 16), [512 + 112 * i for i in range(150)], (1, 4)),
+    ("hundreds of batch sizes", range(1, 151), (4096,), (1, 8)),
+    ("many q_len values", (16,), (4096,), range(1, 61)),
+    ("few values, every one drawn", (1, 16), (512, 4096), range(1, 9)),
+])
+def test_a_heatmap_is_bounded_whatever_the_grid_shape(shape, bss, kvs, qs, tmp_path, monkeypatch):
+    """What a report draws must not grow with the number of distinct values on an axis: at most HEATMAP_MAX values
+    per axis (panels, rows, columns), the smallest and largest among them, and the figure and the report's caption
+    say how many were left out; a grid within the limits is drawn whole, with no such note."""
+    from report_synth import write_run
+
+    from kbench.report import plots
+    from kbench.report.build import build_report
+
+    figs = {}
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.setdefault(Path(path).name, fig) and
+                        real(fig, path, **kw))
+    run = write_run(tmp_path / "run", _fine_grid_rows(bss, kvs, qs))
+    rep = build_report(run, tmp_path / "rep")
+    (heat,) = [f for n, f in figs.items() if n.startswith("speedup-heatmap")]
+    panels = [a for a in heat.axes if a.get_images()]
+    limit = plots.HEATMAP_MAX
+    kv_drawn = [int(a.get_title().split()[-1]) for a in panels]
+    assert len(panels) == min(len(kvs), limit["kv_len"]) and kv_drawn[0] == min(kvs) and kv_drawn[-1] == max(kvs)
+    for ax in panels:
+        ys = [int(t.get_text()) for t in ax.get_yticklabels()]
+        xs = [int(t.get_text()) for t in ax.get_xticklabels()]
+        assert len(ys) == min(len(bss), limit["batch_size"]) and ys[0] == min(bss) and ys[-1] == max(bss)
+        assert len(xs) == min(len(qs), limit["q_len"]) and xs[0] == min(qs) and xs[-1] == max(qs)
+    (caption,) = [c for p, c in rep.plots if p.name.startswith("speedup-heatmap")]
+    thinned = {a: n for a, n in (("kv_len", len(kvs)), ("batch_size", len(set(bss))), ("q_len", len(set(qs))))
+               if n > limit[a]}
+    for axis, n in thinned.items():
+        assert f"{axis} {limit[axis]} of {n} values" in caption and f"{axis} {limit[axis]} of {n}" in heat._suptitle.get_text()
+    assert ("every case is in cases.csv" in caption) == bool(thinned)
+    import pandas as pd
+
+    assert len(pd.read_csv(tmp_path / "rep" / "cases.csv")) == len(set(bss)) * len(kvs) * len(set(qs))  # every case
+
+
+def test_the_roofline_draws_at_most_its_cap_spread_over_each_kernel(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from kbench.report import plots
+
+    monkeypatch.setattr(plots, "ROOFLINE_POINTS", 100)
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: figs.append(fig) or path)
+    n = 1000
+    ok = pd.DataFrame({"kernel": ["a", "b"] * (n // 2), "path": ["decode", "context"] * (n // 2),
+                       "kv_bytes": [1e6 * (1 + i) for i in range(n)], "median_us": [10.0] * n,
+                       "kv_bandwidth_gbs": [100.0] * n, "roofline_frac": [0.5] * n})
+    plots.roofline(ok, 4000.0, tmp_path, "read")
+    ax = figs[0].axes[0]
+    drawn = [c.get_offsets() for c in ax.collections]
+    assert sum(len(d) for d in drawn) <= 100 and len(drawn) == 2  # both kernels, each over its range
+    assert all(d[:, 0].min() < 10 and d[:, 0].max() > 900 for d in drawn)
+    assert "of 1,000 measurements drawn" in ax.get_xlabel()

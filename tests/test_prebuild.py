@@ -34,9 +34,14 @@ class FakeSpec:
         self.jit_library_path = root / "cached_ops" / name / f"{name}.so"
         self.aot_path = root / "aot" / name / f"{name}.so"
 
+    extra_ldflags = None
+
     @property
     def is_aot(self):
         return self.aot
+
+    def get_compile_commands(self):  # no sources: nothing for the toolchain check to find missing
+        return []
 
     def build(self, need_lock=False):
         self.builds += 1
@@ -133,7 +138,7 @@ def test_compile_all_starts_no_process_for_prebuilt_jobs(monkeypatch):
 
 
 @pytest.mark.skipif(not __import__("shutil").which("cc"), reason="needs a C compiler for the stub")
-def test_toolchain_stubs_libcuda_and_names_missing_headers(tmp_path, monkeypatch):
+def test_toolchain_stubs_libcuda_and_adds_include_folders(tmp_path, monkeypatch):
     cuda = tmp_path / "cuda"  # a toolkit without lib64/stubs and without cuBLAS headers, no driver
     (cuda / "include").mkdir(parents=True)
     inc = tmp_path / "inc"
@@ -148,9 +153,94 @@ def test_toolchain_stubs_libcuda_and_names_missing_headers(tmp_path, monkeypatch
     out = subprocess.run(["readelf", "-d", str(stub)], capture_output=True, text=True).stdout
     assert "libcuda.so.1" in out  # the soname the driver's library has
     assert f"-I{inc}" in os.environ["NVCC_APPEND_FLAGS"] and os.environ["CPATH"] == str(inc)
-    assert any("stub" in n for n in notes) and any("cublasLt.h" in n for n in notes)
-    (inc / "cublasLt.h").write_text("")
-    assert not any("cublasLt.h" in n for n in prebuild.toolchain([str(inc)]))
+    assert any("stub" in n for n in notes)
+
+
+class CompiledSpec:
+    """A JitSpec as kbench.engine.headers reads it: its compile commands and link flags."""
+
+    def __init__(self, name, sources, dirs, ldflags=None):
+        self.name, self.sources, self.dirs, self.extra_ldflags = name, sources, dirs, ldflags
+
+    def get_compile_commands(self):
+        flags = " ".join(f"-isystem {d}" for d in self.dirs)
+        return [{"directory": "/", "file": str(s), "command": f"nvcc -c {s} {flags} -O3 -o x.o"} for s in self.sources]
+
+
+def test_headers_follow_includes_and_name_only_missing_library_headers(tmp_path, monkeypatch):
+    from kbench.engine import headers
+
+    src, inc, extra, libs = (tmp_path / d for d in ("src", "inc", "extra", "libs"))
+    for d in (src, inc / "sub", extra, libs):
+        d.mkdir(parents=True)
+    (src / "a.cu").write_text('#include "local.h"\n#include <sub/deep.h>\n')
+    (src / "local.h").write_text("#include <vector>\n#if defined(_WIN32)\n#include <windows.h>\n#endif\n")
+    (inc / "sub" / "deep.h").write_text('  #  include <cublasLt.h>\n#include "../more.h"\n')
+    (inc / "more.h").write_text("#include <curand_kernel.h>\n")
+    spec = CompiledSpec("m", [src / "a.cu"], [inc], ["-lcuda -lcublas"])
+    monkeypatch.setenv("LIBRARY_PATH", "")
+    monkeypatch.setattr(headers, "SYSTEM_LIB_DIRS", ())
+    cuda = tmp_path / "cuda"
+    (cuda / "lib64" / "stubs").mkdir(parents=True)
+    (cuda / "lib64" / "stubs" / "libcuda.so").write_text("")
+    n = headers.module_needs(spec, [], cuda)
+    # found through a quoted include, an -isystem folder and a relative quoted one; <vector>, <windows.h> not judged
+    assert n.headers == {"cublasLt.h": "cuBLAS", "curand_kernel.h": "cuRAND"} and n.libraries == ["cublas"]
+    (extra / "cublasLt.h").write_text("")
+    (extra / "curand_kernel.h").write_text("")
+    (libs / "libcublas.so").write_text("")
+    monkeypatch.setenv("LIBRARY_PATH", str(libs))
+    n = headers.module_needs(spec, [extra], cuda)
+    assert n.headers == {} and n.libraries == []
+
+
+def test_check_toolchain_refuses_in_one_line_naming_kernels_and_where_to_get_them(tmp_path, monkeypatch):
+    from kbench.engine import headers
+
+    (tmp_path / "a.cu").write_text("#include <cublas_v2.h>\n#include <cublasLt.h>\n")
+    (tmp_path / "b.cu").write_text("#include <curand_kernel.h>\n")
+    (tmp_path / "c.cu").write_text("#include <cuda_fp16.h>\n")
+    mods = [prebuild.Module("fmha", CompiledSpec("fmha", [tmp_path / "a.cu"], []), ["trtllm-fmha-v2"]),
+            prebuild.Module("fa3", CompiledSpec("fa3", [tmp_path / "b.cu"], []), ["fa3-prefill"]),
+            prebuild.Module("xqa", CompiledSpec("xqa", [tmp_path / "c.cu"], []), ["trtllm-decode"])]
+    monkeypatch.setattr(prebuild.Module, "state", property(lambda m: "missing"))
+    monkeypatch.setattr(headers, "SYSTEM_LIB_DIRS", ())
+    with pytest.raises(BadInput) as e:
+        prebuild.check_toolchain(mods, [])
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("2 of the 3 modules to build need what this toolchain lacks")
+    assert "cublasLt.h, cublas_v2.h (cuBLAS, for trtllm-fmha-v2); curand_kernel.h (cuRAND, for fa3-prefill)" in msg
+    assert "nvidia-cublas and nvidia-curand" in msg and "--include" in msg and "--kernels" in msg
+    monkeypatch.setattr(prebuild.Module, "state", property(lambda m: "cached"))  # built already: not judged
+    prebuild.check_toolchain(mods, [])
+
+
+@pytest.mark.skipif(not __import__("shutil").which("nvcc"), reason="needs nvcc (a CUDA toolkit)")
+def test_prebuild_without_library_headers_fails_before_any_compile(tmp_path):
+    """The README's prebuild on a CPU machine whose toolkit has no cuBLAS/cuRAND headers (this one): one line,
+    exit 2, in seconds, nothing compiled; with --include of a folder holding them the plan passes the check."""
+    toolkit = prebuild.cuda_home_of(__import__("shutil").which("nvcc"))
+    if toolkit is None or (toolkit / "include" / "cublasLt.h").exists():
+        pytest.skip("this toolkit has the cuBLAS headers")
+    env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws"), "COLUMNS": "300"}
+    r = kbench("prebuild", "-s", "draft-extend", "--kv-len", "4096", "--batch-size", "16,64", "--arch", "9.0a",
+               "--archive", str(tmp_path / "aot.tgz"), env=env)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    out = (r.stdout + r.stderr).strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("error: 2 of the 19 modules to build need"), out
+    assert "(cuBLAS, for trtllm-fmha-v2)" in out[0] and "(cuRAND, for fa3-prefill)" in out[0]
+    assert not (tmp_path / "aot.tgz").exists() and not list((tmp_path / "ws").rglob("*.o"))
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    for h in ("cublasLt.h", "cublas_v2.h", "curand_kernel.h"):
+        (inc / h).write_text("")
+    code = ("from kbench.cases.scenario import load_scenario, apply_overrides\n"
+            "from kbench.engine.prebuild import plan_prebuild\n"
+            "sc = apply_overrides(load_scenario('draft-extend'), kv_len='4096', batch_size='16,64')\n"
+            f"print(len(plan_prebuild([sc], '9.0a', [{str(inc)!r}]).modules))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, **env})
+    assert r.returncode == 0 and r.stdout.strip() == "19", (r.stdout, r.stderr)
 
 
 # --- the archive -------------------------------------------------------------------------------------------

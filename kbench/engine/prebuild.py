@@ -125,7 +125,7 @@ def plan(kernels, cases: list[Case], device: DeviceInfo, joined: list[Module] | 
 @dataclass
 class PrebuildPlan:
     """What a prebuild builds: the target device, the modules of every grid (each once), what planning took, and
-    the toolchain's notes for the user (a stub libcuda, missing cuBLAS headers)."""
+    the toolchain's notes for the user (a stub libcuda)."""
     device: DeviceInfo
     modules: list[Module]
     seconds: float = 0.0
@@ -167,7 +167,47 @@ def plan_prebuild(scenarios, arch: str | None = None, include: list[str] | tuple
     modules: list[Module] = []
     for sc, kernels in chosen:
         modules = plan(kernels, sc.cases(), device, modules)
+    if for_build:
+        check_toolchain(modules, include)
     return PrebuildPlan(device, modules, time.perf_counter() - t0, notes)
+
+
+def check_toolchain(modules: list[Module], include: list | tuple = ()) -> None:
+    """Before any compile: every module still to build finds the CUDA library headers its sources include and the
+    libraries it links (kbench.engine.headers), in the toolkit, the folders FlashInfer passes, --include or
+    LIBRARY_PATH; BadInput in one line naming what is missing, for which kernels, and where to get it."""
+    from kbench.engine import headers
+
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    scanner, extra = headers.Scanner(), [Path(d) for d in include or ()]
+    todo = [m for m in modules if m.state == "missing"]
+    lacking = [(m, n) for m in todo for n in [headers.module_needs(m.spec, extra, Path(home) if home else None, scanner)]
+               if n.headers or n.libraries]
+    if not lacking:
+        return
+    libs: dict[str, list[str]] = {}  # library -> its missing headers, then kernels
+    kernels: dict[str, list[str]] = {}
+    for m, n in lacking:
+        for h, lib in n.headers.items():
+            libs.setdefault(lib, [])
+            if h not in libs[lib]:
+                libs[lib].append(h)
+            kernels.setdefault(lib, [])
+            kernels[lib] += [k for k in m.kernels if k not in kernels[lib]]
+    parts = [f"{', '.join(sorted(hs))} ({lib}, for {', '.join(kernels[lib])})" for lib, hs in libs.items()]
+    packages = sorted({headers.LIBRARY_HEADERS[p][1] for p in headers.LIBRARY_HEADERS
+                       if headers.LIBRARY_HEADERS[p][0] in libs})
+    linked = sorted({f"lib{name}.so ({', '.join(m.kernels)})" for m, n in lacking for name in n.libraries})
+    fix = []
+    if parts:
+        fix.append(f"unpack the include folder of the {' and '.join(packages)} wheel{'s' if len(packages) > 1 else ''} "
+                   f"(nvidia/cu13/include) or install the toolkit's {' and '.join(libs)} headers, and pass --include "
+                   f"that folder")
+    if linked:
+        fix.append("put the libraries' folder on LIBRARY_PATH")
+    raise BadInput(f"{len(lacking)} of the {len(todo)} modules to build need what this toolchain lacks: "
+                   f"{'; '.join(parts + [f'no {x}' for x in linked])}. Nothing was built: {'; '.join(fix)}, "
+                   f"or leave those kernels out with --kernels")
 
 
 # --- building ----------------------------------------------------------------------------------------------
@@ -227,11 +267,6 @@ def toolchain(include: list[str] | None = None) -> list[str]:
         os.environ["LIBRARY_PATH"] = f"{stub}{os.pathsep}{os.environ.get('LIBRARY_PATH', '')}".rstrip(os.pathsep)
         notes.append("no libcuda.so where the linker looks (no driver here, or its runtime package only): linking "
                      "against a stub; the driver's libcuda.so.1 is what loads on the GPU host")
-    headers = [cuda / "include", *(Path(d) for d in include or [])]
-    if not any((d / "cublasLt.h").exists() for d in headers):
-        notes.append("no cublasLt.h in the CUDA toolkit or --include: fmha-v2 and fa3 need the cuBLAS and cuRAND "
-                     "headers (e.g. unzip nvidia/cu13/include from the nvidia-cublas and nvidia-curand wheels and "
-                     "pass --include that folder)")
     return notes
 
 

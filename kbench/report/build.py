@@ -126,8 +126,10 @@ def _plot(result: ReportResult, out: Path, ok: pd.DataFrame, plot_points, plot_g
     only, n_groups = plots.plot_groups(cases, plot_groups)
     if only is not None:
         result.plot_groups = (len(only), n_groups)
-    result.plots += [(p, f"Decode/context speedup over batch x kv_len per q_len: {p.stem}")
-                     for p in plots.speedup_heatmaps(cases, out, only)]
+    notes: dict = {}
+    result.plots += [(p, f"Decode/context speedup over batch x kv_len per q_len: {p.stem}"
+                         + (f" ({notes[p]})" if p in notes else ""))
+                     for p in plots.speedup_heatmaps(cases, out, only, notes)]
     result.plots += [(p, f"Time against q_len per kernel: {p.stem}")
                      for p in plots.time_vs_q(ok, plot_points or None, out, only)]
     kind, ceiling = rs.ceiling

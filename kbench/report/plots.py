@@ -1,10 +1,11 @@
 """PNG plots of a report (matplotlib, Agg backend, Figure objects: no pyplot global state).
 
 - speedup heatmap, one file per group: decode/context speedup over batch x q_len, one panel per kv_len,
-  every cell annotated (``=`` marks a decode/context tie, grey ``-`` a case without both paths);
+  every cell annotated (``=`` marks a decode/context tie, grey ``-`` a case without both paths); at most
+  HEATMAP_MAX values per axis (a finer grid is drawn at representative values, and the figure says so);
 - time against q_len per kernel for chosen (batch, kv_len): median with p25..p75 bars, log time, and the
   q_len x group = 16 / 32 lines where fa2 and the decode kernel step up;
-- roofline: achieved KV bandwidth as a fraction of the run's measured read ceiling (manifest
+- roofline (at most ROOFLINE_POINTS points): achieved KV bandwidth as a fraction of the run's measured read ceiling (manifest
   ``read_bandwidth_gbs``), against KV bytes; a run from before kbench measured one falls back to its copy
   bandwidth, and the plot says so.
 """
@@ -34,6 +35,12 @@ from kbench.runs.store import safe_name  # noqa: E402
 from kbench.runs.winners import TIE, WINNER_INPUT  # noqa: E402
 
 DPI = 110
+# What one heatmap figure draws at most, whatever the grid: kv_len panels, batch-size rows and q_len columns per
+# panel. A grid with more distinct values on an axis is drawn at representative values (shown_values) and the
+# figure says how many it leaves out (every case is in cases.csv): a fine KV sweep of 294 lengths drew 294 panels,
+# about 80% of a 300,000-row report's time, and no reader looks at hundreds of panels.
+HEATMAP_MAX = {"kv_len": 8, "batch_size": 32, "q_len": 32}
+ROOFLINE_POINTS = 20_000  # points of the roofline scatter at most (a deterministic, evenly spread subset beyond)
 
 
 def _groups(df: pd.DataFrame, only: set[tuple] | None = None):
@@ -88,10 +95,38 @@ class CellLabels(PathCollection):
         self.set_in_layout(False)
 
 
-def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path, only: set[tuple] | None = None) -> list[Path]:
+def shown_values(values, n: int) -> list:
+    """At most n of the sorted distinct values, spread evenly by rank, the smallest and the largest always among
+    them (a heatmap's representative kv_len panels, batch rows, q_len columns)."""
+    values = sorted(values)
+    if len(values) <= n:
+        return values
+    return [values[i] for i in sorted({round(i * (len(values) - 1) / (n - 1)) for i in range(n)})]
+
+
+def heatmap_values(g: pd.DataFrame) -> tuple[dict[str, list], str]:
+    """The values of each axis one group's heatmap draws (HEATMAP_MAX), and a note naming the axes it thinned
+    ('' when it draws every value)."""
+    shown, left = {}, []
+    for axis, n in HEATMAP_MAX.items():
+        every = g[axis].unique()
+        shown[axis] = shown_values(every, n)
+        if len(every) > len(shown[axis]):
+            left.append(f"{axis} {len(shown[axis])} of {len(every)} values")
+    note = (f"drawn at representative values ({', '.join(left)}, evenly spread, ends included); every case is in "
+            f"cases.csv") if left else ""
+    return shown, note
+
+
+def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path, only: set[tuple] | None = None,
+                     notes: dict | None = None) -> list[Path]:
+    """One figure per group; notes: filled with {path: what the figure leaves out} for a thinned grid."""
     out = []
     for label, g in _groups(cases, only):
-        bss, kvs, qs = sorted(g["batch_size"].unique()), sorted(g["kv_len"].unique()), sorted(g["q_len"].unique())
+        shown, note = heatmap_values(g)
+        bss, kvs, qs = shown["batch_size"], shown["kv_len"], shown["q_len"]
+        if note:
+            g = g[g["batch_size"].isin(bss) & g["kv_len"].isin(kvs) & g["q_len"].isin(qs)]
         sp = g["decode_speedup"].astype(float)
         finite = np.log2(sp[sp > 0].to_numpy()) if (sp > 0).any() else np.array([0.0])
         lim = max(0.25, float(np.nanmax(np.abs(finite))))
@@ -140,8 +175,10 @@ def speedup_heatmaps(cases: pd.DataFrame, out_dir: Path, only: set[tuple] | None
             ticks = np.linspace(-lim, lim, 5)
         cb.set_ticks(list(ticks), labels=[f"{2 ** t:.3g}x" for t in ticks])
         fig.suptitle(f"Decode vs context speedup, {label}   (blue: decode faster, red: context faster, "
-                     f"'=' tie, '-' one path missing)", fontsize=11)
+                     f"'=' tie, '-' one path missing)" + (f"\n{note}" if note else ""), fontsize=11)
         out.append(_save(fig, out_dir / f"{safe_name('speedup-heatmap-' + label)}.png"))
+        if note and notes is not None:
+            notes[out[-1]] = note
     return out
 
 
@@ -253,6 +290,9 @@ def roofline(ok_rows: pd.DataFrame, copy_bw_gbs: float | None, out_dir: Path, ce
     if not keep.any():
         return None
     d = ok_rows[keep].assign(frac=frac[keep], mb=nbytes[keep] / 1e6)
+    total = len(d)
+    if total > ROOFLINE_POINTS:  # every k-th row in (kernel, bytes) order: each kernel's whole range, evenly
+        d = d.sort_values(["kernel", "mb"], kind="stable").iloc[:: -(-total // ROOFLINE_POINTS)]
     fig = Figure(figsize=(7.5, 4.6), layout="constrained")
     ax = fig.subplots()
     markers = "os^vDP*X"
@@ -272,7 +312,8 @@ def roofline(ok_rows: pd.DataFrame, copy_bw_gbs: float | None, out_dir: Path, ce
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_ylim(0, max(1.15, float(d["frac"].max()) * 1.05))
-    ax.set_xlabel("KV bytes read per call (MB, log)")
+    ax.set_xlabel("KV bytes read per call (MB, log)" + (f"; {len(d):,} of {total:,} measurements drawn, evenly "
+                                                         f"spread per kernel" if len(d) < total else ""))
     ax.set_ylabel(f"achieved KV bandwidth / {name}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
