@@ -90,7 +90,9 @@ def test_cli_ab_section_beside_the_prediction(tmp_path):
     assert r.exit_code == 0, r.output
     text = md.read_text()
     assert "### Check against the engine: A = `flashinfer`, B = `trtllm_mha`" in text
-    assert "**Measured (kbench gate on the two server-bench runs):** B is 25.0% faster" in text
+    # the gate's one verdict (#46): per case class, the metrics that moved
+    assert (f"**Measured (kbench gate on the two server-bench runs):** B is faster in the decode-heavy case "
+            f"({CASES[0]}: latency -20.0%, output_throughput +25.0%)") in text
     # cells HTML-escaped as every markdown cell (#48): "->" renders as written
     assert f"| {CASES[0]} | 2,000.0 -&gt; 1,600.0 ms | improvement |" in text
     r = recommend_cli(src, "--engine", "sglang", "--workload", wl, "--ab", a, b, "--ab-settings", "flashinfer,triton")

@@ -22,12 +22,12 @@ them. What kbench could check against vLLM itself (a CPU build of 0.32.0) is in 
 """
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbench import files
 from kbench.errors import BadInput
 
 SGLANG = "python/sglang/srt/"
@@ -292,7 +292,7 @@ def model_arch(model: str, preset: str | None = None) -> str | None:
     cfg = Path(model) / "config.json"
     if cfg.is_file():
         try:
-            archs = json.loads(cfg.read_text()).get("architectures") or []
+            archs = files.loads(cfg.read_text()).get("architectures") or []
         except (OSError, ValueError, AttributeError):
             raise BadInput(f"--current: {cfg} is not a readable model config") from None
         if archs:
