@@ -183,7 +183,8 @@ _RESUME_OK = {"url", "resume", "api_key", "api_key_file", "header", "header_file
 @click.option("--switch-command", default=None, metavar="CMD",
               help="Interleaved A/B of one server: CMD switches it to side {side} (a or b; also $KBENCH_AB_SIDE), "
                    "e.g. a script that restarts it with B's setting; run before each phase (A B | B A | ...: one "
-                   "switch per round), then kbench waits for the server to answer. Must exit 0.")
+                   "switch per round), then kbench waits for the server to answer. Must exit 0. Run without a shell "
+                   "(split as a shell line; shell syntax: bash -c '...').")
 @click.option("--switch-timeout", default="600", metavar="SECONDS", show_default=True,
               help="Seconds the switch command, and then the server's answer, may take.")
 @click.option("--api-key", default=None, metavar="KEY",

@@ -101,7 +101,8 @@ def test_a_slower_b_fails_the_paired_gate(two, tmp_path):
 def test_one_server_switched_by_a_command_between_phases(model_dir, tmp_path):
     with FakeSGLang(Faults(model_path=str(model_dir))) as srv:
         log = tmp_path / "switches.log"
-        cmd = f"echo {{side}} $KBENCH_AB_SIDE >> {log}"
+        # run without a shell: shell syntax goes through bash -c, {side} replaced in each word
+        cmd = f"bash -c 'echo {{side}} $KBENCH_AB_SIDE >> {log}'"
         ab = run_interleaved(cfg(srv, None, tmp_path, switch_command=cmd, repeat=4))
         assert ab.mode == "switch" and ab.switches == 5
         # before A's first phase, then A B | B A | A B | B A: a switch per round
@@ -111,10 +112,21 @@ def test_one_server_switched_by_a_command_between_phases(model_dir, tmp_path):
 
 def test_a_failing_switch_command_is_one_line(model_dir, tmp_path):
     with FakeSGLang(Faults(model_path=str(model_dir))) as srv:
-        res = cli("--url", srv.url, "--switch-command", "exit 3", "--backend", "sglang", "--skip-warmup",
+        res = cli("--url", srv.url, "--switch-command", "bash -c 'exit 3'", "--backend", "sglang", "--skip-warmup",
                   "--repeat", "2", "--out", tmp_path / "r")
     assert res.exit_code == 1, res.output
-    assert res.output.strip().splitlines()[-1] == "error: --switch-command for side A exited 3: exit 3"
+    assert res.output.strip().splitlines()[-1] == "error: --switch-command for side A exited 3: bash -c 'exit 3'"
+
+
+def test_the_switch_command_runs_without_a_shell(model_dir, tmp_path):
+    """Its words are split as a shell line and run as they are: `;` and `$(...)` in it are words, never code."""
+    with FakeSGLang(Faults(model_path=str(model_dir))) as srv:
+        res = cli("--url", srv.url, "--switch-command", f"true; touch {tmp_path}/PWNED", "--backend", "sglang",
+                  "--skip-warmup", "--repeat", "2", "--out", tmp_path / "r")
+        assert res.exit_code == 1 and "--switch-command for side A cannot run 'true;'" in res.output
+        res = cli("--url", srv.url, "--switch-command", "bash 'unclosed", "--backend", "sglang", "--out", tmp_path / "r")
+        assert res.exit_code == 2 and "--switch-command \"bash 'unclosed\": No closing quotation" in res.output
+    assert not (tmp_path / "PWNED").exists()
 
 
 def test_a_and_b_serving_different_models_is_bad_input(tmp_path):

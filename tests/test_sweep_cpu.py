@@ -30,7 +30,7 @@ def test_cpu_sweep_writes_a_complete_run(tmp_path):
     assert run.manifest["status"] == "complete"
     assert run.manifest["device"]["cuda"] is False
     assert set(run.manifest["wall_s"]) >= {"compile_s", "inputs_s", "reference_s", "check_s", "timing_s", "total_s"}
-    assert len(rows) == 4 * ALL == 4 * 14  # 4 cases x 14 kernels (the MLA ones skip GQA cases): nothing silently absent
+    assert len(rows) == 4 * ALL == 4 * 16  # 4 cases x 16 kernels (the MLA ones skip GQA cases): nothing silently absent
     ref = rows[rows.kernel == "reference"]
     assert (ref.status == "ok").all() and (ref.timer == "wall-clock").all()
     assert (ref.median_us > 0).all() and (ref.num_samples >= 3).all()
@@ -38,7 +38,8 @@ def test_cpu_sweep_writes_a_complete_run(tmp_path):
     others = rows[rows.kernel != "reference"]
     assert (others.status == "skipped").all()
     gqa = others.reason.str.startswith("a GQA case: ")  # the MLA kernels on these GQA cases
-    assert set(others[gqa].kernel) == {"flashmla", "trtllm-gen-mla", "flashinfer-mla-fa3", "flashinfer-mla-fa2"}
+    assert set(others[gqa].kernel) == {"flashmla", "trtllm-gen-mla", "flashinfer-mla-fa3", "flashinfer-mla-fa2",
+                                       "vllm-fa3-mla", "vllm-fa3-mla-sgl-call"}
     assert others[~gqa].reason.str.contains("CUDA").all()
     for f in ("manifest.json", "rows.jsonl", "rows.parquet", "rows.csv"):
         assert (res.run_dir / f).is_file()

@@ -30,6 +30,7 @@ resumed: run it again.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import time
 import uuid
@@ -39,6 +40,7 @@ from typing import Callable
 
 import requests
 
+from kbench import shell
 from kbench.errors import BadInput, KbenchError
 from kbench.runs.session import RunSession
 from kbench.server.bench import (RESULT_JSONL, Listener, ServerBenchConfig, ServerBenchInterrupted,
@@ -86,9 +88,23 @@ def check_config(config: ServerBenchConfig) -> str:
         raise BadInput("an interleaved A/B is not resumed: run it again")
     if not isinstance(config.switch_timeout, (int, float)) or not config.switch_timeout > 0:
         raise BadInput(f"--switch-timeout {config.switch_timeout!r}: must be a number of seconds > 0")
+    if config.switch_command is not None:
+        switch_argv(config.switch_command, "a")  # a line that does not split is bad input before anything runs
     if config.url_b:
         replace(config, url=config.url_b, url_b=None).validate()  # B's URL checked as --url is (messages say --url)
     return "two-servers" if config.url_b else "switch"
+
+
+def switch_argv(line: str, side: str) -> list[str]:
+    """--switch-command's words for a side: the line split as a shell splits it ({side} replaced in each word),
+    run without a shell, so no value of it is ever read as shell code."""
+    try:
+        words = shlex.split(line)
+    except ValueError as e:
+        raise BadInput(f"--switch-command {line!r}: {e} (it is split as a shell line; shell syntax: bash -c '...')")
+    if not words:
+        raise BadInput("--switch-command is empty")
+    return [w.replace("{side}", side) for w in words]
 
 
 class _Switcher:
@@ -102,10 +118,14 @@ class _Switcher:
     def to(self, side: str, runner: _Runner) -> None:
         if side == self.side:
             return
-        cmd = self.config.switch_command.replace("{side}", side)
+        argv = switch_argv(self.config.switch_command, side)
+        cmd = shell.command_line(argv)
         self.ls.ab_switch(side, cmd)
-        try:
-            p = subprocess.run(cmd, shell=True, env={**os.environ, SIDE_ENV: side}, timeout=self.config.switch_timeout)
+        try:  # no shell: the line is split as a shell splits it (shell syntax: write bash -c '...')
+            p = subprocess.run(argv, env={**os.environ, SIDE_ENV: side}, timeout=self.config.switch_timeout)
+        except OSError as e:
+            raise KbenchError(f"--switch-command for side {side.upper()} cannot run {argv[0]!r}: "
+                              f"{e.strerror or e}") from None
         except subprocess.TimeoutExpired:
             raise KbenchError(f"--switch-command for side {side.upper()} did not finish within "
                               f"{self.config.switch_timeout:g} s") from None
