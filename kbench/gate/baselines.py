@@ -40,6 +40,7 @@ import pandas as pd
 
 from kbench import files, shell
 from kbench.runs import atomic
+from kbench.gate.run_status import mark_mixed, mixed_warning
 
 from kbench.cases import axes
 from kbench.values import finite, status
@@ -167,14 +168,11 @@ def pool_runs(runs: list[Run]) -> tuple[pd.DataFrame, list[str]]:
         row["run_spread"] = None
         row["run_medians_us"] = [m for m in (finite(r.get("median_us")) for r in recs) if m is not None]
         if len(set(statuses)) > 1:
-            counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
-            row["reason"] = f"{row.get('reason') or ''} (status differs between runs: {counts})".strip()
-            mixed.append(f"{k[0]} / {k[1]} ({counts})")
+            mixed.append(f"{k[0]} / {k[1]} ({mark_mixed(row, statuses)})")
         out.append(row)
     warnings = []
     if mixed:
-        warnings.append(f"{len(mixed)} row(s) not ok in every run, kept as not ok (the gate will not compare "
-                        f"them): {'; '.join(mixed[:5])}{' ...' if len(mixed) > 5 else ''}")
+        warnings.append(mixed_warning(mixed, "row(s)"))
     if partial:
         warnings.append(f"{partial} row(s) are not in every run; their runs column says how many measured them")
     return pd.DataFrame.from_records(out), warnings

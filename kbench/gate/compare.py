@@ -411,15 +411,8 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     def noise_test() -> None:
         mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)  # only the rows tested read them
         verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
-        base.method, base.p_value = verdict.method, verdict.p_value
         limit = f"{band:.1%}" + (f" ({_band_why(noise, k)})" if band > threshold else "")
-        if not verdict.beyond_noise:
-            base.outcome, base.note = "within-noise", f"{direction} by {abs(worse):.1%} but {verdict.describe()}"
-        elif direction == "worse":
-            base.outcome, base.fails = "regression", True
-            base.note = f"worse by {worse:.1%} > {limit}, {verdict.describe()}"
-        else:
-            base.outcome, base.note = "improvement", f"better by {-worse:.1%} > {limit}, {verdict.describe()}"
+        _judge(base, verdict, direction, worse, limit, verdict.describe())
 
     if defer is None:
         noise_test()
@@ -441,16 +434,22 @@ def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: M
         return base
     direction = "worse" if worse > 0 else "better"
     verdict = paired_verdict(sb, sc, metric.higher_is_better, alpha, direction, base.band)
+    _judge(base, verdict, direction, worse, f"{base.band:.1%}",
+           f"paired Wilcoxon p={verdict.p_value:.2g} over {len(sb)} rounds")
+    return base
+
+
+def _judge(base: RowResult, verdict, direction: str, worse: float, limit: str, test: str) -> None:
+    """A change beyond the band, after its noise test (paired or not): within noise, a regression or an
+    improvement, with the note saying by how much, against which limit and by which test."""
     base.method, base.p_value = verdict.method, verdict.p_value
-    test = f"paired Wilcoxon p={verdict.p_value:.2g} over {len(sb)} rounds"
     if not verdict.beyond_noise:
         base.outcome, base.note = "within-noise", f"{direction} by {abs(worse):.1%} but {test}"
     elif direction == "worse":
         base.outcome, base.fails = "regression", True
-        base.note = f"worse by {worse:.1%} > {base.band:.1%}, {test}"
+        base.note = f"worse by {worse:.1%} > {limit}, {test}"
     else:
-        base.outcome, base.note = "improvement", f"better by {-worse:.1%} > {base.band:.1%}, {test}"
-    return base
+        base.outcome, base.note = "improvement", f"better by {-worse:.1%} > {limit}, {test}"
 
 
 def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list[Metric], threshold: float,

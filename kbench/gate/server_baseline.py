@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from kbench.errors import BadInput
+from kbench.gate.run_status import mark_mixed, mixed_warning
 from kbench.values import finite, status
 
 SERVER_METRIC_COLUMNS = ("latency", "last_ttft", "input_throughput", "output_throughput", "overall_throughput")
@@ -98,12 +99,9 @@ def pool_server_runs(runs) -> tuple[pd.DataFrame, list[str]]:
             continue
         row = dict(next(r for r in recs if status(r) != "ok"))
         row["runs"], row["run_spread"] = sum(s == "ok" for s in statuses), None
-        counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
-        row["reason"] = f"{row.get('reason') or ''} (status differs between runs: {counts})".strip()
-        mixed.append(f"{case} ({counts})")
+        mixed.append(f"{case} ({mark_mixed(row, statuses)})")
         out.append(row)
     warnings = []
     if mixed:
-        warnings.append(f"{len(mixed)} case(s) not ok in every run, kept as not ok (the gate will not compare "
-                        f"them): {'; '.join(mixed[:5])}{' ...' if len(mixed) > 5 else ''}")
+        warnings.append(mixed_warning(mixed, "case(s)"))
     return pd.DataFrame.from_records(out), warnings
