@@ -11,7 +11,6 @@ the checkout a line names (tests/..., tools/..., schemas/..., examples/...) exis
 """
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -19,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_readme import ROOT, assignment, fresh_checkout, split
+from test_readme import ROOT, assignment, fresh_checkout, run_as_written, split, tour_env
 
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 FENCE = re.compile(r"^```([\w-]*)\n(.*?)\n```", re.S | re.M)
@@ -99,10 +98,7 @@ def test_the_docs_cpu_blocks_run_as_written_from_a_fresh_checkout(tmp_path, caps
     if not (Path(sys.prefix) / "bin" / "activate").is_file():
         pytest.skip("tests not run from a virtual environment (.venv/bin/activate)")
     clone = fresh_checkout(tmp_path / "clone")
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "KBENCH_"))}
-    env.update(HOME=str(home), COLUMNS="200", PATH="/usr/local/bin:/usr/bin:/bin")
+    env = tour_env(tmp_path / "home")
     ran: dict[str, list[tuple[str, int]]] = {}
     blocks_run: dict[str, int] = {}
     for page in DOCS:
@@ -117,16 +113,8 @@ def test_the_docs_cpu_blocks_run_as_written_from_a_fresh_checkout(tmp_path, caps
                 if assignment(line):
                     assigns.append(assignment(line))
                     continue
-                cmd, rc, want = split(line)
-                script = " && ".join(["source .venv/bin/activate", *assigns, cmd])
-                p = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True,
-                                   timeout=600)
-                out = " ".join((p.stdout + p.stderr).split())
-                ran.setdefault(page.name, []).append((cmd, p.returncode))
-                assert p.returncode == rc, (page.name, cmd, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
-                assert " ".join(want.split()) in out, (page.name, cmd, want, out[-3000:])
-                if rc == 2:
-                    assert len((p.stdout + p.stderr).strip().splitlines()) == 1, (cmd, p.stdout, p.stderr)
+                ran.setdefault(page.name, []).append(run_as_written(clone, env, assigns, line, timeout=600,
+                                                                    where=(page.name,)))
     with capsys.disabled():
         print("\ndocs CPU blocks run:" + "".join(
             f"\n  {page}: {blocks_run[page]} blocks, {len(cmds)} commands" + "".join(

@@ -64,6 +64,29 @@ def fresh_checkout(dest: Path) -> Path:
     return dest
 
 
+def tour_env(home: Path) -> dict:
+    """The environment a documented command runs in: a new home folder, no venv or KBENCH_ variables inherited."""
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "KBENCH_"))}
+    env.update(HOME=str(home), COLUMNS="200", PATH="/usr/local/bin:/usr/bin:/bin")
+    return env
+
+
+def run_as_written(clone: Path, env: dict, assigns: list[str], line: str, timeout: float,
+                   where: tuple = ()) -> tuple[str, int]:
+    """One documented command run from the checkout after `source .venv/bin/activate` and the block's
+    assignments: its exit code and the text after `# →` checked, an exit 2 one line. Returns (command, code)."""
+    cmd, rc, want = split(line)
+    script = " && ".join(["source .venv/bin/activate", *assigns, cmd])
+    p = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True, timeout=timeout)
+    out = " ".join((p.stdout + p.stderr).split())
+    assert p.returncode == rc, (*where, cmd, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    assert " ".join(want.split()) in out, (*where, cmd, want, out[-3000:])
+    if rc == 2:
+        assert len((p.stdout + p.stderr).strip().splitlines()) == 1, (cmd, p.stdout, p.stderr)
+    return cmd, p.returncode
+
+
 def test_the_readme_has_the_tour_blocks_this_test_knows():
     kinds = [k for k, _ in blocks()]
     assert kinds.count("cpu") >= 3 and "gpu" in kinds and "server" in kinds, kinds
@@ -77,10 +100,7 @@ def test_the_readme_cpu_tour_runs_as_written_from_a_fresh_checkout(tmp_path, cap
         pytest.skip("tests not run from a virtual environment (.venv/bin/activate)")
     clone = fresh_checkout(tmp_path / "clone")
     before = {f.relative_to(clone).as_posix() for f in clone.rglob("*") if f.is_file() and ".venv" not in f.parts}
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "KBENCH_"))}
-    env.update(HOME=str(home), COLUMNS="200", PATH="/usr/local/bin:/usr/bin:/bin")
+    env = tour_env(tmp_path / "home")
     ran = []
     for _, lines in blocks("cpu"):
         assigns = []
@@ -88,16 +108,7 @@ def test_the_readme_cpu_tour_runs_as_written_from_a_fresh_checkout(tmp_path, cap
             if assignment(line):
                 assigns.append(assignment(line))
                 continue
-            cmd, rc, want = split(line)
-            script = " && ".join(["source .venv/bin/activate", *assigns, cmd])
-            p = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True,
-                               timeout=300)
-            out = " ".join((p.stdout + p.stderr).split())
-            ran.append((cmd, p.returncode))
-            assert p.returncode == rc, (cmd, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
-            assert " ".join(want.split()) in out, (cmd, want, out[-3000:])
-            if rc == 2:
-                assert len((p.stdout + p.stderr).strip().splitlines()) == 1, (cmd, p.stdout, p.stderr)
+            ran.append(run_as_written(clone, env, assigns, line, timeout=300))
     with capsys.disabled():
         print("\nREADME CPU tour:" + "".join(f"\n  exit {rc}: {cmd}" for cmd, rc in ran))
     # the tour writes under results/ only (git-ignored), never into a committed baseline
