@@ -247,6 +247,13 @@ def test_a_timeout_leaves_no_process_behind(gpu, tmp_path):
     assert not status.exists() or "State:\tZ" in status.read_text()  # gone, or dead and not yet reaped by init
 
 
+def test_a_shell_step_takes_its_own_limit_before_the_one_for_every_shell_step(gpu):
+    """--limit sh2=S limits the second shell command only; sh=S the others (the summary names them sh1, sh2)."""
+    rc, o = call("--limit", "sh=30", "--limit", "sh2=1", "sleep 0.1; echo one", "sleep 5; echo two")
+    assert o["sh1"].status == "PASS" and o["sh2"].status == "TIMEOUT"
+    assert campaign.main(["--limit", "shx=3", "sleep 1"]) == 2
+
+
 def test_a_devices_sweep_cut_short_resumes_its_shards_then_merges(gpu, monkeypatch):
     monkeypatch.setenv("FAKE_SLEEP", "0.6")
     rc, o = call("--limit", "sweep2=2", "sweep2")

@@ -30,6 +30,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -380,7 +381,8 @@ def run_steps(words: list[str], cfg: Config, after_each: Callable[[list[Outcome]
 
 
 def run_one(st: Step, cfg: Config, state: dict, echo=print) -> Outcome:
-    limit = cfg.limits.get(st.name if st.name in STEPS else "sh", st.limit)
+    # a shell step: its own --limit shN=S, else the one for every shell step, sh=S
+    limit = cfg.limits.get(st.name, st.limit if st.name in STEPS else cfg.limits.get("sh", st.limit))
     left = cfg.deadline - time.time()
     if st.resumable and left < min(MIN_START_S, limit):
         return _skip(st, f"{left:.0f} s left in the call, a start needs {min(MIN_START_S, limit):.0f} s", echo)
@@ -454,8 +456,9 @@ def parse_limits(items: list[str]) -> dict[str, float]:
             out[name] = float(secs)
         except ValueError:
             raise ValueError(f"--limit {it!r}: expected STEP=SECONDS") from None
-        if out[name] <= 0 or name not in STEPS and name != "sh":
-            raise ValueError(f"--limit {it!r}: expected a known STEP (or sh) and seconds > 0")
+        if out[name] <= 0 or name not in STEPS and not re.fullmatch(r"sh\d*", name):
+            raise ValueError(f"--limit {it!r}: expected a known STEP (or sh for every shell command, shN for the "
+                             f"Nth) and seconds > 0")
     return out
 
 
@@ -478,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("words", nargs="*", help="steps, groups or shell commands, in order")
     ap.add_argument("--deadline-s", type=float, help="seconds from the call's start (CAMPAIGN_T0) by which every "
                     "step must end (default CALL_LIMIT - 30, CALL_LIMIT default 600)")
-    ap.add_argument("--limit", action="append", default=[], metavar="STEP=S", help="another time limit for a step")
+    ap.add_argument("--limit", action="append", default=[], metavar="STEP=S",
+                    help="another time limit for a step (sh: every shell command; sh1, sh2, ...: one of them)")
     ap.add_argument("--fresh", action="store_true", help="start every sweep anew (no resume, no reuse)")
     ap.add_argument("--list", action="store_true", help="print the steps and groups and stop")
     ap.add_argument("--check", action="store_true", help="check the arguments and stop (h200.sh, before its setup)")
