@@ -278,6 +278,28 @@ def test_current_with_its_cap_below_the_batch_is_refused_and_without_prints_the_
     assert "--max-running-requests 64" in json.loads(r.output)["best"]["command"]
 
 
+def test_what_you_run_is_best_but_capped_below_the_batch_prints_your_line_with_the_cap(synth_run):
+    """Nothing to switch, but SGLang would cut the batch of 64 to 48: the answer is the user's own line, backends
+    untouched, with --max-running-requests 64 (in the text and as --json's command)."""
+    from recommend_synth import recommend_cli
+
+    args = ("--engine", "sglang", "--batch-size", "64", "--kv-len", "4096", "--max-extrapolation", "8", "--model",
+            "llama3-8b")
+    best = json.loads(recommend_cli(synth_run, *args, "--json", "--current", OLD_LINE).output)["best"]
+    line = OLD_LINE + " " + best["flags"]  # what the user runs is now the best setting
+    r = recommend_cli(synth_run, *args, "--current", line)
+    assert r.exit_code == 0, r.output
+    text = r.output.splitlines()
+    assert any(t.startswith("what you run is the best setting here: keep its backends") for t in text), r.output
+    assert f"set: {line} --max-running-requests 64" in text
+    assert "flags: add --max-running-requests 64" in text
+    out = json.loads(recommend_cli(synth_run, *args, "--json", "--current", line).output)
+    assert out["best"]["id"] == best["id"] and out["best"]["command"] == f"{line} --max-running-requests 64"
+    # below the cap there is nothing to change and no line to paste
+    r = recommend_cli(synth_run, *args[:2], "--batch-size", "8", *args[4:], "--current", line)
+    assert "what you run is the best setting here: nothing to change" in r.output and "\nset: " not in r.output
+
+
 def test_without_a_model_the_price_is_per_layer(synth_run):
     from recommend_synth import recommend_cli
 

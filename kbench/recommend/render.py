@@ -34,10 +34,10 @@ def command(rec: Recommendation, r: SettingResult | None = None) -> str | None:
     r = r or rec.best
     if r is None or rec.spec is None or rec.page_size is None:
         return None
-    if rec.current is not None:  # the user's own line, with this setting's backend flags
+    if rec.current is not None:  # the user's own line, with this setting's backend flags (theirs kept if it is theirs)
         from kbench.recommend.resolve import edited_line
 
-        return edited_line(rec.current, r.setting, rec.cap_flag)[0]
+        return edited_line(rec.current, None if r is rec.you_run else r.setting, rec.cap_flag)[0]
     argv = server_flags(rec.engine.engine, r.setting.flags, rec.spec, rec.page_size, overlap=rec.overlap,
                         algorithm="mtp" if r.setting.attention == "mla" else "eagle")
     if rec.cap_flag is not None:
@@ -91,8 +91,18 @@ def headline(rec: Recommendation) -> list[str]:
             lines.append(f"you run: {mine.setting.id} ({desc}): not priced: {mine.unpriced}")
         else:
             lines.append(f"you run: {mine.setting.id} ({desc}): {_us(mine.per_step_us)} us per step{unit}")
-        if mine is best:
+        if mine is best and rec.cap_flag is None:
             lines.append("what you run is the best setting here: nothing to change")
+            return lines + _routing_line(rec, eo)
+        if mine is best:  # its backends stay; only the cap keeps the priced batch from being cut to the engine's
+            from kbench.recommend.resolve import CAP_FLAG
+
+            line, diff = edited_line(cur, None, rec.cap_flag)
+            lines.append(f"what you run is the best setting here: keep its backends; it runs the workload's batch of "
+                         f"{rec.cap_flag} only with {CAP_FLAG[rec.engine.engine]} {rec.cap_flag} (it resolves to "
+                         f"{cur.cap})")
+            lines.append(f"set: {line}")
+            lines.append("flags: " + "; ".join(f"{k} {', '.join(v)}" for k, v in diff.items() if v))
             return lines + _routing_line(rec, eo)
     lines.append(f"set: {command(rec) or best.setting.flags}")
     lines.append(f"  -> {_us(best.per_step_us)} us per step{unit} (GPU {_us(_per_step(rec, best.gpu_us))}, host "

@@ -723,15 +723,16 @@ def _flag_pairs(argv: list[str]) -> list[tuple[str, str | None]]:
     return out
 
 
-def edited_line(current: Resolved, setting, cap: int | None = None) -> tuple[str, dict[str, list[str]]]:
-    """The user's own line with a setting's backend flags (and environment) instead of theirs, and the cap flag when
-    the priced batch needs it: (the command, {"add": [...], "change": [...], "drop": [...]})."""
+def edited_line(current: Resolved, setting=None, cap: int | None = None) -> tuple[str, dict[str, list[str]]]:
+    """The user's own line with a setting's backend flags (and environment) instead of theirs (setting None: their
+    backend flags and environment kept), and the cap flag when the priced batch needs it: (the command, {"add": [...],
+    "change": [...], "drop": [...]})."""
     from kbench.recommend.flags import command_line
 
-    own = BACKEND_FLAGS[current.engine]
+    own = BACKEND_FLAGS[current.engine] if setting is not None else ()
     pairs = _flag_pairs(current.argv)
     theirs = {n: v for n, v in pairs if n in own}
-    want = {n: v for n, v in _flag_pairs(shlex.split(setting.flags))}
+    want = {n: v for n, v in _flag_pairs(shlex.split(setting.flags))} if setting is not None else {}
     if cap is not None:
         want[CAP_FLAG[current.engine]] = str(cap)
     kept = [(n, v) for n, v in pairs if n not in own and n not in want]
@@ -741,10 +742,12 @@ def edited_line(current: Resolved, setting, cap: int | None = None) -> tuple[str
     argv2 = [x for n, v in kept + list(want.items()) if n != model_flag
              for x in ((n,) if v is None else (n, v))]
     env = dict(current.env)
-    for k, v in setting.env:
+    setting_env = setting.env if setting is not None else ()
+    for k, v in setting_env:
         env[k] = v
-    table_env = {k for k, _ in setting.env}
-    dropped_env = [k for k in current.env if k.startswith("SGLANG_OPT_FLASHINFER") and k not in table_env]
+    table_env = {k for k, _ in setting_env}
+    dropped_env = [k for k in current.env if k.startswith("SGLANG_OPT_FLASHINFER") and k not in table_env
+                   and setting is not None]
     for k in dropped_env:
         env.pop(k)
     line = command_line(current.engine, argv2, model=model)
@@ -759,7 +762,7 @@ def edited_line(current: Resolved, setting, cap: int | None = None) -> tuple[str
         elif given[n] != v:
             diff["change"].append(f"{n} {given[n]} -> {v}")
     diff["drop"] += [n if v is None else f"{n} {v}" for n, v in theirs.items() if n not in want]
-    diff["add"] += [f"{k}={v}" for k, v in setting.env if current.env.get(k) != v]
+    diff["add"] += [f"{k}={v}" for k, v in setting_env if current.env.get(k) != v]
     diff["drop"] += [f"{k}={current.env[k]}" for k in dropped_env]
     del argv
     return line, diff
