@@ -454,3 +454,57 @@ def test_fa3_verifies_a_tree_on_its_tree_route(tmp_path):
     assert "trtllm_mha" in by["trtllm_mha"].unpriced  # SGLang refuses trtllm_mha for a tree
     # the plain-default Llama line's default at page 1 with topk 4 given: flashinfer (fa3 only with topk unset)
     assert rec.default.setting.id == "flashinfer"
+
+
+# ---- a setting the engine runs at another page than the user's line (SGLang's trtllm_mha: page 64) -----------
+PLAIN_CHAIN = ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --speculative-eagle-topk 1 "
+               "--speculative-num-steps 3 --speculative-num-draft-tokens 4 --speculative-draft-model-path D")
+NO_TRTLLM = tuple(k for k in ("trtllm-decode", "fa2-prefill", "vllm-fa3-sgl-call", "sglang-fi-verify",
+                              "sglang-fi-extend", "sglang-fa3"))
+
+
+def _paged_run(path, with_page_64: bool):
+    from recommend_synth import known_rows, known_run
+
+    rows = known_rows(bss=(1,), qs=(4,), kvs=(4096,), kernels=NO_TRTLLM, page_size=1)  # xqa takes no page 1
+    if with_page_64:
+        rows += known_rows(bss=(1,), qs=(4,), kvs=(4096,), kernels=NO_TRTLLM + ("sglang-trtllm-mha",), page_size=64)
+    return known_run(path, rows)
+
+
+def test_a_setting_sglang_moves_to_page_64_is_priced_there_and_its_line_says_so(tmp_path):
+    """The user runs fa3 at page 1 (SGLang's default for this line). Switching to trtllm_mha, SGLang runs page 64
+    (overrides.py:1144-1200): kbench prices trtllm_mha on the run's page-64 rows, prints --page-size 64 in its line,
+    and per-shape routing is never dearer than the best single setting."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from recommend_synth import batch_price, recommend_cli
+
+    run = _paged_run(tmp_path / "run", with_page_64=True)
+    args = ("--engine", "sglang", "--batch-size", "1", "--kv-len", "4096", "--model", "llama3-8b")
+    r = recommend_cli(run, *args, "--json", "--current", PLAIN_CHAIN)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    by = {s["id"]: s for s in out["settings"]}
+    mine = by["fa3"]
+    assert (mine["page_size"], mine["runs_at_page"]) == (1, 1)
+    trt = by["trtllm_mha"]
+    assert (trt["page_size"], trt["runs_at_page"]) == (64, 64), trt
+    layers = {"verify": 32, "draft_extend": 1}
+    want = batch_price({"verify": "sglang-trtllm-mha", "draft_extend": "sglang-trtllm-mha"}, 1, 4, 4096, layers)
+    assert trt["total_us"] == pytest.approx(want, rel=1e-6)
+    assert any("priced at page 64, where sglang runs it" in n and "radix cache" in n for n in trt["notes"])
+    assert trt["command"] == PLAIN_CHAIN + " --attention-backend trtllm_mha --page-size 64"
+    assert mine["page_size"] == 1 and mine["command"] == PLAIN_CHAIN  # what the user runs: their own line
+    priced = [s["total_us"] for s in out["settings"] if s["total_us"] is not None]
+    assert out["best"]["id"] == "trtllm_mha" and min(priced) == out["best"]["total_us"]
+    assert out["per_shape_routing"]["engine_total_us"] == pytest.approx(min(priced))  # routes of one page at a time
+    text = recommend_cli(run, *args, "--current", PLAIN_CHAIN).output
+    assert "flags: add --attention-backend trtllm_mha, --page-size 64" in text
+    assert "the best single setting is 0.0% above it" in " ".join(text.split())
+
+    # the run measured page 1 only: trtllm_mha is not priced, and the note says where SGLang would run it
+    run1 = _paged_run(tmp_path / "run1", with_page_64=False)
+    out = json.loads(recommend_cli(run1, *args, "--json", "--current", PLAIN_CHAIN).output)
+    trt = {s["id"]: s for s in out["settings"]}["trtllm_mha"]
+    assert trt["total_us"] is None and trt["runs_at_page"] == 64
+    assert any("runs it at page 64" in n and "no rows at page 64" in n for n in trt["notes"])

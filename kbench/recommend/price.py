@@ -14,6 +14,7 @@ setting's gap to the engine oracle is what a per-shape switch in the engine woul
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from dataclasses import dataclass, field
@@ -127,6 +128,40 @@ def _beyond(grid: dict, query: dict) -> dict[str, float]:
     return out
 
 
+class _AtPage:
+    """The workload's batches located at the page the engine runs a setting at: SGLang moves the page for some
+    backends (trtllm_mha runs 16/32/64/128, else 64: kbench.recommend.resolve.sglang_page), so a setting the user
+    would switch to is priced at its own page when the run measured it, not at the user's."""
+
+    def __init__(self, source: Source, workload: Workload, max_extrapolation: float, priced: list[Priced],
+                 page: int | None, user_page: int | None):
+        self.source, self.workload, self.max_x = source, workload, max_extrapolation
+        self.page, self.user_page = page, user_page  # the page priced (the run's), the page the user's line runs
+        self.located: dict[int, list[Priced] | None] = {page: priced} if page is not None else {}
+        self.priced = priced
+
+    def __call__(self, runs_at: int | None, why: str, engine: str) -> tuple[list[Priced], str]:
+        """(the batches to price the setting on, a note when they are not at the user's page)."""
+        if runs_at is None or runs_at == self.user_page:
+            return self.priced, ""
+        if runs_at not in self.located:
+            batches = [dataclasses.replace(b, group=tuple(sorted({**b.filters, "page_size": runs_at}.items())))
+                       for b in self.workload.batches]
+            try:
+                self.located[runs_at] = _locate_all(self.source, Workload(batches, self.workload.source,
+                                                                          self.workload.header), self.max_x)
+            except BadInput:
+                self.located[runs_at] = None
+        there = self.located[runs_at]
+        if there is None:
+            return self.priced, (f"{engine} runs it at page {runs_at} ({why}); the run has no rows at page "
+                                 f"{runs_at}: priced at page {self.page}")
+        cache = (f"; at page {runs_at} its radix cache reuses a prompt prefix in whole pages of {runs_at} tokens "
+                 "(python/sglang/srt/mem_cache/radix_cache.py:178-220, 0.5.23)"
+                 if engine == "sglang" and runs_at > (self.user_page or 1) else "")
+        return there, f"priced at page {runs_at}, where {engine} runs it ({why}){cache}"
+
+
 def _locate_all(source: Source, workload: Workload, max_extrapolation: float) -> list[Priced]:
     groups: dict[tuple, dict] = {}
     out = []
@@ -217,6 +252,8 @@ class SettingResult:
     tied_with: list[str] = field(default_factory=list)  # settings within the measured noise of this one
     default: bool = False
     overlap: str = "sum"
+    page_size: int | None = None  # the page its rows are from
+    runs_at: int | None = None  # the page the engine runs it at from the user's line (it may move the user's page)
 
 
 def default_kv_dtype(priced: list[Priced]) -> str | None:
@@ -418,8 +455,21 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
         default_setting = engine.setting(refusal.falls_to)
 
     results = []
+    at_page = _AtPage(source, workload, max_extrapolation, priced, page,
+                      current.page_size if current is not None else page)
+    from kbench.recommend.resolve import given_page, setting_page
+
+    line_page = given_page(current) if current is not None else page
+    placed: dict[str, tuple[int | None, list[Priced], str]] = {}  # setting id -> (the page it runs at, rows, note)
+    for s in {x.id: x for x in [*chosen, *engine.valid_on(fam, attention)]}.values():
+        runs_at, why = setting_page(engine.engine, s.flags, line_page) if page is not None else (None, "")
+        placed[s.id] = (runs_at, *at_page(runs_at, why, engine.engine))
     for s in chosen:
-        r = _price_setting(s, priced, fam, fi, layers, mode, engine, spec, kv)
+        runs_at, s_priced, note = placed[s.id]
+        r = _price_setting(s, s_priced, fam, fi, layers, mode, engine, spec, kv)
+        r.page_size = s_priced[0].page_size if s_priced else page
+        r.runs_at = runs_at
+        r.notes += [note] if note else []
         r.default = default_setting is not None and s.id == default_setting.id
         r.you_run = mine is not None and s.id == mine.id
         results.append(r)
@@ -432,31 +482,44 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
 
     # per-shape routing: in the engine, the cheapest of its settings' routes at each (batch, step); in kbench, the
     # fastest kernel measured there (GPU time alone, no host work: a floor)
-    reach: dict[str, set[str]] = {step: set() for step in STEPS}
+    # a server runs one page: the routes are chosen among those of the settings at the same page (the engine may
+    # move the page for a backend, _AtPage), then the cheapest page
+    reach: dict[int, dict[str, set[str]]] = {}  # id of a page's rows -> step -> routes
+    rows_of: dict[int, list[Priced]] = {}
     for s in engine.valid_on(fam, attention):
+        rows = placed[s.id][1]
+        rows_of[id(rows)] = rows
+        at = reach.setdefault(id(rows), {step: set() for step in STEPS})
         for step in STEPS:
             r = s.route(step, fam, fi)
             routed = _kernel_for(s, step, fam, fi, tree=not spec.is_chain) if r.route else None
-            reach[step].update(x for x in (routed, r.kernel if not r.route else None) if x)
+            at[step].update(x for x in (routed, r.kernel if not r.route else None) if x)
     eng_total, kb_total = 0.0, 0.0
     oracle_of: dict[tuple[int, str], StepCost] = {}
     oracle_kernels: dict[str, dict[str, float]] = {step: {} for step in STEPS}
     eng_ok = kb_ok = True
     for i, p in enumerate(priced):
-        options = [[c for k in sorted(reach[step]) if (c := step_cost(p, k, layers[step], mode, step)) is not None]
-                   for step in p.batch.steps]
-        if all(options):  # the cheapest choice of a route per phase, under the batch's overlap rule
-            chosen = min(itertools.product(*options),
-                         key=lambda cs: (batch_total(list(cs), mode), [c.route for c in cs]))
-            for step, c in zip(p.batch.steps, chosen):
+        best_here = None
+        for key, at in reach.items():
+            q = rows_of[key][i]
+            options = [[c for k in sorted(at[step]) if (c := step_cost(q, k, layers[step], mode, step)) is not None]
+                       for step in p.batch.steps]
+            if all(options):  # the cheapest choice of a route per phase, under the batch's overlap rule
+                cs = min(itertools.product(*options), key=lambda cs: (batch_total(list(cs), mode), [c.route for c in cs]))
+                if best_here is None or batch_total(list(cs), mode) < batch_total(list(best_here), mode):
+                    best_here = cs
+        if best_here is not None:
+            for step, c in zip(p.batch.steps, best_here):
                 oracle_of[(i, step)] = c
                 oracle_kernels[step][c.route] = oracle_kernels[step].get(c.route, 0.0) + p.batch.weight / total_w
-            eng_total += p.batch.weight * batch_total(list(chosen), mode)
+            eng_total += p.batch.weight * batch_total(list(best_here), mode)
         else:
             eng_ok = False
+        times = [min(rows[i].times.values()) for rows in rows_of.values() if rows[i].times] or (
+            [min(p.times.values())] if p.times else [])
         for step in p.batch.steps:
-            if p.times:
-                kb_total += p.batch.weight * layers[step] * min(p.times.values())
+            if times:
+                kb_total += p.batch.weight * layers[step] * min(times)
             else:
                 kb_ok = False
 
@@ -472,7 +535,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     best = rec.best
     if best is not None and eng_ok:
         gaps = []
-        for i, p in enumerate(priced):
+        for i, p in enumerate(placed[best.setting.id][1]):
             for step in p.batch.steps:
                 c = step_cost(p, best.kernels[step] if not p.ragged else _kernel_for(best.setting, step, fam, fi, True),
                               layers[step], mode)

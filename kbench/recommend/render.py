@@ -37,8 +37,10 @@ def command(rec: Recommendation, r: SettingResult | None = None) -> str | None:
     if rec.current is not None:  # the user's own line, with this setting's backend flags (theirs kept if it is theirs)
         from kbench.recommend.resolve import edited_line
 
-        return edited_line(rec.current, None if r is rec.you_run else r.setting, rec.cap_flag)[0]
-    argv = server_flags(rec.engine.engine, r.setting.flags, rec.spec, rec.page_size, overlap=rec.overlap,
+        return edited_line(rec.current, None if r is rec.you_run else r.setting, rec.cap_flag,
+                           page=_moved_page(rec, r))[0]
+    argv = server_flags(rec.engine.engine, r.setting.flags, rec.spec, _moved_page(rec, r) or rec.page_size,
+                        overlap=rec.overlap,
                         algorithm="mtp" if r.setting.attention == "mla" else "eagle")
     if rec.cap_flag is not None:
         from kbench.recommend.resolve import CAP_FLAG
@@ -46,6 +48,12 @@ def command(rec: Recommendation, r: SettingResult | None = None) -> str | None:
         argv += [CAP_FLAG[rec.engine.engine], str(rec.cap_flag)]
     line = command_line(rec.engine.engine, argv)
     return (r.setting.env_text + " " + line) if r.setting.env else line
+
+
+def _moved_page(rec: Recommendation, r: SettingResult) -> int | None:
+    """The page the engine moves setting r to (None: it runs at the page of the user's line, or of kbench's)."""
+    mine = rec.current.page_size if rec.current is not None else rec.page_size
+    return r.runs_at if r.runs_at is not None and r.runs_at != mine else None
 
 
 def command_or_refusal(rec: Recommendation, r: SettingResult) -> tuple[str | None, str | None]:
@@ -113,7 +121,7 @@ def headline(rec: Recommendation) -> list[str]:
         save = mine.per_step_us - best.per_step_us
         lines.append(f"  saves {_us(save)} us per step over what you run, {save / mine.per_step_us:.1%}")
     if rec.current is not None:
-        _, diff = edited_line(rec.current, best.setting, rec.cap_flag)
+        _, diff = edited_line(rec.current, best.setting, rec.cap_flag, page=_moved_page(rec, best))
         lines.append("flags: " + "; ".join(f"{k} {', '.join(v)}" for k, v in diff.items() if v))
     default = rec.default
     dwhy = rec.default_why
@@ -273,7 +281,8 @@ def to_json(rec: Recommendation) -> dict:
                 "vs_per_shape_routing_pct": rec.gap_pct(r) if r.total_us is not None else None,
                 "vs_default_per_step_us": (vs_default(rec, r) or (None,))[0],
                 "vs_default_pct": None if vs_default(rec, r) is None else vs_default(rec, r)[1] * 100,
-                "unpriced": r.unpriced or None, "missing": r.missing, "notes": r.notes, "same_kernels_as": r.same_as}
+                "unpriced": r.unpriced or None, "missing": r.missing, "notes": r.notes, "same_kernels_as": r.same_as,
+                "page_size": r.page_size, "runs_at_page": r.runs_at}
 
     return {
         "engine": {"name": rec.engine.engine, "version": rec.engine.version, "read_from": rec.engine.read_from,

@@ -331,6 +331,43 @@ def _sglang_default_backend(family: str, mla: bool, topk: int | None, page: int 
     return "flashinfer", f"{why}: flashinfer ({SGLANG_CITES['mha_other']})"
 
 
+def sglang_page(slots_named: list[str | None], page: int | None) -> tuple[int, str]:
+    """(page, why) SGLang 0.5.23 runs at, from the page the line gives (None: none) and the backends of its four
+    slots (attention, prefill, decode, speculative draft): the pages a backend forces (overrides.py:1144-1200),
+    then the default, 1 (1341-1363). The one rule for a user's line and for a setting kbench prices."""
+    p, why = page, "given"
+    for backend, (takes, sets) in SGLANG_PAGE_FORCE.items():
+        slots = slots_named if backend == "trtllm_mha" else slots_named[:3]
+        if backend in slots and (p not in takes or backend == "flashmla"):
+            if p != sets:
+                why = f"{backend} runs pages {'/'.join(map(str, takes))} only: {sets} ({SGLANG_CITES['page_forced']})"
+            p = sets
+    if p is None:
+        return 1, f"not given: 1 ({SGLANG_CITES['page_default']})"
+    return p, why
+
+
+def setting_page(engine: str, flags: str, page: int | None) -> tuple[int | None, str]:
+    """(page, why) the engine runs a setting's backend flags at when the line gives `page` (None: not given). SGLang
+    moves the page for some backends (sglang_page); vLLM keeps the block size given (kbench.recommend.flags
+    refuses one its backend does not take)."""
+    if engine != "sglang":
+        return page, "given"
+    from kbench.recommend.flags import sglang_backends
+
+    slots = sglang_backends(flags)
+    return sglang_page([slots.get(n) for n in ("--attention-backend", "--prefill-attention-backend",
+                                               "--decode-attention-backend", "--speculative-draft-attention-backend")],
+                       page)
+
+
+def given_page(current: Resolved) -> int | None:
+    """The page size the user's line gives (None: it gives none, the engine resolves one)."""
+    flag = "--page-size" if current.engine == "sglang" else "--block-size"
+    v = dict(_flag_pairs(current.argv)).get(flag)
+    return int(v) if v is not None else None
+
+
 def sglang_slots(fields: dict) -> dict[str, str]:
     """The backend of each step: target verify on the prefill or decode backend by the mode when they differ, else
     the attention backend; draft extend on the draft's own backend, else the mode's backend."""
@@ -383,18 +420,7 @@ def resolve_sglang(given: dict, family: str, arch: str | None, model: str) -> tu
     # 2. pages a backend forces (overrides.py:1144-1200), then the default (1341-1363)
     slots_named = [f["attention_backend"], f["prefill_attention_backend"], f["decode_attention_backend"],
                    f["speculative_draft_attention_backend"]]
-    p = page
-    for backend, (takes, sets) in SGLANG_PAGE_FORCE.items():
-        slots = slots_named if backend == "trtllm_mha" else slots_named[:3]
-        if backend in slots and (p not in takes or backend == "flashmla"):
-            if p != sets:
-                why["page_size"] = f"{backend} runs pages {'/'.join(map(str, takes))} only: {sets} ({SGLANG_CITES['page_forced']})"
-            p = sets
-    if p is None:
-        put("page_size", 1, f"not given: 1 ({SGLANG_CITES['page_default']})")
-    else:
-        f["page_size"] = p
-        why.setdefault("page_size", "given")
+    f["page_size"], why["page_size"] = sglang_page(slots_named, page)
     # 3. the speculative defaults (pipeline.py:306)
     put("speculative_algorithm", "EAGLE" if str(algo).upper() == "NEXTN" else str(algo).upper(),
         "given" + (f" (NEXTN is EAGLE: {SGLANG_CITES['algorithm']})" if str(algo).upper() == "NEXTN" else ""))
@@ -723,9 +749,11 @@ def _flag_pairs(argv: list[str]) -> list[tuple[str, str | None]]:
     return out
 
 
-def edited_line(current: Resolved, setting=None, cap: int | None = None) -> tuple[str, dict[str, list[str]]]:
+def edited_line(current: Resolved, setting=None, cap: int | None = None,
+                page: int | None = None) -> tuple[str, dict[str, list[str]]]:
     """The user's own line with a setting's backend flags (and environment) instead of theirs (setting None: their
-    backend flags and environment kept), and the cap flag when the priced batch needs it: (the command, {"add": [...],
+    backend flags and environment kept), the cap flag when the priced batch needs it, and the page the setting was
+    priced at when the engine moves it there (said, not left to the engine): (the command, {"add": [...],
     "change": [...], "drop": [...]})."""
     from kbench.recommend.flags import command_line
 
@@ -735,6 +763,8 @@ def edited_line(current: Resolved, setting=None, cap: int | None = None) -> tupl
     want = {n: v for n, v in _flag_pairs(shlex.split(setting.flags))} if setting is not None else {}
     if cap is not None:
         want[CAP_FLAG[current.engine]] = str(cap)
+    if page is not None and page != given_page(current):
+        want["--page-size" if current.engine == "sglang" else "--block-size"] = str(page)
     kept = [(n, v) for n, v in pairs if n not in own and n not in want]
     argv = [x for n, v in kept + list(want.items()) for x in ((n,) if v is None else (n, v))]
     model_flag = "--model-path" if current.engine == "sglang" else "--model"
