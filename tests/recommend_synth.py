@@ -42,15 +42,16 @@ TIMES = {DECODE: t_decode, FA2: t_fa2, FA3: t_fa3, VFA3: t_vfa3, VFA3_SGL: t_vfa
 # cost), and its host work per step in us (flat: the planner's cost barely moves with the batch)
 ROUTE_OF = {"sglang-fi-verify": (FA2, 1.25), "sglang-fi-extend": (FA2, 1.0), "sglang-trtllm-mha": (DECODE, 1.0),
             "sglang-fi-verify-hostplan": (FA2, 1.25), "sglang-fa3": (VFA3_SGL, 1.0), "sglang-fa3-tree": (VFA3_SGL, 1.5), "vllm-fi-decode": (DECODE, 1.0), "vllm-fi-prefill": (FA2, 1.0),
+            "vllm-fi-prefill-fa3": (FA3, 1.0),
             "vllm-flash-attn": (VFA3, 1.0), "sglang-flashmla": (FLASHMLA, 1.0), "sglang-fi-mla": (FI_MLA, 1.0),
             "vllm-flashmla": (FLASHMLA, 1.0), "sglang-fi-mla-extend": (FI_MLA, 1.0), "sglang-fa3-mla": (FA3_MLA_SGL, 1.0),
             "vllm-flash-attn-mla": (FA3_MLA, 1.0)}
 HOST = {"sglang-fi-verify": 50.0, "sglang-fi-extend": 12.0, "sglang-trtllm-mha": 4.0, "sglang-fa3": 4.0,
         "sglang-fi-verify-hostplan": 20.0, "sglang-fa3-tree": 6.0,
-        "vllm-fi-decode": 3.0, "vllm-fi-prefill": 15.0, "vllm-flash-attn": 8.0, "sglang-flashmla": 5.0,
+        "vllm-fi-decode": 3.0, "vllm-fi-prefill": 15.0, "vllm-fi-prefill-fa3": 15.0, "vllm-flash-attn": 8.0, "sglang-flashmla": 5.0,
         "sglang-fi-mla": 30.0, "vllm-flashmla": 6.0, "sglang-fi-mla-extend": 40.0, "sglang-fa3-mla": 4.0,
         "vllm-flash-attn-mla": 8.0}
-WAITS = {"sglang-fi-verify", "vllm-fi-prefill"}  # host work that waits for the GPU (never overlapped)
+WAITS = {"sglang-fi-verify", "vllm-fi-prefill", "vllm-fi-prefill-fa3"}  # host work that waits for the GPU (never overlapped)
 # SGLang routes of a backend that reads sequence lengths on the CPU: the overlap scheduler waits for the previous
 # verify before preparing the step, so host work overlaps only the draft extend's GPU work
 FENCED = {"sglang-fi-verify", "sglang-fi-extend", "sglang-fi-verify-hostplan", "sglang-fi-mla", "sglang-fi-mla-extend"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from recommend_synth import (B200, DECODE, FA2, FA3, HOST, batch_price, known_rows, known_run, recommend_cli, step_price, t_decode,
+from recommend_synth import (B200, DECODE, FA2, FA3, GQA_KERNELS, HOST, batch_price, known_rows, known_run, recommend_cli, step_price, t_decode,
                              t_fa2)
 from report_synth import case, row, write_run
 
@@ -121,8 +121,10 @@ def test_vllm_prices_its_routes_and_a_setting_without_one_gets_a_bound_never_bes
     by_id = {r.setting.id: r for r in rec.results}
     assert by_id["FLASHINFER"].kernels == {"verify": "vllm-fi-decode", "draft_extend": "vllm-fi-decode"}
     off = by_id["FLASHINFER,use_trtllm_attention=false"]
-    # vLLM 0.34.0 pins FlashInfer 0.7.3, where auto is fa3 on SM90: no route of kbench's runs it
-    assert off.kernels["verify"] == "fa3-prefill" and off.total_us is None and "no route" in off.unpriced
+    # vLLM 0.34.0 pins FlashInfer 0.7.3, where auto is fa3 on SM90: its route, not measured in this run, leaves a
+    # bound from the plain fa3-prefill kernel
+    assert off.kernels["verify"] == "vllm-fi-prefill-fa3" and off.total_us is None
+    assert "vllm-fi-prefill-fa3 at bs 8 q 4 kv 4096" in off.missing[0]
     assert off.bound_us == pytest.approx(2 * 3 * t_fa2(8, 4, 4096))
     # the drafter reuses the target's metadata: one host step (FLASH_ATTN 8 us) beside two of GPU work, 65.6 us,
     # below FLASHINFER's 3 + 64 us
@@ -135,13 +137,24 @@ def test_vllm_prices_its_routes_and_a_setting_without_one_gets_a_bound_never_bes
     assert off.kernels["verify"] == "vllm-fi-prefill" and off.total_us == pytest.approx(
         2 * step_price("vllm-fi-prefill", 8, 4, 4096, 1, "sum") - HOST["vllm-fi-prefill"])
     for given, read, verify in (("v0.7.4", "0.7.4", "vllm-fi-prefill"), ("0.7.4+cu128", "0.7.4+cu128", "vllm-fi-prefill"),
-                                ("0.7.3.post1", "0.7.3.post1", "fa3-prefill")):
+                                ("0.7.3.post1", "0.7.3.post1", "vllm-fi-prefill-fa3")):
         rec = recommend(src, wl((8, 4, 4096, 1.0)), VLLM, flashinfer=given)  # read as pip reads a version
         assert rec.flashinfer == read and {r.setting.id: r for r in rec.results}[
             "FLASHINFER,use_trtllm_attention=false"].kernels["verify"] == verify
     for junk in ("abc", "0.7.4abc", "", "latest"):  # was taken as given, its routes compared as a string
         with pytest.raises(BadInput, match=f"--flashinfer {junk!r}: not a version"):
             recommend(src, wl((8, 4, 4096, 1.0)), VLLM, flashinfer=junk)
+
+
+def test_vllm_flashinfer_without_trtllm_is_priced_on_its_fa3_route_below_flashinfer_0_7_4(tmp_path):
+    rows = known_rows(kernels=GQA_KERNELS + ("vllm-fi-prefill-fa3",))
+    s = load_source([known_run(tmp_path / "run", rows)])
+    rec = recommend(s, wl((8, 4, 4096, 1.0)), VLLM, overlap="sum")
+    off = {r.setting.id: r for r in rec.results}["FLASHINFER,use_trtllm_attention=false"]
+    # the drafter reuses the target's metadata: one host step, two of GPU work; its host work waits for the GPU
+    assert off.kernels == {"verify": "vllm-fi-prefill-fa3", "draft_extend": "vllm-fi-prefill-fa3"}
+    assert off.total_us == pytest.approx(2 * step_price("vllm-fi-prefill-fa3", 8, 4, 4096, 1, "sum")
+                                         - HOST["vllm-fi-prefill-fa3"])
 
 
 def test_a_route_without_rows_leaves_its_setting_unpriced_with_a_bound(tmp_path):

@@ -33,8 +33,8 @@ def test_routes_are_registered_apart_from_all():
     names = {k.name for k in ROUTES}
     assert names == {"sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha", "sglang-fa3", "sglang-flashmla",
                      "sglang-fi-mla", "sglang-fi-mla-extend", "sglang-fa3-mla", "sglang-fi-verify-hostplan",
-                     "sglang-fa3-tree", "vllm-fi-decode", "vllm-fi-prefill", "vllm-flash-attn", "vllm-flashmla",
-                     "vllm-flash-attn-mla"}
+                     "sglang-fa3-tree", "vllm-fi-decode", "vllm-fi-prefill", "vllm-fi-prefill-fa3", "vllm-flash-attn",
+                     "vllm-flashmla", "vllm-flash-attn-mla"}
     assert not names & {k.name for k in registry.select(["all"])}
     assert {k.name for k in registry.select(["routes"])} == names
     assert {k.name for k in registry.select(["routes", "fa2-prefill"])} == names | {"fa2-prefill"}
@@ -68,6 +68,11 @@ def test_host_work_that_waits_for_the_gpu_is_the_plan_reading_gpu_offsets():
     # SGLang's flashinfer routes plan page size 1 whatever the pool's page; vLLM's plans its block size
     assert all(by[n].page_one for n in ("sglang-fi-verify", "sglang-fi-extend", "sglang-fi-verify-hostplan"))
     assert not by["vllm-fi-prefill"].page_one
+    # below FlashInfer 0.7.4 the same route runs fa3 on SM90 (auto): the same host work, FA3's kernel
+    fa3 = by["vllm-fi-prefill-fa3"]
+    assert (fa3.fa, fa3.runs, by["vllm-fi-prefill"].runs) == ("fa3", "fa3-prefill", "fa2-prefill")
+    assert fa3.host_waits_for_gpu and not fa3.cuda_graph and not fa3.custom_mask and fa3.host_work == \
+        by["vllm-fi-prefill"].host_work
 
 
 class CpuRoute(Route):
@@ -238,7 +243,8 @@ def test_the_host_plan_route_refuses_a_tree_and_the_fa3_routes_split_chain_and_t
 @pytest.mark.parametrize("name,takes_page_one", [
     ("sglang-fi-verify", True), ("sglang-fi-extend", True), ("sglang-fi-verify-hostplan", True),
     ("sglang-fa3", True), ("sglang-fa3-tree", True), ("sglang-trtllm-mha", False), ("trtllm-decode", False),
-    ("vllm-fi-decode", False), ("vllm-fi-prefill", False), ("vllm-flash-attn", False), ("fa2-prefill", True)])
+    ("vllm-fi-decode", False), ("vllm-fi-prefill", False), ("vllm-fi-prefill-fa3", False), ("vllm-flash-attn", False),
+    ("fa2-prefill", True)])
 def test_page_one_rows_are_run_or_refused_as_the_engine_allows(name, takes_page_one):
     k = route(name)
     tree = "topk:4" if name == "sglang-fa3-tree" else "chain"
@@ -384,3 +390,11 @@ def test_the_engine_routes_scenario_measures_page_one_and_64_chains_and_trees():
     cases = sc.cases()
     assert {c.page_size for c in cases} == {1, 64} and {c.tree for c in cases} == {"chain", "topk:4"}
     assert {c.batch_size for c in cases} == {1, 4, 16, 64, 256} and {c.q_len for c in cases} == {4, 8}
+
+
+def test_vllm_flashinfer_without_trtllm_runs_fa3_on_hopper_only_and_takes_no_fp8_cache():
+    k = route("vllm-fi-prefill-fa3")
+    c = Case(4, 8, 4096, 32, 8, 128, 64)
+    assert kernel_reason(k, H100, c) is None
+    assert "Hopper-only" in (k.supports(DeviceInfo(cuda=True, name="fake B200", sm=100), c) or "")
+    assert "fp8" not in k.kv_dtypes and "fp8" in route("vllm-fi-prefill").kv_dtypes

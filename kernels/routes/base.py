@@ -68,6 +68,9 @@ class PagedPrefillRoute(Route):
                  page_one: bool = False, host_plan: bool = False, page_sizes: tuple[int, ...] = (),
                  page_source: str = "", host_work: str = ""):
         self.name, self.engine, self.fa, self.steps, self.source = name, engine, backend, steps, source
+        self.runs = f"{backend}-prefill"  # the plain kernel of that backend (kbench.kernels.fa_prefill)
+        if backend == "fa3":  # fa3 on an fp8 cache wants an fp8 query (as fa3-prefill); no custom mask
+            self.kv_dtypes = ("bf16", "fp16")
         self.workspace_bytes = workspace_bytes
         self.cuda_graph, self.custom_mask, self.indices_on_gpu = cuda_graph, custom_mask, indices_on_gpu
         self.page_one, self.host_plan = page_one, host_plan
@@ -84,14 +87,15 @@ class PagedPrefillRoute(Route):
         return self.fa
 
     def supports(self, device, case):
-        reason = needs_cuda(device, min_sm=80)
+        reason = (needs_cuda(device, only_sm=(90,), label=" (FA3 is Hopper-only)") if self.fa == "fa3"
+                  else needs_cuda(device, min_sm=80))
         if reason is None and self.host_plan and case.tree != "chain":
             reason = ("tree: SGLang's sync-free verify plan takes topk 1 only (flashinfer_backend.py:888-902); a "
                       "tree runs sglang-fi-verify")
         reason = reason or self.uniform_q_reason(case)
         return reason or realistic_reason(
-            case, sinks="sinks: FlashInfer's fa2 paged prefill route drops run(sinks=)",
-            skip_softmax="skip-softmax: FlashInfer's fa2 paged prefill route drops it",
+            case, sinks=f"sinks: FlashInfer's {self.fa} paged prefill route drops run(sinks=)",
+            skip_softmax=f"skip-softmax: FlashInfer's {self.fa} paged prefill route drops it",
             q_fp8="q_dtype fp8: the engine plans this route with a bf16/fp16 query")
 
     def jit_key(self, case):

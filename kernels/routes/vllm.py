@@ -8,8 +8,8 @@ Sources (the vllm 0.34.0 sources; kbench/recommend/engines.toml cites them per s
 - FLASH_ATTN (the default off SM100): vllm-flash-attn's FlashAttention-3 via flash_attn_varlen_func, the split
   schedule made by get_scheduler_metadata in every build() (flash_attn.py:1290-1291 splits the packed cache, 1437-1462 calls the kernel);
 - FLASHINFER with use_trtllm_attention false: BatchPrefillWithPagedKVCacheWrapper(backend auto: fa2 for every
-  draft-extend shape from FlashInfer 0.7.4) planned every step from host offsets (flashinfer.py:1477-1482), run
-  eagerly between the CUDA-graph pieces; its build reads seq_lens back from the GPU every step
+  draft-extend shape from FlashInfer 0.7.4, fa3 on SM90 below it: vllm-fi-prefill-fa3) planned every step from
+  host offsets (flashinfer.py:1477-1482), run eagerly between the CUDA-graph pieces; its build reads seq_lens back from the GPU every step
   (flashinfer.py:1696-1706), so its host work waits for the GPU.
 """
 from __future__ import annotations
@@ -41,8 +41,17 @@ FLASHINFER_PREFILL = PagedPrefillRoute(
                 "step from host offsets, run eagerly")
 # its metadata build copies seq_lens to the host every step (needs_seq_lens_cpu when a path is not TRT-LLM:
 # v1/attention/backends/flashinfer.py:1696-1706, `seq_lens.cpu()` under gpu_sync_allowed): it waits for the GPU
-FLASHINFER_PREFILL.host_waits_for_gpu = True
-FLASHINFER_PREFILL.host_work += "; seq_lens read back from the GPU every step (waits for it)"
+# the same with FlashInfer below 0.7.4 (vLLM 0.34.0 pins 0.7.3): backend auto is fa3 on SM90 whenever fa3 takes the
+# inputs (flashinfer/utils.py@0.7.2.post1:574-629), so the same plan-every-step route runs FA3's paged prefill
+FLASHINFER_PREFILL_FA3 = PagedPrefillRoute(
+    "vllm-fi-prefill-fa3", "vllm", backend="fa3", cuda_graph=False, custom_mask=False, indices_on_gpu=False,
+    steps=("verify", "draft_extend"), workspace_bytes=WORKSPACE, **FI_PAGES,
+    source="v1/attention/backends/flashinfer.py:1058-1071, 1477-1482; flashinfer/utils.py@0.7.2.post1:574-629",
+    description="vLLM FLASHINFER with use_trtllm_attention false on SM90 with FlashInfer below 0.7.4 (vLLM 0.34.0 "
+                "pins 0.7.3): auto is fa3: fa3 paged prefill, causal, plan() every step from host offsets, run eagerly")
+for _r in (FLASHINFER_PREFILL, FLASHINFER_PREFILL_FA3):
+    _r.host_waits_for_gpu = True
+    _r.host_work += "; seq_lens read back from the GPU every step (waits for it)"
 
 
 FLASH_ATTN = KernelRoute(
@@ -75,4 +84,4 @@ FLASH_ATTN_MLA = KernelRoute(
                 "(q=q_pe, q_v=q_nope) with the AOT split schedule, 32 splits under full CUDA graphs",
     host_work="block table and KV lengths copied host to GPU, then get_scheduler_metadata (the MLA split schedule)")
 
-ROUTES = (FLASHINFER_DECODE, FLASHINFER_PREFILL, FLASH_ATTN, FLASHMLA, FLASH_ATTN_MLA)
+ROUTES = (FLASHINFER_DECODE, FLASHINFER_PREFILL, FLASHINFER_PREFILL_FA3, FLASH_ATTN, FLASHMLA, FLASH_ATTN_MLA)
