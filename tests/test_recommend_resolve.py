@@ -508,3 +508,20 @@ def test_a_setting_sglang_moves_to_page_64_is_priced_there_and_its_line_says_so(
     trt = {s["id"]: s for s in out["settings"]}["trtllm_mha"]
     assert trt["total_us"] is None and trt["runs_at_page"] == 64
     assert any("runs it at page 64" in n and "no rows at page 64" in n for n in trt["notes"])
+
+
+def test_when_the_default_is_best_a_current_line_is_told_to_drop_its_backend_flags(synth_run):
+    """'nothing to switch' is for a command kbench spelled; a user running another setting is told the default's
+    line (theirs without backend flags) is the best one."""
+    from recommend_synth import recommend_cli
+
+    line = ("vllm serve M --speculative-config '{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}' "
+            "-ac '{\"backend\": \"FLASHINFER\", \"use_trtllm_attention\": false}'")
+    args = ("--engine", "vllm", "--batch-size", "8", "--kv-len", "4096", "--model", "llama3-8b", "--host-overlap", "sum")
+    out = json.loads(recommend_cli(synth_run, *args, "--json", "--current", line).output)
+    assert out["best"]["id"] == "FLASH_ATTN" and [s["id"] for s in out["settings"] if s["default"]] == ["FLASH_ATTN"]
+    text = " ".join(recommend_cli(synth_run, *args, "--current", line).output.split())
+    assert "the best setting is the engine's default (FLASH_ATTN): your line without its backend flags runs it too" \
+        in text and "nothing to switch" not in text
+    text = " ".join(recommend_cli(synth_run, *args, "--q-len", "4").output.split())
+    assert "the default (FLASH_ATTN) is the best setting here: nothing to switch" in text

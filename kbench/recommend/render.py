@@ -125,7 +125,10 @@ def headline(rec: Recommendation) -> list[str]:
         lines.append("flags: " + "; ".join(f"{k} {', '.join(v)}" for k, v in diff.items() if v))
     default = rec.default
     dwhy = rec.default_why
-    if default is best:
+    if default is best and rec.current is not None:  # the user runs another setting: the line above switches
+        lines.append(f"the best setting is the engine's default ({best.setting.id}): your line without its backend "
+                     "flags runs it too")
+    elif default is best:
         lines.append(f"the default ({best.setting.id}) is the best setting here: nothing to switch (the command "
                      "spells out the configuration priced)")
     elif default is not None and default is not mine:
