@@ -164,8 +164,10 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
                                f"(kbench sweep -s engine-routes --kernels routes --tree {resolved.tree} "
                                f"-q {resolved.spec.q_len}, on the GPU)")
             filters["tree"] = resolved.tree
-            if steps == "verify,draft_extend":
-                step_list = ("verify",)  # the draft extend after a tree runs on the accepted path: not measured
+            if steps == "verify,draft_extend" and "chain" not in trees:
+                step_list = ("verify",)  # the draft extend after a tree is priced on chain rows: none here
+                echo(f"note: your server's draft extend after its {resolved.tree} tree runs the shape of a chain of "
+                     f"{resolved.spec.q_len} tokens; {src.label} has no chain rows: verify priced only", err=True)
         pages = {g.get("page_size") for g in src.policy.get("groups", [])}
         if resolved.page_size in pages and len(pages) > 1 and filters.get("page_size") is None:
             filters["page_size"] = str(resolved.page_size)

@@ -525,3 +525,52 @@ def test_when_the_default_is_best_a_current_line_is_told_to_drop_its_backend_fla
         in text and "nothing to switch" not in text
     text = " ".join(recommend_cli(synth_run, *args, "--q-len", "4").output.split())
     assert "the default (FLASH_ATTN) is the best setting here: nothing to switch" in text
+
+
+# ---- the draft extend after a draft tree: SGLang runs it as a chain of num_draft_tokens, causal -----------------
+PLAIN_TREE = "python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --speculative-draft-model-path D"
+TREE_VERIFY = ("sglang-fa3-tree", "sglang-fi-verify", "fa2-prefill", "vllm-fa3-sgl-call")
+CHAIN_EXTEND = ("sglang-fa3", "sglang-fi-extend", "fa2-prefill", "vllm-fa3-sgl-call")
+
+
+def test_a_tree_prices_its_draft_extend_on_the_chain_rows_of_as_many_tokens(tmp_path):
+    """SGLang's plain EAGLE line (topk 4, 8 draft tokens, fa3 at page 1): verify on the tree's rows, the draft
+    extend on the chain rows at q 8 (eagle_worker_v2.py:1154-1157: the whole verified width per request, causal).
+    The tree group holds no draft-extend route, so a price at all says the chain rows were used."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from recommend_synth import batch_price, known_rows, known_run, recommend_cli
+
+    rows = known_rows(qs=(8,), kernels=TREE_VERIFY, tree="topk:4", page_size=1)
+    run = known_run(tmp_path / "run", rows + known_rows(qs=(8,), kernels=CHAIN_EXTEND, tree="chain", page_size=1))
+    args = ("--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--model", "llama3-8b")
+    r = recommend_cli(run, *args, "--json", "--current", PLAIN_TREE)
+    assert r.exit_code == 0, r.output
+    by = {s["id"]: s for s in json.loads(r.output)["settings"]}
+    layers = {"verify": 32, "draft_extend": 1}
+    for sid, routes in (("fa3", {"verify": "sglang-fa3-tree", "draft_extend": "sglang-fa3"}),
+                        ("flashinfer", {"verify": "sglang-fi-verify", "draft_extend": "sglang-fi-extend"})):
+        assert by[sid]["routes"] == routes, by[sid]
+        assert by[sid]["total_us"] == pytest.approx(batch_price(routes, 8, 8, 4096, layers), rel=1e-6), sid
+
+    # a run of the tree alone: verify is priced, and a note says why the draft extend is not
+    run = known_run(tmp_path / "tree-only", rows)
+    r = recommend_cli(run, *args, "--json", "--current", PLAIN_TREE)
+    assert r.exit_code == 0, r.output
+    fa3 = {s["id"]: s for s in json.loads(r.stdout)["settings"]}["fa3"]
+    assert fa3["total_us"] == pytest.approx(batch_price({"verify": "sglang-fa3-tree"}, 8, 8, 4096, layers))
+    assert "no chain rows: verify priced only" in r.stderr
+
+
+def test_the_api_names_what_to_measure_when_a_trees_draft_extend_has_no_chain_rows(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from recommend_synth import known_rows, known_run
+
+    from kbench.recommend.price import load_source, recommend
+    from kbench.recommend.settings import load_table
+    from kbench.recommend.workload import Batch, Workload
+
+    src = load_source([known_run(tmp_path / "run", known_rows(qs=(8,), kernels=TREE_VERIFY, tree="topk:4",
+                                                              page_size=1))])
+    wl = Workload([Batch(8, 8, 4096, 1.0)], "test")
+    with pytest.raises(BadInput, match="draft extend after a topk:4 tree runs the shape of a chain of 8 tokens"):
+        recommend(src, wl, load_table().engine("sglang"))

@@ -115,6 +115,19 @@ class Priced:
     page_size: int | None = None
     host_cpus: int | None = None
     host_cpu: str = ""
+    # a step measured in another group: the draft extend after a draft tree runs the chain's shape (_locate_all)
+    steps_at: dict[str, "Priced"] = field(default_factory=dict)
+
+    def at(self, step: str) -> "Priced":
+        """Where a step of this batch is measured: this group's cell, or the one steps_at names for the step."""
+        return self.steps_at.get(step, self)
+
+
+# SGLang 0.5.23's draft extend v2 after a verify fills the whole verified width, num_draft_tokens per request,
+# causal, whatever the tree (eagle_worker_v2.py:1154-1157; flashattention_backend.py:1194-1207 and 2905-2911 set
+# max_seq_len_q to it, flashinfer_backend.py:807-818 plans it causal): the shape of a chain of that many tokens
+TREE_DRAFT_EXTEND = ("python/sglang/srt/speculative/eagle_worker_v2.py:1154-1157; "
+                     "layers/attention/flashattention_backend.py:1194-1207, 2905-2911")
 
 
 def _beyond(grid: dict, query: dict) -> dict[str, float]:
@@ -166,34 +179,45 @@ def _locate_all(source: Source, workload: Workload, max_extrapolation: float) ->
     groups: dict[tuple, dict] = {}
     out = []
     for b in workload.batches:
-        key = b.group
-        if key not in groups:
+        p = _locate(source, workload, b, b.group, groups, max_extrapolation)
+        if p.tree != "chain" and "draft_extend" in b.steps:  # its draft extend: a chain of as many tokens
+            chain = tuple(sorted({**b.filters, "tree": "chain"}.items()))
             try:
-                groups[key] = select_group(source.policy, **b.filters)
+                p.steps_at["draft_extend"] = _locate(source, workload, b, chain, groups, max_extrapolation)
             except BadInput as e:
-                raise BadInput(f"{workload.source}: {b.label}: {e}") from None
-        g = groups[key]
-        tree = g.get("tree", "chain")
-        found = locate(g["grid"], g["cells"], b.batch_size, b.q_len, b.kv_len, extrapolate=True, error=BadInput)
-        beyond = _beyond(g["grid"], found["query"])
-        far = {ax: f for ax, f in beyond.items() if f > max_extrapolation}
-        if far:
-            ax, f = max(far.items(), key=lambda x: x[1])
-            lo, hi = min(g["grid"][ax]), max(g["grid"][ax])
-            raise BadInput(f"{workload.source}: {b.label}: {ax} {found['query'][ax]} is {f:.1f}x beyond the run's "
-                           f"{lo}..{hi} (more than --max-extrapolation {max_extrapolation:g}x): measure it, or widen "
-                           "--max-extrapolation to price it clamped to the edge")
-        q_dist = dict(b.group).get("q_dist", g.get("q_dist", "fixed"))
-        cell = found["used_cell"]
-        out.append(Priced(b, g.get("label") or group_label(g), found["used"], dict(cell.get("kernels_us") or {}),
-                          found["interpolated"], found["extrapolated"], found["clamped"], beyond, q_dist != "fixed",
-                          host=dict(cell.get("kernels_host_us") or {}),
-                          host_iqr=dict(cell.get("kernels_host_iqr_us") or {}),
-                          spread=dict(cell.get("kernels_rel_spread") or {}), tree=tree,
-                          attention=g.get("attention", "gqa"), kv_dtype=g.get("kv_dtype"),
-                          page_size=g.get("page_size"), host_cpus=source.host.get("cpus"),
-                          host_cpu=source.host.get("cpu", "")))
+                raise BadInput(f"{workload.source}: {b.label}: the draft extend after a {p.tree} tree runs the shape "
+                               f"of a chain of {b.q_len} tokens ({TREE_DRAFT_EXTEND}), and the run has no chain "
+                               f"rows to price it ({e}): measure --tree chain too, or price --steps verify") from None
+        out.append(p)
     return out
+
+
+def _locate(source: Source, workload: Workload, b: Batch, key: tuple, groups: dict, max_extrapolation: float) -> Priced:
+    """Batch b in the group its filters `key` select (groups: those selected so far, by key)."""
+    if key not in groups:
+        try:
+            groups[key] = select_group(source.policy, **dict(key))
+        except BadInput as e:
+            raise BadInput(f"{workload.source}: {b.label}: {e}") from None
+    g = groups[key]
+    tree = g.get("tree", "chain")
+    found = locate(g["grid"], g["cells"], b.batch_size, b.q_len, b.kv_len, extrapolate=True, error=BadInput)
+    beyond = _beyond(g["grid"], found["query"])
+    far = {ax: f for ax, f in beyond.items() if f > max_extrapolation}
+    if far:
+        ax, f = max(far.items(), key=lambda x: x[1])
+        lo, hi = min(g["grid"][ax]), max(g["grid"][ax])
+        raise BadInput(f"{workload.source}: {b.label}: {ax} {found['query'][ax]} is {f:.1f}x beyond the run's "
+                       f"{lo}..{hi} (more than --max-extrapolation {max_extrapolation:g}x): measure it, or widen "
+                       "--max-extrapolation to price it clamped to the edge")
+    q_dist = dict(b.group).get("q_dist", g.get("q_dist", "fixed"))
+    cell = found["used_cell"]
+    return Priced(b, g.get("label") or group_label(g), found["used"], dict(cell.get("kernels_us") or {}),
+                  found["interpolated"], found["extrapolated"], found["clamped"], beyond, q_dist != "fixed",
+                  host=dict(cell.get("kernels_host_us") or {}), host_iqr=dict(cell.get("kernels_host_iqr_us") or {}),
+                  spread=dict(cell.get("kernels_rel_spread") or {}), tree=tree, attention=g.get("attention", "gqa"),
+                  kv_dtype=g.get("kv_dtype"), page_size=g.get("page_size"), host_cpus=source.host.get("cpus"),
+                  host_cpu=source.host.get("cpu", ""))
 
 
 # ---- the answer ------------------------------------------------------------------------------------------
@@ -346,6 +370,7 @@ def _waits_for_gpu(route: str) -> bool:
 def step_cost(p: Priced, route: str, layers: int, overlap: str, step: str = "", host: bool = True) -> StepCost | None:
     """The cost of one step of batch p on `route` (its cell's kernel time x layers, plus its host work under the
     overlap rule); None when the cell has no time for it."""
+    p = p.at(step)
     t = p.times.get(route)
     if t is None:
         return None
@@ -469,7 +494,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
         r = _price_setting(s, s_priced, fam, fi, layers, mode, engine, spec, kv)
         r.page_size = s_priced[0].page_size if s_priced else page
         r.runs_at = runs_at
-        r.notes += [note] if note else []
+        r.notes += [note] if note and not r.unpriced.startswith("refused by the engine") else []
         r.default = default_setting is not None and s.id == default_setting.id
         r.you_run = mine is not None and s.id == mine.id
         results.append(r)
@@ -492,7 +517,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
         at = reach.setdefault(id(rows), {step: set() for step in STEPS})
         for step in STEPS:
             r = s.route(step, fam, fi)
-            routed = _kernel_for(s, step, fam, fi, tree=not spec.is_chain) if r.route else None
+            routed = _kernel_for(s, step, fam, fi, tree=not spec.is_chain and step == "verify") if r.route else None
             at[step].update(x for x in (routed, r.kernel if not r.route else None) if x)
     eng_total, kb_total = 0.0, 0.0
     oracle_of: dict[tuple[int, str], StepCost] = {}
@@ -515,9 +540,9 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
             eng_total += p.batch.weight * batch_total(list(best_here), mode)
         else:
             eng_ok = False
-        times = [min(rows[i].times.values()) for rows in rows_of.values() if rows[i].times] or (
-            [min(p.times.values())] if p.times else [])
         for step in p.batch.steps:
+            times = [min(rows[i].at(step).times.values()) for rows in [priced, *rows_of.values()]
+                     if rows[i].at(step).times]
             if times:
                 kb_total += p.batch.weight * layers[step] * min(times)
             else:
@@ -538,7 +563,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
         for i, p in enumerate(placed[best.setting.id][1]):
             for step in p.batch.steps:
                 c = step_cost(p, best.kernels[step] if not p.ragged else _kernel_for(best.setting, step, fam, fi, True),
-                              layers[step], mode)
+                              layers[step], mode, step)
                 o = oracle_of[(i, step)]
                 if c is None:
                     continue
@@ -576,7 +601,8 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
 
     routes = {step: s.route(step, fam, fi) for step in STEPS}
     tree = spec is not None and not spec.is_chain
-    kernels = {step: _kernel_for(s, step, fam, fi, tree=tree) for step in STEPS}
+    # only verify sees the tree: the draft extend after it runs a chain's shape (TREE_DRAFT_EXTEND)
+    kernels = {step: _kernel_for(s, step, fam, fi, tree=tree and step == "verify") for step in STEPS}
     notes = sorted({r.note for r in routes.values() if r.note})
     default = False  # set by recommend(): what the engine resolves with no backend flag (kbench.recommend.resolve)
     fenced = engine.engine == "sglang" and bool(set(engine.fenced_by) & set(_setting_backends(engine, s).values()))
@@ -612,10 +638,11 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
             c = (step_cost(p, rt, layers[step], mode, step, host=not (host_once and step == "draft_extend"))
                  if rt and not p.ragged else None)
             if c is None:
-                missing.append(f"{rt} at {_cell(p.used)} ({p.group})" if r.route and not p.ragged else
+                at = p.at(step)
+                missing.append(f"{rt} at {_cell(at.used)} ({at.group})" if r.route and not p.ragged else
                                f"{STEP_LABEL[step]}: no route of the engine in kbench's table"
                                + (" for a ragged batch" if p.ragged and r.route else ""))
-                t = p.times.get(plain)
+                t = at.times.get(plain)
                 if t is None:
                     bound_ok = False
                 else:
