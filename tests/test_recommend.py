@@ -389,3 +389,31 @@ def test_recommend_never_writes_over_its_workload_and_json_and_markdown_do_not_s
     assert wl.read_text() == '{"batch_size": 16, "q_len": 4, "kv_len": 4096}\n'
     r = recommend_cli(base, "--engine", "sglang", "--workload", wl, "--json", "--markdown", "-")
     assert r.exit_code == 2 and "give --markdown a file" in r.output
+
+
+def test_the_recommend_aa_benchmark_says_whether_two_runs_give_the_same_answer(tmp_path):
+    """benchmarks/recommend_aa.py: the committed H100 route baselines agree (vLLM, bs 16); a run where FLASH_ATTN's
+    route is 3x slower gives another answer, which it reports (exit 1)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = [sys.executable, str(root / "benchmarks" / "recommend_aa.py")]
+    base = root / "results" / "baselines"
+    narrow = ["--engines", "vllm", "--batch-size", "16", "--q-len", "4", "--page-size", "64"]
+    r = subprocess.run([*script, base / "h100-engine-routes-page1-64-kv4096", base / "h100-engine-routes-page1-64-kv4096-r2",
+                        *narrow], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "answers: 1 of 1 the same" in r.stdout and "moved by: median" in r.stdout
+    rows = known_rows(bss=(8,), qs=(4,), kvs=(4096,), page_size=64)
+    slow = known_rows(bss=(8,), qs=(4,), kvs=(4096,), page_size=64)
+    for x in slow:
+        if x.kernel == "vllm-flash-attn":
+            x.median_us *= 3
+    a, b = known_run(tmp_path / "a", rows), known_run(tmp_path / "b", slow)
+    r = subprocess.run([*script, a, b, "--engines", "vllm", "--batch-size", "8", "--q-len", "4", "--page-size", "64"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "answers: 0 of 1 the same" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([*script, a, tmp_path / "nope"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("error: ")

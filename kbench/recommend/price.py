@@ -530,7 +530,8 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
             options = [[c for k in sorted(at[step]) if (c := step_cost(q, k, layers[step], mode, step)) is not None]
                        for step in p.batch.steps]
             if all(options):  # the cheapest choice of a route per phase, under the batch's overlap rule
-                cs = min(itertools.product(*options), key=lambda cs: (batch_total(list(cs), mode), [c.route for c in cs]))
+                cs = min(itertools.product(*options),
+                         key=lambda cs: (batch_total(list(cs), mode), [c.route for c in cs]))
                 if best_here is None or batch_total(list(cs), mode) < batch_total(list(best_here), mode):
                     best_here = cs
         if best_here is not None:
