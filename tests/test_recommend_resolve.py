@@ -502,6 +502,17 @@ def test_a_setting_sglang_moves_to_page_64_is_priced_there_and_its_line_says_so(
     assert "flags: add --attention-backend trtllm_mha, --page-size 64" in text
     assert "the best single setting is 0.0% above it" in " ".join(text.split())
 
+    # the other way: trtllm_mha with --page-size 1 runs page 64; switching to fa3 keeps the line's page 1
+    out = json.loads(recommend_cli(run, *args, "--json", "--current",
+                                   PLAIN_CHAIN + " --attention-backend trtllm_mha --page-size 1").output)
+    # (SGLang resolves that line to page 64: the run's page-64 rows price it)
+    by = {s["id"]: s for s in out["settings"]}
+    mine = PLAIN_CHAIN + " --attention-backend trtllm_mha --page-size 1"
+    assert by["trtllm_mha"]["page_size"] == 64 and by["trtllm_mha"]["command"] == mine  # what the user runs
+    assert by["fa3"]["page_size"] == 1 and by["fa3"]["runs_at_page"] == 1
+    assert "priced at page 1, where sglang runs it (the page your line gives)" in by["fa3"]["notes"]
+    assert not any("priced at page" in n for n in by["triton"]["notes"])  # unmeasured: its page changes nothing
+
     # the run measured page 1 only: trtllm_mha is not priced, and the note says where SGLang would run it
     run1 = _paged_run(tmp_path / "run1", with_page_64=False)
     out = json.loads(recommend_cli(run1, *args, "--json", "--current", PLAIN_CHAIN).output)

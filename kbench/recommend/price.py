@@ -167,11 +167,13 @@ class _AtPage:
                 self.located[runs_at] = None
         there = self.located[runs_at]
         if there is None:
+            why = "the page your line gives" if why == "given" else why
             return self.priced, (f"{engine} runs it at page {runs_at} ({why}); the run has no rows at page "
                                  f"{runs_at}: priced at page {self.page}")
         cache = (f"; at page {runs_at} its radix cache reuses a prompt prefix in whole pages of {runs_at} tokens "
                  "(python/sglang/srt/mem_cache/radix_cache.py:178-220, 0.5.23)"
                  if engine == "sglang" and runs_at > (self.user_page or 1) else "")
+        why = "the page your line gives" if why == "given" else why
         return there, f"priced at page {runs_at}, where {engine} runs it ({why}){cache}"
 
 
@@ -494,7 +496,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
         r = _price_setting(s, s_priced, fam, fi, layers, mode, engine, spec, kv)
         r.page_size = s_priced[0].page_size if s_priced else page
         r.runs_at = runs_at
-        r.notes += [note] if note and not r.unpriced.startswith("refused by the engine") else []
+        r.notes += [note] if note and (r.total_us is not None or r.missing) else []  # where its page mattered
         r.default = default_setting is not None and s.id == default_setting.id
         r.you_run = mine is not None and s.id == mine.id
         results.append(r)
