@@ -41,6 +41,7 @@ VLLM_CG_SPLITS = 32
 VLLM_CG_MAX_TOKENS = 512
 INSTALL_HINT = ("python3 tools/build_fa3.py, then pip install --no-deps .whl/kbench_vllm_fa3-*.whl (docs/fa3.md); or "
                 f"pip install 'kbench[fa3]' (vllm=={VLLM_VERSION}, which pins its own torch)")
+NOT_INSTALLED = f"vLLM's FlashAttention-3 library is not installed: {INSTALL_HINT}"
 
 
 def find_library() -> tuple[Path | None, str]:
@@ -71,6 +72,12 @@ def _registered():
         return None
 
 
+def library_missing() -> str | None:
+    """Why vLLM's FA3 library cannot be used, told without loading it: not registered in this process and not
+    found on disk (None: one of them holds)."""
+    return NOT_INSTALLED if _registered() is None and find_library()[0] is None else None
+
+
 @functools.lru_cache(maxsize=1)
 def load_fa3():
     """(torch.ops._vllm_fa3_C, where it came from) or (None, why it cannot be used): probed once per process."""
@@ -83,7 +90,7 @@ def load_fa3():
         return ns, "already loaded"
     lib, origin = find_library()
     if lib is None:
-        return None, f"vLLM's FlashAttention-3 library is not installed: {INSTALL_HINT}"
+        return None, NOT_INSTALLED
     try:
         torch.ops.load_library(str(lib))
     except Exception as e:  # noqa: BLE001 - a library that will not load (an undefined symbol, no libcudart) is a reason

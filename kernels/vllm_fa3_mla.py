@@ -37,8 +37,8 @@ from __future__ import annotations
 from kbench.kernels.base import KernelFn, each_copy, needs_cuda, realistic_reason
 from kbench.kernels.inputs import Inputs, torch_dtype
 from kbench.kernels.mla_base import MlaKernel, geometry_reason, refused_axis
-from kbench.kernels.vllm_fa3 import (FA3_SMS, INSTALL_HINT, VLLM_VERSION, _registered, find_library, load_fa3,
-                                     vllm_splits)
+from kbench.kernels import vllm_fa3  # its loader by attribute: one cache, patched in one place by the tests
+from kbench.kernels.vllm_fa3 import FA3_SMS, VLLM_VERSION, vllm_splits
 
 # why vLLM's FLASH_ATTN_MLA takes no fp8 cache, and where it goes instead (vllm 0.34.0)
 VLLM_FP8_REFUSAL = ("vLLM's FLASH_ATTN_MLA refuses an fp8 KV cache (v1/attention/backends/mla/flashattn_mla.py:42-46: "
@@ -49,7 +49,7 @@ VLLM_FP8_REFUSAL = ("vLLM's FLASH_ATTN_MLA refuses an fp8 KV cache (v1/attention
 def mla_scheduler_metadata(inputs: Inputs):
     """fn() -> FA3's split-KV schedule for an MLA batch, as vLLM's FlashAttnMLAMetadataBuilder._schedule_decode makes
     it (num_heads_kv 1, headdim = rope, headdim_v = kv_lora_rank, num_splits as under its CUDA graphs)."""
-    ops = load_fa3()[0]
+    ops = vllm_fa3.load_fa3()[0]
     c = inputs.case
     args = (c.batch_size, inputs.max_q, inputs.max_kv, c.num_qo_heads, 1, c.qk_rope_head_dim, c.kv_lora_rank,
             torch_dtype(c.kv_dtype), inputs.seq_lens, inputs.qo_indptr, None, None, None, None, c.page_size, 0,
@@ -87,20 +87,18 @@ class VllmFa3Mla(MlaKernel):
                 return VLLM_FP8_REFUSAL
         elif case.kv_dtype != case.dtype:
             return f"{self.name} takes a KV dtype equal to the query's (or fp8), got {case.dtype} with {case.kv_dtype}"
-        return load_fa3()[1] if load_fa3()[0] is None else None
+        return vllm_fa3.load_fa3()[1] if vllm_fa3.load_fa3()[0] is None else None
 
     def named_problem(self, kv_dtypes):
         if kv_dtypes and set(kv_dtypes) <= {"fp8"} and self.call == "vllm":
             return f"an fp8 KV cache: {VLLM_FP8_REFUSAL}; measure vllm-flashmla (the route) or flashmla for it"
-        if _registered() is None and find_library()[0] is None:
-            return f"vLLM's FlashAttention-3 library is not installed: {INSTALL_HINT}"
-        return None
+        return vllm_fa3.library_missing()
 
     def jit_key(self, case):
         return None  # prebuilt: nothing to compile ahead
 
     def prepare(self, inputs: Inputs) -> KernelFn:
-        ops = load_fa3()[0]
+        ops = vllm_fa3.load_fa3()[0]
         c = inputs.case
         rank = c.kv_lora_rank
         launch = self.launch(inputs, workspace=False)

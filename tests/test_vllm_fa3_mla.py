@@ -81,12 +81,9 @@ class FakeFa3Ops:
 
 @pytest.fixture
 def fake_ops(monkeypatch):
-    from kbench.kernels import vllm_fa3_mla
-
     fake = FakeFa3Ops()
     monkeypatch.setattr(vllm_fa3, "load_fa3", lambda: (fake, "fake"))
-    monkeypatch.setattr(vllm_fa3_mla, "load_fa3", lambda: (fake, "fake"))
-    monkeypatch.setattr(vllm_fa3_mla, "_registered", lambda: fake)
+    monkeypatch.setattr(vllm_fa3, "_registered", lambda: fake)
     return fake
 
 
@@ -220,13 +217,9 @@ def test_the_vllm_route_redoes_the_copies_and_the_mla_schedule_every_step(fake_o
 
 @pytest.fixture
 def no_library(monkeypatch):
-    from kbench.kernels import vllm_fa3_mla
-
     vllm_fa3.load_fa3.cache_clear()
     monkeypatch.setattr(vllm_fa3, "_registered", lambda: None)
-    monkeypatch.setattr(vllm_fa3_mla, "_registered", lambda: None)
     monkeypatch.setattr(vllm_fa3, "find_library", lambda: (None, ""))
-    monkeypatch.setattr(vllm_fa3_mla, "find_library", lambda: (None, ""))
     yield
     vllm_fa3.load_fa3.cache_clear()
 
