@@ -9,6 +9,7 @@ import types
 
 import pytest
 import torch
+from fa3_fake import FakeGqaFa3Ops
 
 from kbench.cases.case import Case
 from kbench.device import DeviceInfo
@@ -23,54 +24,11 @@ H200 = DeviceInfo(cuda=True, name="fake H200", sm=90)
 B200 = DeviceInfo(cuda=True, name="fake B200", sm=100)
 CPU = DeviceInfo(cuda=False, name="cpu", sm=0)
 NAMES = ("vllm-fa3", "vllm-fa3-sgl-call")
-FWD_ARGS = ("q k v k_new v_new q_v out cu_seqlens_q cu_seqlens_k cu_seqlens_k_new seqused_q seqused_k max_seqlen_q "
-            "max_seqlen_k page_table kv_batch_idx leftpad_k rotary_cos rotary_sin seqlens_rotary q_descale k_descale "
-            "v_descale softmax_scale is_causal window_size_left window_size_right softcap is_rotary_interleaved "
-            "scheduler_metadata num_splits pack_gqa sm_margin s_aux cp_world_size cp_rank cp_tot_seqused_k").split()
-META_ARGS = ("batch_size max_seqlen_q max_seqlen_k num_heads num_heads_k headdim headdim_v qkv_dtype seqused_k "
-             "cu_seqlens_q cu_seqlens_k cu_seqlens_k_new seqused_q leftpad_k page_size max_seqlen_k_new is_causal "
-             "window_size_left window_size_right has_softcap num_splits pack_gqa sm_margin").split()
-
-
-class FakeFa3Ops:
-    """torch.ops._vllm_fa3_C as vLLM 0.33.0's schema has it (the positional arguments by name), fwd computing
-    causal paged attention in float32 from its arguments alone."""
-
-    def __init__(self):
-        self.fwds: list[dict] = []
-        self.metas: list[dict] = []
-
-    def get_scheduler_metadata(self, *args):
-        assert len(args) == len(META_ARGS)
-        self.metas.append(dict(zip(META_ARGS, args)))
-        return torch.zeros(8, dtype=torch.int32)
-
-    def fwd(self, *args):
-        assert len(args) == len(FWD_ARGS)
-        a = dict(zip(FWD_ARGS, args))
-        self.fwds.append(a)
-        q, k, v, out, cu_q, seqused, table = (a[n] for n in ("q", "k", "v", "out", "cu_seqlens_q", "seqused_k",
-                                                              "page_table"))
-        assert k.stride(-1) == 1 and v.stride(-1) == 1 and k.shape == v.shape  # [pages, page, Hkv, d]
-        page, hkv = k.shape[1], k.shape[2]
-        group = q.shape[1] // hkv
-        for b in range(cu_q.numel() - 1):
-            rows = slice(int(cu_q[b]), int(cu_q[b + 1]))
-            n_q, n_k = rows.stop - rows.start, int(seqused[b])
-            assert n_q <= a["max_seqlen_q"]
-            pages = table[b, : math.ceil(n_k / page)].long()
-            kk = k[pages].reshape(-1, hkv, k.shape[-1])[:n_k].float().repeat_interleave(group, 1)
-            vv = v[pages].reshape(-1, hkv, v.shape[-1])[:n_k].float().repeat_interleave(group, 1)
-            s = torch.einsum("qhd,khd->hqk", q[rows].float(), kk) * a["softmax_scale"]
-            qpos = n_k - n_q + torch.arange(n_q).unsqueeze(1)
-            s = s.masked_fill(torch.arange(n_k).unsqueeze(0) > qpos, float("-inf"))  # bottom-right causal
-            out[rows] = torch.einsum("hqk,khd->qhd", s.softmax(-1), vv).to(out.dtype)
-        return [out, None, None, None]
 
 
 @pytest.fixture
 def fake_ops(monkeypatch):
-    fake = FakeFa3Ops()
+    fake = FakeGqaFa3Ops()
     monkeypatch.setattr(vllm_fa3, "load_fa3", lambda: (fake, "fake"))
     return fake
 

@@ -12,6 +12,7 @@ import types
 
 import pytest
 import torch
+from fa3_fake import FakeMlaFa3Ops
 
 from kbench.cases.case import Case
 from kbench.cases.models import HeadConfig
@@ -29,59 +30,15 @@ B200 = DeviceInfo(cuda=True, name="fake B200", sm=100)
 CPU = DeviceInfo(cuda=False, name="cpu", sm=0)
 NAMES = ("vllm-fa3-mla", "vllm-fa3-mla-sgl-call")
 ROUTES = {"vllm-flash-attn-mla": "vllm-fa3-mla", "sglang-fa3-mla": "vllm-fa3-mla-sgl-call"}
-FWD_ARGS = ("q k v k_new v_new q_v out cu_seqlens_q cu_seqlens_k cu_seqlens_k_new seqused_q seqused_k max_seqlen_q "
-            "max_seqlen_k page_table kv_batch_idx leftpad_k rotary_cos rotary_sin seqlens_rotary q_descale k_descale "
-            "v_descale softmax_scale is_causal window_size_left window_size_right softcap is_rotary_interleaved "
-            "scheduler_metadata num_splits pack_gqa sm_margin s_aux cp_world_size cp_rank cp_tot_seqused_k").split()
-META_ARGS = ("batch_size max_seqlen_q max_seqlen_k num_heads num_heads_k headdim headdim_v qkv_dtype seqused_k "
-             "cu_seqlens_q cu_seqlens_k cu_seqlens_k_new seqused_q leftpad_k page_size max_seqlen_k_new is_causal "
-             "window_size_left window_size_right has_softcap num_splits pack_gqa sm_margin").split()
 
 
 def dsv3(bs=2, q=3, kv=150, heads=128, **kw) -> Case:
     return Case(bs, q, kv, **HeadConfig.mla(heads).case_fields(), **kw)
 
 
-class FakeFa3Ops:
-    """torch.ops._vllm_fa3_C (vLLM 0.33.0's schema, positional arguments by name); fwd with q_v computes FA3's
-    absorbed MLA in float32 from its arguments alone: scores = q . k + q_v . v (one KV head), out = softmax . v."""
-
-    def __init__(self):
-        self.fwds: list[dict] = []
-        self.metas: list[dict] = []
-
-    def get_scheduler_metadata(self, *args):
-        assert len(args) == len(META_ARGS)
-        self.metas.append(dict(zip(META_ARGS, args)))
-        return torch.zeros(8, dtype=torch.int32)
-
-    def fwd(self, *args):
-        assert len(args) == len(FWD_ARGS)
-        a = dict(zip(FWD_ARGS, args))
-        self.fwds.append(a)
-        q, k, v, qv, out, cu_q, seqused, table = (a[n] for n in ("q", "k", "v", "q_v", "out", "cu_seqlens_q",
-                                                                  "seqused_k", "page_table"))
-        assert qv is not None and k.dim() == v.dim() == 4 and k.shape[2] == v.shape[2] == 1  # [pages, page, 1, d]
-        assert all(t.stride(-1) == 1 for t in (q, k, v, qv)) and k.dtype == v.dtype == q.dtype == qv.dtype
-        page = k.shape[1]
-        for b in range(cu_q.numel() - 1):
-            rows = slice(int(cu_q[b]), int(cu_q[b + 1]))
-            n_q, n_k = rows.stop - rows.start, int(seqused[b])
-            assert n_q <= a["max_seqlen_q"]
-            pages = table[b, : math.ceil(n_k / page)].long()
-            kk = k[pages].reshape(-1, k.shape[-1])[:n_k].float()
-            vv = v[pages].reshape(-1, v.shape[-1])[:n_k].float()
-            s = (torch.einsum("qhd,kd->hqk", q[rows].float(), kk)
-                 + torch.einsum("qhd,kd->hqk", qv[rows].float(), vv)) * a["softmax_scale"]
-            qpos = n_k - n_q + torch.arange(n_q).unsqueeze(1)
-            s = s.masked_fill(torch.arange(n_k).unsqueeze(0) > qpos, float("-inf"))  # bottom-right causal
-            out[rows] = torch.einsum("hqk,kd->qhd", s.softmax(-1), vv).to(out.dtype)
-        return [out, None, None, None]
-
-
 @pytest.fixture
 def fake_ops(monkeypatch):
-    fake = FakeFa3Ops()
+    fake = FakeMlaFa3Ops()
     monkeypatch.setattr(vllm_fa3, "load_fa3", lambda: (fake, "fake"))
     monkeypatch.setattr(vllm_fa3, "_registered", lambda: fake)
     return fake
