@@ -76,3 +76,27 @@ def shared_library(payload: bytes = b"") -> bytes:
     head = bytearray(Path(sys.executable).read_bytes()[:64])
     head[16:18] = (3).to_bytes(2, "little" if head[5] == 1 else "big")
     return bytes(head) + payload
+
+
+def worst_error_vs_reference(kernel: str, case, copies: int = 2, expect=None) -> float:
+    """prepare() on inputs of `copies` copies; each copy's output (the rows the reference checks) compared with that
+    copy's float32 reference at the tolerance the sweep uses; the worst relative error. expect(inputs, i, out):
+    a test's own assertions on each output."""
+    from kbench.kernels.inputs import build_inputs
+    from kbench.kernels.reference import reference_attention
+    from kbench.kernels.registry import get_kernel
+    from kbench.timing.check import compare, tolerance_for
+
+    k = get_kernel(kernel)
+    inputs = build_inputs(case, copies=copies)
+    fn = k.prepare(inputs)
+    worst = 0.0
+    for i in reversed(range(copies)):
+        out = k.checked_output(inputs, fn(i))
+        if expect is not None:
+            expect(inputs, i, out)
+        chk = compare(out, reference_attention(inputs, i),
+                      tolerance_for(case.dtype, case.kv_dtype, case.skip_softmax, case.q_dtype))
+        assert chk.ok, f"{kernel} copy {i}: {chk.describe()}"
+        worst = max(worst, chk.rel_err)
+    return worst

@@ -10,6 +10,7 @@ import types
 
 import pytest
 import torch
+from helpers import worst_error_vs_reference
 
 from kbench.cases.case import Case
 from kbench.cases.models import MODELS, HeadConfig
@@ -18,8 +19,6 @@ from kbench.engine.measure import kernel_reason
 from kbench.kernels import flashmla
 from kbench.kernels.inputs import build_inputs
 from kbench.kernels.registry import all_kernels, get_kernel
-from kbench.kernels.reference import reference_attention
-from kbench.timing.check import compare, tolerance_for
 
 H200 = DeviceInfo(cuda=True, name="fake H200", sm=90)
 B200 = DeviceInfo(cuda=True, name="fake B200", sm=100)
@@ -159,16 +158,7 @@ def fake_flash_mla(monkeypatch):
 
 def _check(kernel: str, case: Case, copies: int = 2) -> float:
     """prepare() on inputs of `copies` copies; each copy's output checked against that copy's reference."""
-    k = get_kernel(kernel)
-    inputs = build_inputs(case, copies=copies)
-    fn = k.prepare(inputs)
-    worst = 0.0
-    for i in reversed(range(copies)):
-        out = k.checked_output(inputs, fn(i))
-        chk = compare(out, reference_attention(inputs, i), tolerance_for(case.dtype, case.kv_dtype, "off", case.q_dtype))
-        assert chk.ok, f"{kernel} copy {i}: {chk.describe()}"
-        worst = max(worst, chk.rel_err)
-    return worst
+    return worst_error_vs_reference(kernel, case, copies)
 
 
 FI_CASES = [dsv3(), dsv3(q_dist="accept:0.5", bs=5), dsv3(heads=16, kv_dist="lognormal:1.0", bs=3),

@@ -10,15 +10,14 @@ import types
 import pytest
 import torch
 from fa3_fake import FakeGqaFa3Ops
+from helpers import worst_error_vs_reference
 
 from kbench.cases.case import Case
 from kbench.device import DeviceInfo
 from kbench.engine.measure import kernel_reason
 from kbench.kernels import vllm_fa3
 from kbench.kernels.inputs import build_inputs
-from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import get_kernel, kernel_names, select
-from kbench.timing.check import compare, tolerance_for
 
 H200 = DeviceInfo(cuda=True, name="fake H200", sm=90)
 B200 = DeviceInfo(cuda=True, name="fake B200", sm=100)
@@ -33,18 +32,12 @@ def fake_ops(monkeypatch):
     return fake
 
 
+def _same_shape_and_dtype_as_q(inputs, i, out):
+    assert out.shape == inputs.copies[i].q.shape and out.dtype == inputs.copies[i].q.dtype
+
+
 def _check(name: str, case: Case, copies: int = 2) -> float:
-    k = get_kernel(name)
-    inputs = build_inputs(case, copies=copies)
-    fn = k.prepare(inputs)
-    worst = 0.0
-    for i in reversed(range(copies)):
-        out = fn(i)
-        assert out.shape == inputs.copies[i].q.shape and out.dtype == inputs.copies[i].q.dtype
-        chk = compare(out, reference_attention(inputs, i), tolerance_for(case.dtype, case.kv_dtype))
-        assert chk.ok, f"{name} copy {i}: {chk.describe()}"
-        worst = max(worst, chk.rel_err)
-    return worst
+    return worst_error_vs_reference(name, case, copies, expect=_same_shape_and_dtype_as_q)
 
 
 CASES = [Case(3, 4, 100, 8, 2, 128, 16), Case(2, 8, 70, 8, 2, 128, 1),  # SGLang's default page 1

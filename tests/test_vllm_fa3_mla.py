@@ -13,6 +13,7 @@ import types
 import pytest
 import torch
 from fa3_fake import FakeMlaFa3Ops
+from helpers import worst_error_vs_reference
 
 from kbench.cases.case import Case
 from kbench.cases.models import HeadConfig
@@ -21,9 +22,7 @@ from kbench.engine.measure import kernel_reason
 from kbench.errors import BadInput
 from kbench.kernels import vllm_fa3
 from kbench.kernels.inputs import build_inputs
-from kbench.kernels.reference import reference_attention
 from kbench.kernels.registry import get_kernel, kernel_names, select
-from kbench.timing.check import compare, tolerance_for
 
 H200 = DeviceInfo(cuda=True, name="fake H200", sm=90)
 B200 = DeviceInfo(cuda=True, name="fake B200", sm=100)
@@ -44,18 +43,12 @@ def fake_ops(monkeypatch):
     return fake
 
 
+def _latent_rows(inputs, i, out):
+    assert out.shape == (inputs.q.shape[0], inputs.case.num_qo_heads, inputs.case.kv_lora_rank)
+
+
 def _check(name: str, case: Case, copies: int = 2) -> float:
-    k = get_kernel(name)
-    inputs = build_inputs(case, copies=copies)
-    fn = k.prepare(inputs)
-    worst = 0.0
-    for i in reversed(range(copies)):
-        out = k.checked_output(inputs, fn(i))
-        assert out.shape == (inputs.q.shape[0], case.num_qo_heads, case.kv_lora_rank)
-        chk = compare(out, reference_attention(inputs, i), tolerance_for(case.dtype, case.kv_dtype))
-        assert chk.ok, f"{name} copy {i}: {chk.describe()}"
-        worst = max(worst, chk.rel_err)
-    return worst
+    return worst_error_vs_reference(name, case, copies, expect=_latent_rows)
 
 
 CASES = [dsv3(), dsv3(heads=16, bs=4, q=4, kv_dist="lognormal:1.0"), dsv3(q_dist="accept:0.5", bs=5),
