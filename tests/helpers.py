@@ -100,3 +100,13 @@ def worst_error_vs_reference(kernel: str, case, copies: int = 2, expect=None) ->
         assert chk.ok, f"{kernel} copy {i}: {chk.describe()}"
         worst = max(worst, chk.rel_err)
     return worst
+
+
+def ancestors(parents, i) -> set[int]:
+    """i and its ancestors in a draft tree's parent list (-1: a root), walking up the list: no matrices, so the tree
+    tests stay independent of kbench.kernels.tree_masks."""
+    out = {i}
+    while parents[i] >= 0:
+        i = parents[i]
+        out.add(i)
+    return out

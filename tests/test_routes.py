@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import route_emulators as emu
+from helpers import ancestors
 from kbench.cases.case import Case
 from kbench.device import DeviceInfo
 from kbench.engine.measure import kernel_reason
@@ -254,14 +255,6 @@ def test_page_one_rows_are_run_or_refused_as_the_engine_allows(name, takes_page_
         assert why.startswith("page size 1: ") and ".py:" in why  # the engine's or FlashInfer's line
     assert kernel_reason(k, H100, Case(4, 8, 4096, 32, 8, 128, 64, tree=tree)) is None or not \
         kernel_reason(k, H100, Case(4, 8, 4096, 32, 8, 128, 64, tree=tree)).startswith("page size")
-
-
-def ancestors(parents, i):
-    out = {i}
-    while parents[i] >= 0:
-        i = parents[i]
-        out.add(i)
-    return out
 
 
 @pytest.mark.parametrize("page,tree,layout", [(1, "topk:4", "HND"), (1, "topk:2", "NHD"), (16, "topk:4", "HND"),

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from helpers import ancestors
 
 from kbench.cases.case import Case
 from kbench.cases.trees import chain
@@ -21,15 +22,6 @@ from kbench.kernels.tree_masks import (TREE_SKIPS, fa2_mask, pack_fa2, parents_t
 
 H200 = DeviceInfo(cuda=True, name="fake H200", sm=90)
 B200 = DeviceInfo(cuda=True, name="fake B200", sm=100)
-
-
-def ancestors(parents, i):
-    """i and its ancestors, walking up the list (no matrices: independent of kbench.kernels.tree_masks)."""
-    out = {i}
-    while parents[i] >= 0:
-        i = parents[i]
-        out.add(i)
-    return out
 
 
 def independent_tree_attention(inputs, trees):
