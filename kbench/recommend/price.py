@@ -157,6 +157,7 @@ class _AtPage:
         """(the batches to price the setting on, a note when they are not at the user's page)."""
         if runs_at is None or runs_at == self.user_page:
             return self.priced, ""
+        why = "the page your line gives" if why == "given" else why
         if runs_at not in self.located:
             batches = [dataclasses.replace(b, group=tuple(sorted({**b.filters, "page_size": runs_at}.items())))
                        for b in self.workload.batches]
@@ -167,13 +168,11 @@ class _AtPage:
                 self.located[runs_at] = None
         there = self.located[runs_at]
         if there is None:
-            why = "the page your line gives" if why == "given" else why
             return self.priced, (f"{engine} runs it at page {runs_at} ({why}); the run has no rows at page "
                                  f"{runs_at}: priced at page {self.page}")
         cache = (f"; at page {runs_at} its radix cache reuses a prompt prefix in whole pages of {runs_at} tokens "
                  "(python/sglang/srt/mem_cache/radix_cache.py:178-220, 0.5.23)"
                  if engine == "sglang" and runs_at > (self.user_page or 1) else "")
-        why = "the page your line gives" if why == "given" else why
         return there, f"priced at page {runs_at}, where {engine} runs it ({why}){cache}"
 
 
@@ -511,12 +510,10 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     # fastest kernel measured there (GPU time alone, no host work: a floor)
     # a server runs one page: the routes are chosen among those of the settings at the same page (the engine may
     # move the page for a backend, _AtPage), then the cheapest page
-    reach: dict[int, dict[str, set[str]]] = {}  # id of a page's rows -> step -> routes
-    rows_of: dict[int, list[Priced]] = {}
+    reach: dict[int, tuple[list[Priced], dict[str, set[str]]]] = {}  # id of a page's rows -> (rows, step -> routes)
     for s in engine.valid_on(fam, attention):
         rows = placed[s.id][1]
-        rows_of[id(rows)] = rows
-        at = reach.setdefault(id(rows), {step: set() for step in STEPS})
+        at = reach.setdefault(id(rows), (rows, {step: set() for step in STEPS}))[1]
         for step in STEPS:
             r = s.route(step, fam, fi)
             routed = _kernel_for(s, step, fam, fi, tree=not spec.is_chain and step == "verify") if r.route else None
@@ -527,8 +524,8 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     eng_ok = kb_ok = True
     for i, p in enumerate(priced):
         best_here = None
-        for key, at in reach.items():
-            q = rows_of[key][i]
+        for rows, at in reach.values():
+            q = rows[i]
             options = [[c for k in sorted(at[step]) if (c := step_cost(q, k, layers[step], mode, step)) is not None]
                        for step in p.batch.steps]
             if all(options):  # the cheapest choice of a route per phase, under the batch's overlap rule
@@ -544,7 +541,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
         else:
             eng_ok = False
         for step in p.batch.steps:
-            times = [min(rows[i].at(step).times.values()) for rows in [priced, *rows_of.values()]
+            times = [min(rows[i].at(step).times.values()) for rows in [priced, *(r for r, _ in reach.values())]
                      if rows[i].at(step).times]
             if times:
                 kb_total += p.batch.weight * layers[step] * min(times)
