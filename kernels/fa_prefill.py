@@ -9,6 +9,18 @@ from kbench.kernels.inputs import Inputs, torch_dtype
 from kbench.kernels.tree_masks import tree_reason
 
 
+def backend_kv_dtypes(backend: str) -> tuple[str, ...]:
+    """The KV dtypes kbench runs the paged prefill wrapper's backend with: fa3 on an fp8 cache wants an fp8 query
+    too, and kbench keeps the query in bf16/fp16 (the plain kernels and the engines' routes alike)."""
+    return ("bf16", "fp16", "fp8") if backend == "fa2" else ("bf16", "fp16")
+
+
+def backend_device_reason(device, backend: str) -> str | None:
+    """Why this GPU cannot run the paged prefill wrapper's backend (fa2: SM80 and up; fa3: Hopper only)."""
+    return (needs_cuda(device, only_sm=(90,), label=" (FA3 is Hopper-only)") if backend == "fa3"
+            else needs_cuda(device, min_sm=80))
+
+
 class FaPrefill(Kernel):
     path = "context"
 
@@ -17,14 +29,10 @@ class FaPrefill(Kernel):
         self.name = f"{backend}-prefill"
         self.description = (f"BatchPrefillWithPagedKVCacheWrapper(backend={backend!r}), causal"
                             + (" or a draft tree's custom_mask" if backend == "fa2" else ""))
-        # fa3 on fp8 KV wants an fp8 query too; kbench keeps the query in bf16/fp16
-        self.kv_dtypes = ("bf16", "fp16", "fp8") if backend == "fa2" else ("bf16", "fp16")
+        self.kv_dtypes = backend_kv_dtypes(backend)
 
     def supports(self, device, case):
-        if self.fa == "fa3":
-            reason = tree_reason(case, self.name) or needs_cuda(device, only_sm=(90,), label=" (FA3 is Hopper-only)")
-        else:
-            reason = needs_cuda(device, min_sm=80)
+        reason = (tree_reason(case, self.name) if self.fa == "fa3" else None) or backend_device_reason(device, self.fa)
         # FlashInfer 0.7.2.post1: run(sinks=..., skip_softmax_threshold_scale_factor=...) reach the paged
         # module, whose fa2/fa3 routes drop both (only the trtllm-gen and cudnn routes read them)
         return reason or realistic_reason(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from kbench.kernels.base import Kernel, KernelFn, fa2_batch_prefill_spec, needs_cuda, realistic_reason
+from kbench.kernels.base import Kernel, KernelFn, fa2_batch_prefill_spec, realistic_reason
+from kbench.kernels.fa_prefill import backend_device_reason, backend_kv_dtypes
 
 if TYPE_CHECKING:
     from kbench.kernels.inputs import Inputs
@@ -60,8 +61,6 @@ class PagedPrefillRoute(Route):
     first one, as SGLang installs it at capture: host offsets, the mask packed on the GPU, no wait."""
 
     path = "context"
-    runs = "fa2-prefill"
-    kv_dtypes = ("bf16", "fp16", "fp8")
 
     def __init__(self, name: str, engine: str, *, backend: str = "fa2", cuda_graph: bool, custom_mask: bool,
                  indices_on_gpu: bool, steps: tuple[str, ...], source: str, description: str, workspace_bytes: int,
@@ -69,8 +68,7 @@ class PagedPrefillRoute(Route):
                  page_source: str = "", host_work: str = ""):
         self.name, self.engine, self.fa, self.steps, self.source = name, engine, backend, steps, source
         self.runs = f"{backend}-prefill"  # the plain kernel of that backend (kbench.kernels.fa_prefill)
-        if backend == "fa3":  # fa3 on an fp8 cache wants an fp8 query (as fa3-prefill); no custom mask
-            self.kv_dtypes = ("bf16", "fp16")
+        self.kv_dtypes = backend_kv_dtypes(backend)
         self.workspace_bytes = workspace_bytes
         self.cuda_graph, self.custom_mask, self.indices_on_gpu = cuda_graph, custom_mask, indices_on_gpu
         self.page_one, self.host_plan = page_one, host_plan
@@ -87,8 +85,7 @@ class PagedPrefillRoute(Route):
         return self.fa
 
     def supports(self, device, case):
-        reason = (needs_cuda(device, only_sm=(90,), label=" (FA3 is Hopper-only)") if self.fa == "fa3"
-                  else needs_cuda(device, min_sm=80))
+        reason = backend_device_reason(device, self.fa)
         if reason is None and self.host_plan and case.tree != "chain":
             reason = ("tree: SGLang's sync-free verify plan takes topk 1 only (flashinfer_backend.py:888-902); a "
                       "tree runs sglang-fi-verify")

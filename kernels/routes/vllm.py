@@ -9,8 +9,8 @@ Sources (the vllm 0.34.0 sources; kbench/recommend/engines.toml cites them per s
   schedule made by get_scheduler_metadata in every build() (flash_attn.py:1290-1291 splits the packed cache, 1437-1462 calls the kernel);
 - FLASHINFER with use_trtllm_attention false: BatchPrefillWithPagedKVCacheWrapper(backend auto: fa2 for every
   draft-extend shape from FlashInfer 0.7.4, fa3 on SM90 below it: vllm-fi-prefill-fa3) planned every step from
-  host offsets (flashinfer.py:1477-1482), run eagerly between the CUDA-graph pieces; its build reads seq_lens back from the GPU every step
-  (flashinfer.py:1696-1706), so its host work waits for the GPU.
+  host offsets (flashinfer.py:1477-1482), run eagerly between the CUDA-graph pieces; its build reads seq_lens back
+  from the GPU every step (flashinfer.py:1696-1706), so its host work waits for the GPU.
 """
 from __future__ import annotations
 
