@@ -585,3 +585,32 @@ def test_the_api_names_what_to_measure_when_a_trees_draft_extend_has_no_chain_ro
     wl = Workload([Batch(8, 8, 4096, 1.0)], "test")
     with pytest.raises(BadInput, match="draft extend after a topk:4 tree runs the shape of a chain of 8 tokens"):
         recommend(src, wl, load_table().engine("sglang"))
+
+
+def test_a_secret_on_the_users_line_is_never_printed_back(synth_run):
+    """--api-key's value, a URL's password and an environment variable named like a token come back as *** in the
+    line to set, --json and --markdown, with a note naming them; the rest of the line is the user's own."""
+    from recommend_synth import recommend_cli
+
+    line = ("HF_TOKEN=hf_SECRETa CUDA_VISIBLE_DEVICES=0 " + OLD_LINE.replace("--model-path M", "--model-path "
+            "https://me:pw_SECRETb@hub.example/m") + " --api-key sk-SECRETc")
+    args = ("--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--model", "llama3-8b", "--current", line)
+    r = recommend_cli(synth_run, *args)
+    assert r.exit_code == 0, r.output
+    assert "SECRET" not in r.output
+    text = " ".join(r.output.split())
+    assert "set: HF_TOKEN='***' CUDA_VISIBLE_DEVICES=0 python -m sglang.launch_server --model-path " \
+           "'https://me:***@hub.example/m'" in text and "--api-key '***'" in text
+    assert "the secrets of your line (--api-key, --model-path, HF_TOKEN) are printed as ***" in text
+    out = recommend_cli(synth_run, *args, "--json").output
+    assert "SECRET" not in out and json.loads(out)["best"]["command"].startswith("HF_TOKEN='***' ")
+
+
+def test_a_secret_is_not_written_into_the_markdown_either(synth_run, tmp_path):
+    from recommend_synth import recommend_cli
+
+    md = tmp_path / "rec.md"
+    r = recommend_cli(synth_run, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--model", "llama3-8b",
+                      "--current", OLD_LINE + " --api-key=sk-SECRETd", "--markdown", md)
+    assert r.exit_code == 0, r.output
+    assert "SECRET" not in md.read_text() and "--api-key '***'" in md.read_text()

@@ -245,6 +245,13 @@ def caveats(rec: Recommendation) -> list[str]:
         out.append(f"routes that depend on FlashInfer's version are taken for FlashInfer {rec.flashinfer}"
                    + (f" ({rec.engine.label}'s pin)" if rec.flashinfer == rec.engine.flashinfer else ""))
     out += rec.notes
+    if rec.current is not None:
+        from kbench.recommend.resolve import shown
+
+        hidden = shown(rec.current)[2]
+        if hidden:
+            out.append(f"the secrets of your line ({', '.join(hidden)}) are printed as ***: kbench never echoes "
+                       "one; put yours back when you paste the line")
     if rec.cap_flag is not None:
         from kbench.recommend.resolve import CAP_FLAG, DEFAULT_CAP
 

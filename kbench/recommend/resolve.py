@@ -749,6 +749,23 @@ def _flag_pairs(argv: list[str]) -> list[tuple[str, str | None]]:
     return out
 
 
+# an environment variable of the user's line whose value is a secret by its name (HF_TOKEN, OPENAI_API_KEY, ...)
+SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL", re.I)
+
+
+def shown(current: Resolved) -> tuple[list[str], dict[str, str], list[str]]:
+    """The user's line as kbench prints it back, (argv, env, what was hidden): a secret's value as *** (--api-key,
+    a URL's password: kbench.server.auth.redact_argv; an environment variable named like a token or key), never
+    echoed into a printed line, --json or --markdown."""
+    from kbench.server.auth import HIDDEN, redact_argv
+
+    argv = redact_argv(current.argv)
+    hidden = sorted({n for (n, v), (_, w) in zip(_flag_pairs(current.argv), _flag_pairs(argv)) if v != w})
+    env = {k: HIDDEN if SECRET_ENV.search(k) else v for k, v in current.env.items()}
+    hidden += [k for k in current.env if env[k] != current.env[k]]
+    return argv, env, hidden
+
+
 def edited_line(current: Resolved, setting=None, cap: int | None = None,
                 page: int | None = None) -> tuple[str, dict[str, list[str]]]:
     """The user's own line with a setting's backend flags (and environment) instead of theirs (setting None: their
@@ -757,8 +774,9 @@ def edited_line(current: Resolved, setting=None, cap: int | None = None,
     "change": [...], "drop": [...]})."""
     from kbench.recommend.flags import command_line
 
+    shown_argv, shown_env, _ = shown(current)
     own = BACKEND_FLAGS[current.engine] if setting is not None else ()
-    pairs = _flag_pairs(current.argv)
+    pairs = _flag_pairs(shown_argv)
     theirs = {n: v for n, v in pairs if n in own}
     want = {n: v for n, v in _flag_pairs(shlex.split(setting.flags))} if setting is not None else {}
     if cap is not None:
@@ -771,7 +789,7 @@ def edited_line(current: Resolved, setting=None, cap: int | None = None,
     model = next((v for n, v in kept if n == model_flag), current.model)
     argv2 = [x for n, v in kept + list(want.items()) if n != model_flag
              for x in ((n,) if v is None else (n, v))]
-    env = dict(current.env)
+    env = dict(shown_env)
     setting_env = setting.env if setting is not None else ()
     for k, v in setting_env:
         env[k] = v
