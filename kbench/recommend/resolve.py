@@ -149,6 +149,12 @@ class Resolved:
     overlap: str  # max (host work overlaps the GPU) | sum
     ignored: list[str] = field(default_factory=list)  # inert flags set aside
     source: str = "--current"  # where it came from
+    # How the line spreads the model and what each rank runs (issue 52: priced as it runs)
+    tp_size: int = 1  # tensor parallel ranks: each runs heads / tp_size of the attention (MLA: see pricing)
+    dp_attention: int = 1  # DP attention ranks (SGLang --enable-dp-attention --dp-size N): all heads, batch / N each
+    kv_cache_dtype: str = "auto"  # the engine's own value as resolved (auto, fp8_e4m3, fp8_e5m2, ...)
+    cuda_graph: bool = True  # False under --disable-cuda-graph (SGLang) / --enforce-eager (vLLM): eager routes
+    flashinfer_version: str | None = None  # vLLM: the FlashInfer the user's environment or line runs, if known
 
     @property
     def page_size(self) -> int:
