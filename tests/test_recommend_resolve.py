@@ -166,7 +166,7 @@ def test_the_plain_default_llama_eagle_line_is_fa3_on_an_8_token_tree_at_page_1(
             f["speculative_num_draft_tokens"], f["max_running_requests"]) == ("fa3", 1, 4, 5, 8, 48)
     assert r.overlap == "max" and r.tree == "topk:4" and r.spec.q_len == 8
     assert "model_override_base.py:305-311" in r.why["attention_backend"]
-    assert "speculative_hook.py:1086-1094" in r.why["max_running_requests"]
+    assert "speculative_hook.py:1087-1095" in r.why["max_running_requests"]
 
 
 def test_the_line_kbench_printed_before_runs_flashinfer():
@@ -205,13 +205,12 @@ def test_env_and_continuations_and_files(tmp_path):
     ("python -m sglang.launch_server --model-path M --speculative-algorithm", "--speculative-algorithm needs a value"),
     ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --page-size x", "--page-size"),
     ("python -m sglang.launch_server --model-path M", "no --speculative-algorithm"),
-    ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --tp-size 2", "--tp-size 2"),
-    ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --kv-cache-dtype fp8_e4m3",
-     "--kv-cache-dtype"),
+    ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --kv-cache-dtype fp4",
+     "argument --kv-cache-dtype: invalid choice: 'fp4'"),
     ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --speculative-eagle-topk 1",
      "without --speculative-num-steps"),
     ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --attention-backend trtllm_mha",
-     "trtllm_mha with topk 4"),
+     "trtllm_mha backend only supports topk = 1"),
     ("python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE 'unclosed", "does not parse"),
     ("torchrun serve.py", "no server command"),
     ("python -m sglang.launch_server --model-path some/unknown-model --speculative-algorithm EAGLE",

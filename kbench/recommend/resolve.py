@@ -29,105 +29,7 @@ from pathlib import Path
 
 from kbench import files
 from kbench.errors import BadInput
-
-SGLANG = "python/sglang/srt/"
-VLLM = "vllm/"
-
-# ---- the flags a command line may carry ------------------------------------------------------------------
-# modelled: read by the resolution (name -> kind: value | bool); inert: cannot change the attention steps kbench
-# prices (a server's address, logging, memory headroom, the tokenizer): read and set aside (said in the answer)
-SGLANG_MODELLED = {
-    "--model-path": "value", "--model": "value", "--attention-backend": "value",
-    "--prefill-attention-backend": "value", "--decode-attention-backend": "value",
-    "--speculative-draft-attention-backend": "value", "--speculative-attention-mode": "value",
-    "--speculative-algorithm": "value", "--speculative-eagle-topk": "value", "--speculative-num-steps": "value",
-    "--speculative-num-draft-tokens": "value", "--speculative-draft-model-path": "value",
-    "--speculative-draft-model": "value", "--page-size": "value", "--max-running-requests": "value",
-    "--disable-overlap-schedule": "bool", "--kv-cache-dtype": "value", "--tp-size": "value", "--tp": "value",
-    "--dtype": "value",
-}
-SGLANG_INERT = {
-    "--host": "value", "--port": "value", "--log-level": "value", "--log-requests": "bool",
-    "--trust-remote-code": "bool", "--mem-fraction-static": "value", "--served-model-name": "value",
-    "--api-key": "value", "--tokenizer-path": "value", "--tokenizer-mode": "value", "--context-length": "value",
-    "--chunked-prefill-size": "value", "--enable-metrics": "bool", "--random-seed": "value",
-    "--revision": "value", "--speculative-draft-model-revision": "value", "--download-dir": "value",
-    "--skip-server-warmup": "bool", "--show-time-cost": "bool", "--enable-cache-report": "bool",
-    "--max-prefill-tokens": "value", "--schedule-policy": "value", "--load-format": "value",
-    "--watchdog-timeout": "value", "--cuda-graph-max-bs": "value", "--disable-radix-cache": "bool",
-    "--speculative-accept-threshold-single": "value", "--speculative-accept-threshold-acc": "value",
-}
-VLLM_MODELLED = {
-    "--model": "value", "--attention-backend": "value", "-ac": "value", "--attention-config": "value",
-    "--speculative-config": "value", "-sc": "value", "--block-size": "value", "--max-num-seqs": "value",
-    "--async-scheduling": "bool", "--no-async-scheduling": "bool", "--kv-cache-dtype": "value",
-    "--tensor-parallel-size": "value", "-tp": "value", "--dtype": "value",
-}
-VLLM_INERT = {
-    "--host": "value", "--port": "value", "--api-key": "value", "--served-model-name": "value",
-    "--trust-remote-code": "bool", "--gpu-memory-utilization": "value", "--max-model-len": "value",
-    "--tokenizer": "value", "--seed": "value", "--disable-log-requests": "bool", "--disable-log-stats": "bool",
-    "--uvicorn-log-level": "value", "--download-dir": "value", "--revision": "value",
-    "--max-num-batched-tokens": "value", "--enable-prefix-caching": "bool", "--no-enable-prefix-caching": "bool",
-}
-# a modelled flag whose other values change attention in a way the table does not price
-ONLY_VALUES = {
-    "--kv-cache-dtype": ("auto", "bfloat16", "bf16"),  # an fp8 KV cache runs other kernels (and SGLang's fa3 may fall back)
-    "--tp-size": ("1",), "--tp": ("1",), "--tensor-parallel-size": ("1",), "-tp": ("1",),  # heads per GPU change
-    "--dtype": ("auto", "bfloat16", "float16", "half", "bf16", "fp16"),
-}
-
-# ---- SGLang 0.5.23's rules (data: each with its source) ----------------------------------------------------
-SGLANG_CITES = {
-    "order": f"{SGLANG}arg_groups/pipeline.py:242, 256, 306",
-    "split": f"{SGLANG}arg_groups/overrides.py:1127-1131",
-    "default_backend": f"{SGLANG}arg_groups/overrides.py:1132-1140",
-    "mha_hopper": f"{SGLANG}arg_groups/model_override_base.py:305-311; {SGLANG}utils/common.py:3960-3966",
-    "mha_sm100": f"{SGLANG}arg_groups/model_override_base.py:312-325",
-    "mha_other": f"{SGLANG}arg_groups/model_override_base.py:326-333",
-    "mla_hopper": f"{SGLANG}arg_groups/model_override_base.py:335-338",
-    "mla_sm100": f"{SGLANG}arg_groups/model_overrides/deepseek_v2.py:178-188",
-    "mla_other": f"{SGLANG}arg_groups/model_override_base.py:339-351",
-    "page_forced": f"{SGLANG}arg_groups/overrides.py:1144-1200",
-    "page_default": f"{SGLANG}arg_groups/overrides.py:1341-1363",
-    "algorithm": f"{SGLANG}arg_groups/speculative_hook.py:81-118, 134-140",
-    "cap": f"{SGLANG}arg_groups/speculative_hook.py:1086-1094",
-    "overlap": f"{SGLANG}arg_groups/fields/schedule.py:193-199; {SGLANG}arg_groups/speculative_hook.py:1096-1102",
-    "auto_spec": f"{SGLANG}arg_groups/speculative_hook.py:1159-1174, 1430-1460",
-    "spec_together": f"{SGLANG}arg_groups/speculative_hook.py:1159-1163",
-    "trtllm_topk": f"{SGLANG}arg_groups/speculative_hook.py:1176-1180",
-    "chain_tokens": f"{SGLANG}arg_groups/speculative_hook.py:1254-1265",
-    "tree_pages": f"{SGLANG}arg_groups/speculative_hook.py:1267-1282",
-    "mode": f"{SGLANG}arg_groups/fields/spec.py (speculative_attention_mode: prefill by default)",
-    "slots": f"{SGLANG}layers/attention/hybrid_attn_backend.py:64-88; {SGLANG}speculative/draft_utils.py:55-61, 145-149",
-    "draft_path": f"{SGLANG}arg_groups/speculative_hook.py:1120-1148",
-}
-# (steps, topk, draft tokens) when --speculative-num-steps is not given (speculative_hook.py:1430-1460)
-SGLANG_AUTO_SPEC = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
-SGLANG_AUTO_SPEC_OTHER = (3, 1, 4)  # DeepSeek V2/V3/V3.2, GLM-4 MoE, ... and every other architecture
-SGLANG_DRAFT_IS_TARGET = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM")  # MTP: the draft path is the target's
-SGLANG_CAP = 48  # max_running_requests with EAGLE when --max-running-requests is not given
-SGLANG_TREE_PAGE_BACKENDS = ("flashinfer", "fa3", "triton")
-SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")  # NEXTN is EAGLE (speculative_hook.py:109-116)
-SGLANG_MLA_ARCHS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
-                    "KimiK2ForCausalLM")
-# page sizes a backend forces (overrides.py:1144-1200): backend -> (the pages it takes, the page it sets)
-SGLANG_PAGE_FORCE = {"flashmla": ((64,), 64), "trtllm_mla": ((32, 64), 64), "cutedsl_mla": ((32, 64), 64),
-                     "trtllm_mha": ((16, 32, 64, 128), 64)}
-
-# ---- vLLM 0.34.0's rules ---------------------------------------------------------------------------------
-VLLM_CITES = {
-    "backend": f"{VLLM}platforms/cuda.py:157-178 (GQA), 93-152 (MLA); {VLLM}engine/arg_utils.py:1129",
-    "mla_fp8": f"{VLLM}v1/attention/backends/mla/flashattn_mla.py:40-46",
-    "block": f"{VLLM}config/cache.py:185, 482-491",
-    "spec": f"{VLLM}config/speculative.py:455, 1375-1379",
-    "cap": f"{VLLM}engine/arg_utils.py:3010-3044 (max_num_seqs: 1024 on a GPU of 70 GiB or more, A100 and GB10 "
-           "excepted; 256 below)",
-    "overlap": f"{VLLM}config/vllm.py:1610-1637; {VLLM}config/scheduler.py:246-249",
-}
-VLLM_BLOCK = 64  # config/cache.py:185
-VLLM_MAX_NUM_SEQS = 1024  # the OpenAI server's default on an H100/H200/B200-class GPU (engine/arg_utils.py:3010-3044;
-# 256 on a GPU below 70 GiB or an A100: kbench assumes the large one)
+from kbench.recommend.rules import Refused  # noqa: F401  (the engine refuses the line: its reason and cite)
 
 
 @dataclass
@@ -226,27 +128,53 @@ def split_line(text: str) -> tuple[str, dict[str, str], list[str]]:
                    "...`, `sglang serve ...` or `vllm serve MODEL ...` (or @FILE holding one)")
 
 
-def parse_flags(engine: str, argv: list[str]) -> tuple[dict[str, str | bool], list[str]]:
-    """({flag: value or True}, the inert flags set aside); BadInput naming a flag that does not parse or that the
-    table does not model."""
-    modelled, inert = (SGLANG_MODELLED, SGLANG_INERT) if engine == "sglang" else (VLLM_MODELLED, VLLM_INERT)
-    given: dict[str, str | bool] = {}
+# ---- the rules -------------------------------------------------------------------------------------------------
+# The engine releases' rules are data: kbench/recommend/rules/<engine>-<version>.toml, read by kbench.recommend.rules.
+# This module parses the line by the file's flags, gives the rules the model's facts and reads the result.
+def rules_for(engine: str, version: str | None = None):
+    from kbench.recommend.rules import load_rules
+
+    return load_rules(engine, version)
+
+
+def parse_flags(rs, argv: list[str]) -> tuple[dict, dict[str, str], list[str]]:
+    """(fields the line gives, {field: the flag that gave it}, the inert flags set aside) by the rules file's flags:
+    Refused where the engine's parser refuses (a value not among its choices, a flag it no longer has, an ambiguous
+    prefix), BadInput where kbench's rules do not model a flag or value."""
+    from kbench.files import JSONProblem, loads
+
+    label = f"{rs.engine} {rs.version}"
+    given: dict = {}
+    by: dict[str, str] = {}
     ignored = []
     i = 0
     while i < len(argv):
         a = argv[i]
         name, eq, val = a.partition("=")
-        kind = modelled.get(name) or inert.get(name)
         if not a.startswith("-"):
             raise BadInput(f"--current: {a!r} is not a flag (after {argv[i - 1] if i else 'the command'}); quote a "
                            "value with spaces")
-        if kind is None:
-            raise BadInput(f"--current: {name} is a flag kbench's table of {engine} does not model: it may change "
-                           "the attention steps, so nothing is priced (drop it from the line to price the rest)")
-        if kind == "bool":
+        spec = rs.flags.get(name)
+        shown_name = name
+        while spec is not None and "alias" in spec:
+            name = spec["alias"]
+            spec = rs.flags.get(name)
+        if spec is not None and "same_as" in spec:
+            spec = {**rs.flags[spec["same_as"]], **{k: v for k, v in spec.items() if k != "same_as"}}
+        kind = spec.get("type", "str") if spec is not None else None
+        inert = rs.inert.get(name)
+        if spec is None and inert is None:
+            raise BadInput(f"--current: {name} is a flag kbench's rules of {label} do not model "
+                           f"({rs.path}): it may change the attention steps, so nothing is resolved (drop it from "
+                           "the line to resolve the rest)")
+        if spec is not None and "refuse" in spec:
+            cite = rs.cite(spec["cite"])
+            raise Refused(f"--current: {label} refuses {shown_name}: \"{spec['refuse']}\" ({cite})", spec["refuse"],
+                          cite, shown_name)
+        if (kind == "bool") if spec is not None else (inert == "bool"):
             if eq:
                 raise BadInput(f"--current: {name} takes no value (got {a!r})")
-            value: str | bool = True
+            value = spec.get("value", True) if spec is not None else True
             i += 1
         elif eq:
             value = val
@@ -256,28 +184,44 @@ def parse_flags(engine: str, argv: list[str]) -> tuple[dict[str, str | bool], li
                 raise BadInput(f"--current: {name} needs a value")
             value = argv[i + 1]
             i += 2
-        if name in inert:
+        if spec is None:
             ignored.append(name)
             continue
-        ok = ONLY_VALUES.get(name)
-        if ok and str(value).lower() not in ok:
-            raise BadInput(f"--current: {name} {value}: kbench prices {name} {' or '.join(ok)} only (another value "
-                           "changes the attention kernels or the heads per GPU)")
-        given[name] = value
-    return given, ignored
-
-
-def _int_flag(given: dict, name: str, lo: int = 1) -> int | None:
-    v = given.get(name)
-    if v is None:
-        return None
-    try:
-        n = int(str(v))
-    except ValueError:
-        raise BadInput(f"--current: {name} {v!r} is not an integer") from None
-    if n < lo:
-        raise BadInput(f"--current: {name} {n}: must be >= {lo}")
-    return n
+        cite = rs.cite(spec.get("cite", ""))
+        if kind == "int":
+            try:
+                value = int(str(value))
+            except ValueError:
+                says = f"argument {name}: invalid int value: {value!r}"
+                raise Refused(f"--current: {label} refuses it: \"{says}\" ({cite})", says, cite, name) from None
+        elif kind == "json":
+            try:
+                obj = loads(str(value))
+            except JSONProblem:
+                raise BadInput(f"--current: {shown_name} is not JSON") from None
+            if not isinstance(obj, dict):
+                raise BadInput(f"--current: {shown_name} is not a JSON object")
+            extra = sorted(set(obj) - set(spec["keys"]))
+            if extra:
+                raise BadInput(f"--current: {shown_name} key {extra[0]!r} is not modelled by kbench's rules of "
+                               f"{label} (they read {', '.join(spec['keys'])})")
+            for k, f in spec["keys"].items():
+                if k in obj:
+                    given[f], by[f] = obj[k], f"{shown_name} {k}"
+            continue
+        elif kind == "str":
+            value = str(value)
+            seen = value.upper() if spec.get("upper") else value
+            if spec.get("choices") and seen not in spec["choices"]:
+                says = (f"argument {name}: invalid choice: {value!r} (choose from "
+                        f"{', '.join(repr(c) for c in spec['choices'])})")
+                raise Refused(f"--current: {label} refuses it: \"{says}\" ({cite})", says, cite, name)
+            if spec.get("models") and seen not in spec["models"]:
+                raise BadInput(f"--current: {name} {value}: {label} takes it, but kbench's rules ({rs.path}) do not "
+                               f"model it (they model {', '.join(spec['models'])})")
+            value = seen
+        given[spec["field"]], by[spec["field"]] = value, shown_name
+    return given, by, ignored
 
 
 # ---- the model's architecture ----------------------------------------------------------------------------
@@ -287,22 +231,41 @@ PRESET_ARCH = {"llama3-8b": "LlamaForCausalLM", "llama3-70b-tp8": "LlamaForCausa
                "qwen2.5-7b": "Qwen2ForCausalLM", "gemma2-9b": "Gemma2ForCausalLM", "gpt-oss": "GptOssForCausalLM",
                "deepseek-v3": "DeepseekV3ForCausalLM", "deepseek-v3-tp8": "DeepseekV3ForCausalLM",
                "kimi-k2": "DeepseekV3ForCausalLM", "kimi-k2-tp8": "DeepseekV3ForCausalLM"}
-# a hub name's architecture, by the name (a local folder's config.json wins)
-NAME_ARCH = ((r"llama", "LlamaForCausalLM"), (r"deepseek-(v3|r1)", "DeepseekV3ForCausalLM"),
+# a hub name's architecture, by the name (a local folder's config.json wins); the first match counts
+NAME_ARCH = ((r"llama", "LlamaForCausalLM"), (r"deepseek-v3\.2", "DeepseekV32ForCausalLM"),
+             (r"deepseek-(v3|r1)", "DeepseekV3ForCausalLM"), (r"deepseek-v2", "DeepseekV2ForCausalLM"),
              (r"kimi-k2", "DeepseekV3ForCausalLM"), (r"qwen3-.*a\d+b", "Qwen3MoeForCausalLM"),
-             (r"qwen2\.5", "Qwen2ForCausalLM"), (r"gpt-oss", "GptOssForCausalLM"), (r"gemma-?2", "Gemma2ForCausalLM"))
+             (r"qwen3-", "Qwen3ForCausalLM"), (r"qwen2\.5", "Qwen2ForCausalLM"), (r"gpt-oss", "GptOssForCausalLM"),
+             (r"gemma-?2", "Gemma2ForCausalLM"))
+
+
+def model_config(model: str) -> dict | None:
+    """A local model folder's config.json (None: `model` is no local folder); BadInput for a folder without a
+    readable one."""
+    folder = Path(model)
+    if not model or not folder.is_dir():
+        return None
+    cfg = folder / "config.json"
+    try:
+        data = files.loads(cfg.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"--current: the model folder {model} has no config.json (the engine reads the architecture "
+                       "there)") from None
+    except (OSError, ValueError, UnicodeDecodeError):
+        raise BadInput(f"--current: {cfg} is not a readable model config") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"--current: {cfg} is not a readable model config (not a JSON object)")
+    return data
 
 
 def model_arch(model: str, preset: str | None = None) -> str | None:
     """The architecture of the served model: a local folder's config.json, else --model's preset, else by name."""
-    cfg = Path(model) / "config.json"
-    if cfg.is_file():
-        try:
-            archs = files.loads(cfg.read_text()).get("architectures") or []
-        except (OSError, ValueError, AttributeError):
-            raise BadInput(f"--current: {cfg} is not a readable model config") from None
-        if archs:
-            return str(archs[0])
+    cfg = model_config(model)
+    if cfg is not None:
+        archs = cfg.get("architectures") or []
+        if not isinstance(archs, list) or not archs:
+            raise BadInput(f"--current: {Path(model) / 'config.json'} names no architectures")
+        return str(archs[0])
     if preset:
         return PRESET_ARCH.get(preset)
     low = model.lower()
@@ -313,44 +276,26 @@ def model_arch(model: str, preset: str | None = None) -> str | None:
 
 
 def is_mla(arch: str | None) -> bool:
-    return arch in SGLANG_MLA_ARCHS
+    return arch in rules_for("sglang").models.get("mla", ())
 
 
-# ---- SGLang ----------------------------------------------------------------------------------------------
-def _sglang_default_backend(family: str, mla: bool, topk: int | None, page: int | None, algorithm) -> tuple[str, str]:
-    """(backend, why) of SGLang 0.5.23's get_default_attn_backend at its pipeline slot: topk and page size only as
-    the user gave them (the speculative defaults come later)."""
-    topk_one = topk is None or (topk == 1 and page in (None, 1))  # is_no_spec_infer_or_topk_one
-    if mla:
-        if family == "sm90":
-            return "fa3", f"MLA on Hopper: fa3 ({SGLANG_CITES['mla_hopper']})"
-        if family == "sm100":
-            return "trtllm_mla", f"DeepSeek on SM100: trtllm_mla ({SGLANG_CITES['mla_sm100']})"
-        return "triton", f"MLA off Hopper and SM100: triton ({SGLANG_CITES['mla_other']})"
-    if family == "sm90" and topk_one:
-        return "fa3", (f"Hopper, MHA, topk {'unset' if topk is None else topk} at page "
-                       f"{'unset' if page is None else page}: fa3 ({SGLANG_CITES['mha_hopper']})")
-    if family == "sm100" and topk_one and (algorithm is None or topk is not None):
-        return "trtllm_mha", f"SM100, MHA, topk given as 1 (or no speculation): trtllm_mha ({SGLANG_CITES['mha_sm100']})"
-    why = ("topk " + ("unset (SGLang's own (5, 4, 8) comes later)" if topk is None else str(topk))
-           + (f" at page {page}" if page else ""))
-    return "flashinfer", f"{why}: flashinfer ({SGLANG_CITES['mha_other']})"
+# ---- SGLang's page and slots -------------------------------------------------------------------------------------
+SLOTS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
+         "speculative_draft_attention_backend")
 
 
-def sglang_page(slots_named: list[str | None], page: int | None) -> tuple[int, str]:
-    """(page, why) SGLang 0.5.23 runs at, from the page the line gives (None: none) and the backends of its four
-    slots (attention, prefill, decode, speculative draft): the pages a backend forces (overrides.py:1144-1200),
-    then the default, 1 (1341-1363). The one rule for a user's line and for a setting kbench prices."""
-    p, why = page, "given"
-    for backend, (takes, sets) in SGLANG_PAGE_FORCE.items():
-        slots = slots_named if backend == "trtllm_mha" else slots_named[:3]
-        if backend in slots and (p not in takes or backend == "flashmla"):
-            if p != sets:
-                why = f"{backend} runs pages {'/'.join(map(str, takes))} only: {sets} ({SGLANG_CITES['page_forced']})"
-            p = sets
-    if p is None:
-        return 1, f"not given: 1 ({SGLANG_CITES['page_default']})"
-    return p, why
+def sglang_page(slots_named: list[str | None], page: int | None, *, gpu: str = "sm90", mla: bool = False,
+                topk: int | None = None) -> tuple[int, str]:
+    """(page, why) SGLang runs at, from the page the line gives (None: none) and the backends of its four slots
+    (attention, prefill, decode, speculative draft): the page rules of the release's rules file (the `page_*`
+    rules: the pages each backend forces per slot, then the default, 1). The one rule for a user's line and for a
+    setting kbench prices."""
+    rs = rules_for("sglang")
+    state = dict(zip(SLOTS, slots_named))
+    state["page_size"] = page
+    facts = {"gpu": gpu, "mla": mla, "speculative_eagle_topk": topk}
+    out = rs.apply_only(state, facts, prefix="page_")
+    return int(out.fields["page_size"]), out.why.get("page_size", "given")
 
 
 def setting_page(engine: str, flags: str, page: int | None) -> tuple[int | None, str]:
@@ -386,187 +331,82 @@ def sglang_slots(fields: dict) -> dict[str, str]:
     return {"verify": verify, "draft_extend": draft}
 
 
-def resolve_sglang(given: dict, family: str, arch: str | None, model: str) -> tuple[dict, dict]:
-    """SGLang 0.5.23's resolution of the fields kbench prices, in its pipeline's order."""
-    f: dict = {}
-    why: dict[str, str] = {}
-    mla = is_mla(arch)
-
-    def put(name, value, reason):
-        f[name] = value
-        why[name] = reason
-
-    algo = given.get("--speculative-algorithm")
-    if algo is None:
-        raise BadInput("--current: no --speculative-algorithm: the server does not speculate, and kbench prices "
-                       "speculative steps (target verify, draft extend)")
-    if str(algo).upper() not in SGLANG_ALGORITHMS:
-        raise BadInput(f"--current: --speculative-algorithm {algo}: kbench's table models "
-                       f"{', '.join(SGLANG_ALGORITHMS)} (NEXTN is EAGLE)")
-    for name in ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
-                 "speculative_draft_attention_backend"):
-        v = given.get("--" + name.replace("_", "-"))
-        put(name, v, "given" if v is not None else "not given")
-    mode = given.get("--speculative-attention-mode")
-    if mode is not None and mode not in ("prefill", "decode"):
-        raise BadInput(f"--current: --speculative-attention-mode {mode}: prefill or decode")
-    put("speculative_attention_mode", mode or "prefill", "given" if mode else f"default ({SGLANG_CITES['mode']})")
-    topk = _int_flag(given, "--speculative-eagle-topk")
-    steps = _int_flag(given, "--speculative-num-steps", 0)
-    tokens = _int_flag(given, "--speculative-num-draft-tokens")
-    page = _int_flag(given, "--page-size")
-    # 1. the backend (pipeline.py:242): a split whose two halves agree becomes the attention backend
-    if f["prefill_attention_backend"] is not None and f["prefill_attention_backend"] == f["decode_attention_backend"]:
-        put("attention_backend", f["prefill_attention_backend"],
-            f"--prefill- and --decode-attention-backend agree ({SGLANG_CITES['split']})")
-    elif f["attention_backend"] is None:
-        b, reason = _sglang_default_backend(family, mla, topk, page, algo)
-        put("attention_backend", b, f"not given: {reason}; chosen before the page-size and speculative defaults "
-                                    f"({SGLANG_CITES['order']})")
-    # 2. pages a backend forces (overrides.py:1144-1200), then the default (1341-1363)
-    slots_named = [f["attention_backend"], f["prefill_attention_backend"], f["decode_attention_backend"],
-                   f["speculative_draft_attention_backend"]]
-    f["page_size"], why["page_size"] = sglang_page(slots_named, page)
-    # 3. the speculative defaults (pipeline.py:306)
-    put("speculative_algorithm", "EAGLE" if str(algo).upper() == "NEXTN" else str(algo).upper(),
-        "given" + (f" (NEXTN is EAGLE: {SGLANG_CITES['algorithm']})" if str(algo).upper() == "NEXTN" else ""))
-    cap = _int_flag(given, "--max-running-requests")
-    put("max_running_requests", cap if cap is not None else SGLANG_CAP,
-        "given" if cap is not None else f"not given: {SGLANG_CAP} with speculative decoding ({SGLANG_CITES['cap']})")
-    put("disable_overlap_schedule", bool(given.get("--disable-overlap-schedule")),
-        "given" if given.get("--disable-overlap-schedule") else f"overlap scheduler on ({SGLANG_CITES['overlap']})")
-    if steps is None:
-        if topk is not None or tokens is not None:
-            raise BadInput("--current: --speculative-eagle-topk or --speculative-num-draft-tokens without "
-                           "--speculative-num-steps: SGLang refuses it (an assertion at "
-                           f"{SGLANG_CITES['spec_together']}); give all three")
-        steps, topk, tokens = SGLANG_AUTO_SPEC.get(arch or "", SGLANG_AUTO_SPEC_OTHER)
-        reason = f"not given: ({steps}, {topk}, {tokens}) for {arch or 'this architecture'} ({SGLANG_CITES['auto_spec']})"
-        put("speculative_num_steps", steps, reason)
-        put("speculative_eagle_topk", topk, reason)
-        put("speculative_num_draft_tokens", tokens, reason)
-    else:
-        if topk is None:
-            raise BadInput("--current: --speculative-num-steps without --speculative-eagle-topk: SGLang 0.5.23 "
-                           f"fails on it (compares topk None at {SGLANG_CITES['tree_pages']}); give "
-                           "--speculative-eagle-topk")
-        put("speculative_num_steps", steps, "given")
-        put("speculative_eagle_topk", topk, "given")
-        if tokens is None and topk != 1:
-            raise BadInput("--current: a topk > 1 tree without --speculative-num-draft-tokens: give it")
-        put("speculative_num_draft_tokens", tokens, "given")
-    if "trtllm_mha" in (f["attention_backend"], f["prefill_attention_backend"] or f["attention_backend"],
-                        f["decode_attention_backend"] or f["attention_backend"]) and f["speculative_eagle_topk"] > 1:
-        raise BadInput(f"--current: trtllm_mha with topk {f['speculative_eagle_topk']}: SGLang refuses it "
-                       f"({SGLANG_CITES['trtllm_topk']})")
-    if f["speculative_eagle_topk"] == 1 and f["speculative_num_draft_tokens"] != f["speculative_num_steps"] + 1:
-        put("speculative_num_draft_tokens", f["speculative_num_steps"] + 1,
-            f"topk 1: steps + 1 ({SGLANG_CITES['chain_tokens']})")
-    if (f["speculative_eagle_topk"] > 1 and f["page_size"] > 1
-            and f["attention_backend"] not in SGLANG_TREE_PAGE_BACKENDS):
-        raise BadInput(f"--current: topk {f['speculative_eagle_topk']} at page {f['page_size']} on "
-                       f"{f['attention_backend']}: SGLang refuses it ({SGLANG_CITES['tree_pages']})")
-    if f["speculative_num_draft_tokens"] < 2:
-        raise BadInput("--current: one draft token per step verifies nothing kbench prices (give more steps)")
-    return f, why
-
-
-# ---- vLLM ------------------------------------------------------------------------------------------------
-def resolve_vllm(given: dict, family: str, arch: str | None, engine_table) -> tuple[dict, dict]:
-    from kbench.files import JSONProblem, loads
-
-    f: dict = {}
-    why: dict[str, str] = {}
-    mla = is_mla(arch)
-    raw = given.get("--speculative-config", given.get("-sc"))
-    if raw is None:
-        raise BadInput("--current: no --speculative-config: the server does not speculate, and kbench prices "
-                       "speculative steps")
-    try:
-        sc = loads(str(raw))
-    except JSONProblem:
-        raise BadInput("--current: --speculative-config is not JSON") from None
-    if not isinstance(sc, dict):
-        raise BadInput("--current: --speculative-config is not a JSON object")
-    method = str(sc.get("method", "")).lower()
-    if method == "deepseek_mtp":
-        method = "mtp"
-    if method not in ("eagle", "eagle3", "mtp"):
-        raise BadInput(f"--current: speculative method {sc.get('method')!r}: kbench's table models eagle, eagle3 and "
-                       "mtp")
-    n = sc.get("num_speculative_tokens")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise BadInput(f"--current: num_speculative_tokens {n!r}: an integer >= 1 ({VLLM_CITES['spec']})")
-    extra = sorted(set(sc) - {"method", "model", "num_speculative_tokens"})
-    if extra:
-        raise BadInput(f"--current: speculative config key {extra[0]!r} is not modelled by kbench's table")
-    f["method"], why["method"] = method, "given"
-    f["num_speculative_tokens"], why["num_speculative_tokens"] = n, "given"
-    backend = given.get("--attention-backend")
-    trtllm = None
-    rawac = given.get("--attention-config", given.get("-ac"))
-    if rawac is not None:
-        try:
-            ac = loads(str(rawac))
-        except JSONProblem:
-            raise BadInput("--current: --attention-config is not JSON") from None
-        if not isinstance(ac, dict) or set(ac) - {"backend", "use_trtllm_attention"}:
-            raise BadInput("--current: --attention-config: kbench models its backend and use_trtllm_attention only")
-        backend = ac.get("backend", backend)
-        trtllm = ac.get("use_trtllm_attention")
-    if backend is not None:
-        f["attention_backend"], why["attention_backend"] = str(backend).upper(), "given"
-    else:
-        att = "mla" if mla else "gqa"
-        default = next((s for s in engine_table.valid_on(family, att) if family in s.default_on), None)
-        if default is None:
-            raise BadInput(f"--current: {engine_table.label} has no default {att.upper()} backend on {family} in "
-                           "kbench's table")
-        f["attention_backend"] = default.flags.split()[-1].strip("'\"").upper()
-        why["attention_backend"] = f"not given: the {family} default ({VLLM_CITES['backend']})"
-    f["use_trtllm_attention"], why["use_trtllm_attention"] = trtllm, "given" if trtllm is not None else "not given (auto)"
-    block = _int_flag(given, "--block-size")
-    f["block_size"], why["block_size"] = (block, "given") if block else (VLLM_BLOCK, f"not given ({VLLM_CITES['block']})")
-    cap = _int_flag(given, "--max-num-seqs")
-    f["max_num_seqs"], why["max_num_seqs"] = ((cap, "given") if cap else
-                                              (VLLM_MAX_NUM_SEQS, f"not given ({VLLM_CITES['cap']})"))
-    off = bool(given.get("--no-async-scheduling"))
-    f["async_scheduling"], why["async_scheduling"] = (not off, "given" if off or given.get("--async-scheduling")
-                                                      else f"not given: on ({VLLM_CITES['overlap']})")
-    f["page_size"] = f["block_size"]
-    return f, why
-
-
 # ---- the entry points ------------------------------------------------------------------------------------
+def resolve_fields(engine: str, argv: list[str], family: str, *, arch: str | None, config: dict | None = None,
+                   version: str | None = None):
+    """The engine release's fields for a line's arguments (argv after the launcher) on a GPU family: (fields, why,
+    the rules that fired, the inert flags set aside, the rules file). Refused where the engine refuses the line,
+    BadInput where kbench's rules cannot resolve it (a flag or an architecture they do not know)."""
+    rs = rules_for(engine, version)
+    given, by, ignored = parse_flags(rs, argv)
+    if not rs.known(arch):
+        raise BadInput(f"--current: the architecture {arch} is not one kbench's rules of {rs.engine} {rs.version} "
+                       f"know ({rs.path}: {', '.join(rs.models.get('known', ()))}); kbench never guesses a backend")
+    fields = {f: None for f in rs.field_names()}
+    why = {}
+    for k, v in rs.defaults.items():
+        fields[k] = v
+        why[k] = f"default ({rs.cite(rs.defaults_cite[k])})" if k in rs.defaults_cite else "default"
+    for k, v in given.items():
+        fields[k] = v
+        why[k] = f"given ({by[k]})"
+    out = rs.apply(fields, {"gpu": family, **rs.facts(arch, config)}, why)
+    return out.fields, out.why, out.fired, ignored, rs
+
+
 def resolve_line(text: str, family: str, *, engine_table=None, preset: str | None = None,
                  source: str = "--current") -> Resolved:
-    """A server command line resolved for a GPU family (sm80, sm90, sm100, sm120)."""
+    """A server command line resolved for a GPU family (sm80, sm90, sm100, sm120) by its engine release's rules."""
     from kbench.recommend.settings import load_table
 
     engine, env, argv = split_line(text)
-    given, ignored = parse_flags(engine, argv)
     eng = engine_table if engine_table is not None else load_table().engine(engine)
     if eng.engine != engine:
         raise BadInput(f"--current is a {engine} command and --engine is {eng.engine}: give one engine")
-    model = str(given.get("--model-path", given.get("--model")) or "")
+    rs = rules_for(engine)
+    given, _, _ = parse_flags(rs, argv)
+    model = str(given.get("model_path", given.get("model")) or "")
     if not model:
         raise BadInput(f"--current: no model ({'--model-path' if engine == 'sglang' else 'vllm serve MODEL'})")
+    config = model_config(model)
     arch = model_arch(model, preset)
+    if arch is None:
+        raise BadInput(f"--current: kbench cannot tell the architecture of {model!r} (the engine's defaults depend "
+                       "on it): give a local model folder with its config.json, or --model PRESET")
+    if engine == "sglang" and given.get("speculative_algorithm") is None:
+        raise BadInput("--current: no --speculative-algorithm: the server does not speculate, and kbench prices "
+                       "speculative steps (target verify, draft extend)")
+    fields, why, _, ignored, rs = resolve_fields(engine, argv, family, arch=arch, config=config)
+    mla = rs.facts(arch, config)["mla"]
     if engine == "sglang":
-        if arch is None:
-            raise BadInput(f"--current: kbench cannot tell the architecture of {model!r} (SGLang's defaults depend "
-                           "on it): give a local model folder with its config.json, or --model PRESET")
-        fields, why = resolve_sglang(given, family, arch, model)
+        if fields["speculative_num_draft_tokens"] < 2:
+            raise BadInput("--current: one draft token per step verifies nothing kbench prices (give more steps)")
         backends = sglang_slots(fields)
-        cap, cap_given = fields["max_running_requests"], "--max-running-requests" in given
+        cap, cap_given = fields["max_running_requests"], "max_running_requests" in given
         overlap = "sum" if fields["disable_overlap_schedule"] else "max"
+        tp, dp, graphs = fields["tp_size"], fields["attn_dp_size"], not fields["disable_cuda_graph"]
     else:
-        fields, why = resolve_vllm(given, family, arch, eng)
+        method = fields.get("method")
+        if method is None:
+            raise BadInput("--current: no speculative method (--speculative-config or --spec-method): the server "
+                           "does not speculate, and kbench prices speculative steps")
+        if str(method).lower() not in ("eagle", "eagle3", "mtp"):
+            raise BadInput(f"--current: speculative method {method!r}: kbench's table models eagle, eagle3 and mtp")
+        fields["method"] = str(method).lower()
+        n = fields.get("num_speculative_tokens")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise BadInput(f"--current: num_speculative_tokens {n!r}: an integer >= 1 "
+                           f"({rs.cite('config/speculative.py:455, 1375-1379')})")
         backends = {"verify": fields["attention_backend"], "draft_extend": fields["attention_backend"]}
-        cap, cap_given = fields["max_num_seqs"], "--max-num-seqs" in given
+        cap, cap_given = fields["max_num_seqs"], "max_num_seqs" in given
         overlap = "max" if fields["async_scheduling"] else "sum"
-    return Resolved(engine, eng.version, family, argv, env, model, arch, "mla" if is_mla(arch) else "gqa", fields,
-                    why, backends, cap, cap_given, overlap, ignored, source)
+        tp, dp, graphs = fields["tensor_parallel_size"], 1, not fields["enforce_eager"]
+    shown_fields = {k: fields[k] for k in rs.report if k in fields}
+    return Resolved(engine, rs.version, family, argv, env, model, arch, "mla" if mla else "gqa", shown_fields,
+                    {k: why.get(k, "") for k in shown_fields}, backends, cap, cap_given, overlap, ignored, source,
+                    tp_size=int(tp), dp_attention=int(dp), kv_cache_dtype=str(fields["kv_cache_dtype"]),
+                    cuda_graph=bool(graphs))
+
 
 
 def resolve_server_info(run_dir: str | Path, family: str, *, engine_table=None) -> Resolved:
@@ -721,7 +561,8 @@ MODEL_LAYERS = {"llama3-8b": (32, 1), "llama3-70b-tp8": (80, 1), "llama3.2-1b": 
                 "qwen2.5-7b": (28, 1), "gemma2-9b": (42, 1), "deepseek-v3": (61, 1), "deepseek-v3-tp8": (61, 1),
                 "kimi-k2": (61, 1), "kimi-k2-tp8": (61, 1)}
 CAP_FLAG = {"sglang": "--max-running-requests", "vllm": "--max-num-seqs"}
-DEFAULT_CAP = {"sglang": SGLANG_CAP, "vllm": VLLM_MAX_NUM_SEQS}
+DEFAULT_CAP = {"sglang": rules_for("sglang").rule("eagle_cap").set["max_running_requests"],
+               "vllm": rules_for("vllm").defaults["max_num_seqs"]}  # each engine's cap with speculation
 BACKEND_FLAGS = {"sglang": ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend",
                             "--speculative-draft-attention-backend", "--speculative-attention-mode"),
                  "vllm": ("--attention-backend", "-ac", "--attention-config")}

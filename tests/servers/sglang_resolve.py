@@ -7,12 +7,16 @@ with the GPU facts said through SGLang's own `override_platform` (its test hook;
 
 prints one JSON object per case: the resolved fields kbench prices, or {"error": "..."} where SGLang refuses.
 Only imports that play no part in argument resolution are stood in for (kernel libraries and vision
-preprocessing: tvm_ffi, torchvision, xgrammar, zstandard, xxhash); `get_device` answers "cuda" as on a GPU host.
+preprocessing: tvm_ffi, torchvision, xgrammar, zstandard, xxhash); `get_device` answers "cuda" as on a GPU host and
+`torch.cuda.get_device_capability` the GPU's (9, 0) or (10, 0). Where SGLang's parser refuses a flag, the result
+is argparse's own message.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
+import io
 import json
 import logging
 import sys
@@ -22,7 +26,8 @@ STUB = ("torchvision", "tvm_ffi", "xgrammar", "zstandard", "xxhash")
 FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
           "speculative_draft_attention_backend", "speculative_attention_mode", "page_size",
           "speculative_algorithm", "speculative_eagle_topk", "speculative_num_steps",
-          "speculative_num_draft_tokens", "max_running_requests", "disable_overlap_schedule")
+          "speculative_num_draft_tokens", "max_running_requests", "disable_overlap_schedule", "tp_size", "dp_size",
+          "attn_dp_size", "enable_dp_attention", "kv_cache_dtype", "disable_cuda_graph")
 GPUS = {
     "sm90": dict(is_sm90=True, is_sm100=False, is_hopper_with_cuda_12_3=True, device_sm=90, device_capability=(9, 0)),
     "sm100": dict(is_sm90=False, is_sm100=True, is_hopper_with_cuda_12_3=False, device_sm=100,
@@ -99,12 +104,19 @@ def resolve(argv: list[str], gpu: str) -> dict:
     facts = dict(is_cuda=True, is_hip=False, is_npu=False, is_xpu=False, is_musa=False, is_mps=False,
                  is_sm100_or_sm110=GPUS[gpu]["is_sm100"], is_sm110=False, is_sm120=False,
                  is_blackwell=GPUS[gpu]["is_sm100"], has_amx=False, has_flashinfer=True, **GPUS[gpu])
+    import torch
+
+    # the DSA path asks torch for the GPU's compute capability (arg_groups/model_hook.py:341): the GPU's own
+    torch.cuda.get_device_capability = lambda *a, **k: GPUS[gpu]["device_capability"]
+    said = io.StringIO()
     try:
-        args = prepare_server_args(argv)
+        with contextlib.redirect_stderr(said):  # argparse says why it refuses on stderr, then exits 2
+            args = prepare_server_args(argv)
         with override_platform(**facts):
             args.resolve_once()
     except BaseException as e:  # SGLang refuses the line: what it says
-        return {"error": f"{type(e).__name__}: {e}"}
+        why = [ln for ln in said.getvalue().splitlines() if "error:" in ln]
+        return {"error": why[-1].split("error: ", 1)[1] if why else f"{type(e).__name__}: {e}"}
     view = resolved_view(args)
     return {f: getattr(view, f) for f in FIELDS}
 
