@@ -134,7 +134,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     step_list = tuple(s.strip().replace("-", "_") for s in steps.split(",") if s.strip())
     if not step_list or not set(step_list) <= set(STEPS):
         raise BadInput(f"--steps {steps!r}: verify, draft_extend or both (comma-separated)")
-    from kbench.recommend.resolve import MODEL_LAYERS, resolve_current
+    from kbench.recommend.resolve import MODEL_LAYERS, not_priced, resolve_current
 
     if model_preset is not None and model_preset not in MODEL_LAYERS:
         raise BadInput(f"--model {model_preset!r}: one of {', '.join(MODEL_LAYERS)}")
@@ -151,6 +151,10 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         src = load_source(list(sources))
         resolved = resolve_current(current, check_gpu(src, gpu), engine_table=eng,
                                    preset=model_preset or src.model)
+        limits = not_priced(resolved)
+        if limits:
+            raise BadInput(f"--current: the line runs {limits}, which kbench does not price yet (`kbench resolve` "
+                           "shows what it runs)")
         if q_len is None:
             q_len = str(resolved.spec.q_len)
         trees = sorted({str(g.get("tree", "chain")) for g in src.policy.get("groups", [])})

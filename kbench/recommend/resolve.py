@@ -57,6 +57,21 @@ class Resolved:
     kv_cache_dtype: str = "auto"  # the engine's own value as resolved (auto, fp8_e4m3, fp8_e5m2, ...)
     cuda_graph: bool = True  # False under --disable-cuda-graph (SGLang) / --enforce-eager (vLLM): eager routes
     flashinfer_version: str | None = None  # vLLM: the FlashInfer the user's environment or line runs, if known
+    model_heads: tuple[int, int] | None = None  # (q heads, KV heads) of the whole model (config.json or preset)
+
+    @property
+    def attention_tp(self) -> int:
+        """Ranks one attention layer's heads are split over: TP, divided by the DP attention groups."""
+        return max(1, self.tp_size // max(1, self.dp_attention))
+
+    @property
+    def heads_per_rank(self) -> tuple[int, int] | None:
+        """(q heads, KV heads) one rank runs (MLA: one latent KV head); None when the model's heads are unknown."""
+        if self.model_heads is None:
+            return None
+        q, kv = self.model_heads
+        t = self.attention_tp
+        return (max(1, q // t), 1 if self.attention == "mla" else max(1, kv // t))
 
     @property
     def page_size(self) -> int:
@@ -405,8 +420,41 @@ def resolve_line(text: str, family: str, *, engine_table=None, preset: str | Non
     return Resolved(engine, rs.version, family, argv, env, model, arch, "mla" if mla else "gqa", shown_fields,
                     {k: why.get(k, "") for k in shown_fields}, backends, cap, cap_given, overlap, ignored, source,
                     tp_size=int(tp), dp_attention=int(dp), kv_cache_dtype=str(fields["kv_cache_dtype"]),
-                    cuda_graph=bool(graphs))
+                    cuda_graph=bool(graphs), model_heads=model_heads(config, preset))
 
+
+def model_heads(config: dict | None, preset: str | None = None) -> tuple[int, int] | None:
+    """(q heads, KV heads) of the whole model: its config.json, else a one-rank kbench preset's head config."""
+    if config is not None:
+        q = config.get("num_attention_heads")
+        kv = config.get("num_key_value_heads", q)
+        if isinstance(q, int) and isinstance(kv, int) and q > 0 and kv > 0:
+            return q, kv
+        return None
+    if preset and "-tp" not in preset:
+        from kbench.cases.models import MODELS
+
+        h = MODELS.get(preset)
+        if h is not None:
+            return h.num_qo_heads, h.num_kv_heads
+    return None
+
+
+
+def not_priced(resolved: Resolved) -> str | None:
+    """What of a resolved line kbench's pricing does not model yet (None: nothing): a line spread over ranks, an
+    fp8 KV cache, eager (no CUDA graphs). `kbench resolve` shows such a line; `recommend --current` refuses it
+    rather than price it as one GPU, bf16, graphs."""
+    parts = []
+    if resolved.tp_size > 1:
+        parts.append(f"tensor parallel over {resolved.tp_size} ranks")
+    if resolved.dp_attention > 1:
+        parts.append(f"DP attention over {resolved.dp_attention} ranks")
+    if resolved.kv_cache_dtype not in ("auto", "bf16", "bfloat16"):
+        parts.append(f"a {resolved.kv_cache_dtype} KV cache")
+    if not resolved.cuda_graph:
+        parts.append("no CUDA graphs")
+    return ", ".join(parts) or None
 
 
 def resolve_server_info(run_dir: str | Path, family: str, *, engine_table=None) -> Resolved:
@@ -446,7 +494,18 @@ def resolve_server_info(run_dir: str | Path, family: str, *, engine_table=None) 
     return Resolved("sglang", eng.version, family, argv, {}, model, arch, "mla" if mla else "gqa", fields,
                     {k: f"the server's /server_info ({run_dir})" for k in fields}, sglang_slots(fields),
                     fields["max_running_requests"], True, "sum" if fields["disable_overlap_schedule"] else "max",
-                    [], str(run_dir))
+                    [], str(run_dir), tp_size=_int_of(info.get("tp_size"), 1),
+                    dp_attention=_int_of(info.get("attn_dp_size"), 1) if "attn_dp_size" in info else
+                    (_int_of(info.get("dp_size"), 1) if info.get("enable_dp_attention") else 1),
+                    kv_cache_dtype=str(info.get("kv_cache_dtype") or "auto"),
+                    cuda_graph=not info.get("disable_cuda_graph"))
+
+
+def _int_of(v, default: int) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
 
 
 def _argv_of(fields: dict, model: str) -> list[str]:

@@ -125,7 +125,8 @@ SGLANG_INFO_KEYS = ("model_path", "tokenizer_path", "tp_size", "dp_size", "versi
                     "speculative_algorithm", "page_size", "speculative_num_draft_tokens", "speculative_num_steps",
                     "speculative_eagle_topk", "attention_backend", "prefill_attention_backend",
                     "decode_attention_backend", "speculative_draft_attention_backend", "speculative_attention_mode",
-                    "disable_overlap_schedule", "kv_cache_dtype", "cuda_graph_max_bs")
+                    "disable_overlap_schedule", "kv_cache_dtype", "cuda_graph_max_bs", "attn_dp_size",
+                    "enable_dp_attention", "disable_cuda_graph")
 
 
 class SGLangBackend(Backend):
