@@ -184,3 +184,19 @@ def test_recommend_current_resolves_with_the_same_rules(folders, tmp_path):
     r = recommend_cli(synth, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--model", "llama3-8b",
                       "--current", line + " --tp-size 8 --kv-cache-dtype fp8_e4m3")
     assert r.exit_code == 2 and "tensor parallel over 8 ranks, a fp8_e4m3 KV cache" in r.output
+
+
+def test_recommend_current_refuses_what_it_would_misprice_by_name(folders, tmp_path):
+    """gpt-oss (sinks, sliding window) and DeepSeek-V3.2 (dsa) resolve, but the settings table prices neither: the
+    line's own model name wins over the run's model (a Llama run), and recommend says what it does not price."""
+    from recommend_synth import known_run, recommend_cli
+
+    synth = known_run(tmp_path / "run")
+    oss = ("python -m sglang.launch_server --model-path openai/gpt-oss-120b --speculative-algorithm EAGLE3 "
+           "--speculative-draft-model-path D")
+    r = recommend_cli(synth, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--current", oss)
+    assert r.exit_code == 2 and "GptOssForCausalLM's attention sinks and sliding window" in r.output
+    assert resolved(oss)["architecture"] == "GptOssForCausalLM"
+    v32 = SG.format(m=folders["deepseek-v3.2"]) + "--speculative-algorithm NEXTN"
+    r = recommend_cli(synth, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--current", v32)
+    assert r.exit_code == 2 and "DeepSeek sparse attention (dsa)" in r.output

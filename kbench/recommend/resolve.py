@@ -274,20 +274,18 @@ def model_config(model: str) -> dict | None:
 
 
 def model_arch(model: str, preset: str | None = None) -> str | None:
-    """The architecture of the served model: a local folder's config.json, else --model's preset, else by name."""
+    """The architecture of the served model: a local folder's config.json, else by its name, else the preset."""
     cfg = model_config(model)
     if cfg is not None:
         archs = cfg.get("architectures") or []
         if not isinstance(archs, list) or not archs:
             raise BadInput(f"--current: {Path(model) / 'config.json'} names no architectures")
         return str(archs[0])
-    if preset:
-        return PRESET_ARCH.get(preset)
     low = model.lower()
-    for pattern, arch in NAME_ARCH:
+    for pattern, arch in NAME_ARCH:  # the line's own model name says more than a preset (a run's model)
         if re.search(pattern, low):
             return arch
-    return None
+    return PRESET_ARCH.get(preset) if preset else None
 
 
 def is_mla(arch: str | None) -> bool:
@@ -454,6 +452,11 @@ def not_priced(resolved: Resolved) -> str | None:
         parts.append(f"a {resolved.kv_cache_dtype} KV cache")
     if not resolved.cuda_graph:
         parts.append("no CUDA graphs")
+    rs = rules_for(resolved.engine, resolved.version)
+    if resolved.arch in rs.models.get("sinks", ()):
+        parts.append(f"{resolved.arch}'s attention sinks and sliding window")
+    if resolved.backends.get("verify") == "dsa":
+        parts.append("DeepSeek sparse attention (dsa)")
     return ", ".join(parts) or None
 
 
