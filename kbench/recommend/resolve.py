@@ -1,7 +1,7 @@
 """What a server runs: the user's own command line (or a `kbench server-bench` run's server info) resolved as the
 engine release resolves it: the attention backend of each step, the page size, the speculative config (topk,
-draft steps, draft tokens), the cap on running requests and whether the host work overlaps the GPU. Every value
-says which rule set it (the released source's file:line).
+draft steps, draft tokens), the cap on running requests, whether the host work overlaps the GPU, TP, DP attention,
+the KV dtype and CUDA graphs. Every value says which rule set it (the released source's file:line).
 
     from kbench.recommend.resolve import resolve_line
     r = resolve_line("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
@@ -9,16 +9,12 @@ says which rule set it (the released source's file:line).
                      family="sm90")
     r.fields["attention_backend"], r.fields["page_size"], r.spec, r.cap, r.why["attention_backend"]
 
-SGLang 0.5.23 resolves in the order of its pipeline (python/sglang/srt/arg_groups/pipeline.py): the attention
-backend default at line 242 (after the model's own overrides, before the page size and the speculative
-defaults), the page-size default at line 256, the speculative defaults at line 306. So the backend default sees
-topk only as the user gave it: with no --speculative-eagle-topk, a Llama target gets fa3 on Hopper and then the
-(5, 4, 8) tree. kbench follows that order; tests/test_recommend_resolve.py runs SGLang's own resolution on the
-CPU over a table of command lines and requires the same fields.
-
-vLLM 0.34.0: the backend from --attention-backend or -ac/--attention-config, else the GPU's default (the settings
-table's default_on, platforms/cuda.py); the block size, max_num_seqs and async scheduling as its configs default
-them. What kbench could check against vLLM itself (a CPU build of 0.32.0) is in docs/recommend.md.
+The rules are data, one file per engine release (kbench/recommend/rules/sglang-0.5.23.toml, vllm-0.34.0.toml,
+read by kbench.recommend.rules): the flags and the parser's choices, the defaults, then the rules in the engine's
+own pipeline order (SGLang: arg_groups/pipeline.py; the backend default before the page-size and speculative
+defaults). This module parses a line by the file's flags, gives the rules the model's facts (its config.json) and
+reads the result; tests/test_resolve_parity.py runs SGLang's own resolve_once over ~900 generated lines and
+requires the same fields, or the same refusal. `kbench resolve` prints it; `recommend --current` prices it.
 """
 from __future__ import annotations
 
