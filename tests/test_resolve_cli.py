@@ -62,6 +62,10 @@ def test_dp_attention_runs_all_heads_on_every_rank(folders):
     assert "parallel_hook.py:38-58" in out["why"]["attn_dp_size"]
     text = run(line).output
     assert "TP / DP attention: 8 / 8" in text and "128 q heads" in text
+    # a hub name: DeepSeek-V3's heads by its name (128 q heads, whatever the run's preset)
+    hub = resolved("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp-size 8 "
+                   "--speculative-algorithm NEXTN")
+    assert hub["heads_per_rank"] == [16, 1]
 
 
 def test_gpt_oss_gets_its_own_backend_and_refuses_flashinfer(folders):
@@ -183,7 +187,7 @@ def test_recommend_current_resolves_with_the_same_rules(folders, tmp_path):
     # what recommend cannot price yet (TP 8, an fp8 KV cache) is refused by name, not priced as one GPU
     r = recommend_cli(synth, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--model", "llama3-8b",
                       "--current", line + " --tp-size 8 --kv-cache-dtype fp8_e4m3")
-    assert r.exit_code == 2 and "tensor parallel over 8 ranks, a fp8_e4m3 KV cache" in r.output
+    assert r.exit_code == 2 and "tensor parallel over 8 ranks, KV cache dtype fp8_e4m3" in r.output
 
 
 def test_recommend_current_refuses_what_it_would_misprice_by_name(folders, tmp_path):

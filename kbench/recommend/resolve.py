@@ -414,24 +414,31 @@ def resolve_line(text: str, family: str, *, engine_table=None, preset: str | Non
     return Resolved(engine, rs.version, family, argv, env, model, arch, "mla" if mla else "gqa", shown_fields,
                     {k: why.get(k, "") for k in shown_fields}, backends, cap, cap_given, overlap, ignored, source,
                     tp_size=int(tp), dp_attention=int(dp), kv_cache_dtype=str(fields["kv_cache_dtype"]),
-                    cuda_graph=bool(graphs), model_heads=model_heads(config, preset))
+                    cuda_graph=bool(graphs), model_heads=model_heads(config, preset, model, arch))
 
 
-def model_heads(config: dict | None, preset: str | None = None) -> tuple[int, int] | None:
-    """(q heads, KV heads) of the whole model: its config.json, else a one-rank kbench preset's head config."""
+# a hub name whose heads one kbench preset gives whatever its size (DeepSeek-V3/R1: 128 q heads; gpt-oss-20b and
+# -120b: 64 q and 8 KV heads; Kimi K2: 64): a Llama or Qwen name is not enough (8B and 70B differ)
+NAME_HEADS = ((r"deepseek-(v3|r1)", "deepseek-v3"), (r"gpt-oss", "gpt-oss"), (r"kimi-k2", "kimi-k2"))
+
+
+def model_heads(config: dict | None, preset: str | None = None, model: str = "",
+                arch: str | None = None) -> tuple[int, int] | None:
+    """(q heads, KV heads) of the whole model: its config.json, else what its name says, else a one-rank kbench
+    preset of the same architecture."""
+    from kbench.cases.models import MODELS
+
     if config is not None:
         q = config.get("num_attention_heads")
         kv = config.get("num_key_value_heads", q)
         if isinstance(q, int) and isinstance(kv, int) and q > 0 and kv > 0:
             return q, kv
         return None
-    if preset and "-tp" not in preset:
-        from kbench.cases.models import MODELS
-
-        h = MODELS.get(preset)
-        if h is not None:
-            return h.num_qo_heads, h.num_kv_heads
-    return None
+    name = next((p for pattern, p in NAME_HEADS if re.search(pattern, model.lower())), None)
+    if name is None and preset and "-tp" not in preset and (arch is None or PRESET_ARCH.get(preset) == arch):
+        name = preset
+    h = MODELS.get(name) if name else None
+    return (h.num_qo_heads, h.num_kv_heads) if h is not None else None
 
 
 
@@ -445,7 +452,7 @@ def not_priced(resolved: Resolved) -> str | None:
     if resolved.dp_attention > 1:
         parts.append(f"DP attention over {resolved.dp_attention} ranks")
     if resolved.kv_cache_dtype not in ("auto", "bf16", "bfloat16"):
-        parts.append(f"a {resolved.kv_cache_dtype} KV cache")
+        parts.append(f"KV cache dtype {resolved.kv_cache_dtype}")
     if not resolved.cuda_graph:
         parts.append("no CUDA graphs")
     rs = rules_for(resolved.engine, resolved.version)
