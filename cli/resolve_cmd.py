@@ -56,7 +56,7 @@ def _rows(r) -> list[tuple[str, str, str]]:
     rows.append(("cap", f"{r.cap} running requests", why.get("max_running_requests") or why.get("max_num_seqs", "")))
     rows.append(("overlap", "host work overlaps the GPU" if r.overlap == "max" else "host work, then the GPU",
                  why.get("disable_overlap_schedule") or why.get("async_scheduling", "")))
-    rows.append(("heads per rank", _heads(r), "config.json num_attention_heads / (tp_size / attn_dp_size)"))
+    rows.append(("heads per rank", _heads(r), "the model's num_attention_heads (config.json, its name or the preset) / (tp_size / attn_dp_size)"))
     rows.append(("KV dtype", r.kv_cache_dtype, why.get("kv_cache_dtype", "")))
     tp_why = why.get("tp_size") or why.get("tensor_parallel_size", "")
     rows.append(("TP / DP attention", f"{r.tp_size} / {r.dp_attention}",

@@ -187,7 +187,7 @@ def test_recommend_current_resolves_with_the_same_rules(folders, tmp_path):
     # what recommend cannot price yet (TP 8, an fp8 KV cache) is refused by name, not priced as one GPU
     r = recommend_cli(synth, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--model", "llama3-8b",
                       "--current", line + " --tp-size 8 --kv-cache-dtype fp8_e4m3")
-    assert r.exit_code == 2 and "tensor parallel over 8 ranks, KV cache dtype fp8_e4m3" in r.output
+    assert r.exit_code == 2 and "tensor parallel over 8 ranks, an fp8_e4m3 KV cache" in r.output
 
 
 def test_recommend_current_refuses_what_it_would_misprice_by_name(folders, tmp_path):

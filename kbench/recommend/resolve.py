@@ -452,7 +452,7 @@ def not_priced(resolved: Resolved) -> str | None:
     if resolved.dp_attention > 1:
         parts.append(f"DP attention over {resolved.dp_attention} ranks")
     if resolved.kv_cache_dtype not in ("auto", "bf16", "bfloat16"):
-        parts.append(f"KV cache dtype {resolved.kv_cache_dtype}")
+        parts.append(f"an {resolved.kv_cache_dtype} KV cache")
     if not resolved.cuda_graph:
         parts.append("no CUDA graphs")
     rs = rules_for(resolved.engine, resolved.version)
