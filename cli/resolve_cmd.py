@@ -56,7 +56,11 @@ def _rows(r) -> list[tuple[str, str, str]]:
     rows.append(("cap", f"{r.cap} running requests", why.get("max_running_requests") or why.get("max_num_seqs", "")))
     rows.append(("overlap", "host work overlaps the GPU" if r.overlap == "max" else "host work, then the GPU",
                  why.get("disable_overlap_schedule") or why.get("async_scheduling", "")))
-    rows.append(("heads per rank", _heads(r), "the model's num_attention_heads (config.json, its name or the preset) / (tp_size / attn_dp_size)"))
+    rows.append(("heads per rank", _heads(r), "the model's num_attention_heads (config.json, its name or the "
+                                              "preset) / (tp_size / attn_dp_size)"))
+    if r.engine == "vllm":
+        rows.append(("FlashInfer", r.flashinfer_version or "unknown (not installed here beside vllm)",
+                     "the flashinfer-python installed beside vllm where kbench runs" if r.flashinfer_version else ""))
     rows.append(("KV dtype", r.kv_cache_dtype, why.get("kv_cache_dtype", "")))
     tp_why = why.get("tp_size") or why.get("tensor_parallel_size", "")
     rows.append(("TP / DP attention", f"{r.tp_size} / {r.dp_attention}",
@@ -87,7 +91,7 @@ def to_json(r, rules_path: str) -> dict:
             "fields": r.fields, "why": r.why, "steps": r.backends,
             "heads_per_rank": list(r.heads_per_rank) if r.heads_per_rank else None,
             "tp_size": r.tp_size, "attn_dp_size": r.dp_attention, "kv_cache_dtype": r.kv_cache_dtype,
-            "cuda_graph": r.cuda_graph, "ignored": r.ignored, "not_priced_by_recommend": not_priced(r)}
+            "cuda_graph": r.cuda_graph, "flashinfer_version": r.flashinfer_version, "ignored": r.ignored, "not_priced_by_recommend": not_priced(r)}
 
 
 @click.command("resolve", epilog=examples(

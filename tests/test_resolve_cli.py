@@ -204,3 +204,20 @@ def test_recommend_current_refuses_what_it_would_misprice_by_name(folders, tmp_p
     v32 = SG.format(m=folders["deepseek-v3.2"]) + "--speculative-algorithm NEXTN"
     r = recommend_cli(synth, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--current", v32)
     assert r.exit_code == 2 and "DeepSeek sparse attention (dsa)" in r.output
+
+
+def test_vllm_flashinfer_version_is_the_one_installed_beside_vllm(folders, monkeypatch):
+    from importlib import metadata
+
+    versions = {"vllm": "0.34.0", "flashinfer-python": "0.7.4"}
+
+    def version(name):
+        if name not in versions:
+            raise metadata.PackageNotFoundError(name)
+        return versions[name]
+
+    monkeypatch.setattr(metadata, "version", version)
+    line = f"vllm serve {folders['llama']} --spec-method eagle --spec-model D --spec-tokens 3"
+    assert resolved(line)["flashinfer_version"] == "0.7.4"
+    del versions["vllm"]  # no vLLM here: nothing says what the server runs
+    assert resolved(line)["flashinfer_version"] is None

@@ -394,6 +394,7 @@ def resolve_line(text: str, family: str, *, engine_table=None, preset: str | Non
         cap, cap_given = fields["max_running_requests"], "max_running_requests" in given
         overlap = "sum" if fields["disable_overlap_schedule"] else "max"
         tp, dp, graphs = fields["tp_size"], fields["attn_dp_size"], not fields["disable_cuda_graph"]
+        fi_version = None
     else:
         method = fields.get("method")
         if method is None:
@@ -410,11 +411,25 @@ def resolve_line(text: str, family: str, *, engine_table=None, preset: str | Non
         cap, cap_given = fields["max_num_seqs"], "max_num_seqs" in given
         overlap = "max" if fields["async_scheduling"] else "sum"
         tp, dp, graphs = fields["tensor_parallel_size"], 1, not fields["enforce_eager"]
+        fi_version = installed_flashinfer()
     shown_fields = {k: fields[k] for k in rs.report if k in fields}
     return Resolved(engine, rs.version, family, argv, env, model, arch, "mla" if mla else "gqa", shown_fields,
                     {k: why.get(k, "") for k in shown_fields}, backends, cap, cap_given, overlap, ignored, source,
                     tp_size=int(tp), dp_attention=int(dp), kv_cache_dtype=str(fields["kv_cache_dtype"]),
-                    cuda_graph=bool(graphs), model_heads=model_heads(config, preset, model, arch))
+                    cuda_graph=bool(graphs), model_heads=model_heads(config, preset, model, arch),
+                    flashinfer_version=fi_version)
+
+
+def installed_flashinfer() -> str | None:
+    """The FlashInfer installed beside vLLM in the environment kbench runs in (the server's, when kbench runs on the
+    serving host), None when either is missing: what a vLLM line's FLASHINFER backend runs there."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm")
+        return metadata.version("flashinfer-python")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 # a hub name whose heads one kbench preset gives whatever its size (DeepSeek-V3/R1: 128 q heads; gpt-oss-20b and
