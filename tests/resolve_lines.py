@@ -80,11 +80,13 @@ GRID = {"llama": MHA_BACKENDS, "qwen3": (None,), "qwen3-moe": (None,), "gpt-oss"
         "deepseek-v3": MLA_BACKENDS, "deepseek-v3.2": MLA_BACKENDS}
 EXTRAS = (["--tp-size", "8"], ["--tp", "2"], ["--tp-size", "8", "--enable-dp-attention", "--dp-size", "8"],
           ["--tp-size", "4", "--enable-dp-attention", "--dp-size", "2"], ["--enable-dp-attention"],
-          ["--tp-size", "8", "--attn-dp-size", "8"], ["--kv-cache-dtype", "fp8_e4m3"],
-          ["--kv-cache-dtype", "fp8_e5m2"], ["--kv-cache-dtype", "bf16"], ["--kv-cache-dtype", "auto"],
+          ["--tp-size", "8", "--attn-dp-size", "8"], ["--enable-dp-attention", "--dp-size", "8"],
+          ["--kv-cache-dtype", "fp8_e4m3"],
+          ["--kv-cache-dtype", "fp8_e5m2"], ["--kv-cache-dtype", "bf16"], ["--kv-cache-dtype", "bfloat16"],
+          ["--kv-cache-dtype", "auto"],
           ["--disable-cuda-graph"], ["--cuda-graph-max-bs", "64"], ["--max-running-requests", "128"],
           ["--disable-overlap-schedule"], ["--page-size", "16"], ["--page-size", "32"], ["--page-size", "128"],
-          ["--dtype", "bfloat16"], ["--dtype", "bf16"])
+          ["--dtype", "bfloat16"], ["--dtype", "bf16"], ["--attention-backend", "hpc_ops"])
 
 
 def lines() -> list[tuple[str, str, list[str]]]:

@@ -57,7 +57,7 @@ def test_the_generated_lines_cover_what_the_issue_asks_for():
     rs = load_rules("sglang")
     for flag in ("--attention-backend", "--kv-cache-dtype"):
         for value in rs.flags[flag]["models"]:
-            assert any(f"{flag} {value}" in f for f in flat) or value in ("hpc_ops", "bfloat16"), (flag, value)
+            assert any(f"{flag} {value}" in f for f in flat), (flag, value)
 
 
 def _engine(py: Path, cases: list[dict], cwd: Path) -> list[dict]:
@@ -102,6 +102,10 @@ def test_kbench_resolves_every_generated_line_as_sglang_does(sglang_resolve, tmp
         if "error" in e:
             counts["refused_by_sglang"] += 1
             says = _engine_says(e["error"])
+            bare_assert = e["error"].strip() == "AssertionError:"  # an assert without a message: kbench quotes it
+            if bare_assert and isinstance(k, Refused) and k.says.startswith("assert "):
+                counts["refusals_matched"] += 1
+                continue
             if not isinstance(k, BadInput):
                 wrong.append(f"SGLang refuses ({says[:120]}), kbench resolves: {where}")
             elif not isinstance(k, Refused) or not says or (k.says not in says and says not in k.says):

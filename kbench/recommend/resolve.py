@@ -13,7 +13,7 @@ The rules are data, one file per engine release (kbench/recommend/rules/sglang-0
 read by kbench.recommend.rules): the flags and the parser's choices, the defaults, then the rules in the engine's
 own pipeline order (SGLang: arg_groups/pipeline.py; the backend default before the page-size and speculative
 defaults). This module parses a line by the file's flags, gives the rules the model's facts (its config.json) and
-reads the result; tests/test_resolve_parity.py runs SGLang's own resolve_once over ~900 generated lines and
+reads the result; tests/test_resolve_parity.py runs SGLang's own resolve_once over 922 generated lines and
 requires the same fields, or the same refusal. `kbench resolve` prints it; `recommend --current` prices it.
 """
 from __future__ import annotations
@@ -510,7 +510,12 @@ def resolve_server_info(run_dir: str | Path, family: str, *, engine_table=None) 
     fields["disable_overlap_schedule"] = bool(info.get("disable_overlap_schedule"))
     arch = info.get("architectures", [None])[0] if isinstance(info.get("architectures"), list) else None
     model = str(info.get("model_path") or "")
-    mla = bool(info.get("use_mla_backend")) if "use_mla_backend" in info else is_mla(arch or model_arch(model))
+    if arch is None and "use_mla_backend" not in info:
+        try:
+            arch = model_arch(model)  # the served model's folder, when it is on this machine
+        except BadInput:
+            arch = None  # a folder without a readable config: the server info says what it ran
+    mla = bool(info.get("use_mla_backend")) if "use_mla_backend" in info else is_mla(arch)
     argv = _argv_of(fields, model)
     return Resolved("sglang", eng.version, family, argv, {}, model, arch, "mla" if mla else "gqa", fields,
                     {k: f"the server's /server_info ({run_dir})" for k in fields}, sglang_slots(fields),
