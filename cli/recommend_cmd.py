@@ -15,8 +15,12 @@ from kbench.errors import BadInput
 from kbench.names import policy_kernels, unknown_kernels_note
 
 
-def _table(title: str, headers: list[str], rows: list[list[str]], first_bold: bool = False) -> Table:
-    t = Table(title=escape(title), title_justify="left", header_style="bold")
+def _table(title: str, headers: list[str], rows: list[list[str]], first_bold: bool = False,
+           compact: bool = False) -> Table:
+    from rich import box
+
+    t = Table(title=escape(title) if title else None, title_justify="left", header_style="bold",
+              **({"box": box.SIMPLE_HEAD, "pad_edge": False, "show_edge": False} if compact else {}))
     for h in headers:
         t.add_column(escape(h), overflow="fold")
     for i, r in enumerate(rows):
@@ -83,6 +87,9 @@ def _group_filters(f):
 @click.option("--max-extrapolation", type=FLOAT, default=2.0, show_default=True, metavar="FACTOR",
               help="Refuse shapes more than FACTOR beyond the measured range (closer ones are priced at its edge, and said so; 1: none beyond it; inf: no limit).")
 @click.option("--top", type=IntRange(min=0), default=5, show_default=True, help="Shapes listed as driving the gap.")
+@click.option("--all", "show_all", is_flag=True,
+              help="Print every setting (its flags, routes and why it is not priced) and every note; without it the "
+                   "answer fits a screen: the headline, the priced settings, one line per reason the rest are not.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 @click.option("--markdown", "markdown_file", default=None, type=OutputPath("recommend.md", dir_okay=False),
               help="Also write the answer as markdown (a PR comment) to this file ('-': print it instead of the tables).")
@@ -95,7 +102,7 @@ def _group_filters(f):
               help="With --ab: the gate's threshold (5% or 0.05, below 100%), also what counts as no change.")
 @one_line_errors
 def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, workload_file, steps, current,
-                  model_preset, verify_layers, draft_layers, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, as_json, markdown_file,
+                  model_preset, verify_layers, draft_layers, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, show_all, as_json, markdown_file,
                   show_settings, ab, ab_settings, threshold, **filters):
     """The engine flags to set for a workload, from a run's measurements: each engine setting's price per step (the
     host work its routes redo every step + layers x their kernel time), the best one as a command line that
@@ -127,7 +134,8 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     if not sources:
         raise BadInput("give a run folder or a policy file (RUN_OR_POLICY)")
     from kbench.recommend.price import load_source, recommend
-    from kbench.recommend.render import caveats, driver_rows, headline, setting_rows, to_json, to_markdown
+    from kbench.recommend.render import (caveats, driver_rows, headline, screen_caveats, screen_rows, setting_rows,
+                                         to_json, to_markdown)
     from kbench.recommend.settings import STEPS
     from kbench.recommend.workload import from_options, read_workload
 
@@ -220,17 +228,26 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         return
     con = make_console()
     head = headline(rec)
-    con.print(escape(head[0]))
-    con.print(_table(f"{rec.engine.label} settings valid on {FAMILY_NAME[rec.family]}, fastest first",
-                     *setting_rows(rec), first_bold=True))
-    for line in head[1:]:
+    for line in head[2:]:  # the answer first: what you run, the line to set, what it saves, the flags
         if line.startswith(("set:", "flags:")):
             print_command(con, line, style="bold")  # whole on one line: it is pasted
         else:
             con.print(escape(line), style="bold" if line.startswith(("  ->", "you run:")) else None)
-    if rec.drivers:
-        con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec)))
-    for c in caveats(rec):
+    con.print(escape(head[0]), style="dim")
+    if show_all:
+        con.print(escape(head[1]), style="dim")
+        con.print(_table(f"{rec.engine.label} settings valid on {FAMILY_NAME[rec.family]}, fastest first",
+                         *setting_rows(rec), first_bold=True))
+    else:
+        headers, rows, rest = screen_rows(rec)
+        if rows:
+            con.print(_table("", headers, rows, first_bold=True, compact=True))
+        for line in rest:
+            con.print(escape(line))
+    if rec.drivers and (show_all or rec.gap_pct() is not None and rec.gap_pct() > 0.05):
+        con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec),
+                         compact=not show_all))
+    for c in (caveats(rec) if show_all else screen_caveats(rec)):
         con.print(escape("note: " + c), style="yellow")
     if chk is not None:
         from kbench.recommend.check import check_rows

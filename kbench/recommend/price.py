@@ -264,6 +264,7 @@ class SettingResult:
     total_us: float | None  # weighted sum over the workload; None when it cannot be priced
     per_step_us: float | None
     unpriced: str = ""  # why not priced (a bound, when there is one, is in bound_us)
+    reason: str = ""  # the unpriced reason without the setting's own name: settings refused alike share it (render)
     missing: list[str] = field(default_factory=list)  # "route at bs .. q .. kv .." without a time
     notes: list[str] = field(default_factory=list)  # the routes' caveats
     same_as: list[str] = field(default_factory=list)  # settings with the same routes on this GPU
@@ -611,7 +612,8 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
     refusal = s.refuses_kv.get(kv_dtype)
     if refusal:
         return SettingResult(s, kernels, None, None, unpriced=f"refused by the engine: {refusal.text(engine.label)}",
-                             notes=notes, default=default, overlap=mode)
+                             notes=notes, default=default, overlap=mode,
+                             reason=f"{engine.engine} refuses with a {kv_dtype} KV cache (--all says what it runs)")
     try:
         check_spec(engine.engine, s.id, s.flags, spec)
         refusal = ""
@@ -621,11 +623,14 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
     except BadInput as e:
         refusal = str(e)
     if refusal:
+        short = (f"need topk 1 (your draft is a topk {spec.topk} tree; {engine.engine} refuses them or runs the plain "
+                 "backend)" if tree else refusal.partition(": ")[2] or refusal)
         return SettingResult(s, kernels, None, None, unpriced=f"refused by the engine: {refusal}", notes=notes,
-                             default=default, overlap=mode)
+                             default=default, overlap=mode, reason=short)
     if not all(kernels[step] for step in STEPS):
         why = "; ".join(sorted({r.unmeasured for r in routes.values() if not r.kernel}))
-        return SettingResult(s, kernels, None, None, unpriced=why, notes=notes, default=default, overlap=mode)
+        return SettingResult(s, kernels, None, None, unpriced=why, notes=notes, default=default, overlap=mode,
+                             reason=f"not measured by kbench ({why})")
     total = gpu = host = noise = 0.0
     missing: list[str] = []
     bound, bound_ok = 0.0, True
@@ -665,7 +670,8 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
         if bound_ok:
             why += "; the plain kernel's GPU time alone is a lower bound"
         return SettingResult(s, kernels, None, None, unpriced=why, missing=sorted(set(missing)), notes=notes,
-                             bound_us=bound if bound_ok else None, default=default, overlap=mode)
+                             bound_us=bound if bound_ok else None, default=default, overlap=mode,
+                             reason="no rows of their routes at the priced shapes in this run")
     low = [step for step in STEPS if routes[step].priced_low]
     return SettingResult(s, kernels, total, total / tw, notes=notes, priced_low=low, gpu_us=gpu, host_us=host,
                          noise_us=noise, default=default, overlap=mode, fenced=fenced)

@@ -207,6 +207,71 @@ def setting_rows(rec: Recommendation) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+SCREEN_ROWS = 6  # priced settings the screen's table shows before `--all`
+
+
+def screen_rows(rec: Recommendation) -> tuple[list[str], list[list[str]], list[str]]:
+    """The answer's table on a screen: the priced settings only (fastest first, at most SCREEN_ROWS), in narrow
+    columns (the flags are in the printed line and in `--all`), and the lines that stand for the rest: the
+    settings not priced for the same reason as one line each, and the slower priced ones past SCREEN_ROWS."""
+    best = rec.best
+    headers = ["setting", "verify / draft extend", "host us", "GPU us", "us per step", "vs best"]
+    priced = [r for r in rec.results if r.total_us is not None]
+    rows = []
+    for r in priced[:SCREEN_ROWS]:
+        routes = r.kernels["verify"] if r.kernels["verify"] == r.kernels["draft_extend"] else \
+            f"{r.kernels['verify']} / {r.kernels['draft_extend']}"
+        rows.append([r.setting.id + (" (default)" if r.default else "") + (" (you run)" if r.you_run else ""),
+                     routes, _us(_per_step(rec, r.host_us)), _us(_per_step(rec, r.gpu_us)),
+                     _us(r.per_step_us) + (" (tie)" if r.tied_with else ""),
+                     _pct((r.total_us / best.total_us - 1) * 100) if best is not None else "-"])
+    rest = []
+    more = priced[SCREEN_ROWS:]
+    if more:
+        rest.append(f"{_n(len(more), 'slower setting')} ({_pct((more[0].total_us / best.total_us - 1) * 100)} and "
+                    f"more above the best): {_names([r.setting.id for r in more])}")
+    by_reason: dict[str, list[SettingResult]] = {}
+    for r in rec.results:
+        if r.total_us is None:
+            by_reason.setdefault(r.reason or r.unpriced, []).append(r)
+    for why, rs in by_reason.items():
+        tag = [r.setting.id + (" (you run)" if r.you_run else "") + (" (default)" if r.default else "") for r in rs]
+        rest.append(f"{_n(len(rs), 'setting')} not priced, {why}: {_names(tag)}")
+    return headers, rows, rest
+
+
+def _n(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _names(ids: list[str], most: int = 3) -> str:
+    """'a, b, c, ...; `--all` lists them' (the first few names of a collapsed list)."""
+    if len(ids) <= most:
+        return ", ".join(ids)
+    return ", ".join(ids[:most]) + ", ...; `--all` lists them"
+    return headers, rows, rest
+
+
+def screen_caveats(rec: Recommendation) -> list[str]:
+    """The caveats a screen shows: those about what you run, the best and the default setting, and every caveat
+    that is not about one setting; the count of the others (`--all` prints them all)."""
+    shown = {r.setting.id for r in (rec.best, rec.you_run, rec.default) if r is not None}
+    others = {r.setting.id for r in rec.results} - shown
+    out, hidden = [], 0
+    for c in caveats(rec):
+        head = c.partition(": ")[0]
+        ids = {i.strip() for i in head.replace(" is priced low", "").split(", ")}
+        if ids and ids <= others:
+            hidden += 1
+            continue
+        if ids & others and ids & shown:  # a note shared with other settings: name only those on screen
+            c = ", ".join(i for i in head.split(", ") if i.strip() in shown) + ": " + c.partition(": ")[2]
+        out.append(c)
+    if hidden:
+        out.append(f"{hidden} more note(s) on other settings: `--all` prints them")
+    return out
+
+
 def driver_rows(rec: Recommendation) -> tuple[list[str], list[list[str]]]:
     headers = ["shape", "step", "weight", "best setting's kernel (us)", "per-shape kernel (us)", "share of the gap"]
     rows = [[d.batch.describe(), STEP_LABEL[d.step], f"{d.weight_share:.1%}", f"{d.setting_kernel} ({_us(d.setting_us)})",
