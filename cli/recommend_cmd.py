@@ -193,9 +193,6 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     if as_json and markdown_file == "-":
         raise BadInput("--json prints to stdout, and so does --markdown -: give --markdown a file")
     src = src or load_source(list(sources))
-    if resolved is not None and resolved.page_size not in {g.get("page_size") for g in src.policy.get("groups", [])}:
-        click.echo(f"note: your server runs page {resolved.page_size}; the run has no rows at that page: priced at "
-                   f"the run's page", err=True)
     note = unknown_kernels_note(policy_kernels(src.policy), "no engine setting runs them: not priced")
     if note:
         echo(note, err=True)
@@ -209,7 +206,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     if resolved is not None and host_overlap in (None, "", "engine"):
         kw["overlap"] = resolved.overlap  # what the server runs
     rec = recommend(src, wl, eng, settings=list(setting_ids) or None, top=top, current=resolved,
-                    layers_known=layers_known, **kw)
+                    layers_known=layers_known, preset=preset, **kw)
     chk = _ab_check(src, wl, eng, ab, ab_ids, thr, kw) if ab_ids else None
 
     if markdown_file:
