@@ -50,7 +50,9 @@ def _group_filters(f):
     "kbench recommend results/baselines/h100-engine-routes-kv4096 --engine sglang "
     "--batch-size 1@3,4@2,16@1 --q-len 4 --kv-len 4096 --verify-layers 32   # a run with routes: priced",
     "kbench recommend report/policy.json --engine vllm --workload RUN/workload.jsonl --json   # server-bench's batches",
-    "kbench recommend --settings --engine sglang --markdown -   # the engine-settings table with its source lines"))
+    "kbench recommend results/baselines/h100-engine-routes-page1-64-kv4096-r2 --engine sglang --batch-size 16 "
+    "--kv-len 4096 --model llama3-8b --current \"python -m sglang.launch_server --model-path MODEL_PATH "
+    "--speculative-algorithm EAGLE --speculative-draft-model-path DRAFT_MODEL_PATH\"   # what you run, priced"))
 @click.argument("sources", nargs=-1, metavar="RUN_OR_POLICY")
 @click.option("--engine", default=None, help="sglang or vllm (the engines in kbench's table).")
 @click.option("--engine-version", default=None, help="A release in the table [default: the newest].")
@@ -115,6 +117,11 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     neighbour; clamped beyond the measured range, up to --max-extrapolation, and said so).
     A setting is priced only where the run measured its routes (kbench sweep -s engine-routes); otherwise it
     is listed with a lower bound from the plain kernels and never named best.
+    --current LINE: your server's line, resolved as SGLang 0.5.23 / vLLM 0.34.0 resolve it, priced per GPU: heads
+    per GPU under TP (--tp-size), all heads on batch / dp under DP attention, fp8 rows for an fp8 KV cache (e4m3;
+    fp8_e5m2 is not priced), target verify only for STANDALONE and NGRAM. Refused with the reason (exit 2): eager
+    layers (--disable-cuda-graph, --enforce-eager), gpt-oss (sinks and window), DeepSeek-V3.2 (dsa), and heads,
+    trees or KV dtypes the run has no rows of (naming a run beside it that has them).
     Exit codes: 0 ok, 2 bad input (an unknown engine or setting, a setting not valid on the run's GPU or refused
     by the engine for the workload's spec config, a q_len no chain of the engine makes, an overlap mode the
     engine lacks, a workload that does not parse or lies too far outside the run, measurements from another GPU).
@@ -170,7 +177,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
                                f"({resolved.tree}, on {resolved.backends['verify']}, page {resolved.page_size}); "
                                f"{src.label} has no rows of that tree (it has: {', '.join(trees)}): measure it "
                                f"(kbench sweep -s engine-routes --kernels routes --tree {resolved.tree} "
-                               f"-q {resolved.spec.q_len}, on the GPU)")
+                               f"-q {resolved.spec.q_len}, on the GPU)" + _runs_with(src, resolved.tree))
             filters["tree"] = resolved.tree
             if steps == "verify,draft_extend" and "chain" not in trees:
                 step_list = ("verify",)  # the draft extend after a tree is priced on chain rows: none here
@@ -201,6 +208,8 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     layers = {"verify": verify_layers if verify_layers is not None else (known[0] if known else 1),
               "draft_extend": draft_layers if draft_layers is not None else (known[1] if known else 1)}
     layers_known = verify_layers is not None or known is not None
+    if flashinfer is None and resolved is not None and getattr(resolved, "flashinfer_version", None):
+        flashinfer = resolved.flashinfer_version  # the FlashInfer the user's environment or line runs
     kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu, overlap=host_overlap)
     ab_ids = _ab_args(ab, ab_settings, eng) if ab or ab_settings else None
     if resolved is not None and host_overlap in (None, "", "engine"):
@@ -253,6 +262,14 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         con.print(_table(f"Check against the engine: A = {chk.setting_a}, B = {chk.setting_b}", *check_rows(chk)))
     if markdown_file:
         con.print(escape(f"wrote {markdown_file}"))
+
+
+def _runs_with(src, tree: str) -> str:
+    """'; RUN has them: price it there' for the committed runs beside src with engine-route rows of the tree."""
+    from kbench.recommend.ranks import runs_that_answer
+
+    runs = runs_that_answer(src, {"tree": tree})
+    return f"; {' and '.join(runs)} {'has' if len(runs) == 1 else 'have'} them: price it there" if runs else ""
 
 
 def _ab_args(ab, ab_settings, eng) -> list[str]:

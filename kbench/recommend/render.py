@@ -387,8 +387,12 @@ def caveats(rec: Recommendation) -> list[str]:
         out.append(f"{', '.join(ids)}: {n}")
     if rec.flashinfer and any(rt.flashinfer_below or rt.flashinfer_from for r in rec.results
                               for rt in r.setting.routes):
-        out.append(f"routes that depend on FlashInfer's version are taken for FlashInfer {rec.flashinfer}"
-                   + (f" ({rec.engine.label}'s pin)" if rec.flashinfer == rec.engine.flashinfer else ""))
+        given = getattr(rec.current, "flashinfer_version", None) if rec.current is not None else None
+        out.append(f"FlashInfer {rec.flashinfer} assumed: "
+                   + (f"{rec.engine.label}'s pin (give --flashinfer VERSION for the one your server runs)"
+                      if rec.flashinfer == rec.engine.flashinfer and not given else
+                      "your line's" if given == rec.flashinfer else "--flashinfer")
+                   + "; the routes that depend on its version are taken for it")
     out += rec.notes
     if rec.current is not None:
         from kbench.recommend.resolve import shown
@@ -402,7 +406,9 @@ def caveats(rec: Recommendation) -> list[str]:
 
         cap = rec.current.cap if rec.current is not None else DEFAULT_CAP[rec.engine.engine]
         out.append(f"the workload's largest batch ({rec.cap_flag}) is above the {cap} running requests "
-                   f"{rec.engine.engine} resolves to: the command sets {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}")
+                   f"{rec.engine.engine} resolves to: "
+                   + (f"the command sets {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}" if rec.best is not None else
+                      f"a server runs it only with {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}"))
     best = rec.best  # advised fa3 (not what you run) at a page > 1: the line printed runs it there
     page = None if best is None else (best.runs_at if best.runs_at is not None else
                                       rec.current.page_size if rec.current is not None else rec.page_size)
