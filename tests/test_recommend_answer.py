@@ -187,12 +187,15 @@ def test_gpt_oss_and_v32_are_refused_with_the_reason_never_another_backend(arch,
     import dataclasses
 
     from kbench.errors import BadInput
-    from kbench.recommend.ranks import rank_plan
+    from kbench.recommend.price import load_source, recommend
     from kbench.recommend.resolve import resolve_line
+    from kbench.recommend.settings import load_table
+    from kbench.recommend.workload import from_options
 
-    r = resolve_line(NEXTN, "sm90", preset="deepseek-v3")
-    with pytest.raises(BadInput) as e:
-        rank_plan(dataclasses.replace(r, arch=arch), None)
+    r = dataclasses.replace(resolve_line(NEXTN, "sm90", preset="deepseek-v3"), arch=arch)
+    wl = from_options({"batch_size": "16", "q_len": "4", "kv_len": "4096"}, {})
+    with pytest.raises(BadInput) as e:  # never answered with another backend's price
+        recommend(load_source(DS), wl, load_table().engine("sglang"), current=r)
     assert says in str(e.value) and "not price" in str(e.value)
 
 

@@ -83,8 +83,6 @@ def run_heads_words(source) -> str:
     tp = preset_tp(source.model)
     if tp == 1:
         return ""
-    from kbench.cases.models import heads_text
-
     per = sorted({int(g.get("num_qo_heads", 0)) for g in source.policy.get("groups", [])})
     w = whole_model(source.model)
     return (f"its rows have {'/'.join(map(str, per))} attention heads per GPU ({source.model}: "
@@ -139,7 +137,7 @@ def rank_plan(current, preset: str | None) -> RankPlan:
         raise BadInput(f"--current: --kv-cache-dtype {kv_engine}: kbench has rows of bf16, fp16 and fp8 (e4m3) "
                        "KV caches only")
     model_preset = preset if preset_heads(preset) is not None else ARCH_PRESET.get(arch)
-    if model_preset is None and preset_heads(preset) is None and current.attention == "mla":
+    if model_preset is None and current.attention == "mla":
         model_preset = "deepseek-v3"
     heads = heads_per_rank(model_preset, attn_tp) if model_preset else None
     if heads is None and attn_tp > 1:
