@@ -71,10 +71,13 @@ def accepts_spread(monkeypatch):
     other half), let the resolution of the default pass them through; the fields are set on Resolved directly."""
     import kbench.recommend.resolve as R
 
+    only, modelled = getattr(R, "ONLY_VALUES", None), getattr(R, "SGLANG_MODELLED", None)
     for k in ("--kv-cache-dtype", "--tp-size", "--tp"):
-        monkeypatch.delitem(R.ONLY_VALUES, k, raising=False)
+        if only is not None:
+            monkeypatch.delitem(only, k, raising=False)
     for k, kind in (("--enable-dp-attention", "bool"), ("--dp-size", "value"), ("--disable-cuda-graph", "bool")):
-        monkeypatch.setitem(R.SGLANG_MODELLED, k, kind)
+        if modelled is not None:
+            monkeypatch.setitem(modelled, k, kind)
 
 
 def priced(run, line, extra=(), bs=16, kv=4096, preset=None, **fields):

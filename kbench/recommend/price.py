@@ -660,7 +660,7 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
     fenced = engine.engine == "sglang" and bool(set(engine.fenced_by) & set(_setting_backends(engine, s).values()))
     # vLLM's drafter reuses the target's metadata: one step's host work is done once when both phases share a route
     host_once = engine.host_once and kernels["verify"] == kernels["draft_extend"]
-    if kv_dtype == "fp8_e5m2":
+    if kv_dtype == "fp8_e5m2" and all(kernels[step] for step in STEPS):  # an unmeasured backend says so below
         from kbench.recommend.ranks import SGLANG_E5M2
 
         fa3 = engine.engine == "sglang" and "fa3" in _setting_backends(engine, s).values()

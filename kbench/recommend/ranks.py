@@ -125,8 +125,8 @@ def rank_plan(current, preset: str | None) -> RankPlan:
         flag = "--disable-cuda-graph" if current.engine == "sglang" else "--enforce-eager"
         raise BadInput(f"--current: your line runs {flag}: every layer is launched eagerly, and kbench's routes are "
                        "timed as CUDA-graph replays; no run measures the eager launch and host work per layer, so "
-                       "pricing it as graphs would understate every step: not priced (drop nothing: measure eager "
-                       "routes on the GPU, or price the line as it runs with graphs)")
+                       "pricing it as graphs would understate every step: not priced (measure the routes eagerly on "
+                       "the GPU: no committed run has eager rows)")
     tp = max(1, int(getattr(current, "tp_size", 1) or 1))
     dp = max(1, int(getattr(current, "dp_attention", 1) or 1))
     if tp % dp:
