@@ -130,6 +130,11 @@ def test_dp_attention_prices_all_heads_at_the_batch_per_rank_and_keeps_the_flags
     assert {r.setting.id: r.per_step_us for r in dp.results if r.total_us is not None} == pytest.approx(by)
     line = command(dp)
     assert "--enable-dp-attention --dp-size 8" in line and "--tp-size 8" in line
+    from kbench.recommend.render import to_json
+
+    assert to_json(dp)["per_gpu"] == {"heads": "mla:128/512/64/128", "tp_size": 8, "attention_tp": 1,
+                                      "dp_attention": 8, "kv_cache_dtype": "auto",
+                                      "steps": ["verify", "draft_extend"]}
 
 
 def test_fp8_is_priced_on_fp8_rows_and_the_line_keeps_the_kv_flag(accepts_spread):

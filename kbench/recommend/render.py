@@ -460,6 +460,10 @@ def to_json(rec: Recommendation) -> dict:
         "spec": None if rec.spec is None else {"q_len": rec.spec.q_len, "topk": rec.spec.topk,
                                                "steps": rec.spec.steps},
         "page_size": rec.page_size,
+        "kv_dtype": rec.kv_dtype,
+        "per_gpu": None if rec.plan is None else {
+            "heads": rec.plan.heads, "tp_size": rec.plan.tp, "attention_tp": rec.plan.attn_tp,
+            "dp_attention": rec.plan.dp, "kv_cache_dtype": rec.plan.kv_engine, "steps": list(rec.plan.steps)},
         "best": None if best is None else {"id": best.setting.id, "flags": best.setting.flags,
                                           "command": command(rec), "per_step_us": best.per_step_us,
                                           "host_per_step_us": _per_step(rec, best.host_us),
