@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_recommend_flags import sglang_python, vllm_python  # noqa: F401 - the engines' parser venvs (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "results" / "baselines"
@@ -298,3 +299,45 @@ def test_item16_a_vllm_answer_names_one_flashinfer_and_help_has_a_current_exampl
     h = cli("--help", columns=400).output
     assert "--current \"python -m sglang.launch_server" in h
     assert "Refused with the reason" in h and "fp8_e5m2 is not priced" in h
+
+
+# ---- the engines' own parsers read the flags kbench adds for the rows it priced ---------------------------------
+@pytest.mark.server
+def test_the_engines_parse_the_tp_and_kv_flags_kbench_prints(sglang_python, vllm_python, tmp_path):
+    """kbench's own line on the TP8 rows carries --tp-size 8 (vLLM --tensor-parallel-size 8), on fp8 rows
+    --kv-cache-dtype fp8_e4m3 (vLLM fp8): SGLang 0.5.23's prepare_server_args and vLLM's serve parser read them
+    as those values (the venvs of tests/test_recommend_flags.py)."""
+    import shlex
+    import subprocess
+    import tempfile
+
+    from test_recommend_flags import SERVERS, _clean_env
+
+    lines = {}
+    for engine in ("sglang", "vllm"):
+        for run, kv in ((DS_TP8, "bf16"), (DS, "fp8")):
+            out = json.loads(cli(run, "--engine", engine, "--batch-size", "16", "--q-len", "4", "--kv-len", "4096",
+                                 "--kv-dtype", kv, "--verify-layers", "61", "--json").output)
+            lines[(engine, run.name, kv)] = shlex.split(out["best"]["command"])
+    code = ("import json, sys\nfrom sglang.srt.server_args import prepare_server_args\nout = []\n"
+            "for argv in json.load(sys.stdin):\n    a = prepare_server_args(argv)\n"
+            "    out.append({'tp_size': a.tp_size, 'kv_cache_dtype': a.kv_cache_dtype})\nprint(json.dumps(out))\n")
+    sg = [v[3:] for k, v in lines.items() if k[0] == "sglang"]
+    r = subprocess.run([str(sglang_python), "-c", code], input=json.dumps(sg), capture_output=True, text=True,
+                       timeout=600, cwd=tempfile.gettempdir(), env=_clean_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [{"tp_size": 8, "kv_cache_dtype": "auto"},
+                                                             {"tp_size": 1, "kv_cache_dtype": "fp8_e4m3"}]
+    model = tmp_path / "MODEL"
+    model.mkdir()
+    code = ("import json, sys\nfrom vllm.entrypoints.cli import serve\n"
+            "from vllm.utils.argparse_utils import FlexibleArgumentParser\nout = []\n"
+            "for argv in json.load(sys.stdin):\n"
+            "    a = serve.make_arg_parser(FlexibleArgumentParser(prog='vllm serve')).parse_args(argv)\n"
+            "    out.append({'tp': a.tensor_parallel_size, 'kv': a.kv_cache_dtype})\nprint(json.dumps(out))\n")
+    vl = [[str(model), *v[3:]] for k, v in lines.items() if k[0] == "vllm"]  # `vllm serve MODEL_PATH ...`
+    r = subprocess.run([str(vllm_python), "-c", code], input=json.dumps(vl), capture_output=True, text=True,
+                       timeout=600, cwd=tempfile.gettempdir(), env=_clean_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [{"tp": 8, "kv": "auto"}, {"tp": 1, "kv": "fp8"}]
+    assert SERVERS.is_dir()
