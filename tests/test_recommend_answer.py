@@ -93,7 +93,10 @@ def priced(run, line, extra=(), bs=16, kv=4096, preset=None, **fields):
     src = load_source(run)
     eng = load_table().engine("sglang")
     r = resolve_line(line, "sm90", engine_table=eng, preset=preset or src.model)
+    heads = fields.pop("model_heads", None)
     r = dataclasses.replace(r, argv=r.argv + list(extra), **fields)
+    if heads is not None:
+        r.model_heads = heads  # the resolver's field (i52-resolve): set as it sets it
     wl = from_options({"batch_size": str(bs), "q_len": str(r.spec.q_len), "kv_len": str(kv)}, {})
     return recommend(src, wl, eng, current=r, preset=preset or src.model, layers={"verify": 61, "draft_extend": 1},
                      overlap=r.overlap)
@@ -341,3 +344,16 @@ def test_the_engines_parse_the_tp_and_kv_flags_kbench_prints(sglang_python, vllm
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == [{"tp": 8, "kv": "auto"}, {"tp": 1, "kv": "fp8"}]
     assert SERVERS.is_dir()
+
+
+def test_the_resolvers_model_heads_pick_the_rows_by_heads_per_rank(accepts_spread):
+    """Where the resolver knows the whole model's heads (Resolved.model_heads, from config.json or a hub name that
+    fixes them), they pick the rank's rows, not the run's preset: a 64-head MLA model (Kimi K2) at TP4 runs 16 heads
+    per GPU, the TP8 baseline's rows; at TP1 its 64 heads match no committed run."""
+    from kbench.errors import BadInput
+
+    rec = priced(DS_TP8, NEXTN, ["--tp-size", "4"], tp_size=4, model_heads=(64, 64))
+    assert rec.plan.counts == (16, 1) and rec.best is not None
+    with pytest.raises(BadInput) as e:
+        priced(DS_TP8, NEXTN, model_heads=(64, 64))
+    assert "64 q / 1 KV heads per GPU" in str(e.value)

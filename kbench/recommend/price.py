@@ -590,18 +590,27 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
     plan = rank_plan(current, preset)
     groups = source.policy.get("groups", [])
     want: dict = {}
-    if plan.heads is not None:
-        from kbench.cases.models import heads_text, parse_heads
+    if plan.counts is not None:
+        from kbench.cases.models import heads_text
 
-        mine = parse_heads(plan.heads).text()
-        if not any(heads_text(g) == mine for g in groups):
+        def fits(g) -> bool:  # the rank's head counts (and, where the model's widths are known, its whole spelling)
+            if plan.heads is not None:
+                return heads_text(g) == plan.heads
+            return ((int(g.get("num_qo_heads", 0)), int(g.get("num_kv_heads", 0))) == plan.counts
+                    and g.get("attention", "gqa") == current.attention)
+
+        hits = sorted({heads_text(g) for g in groups if fits(g)})
+        mine = plan.heads or (hits[0] if len(hits) == 1 else
+                              f"{plan.counts[0]} q / {plan.counts[1]} KV")
+        if len(hits) != 1:
             have = ", ".join(sorted({heads_text(g) for g in groups}))
             tp = (f"the model's heads over TP{plan.attn_tp}" if plan.attn_tp > 1 else
                   "all the model's heads on one GPU" + (f", DP attention over {plan.dp}" if plan.dp > 1 else ""))
             words = run_heads_words(source)
             raise BadInput(f"--current: your line runs {mine} heads per GPU ({tp}); {source.label} has rows of {have} "
                            f"only" + (f" ({words})" if words else "") + ": not priced from them"
-                           + which_run_answers(source, {"heads": mine, "kv_dtype": plan.kv_rows if plan.kv_rows
+                           + which_run_answers(source, {"heads": mine if plan.heads else None,
+                                                        "kv_dtype": plan.kv_rows if plan.kv_rows
                                                         not in (None, "fp8_e5m2") else None}))
         want["heads"] = mine
     kvs = {g.get("kv_dtype") for g in groups}

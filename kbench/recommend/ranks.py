@@ -25,9 +25,6 @@ from pathlib import Path
 from kbench.errors import BadInput
 
 TP_PRESET = re.compile(r"-tp(\d+)$")
-# an architecture kbench prices as one of its presets, when the line's model is no local folder
-ARCH_PRESET = {"DeepseekV3ForCausalLM": "deepseek-v3", "DeepseekV2ForCausalLM": "deepseek-v3",
-               "KimiK2ForCausalLM": "kimi-k2", "GptOssForCausalLM": "gpt-oss", "Qwen3MoeForCausalLM": "qwen3-30b-a3b"}
 # the engine's KV-cache dtype -> kbench's rows (kv_dtype axis) and the key the settings table refuses it by
 KV_ROWS = {"fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2", "auto": None, "bfloat16": "bf16", "bf16": "bf16",
            "float16": "fp16", "half": "fp16", "fp16": "fp16"}
@@ -92,7 +89,8 @@ def run_heads_words(source) -> str:
 @dataclass
 class RankPlan:
     """What one GPU of the user's server runs, as kbench prices it."""
-    heads: str | None  # the --heads text of one rank (None: the model's heads are not known; the run's are taken)
+    heads: str | None  # the --heads text of one rank (None: not known whole; `counts` may still say how many)
+    counts: tuple[int, int] | None = None  # (q heads, KV heads) of one rank (None: the model's heads are unknown)
     tp: int = 1
     attn_tp: int = 1  # attention's TP (tp / dp under DP attention)
     dp: int = 1  # DP attention ranks: each runs batch / dp
@@ -136,11 +134,24 @@ def rank_plan(current, preset: str | None) -> RankPlan:
     if kv_engine not in KV_ROWS:
         raise BadInput(f"--current: --kv-cache-dtype {kv_engine}: kbench has rows of bf16, fp16 and fp8 (e4m3) "
                        "KV caches only")
-    model_preset = preset if preset_heads(preset) is not None else ARCH_PRESET.get(arch)
-    if model_preset is None and current.attention == "mla":
-        model_preset = "deepseek-v3"
-    heads = heads_per_rank(model_preset, attn_tp) if model_preset else None
-    if heads is None and attn_tp > 1:
+    # the model's heads: the resolver's (its config.json, or a hub name that fixes them), else the preset's
+    whole = getattr(current, "model_heads", None)
+    w = whole_model(preset)
+    same = whole is None or (w is not None and w[0] == whole[0] and (current.attention == "mla" or w[1] == whole[1]))
+    heads = heads_per_rank(preset, attn_tp) if w is not None and same else None
+    counts = None
+    if whole is not None:
+        q, kv = whole
+        if q % attn_tp:
+            raise BadInput(f"--current: tensor parallel size {attn_tp} does not divide the model's {q} attention "
+                           "heads (the engine refuses it)")
+        counts = (q // attn_tp, 1 if current.attention == "mla" else max(1, kv // attn_tp))
+    elif heads is not None:
+        from kbench.cases.models import parse_heads
+
+        h = parse_heads(heads)
+        counts = (h.num_qo_heads, h.num_kv_heads)
+    if counts is None and attn_tp > 1:
         raise BadInput(f"--current: your line splits the attention over {attn_tp} GPUs, and kbench does not know "
                        "the model's heads: give --model PRESET (or a local model folder with its config.json)")
     notes = []
@@ -151,11 +162,11 @@ def rank_plan(current, preset: str | None) -> RankPlan:
                                           if algo == "STANDALONE" else "from n-grams of the context, no model")
                      + ": its target verify is priced (as EAGLE's), its draft is not")
     if attn_tp > 1 or dp > 1:
-        notes.append(f"priced per GPU: {heads} heads per rank"
+        notes.append(f"priced per GPU: {heads or '/'.join(map(str, counts or ()))} heads per rank"
                      + (f" (the model's heads over TP{attn_tp})" if attn_tp > 1 else " (all the model's heads)")
                      + (f", DP attention: each of {dp} ranks runs its share of the batch (batch / {dp}, rounded up)"
                         if dp > 1 else ""))
-    return RankPlan(heads, tp, attn_tp, dp, kv_engine, KV_ROWS[kv_engine], steps, notes)
+    return RankPlan(heads, counts, tp, attn_tp, dp, kv_engine, KV_ROWS[kv_engine], steps, notes)
 
 
 def runs_that_answer(source, want: dict, limit: int = 3) -> list[str]:
