@@ -15,8 +15,12 @@ from kbench.errors import BadInput
 from kbench.names import policy_kernels, unknown_kernels_note
 
 
-def _table(title: str, headers: list[str], rows: list[list[str]], first_bold: bool = False) -> Table:
-    t = Table(title=escape(title), title_justify="left", header_style="bold")
+def _table(title: str, headers: list[str], rows: list[list[str]], first_bold: bool = False,
+           compact: bool = False) -> Table:
+    from rich import box
+
+    t = Table(title=escape(title) if title else None, title_justify="left", header_style="bold",
+              **({"box": box.SIMPLE_HEAD, "pad_edge": False, "show_edge": False} if compact else {}))
     for h in headers:
         t.add_column(escape(h), overflow="fold")
     for i, r in enumerate(rows):
@@ -46,7 +50,9 @@ def _group_filters(f):
     "kbench recommend results/baselines/h100-engine-routes-kv4096 --engine sglang "
     "--batch-size 1@3,4@2,16@1 --q-len 4 --kv-len 4096 --verify-layers 32   # a run with routes: priced",
     "kbench recommend report/policy.json --engine vllm --workload RUN/workload.jsonl --json   # server-bench's batches",
-    "kbench recommend --settings --engine sglang --markdown -   # the engine-settings table with its source lines"))
+    "kbench recommend results/baselines/h100-engine-routes-page1-64-kv4096-r2 --engine sglang --batch-size 16 "
+    "--kv-len 4096 --model llama3-8b --current \"python -m sglang.launch_server --model-path MODEL_PATH "
+    "--speculative-algorithm EAGLE --speculative-draft-model-path DRAFT_MODEL_PATH\"   # what you run, priced"))
 @click.argument("sources", nargs=-1, metavar="RUN_OR_POLICY")
 @click.option("--engine", default=None, help="sglang or vllm (the engines in kbench's table).")
 @click.option("--engine-version", default=None, help="A release in the table [default: the newest].")
@@ -83,6 +89,9 @@ def _group_filters(f):
 @click.option("--max-extrapolation", type=FLOAT, default=2.0, show_default=True, metavar="FACTOR",
               help="Refuse shapes more than FACTOR beyond the measured range (closer ones are priced at its edge, and said so; 1: none beyond it; inf: no limit).")
 @click.option("--top", type=IntRange(min=0), default=5, show_default=True, help="Shapes listed as driving the gap.")
+@click.option("--all", "show_all", is_flag=True,
+              help="Print every setting (its flags, routes and why it is not priced) and every note; without it the "
+                   "answer fits a screen: the headline, the priced settings, one line per reason the rest are not.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 @click.option("--markdown", "markdown_file", default=None, type=OutputPath("recommend.md", dir_okay=False),
               help="Also write the answer as markdown (a PR comment) to this file ('-': print it instead of the tables).")
@@ -95,7 +104,7 @@ def _group_filters(f):
               help="With --ab: the gate's threshold (5% or 0.05, below 100%), also what counts as no change.")
 @one_line_errors
 def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, workload_file, steps, current,
-                  model_preset, verify_layers, draft_layers, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, as_json, markdown_file,
+                  model_preset, verify_layers, draft_layers, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, show_all, as_json, markdown_file,
                   show_settings, ab, ab_settings, threshold, **filters):
     """The engine flags to set for a workload, from a run's measurements: each engine setting's price per step (the
     host work its routes redo every step + layers x their kernel time), the best one as a command line that
@@ -108,6 +117,11 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     neighbour; clamped beyond the measured range, up to --max-extrapolation, and said so).
     A setting is priced only where the run measured its routes (kbench sweep -s engine-routes); otherwise it
     is listed with a lower bound from the plain kernels and never named best.
+    --current LINE: your server's line, resolved as SGLang 0.5.23 / vLLM 0.34.0 resolve it, priced per GPU: heads
+    per GPU under TP (--tp-size), all heads on batch / dp under DP attention, fp8 rows for an fp8 KV cache (e4m3;
+    fp8_e5m2 is not priced), target verify only for STANDALONE and NGRAM. Refused with the reason (exit 2): eager
+    layers (--disable-cuda-graph, --enforce-eager), gpt-oss (sinks and window), DeepSeek-V3.2 (dsa), and heads,
+    trees or KV dtypes the run has no rows of (naming a run beside it that has them).
     Exit codes: 0 ok, 2 bad input (an unknown engine or setting, a setting not valid on the run's GPU or refused
     by the engine for the workload's spec config, a q_len no chain of the engine makes, an overlap mode the
     engine lacks, a workload that does not parse or lies too far outside the run, measurements from another GPU).
@@ -127,14 +141,15 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     if not sources:
         raise BadInput("give a run folder or a policy file (RUN_OR_POLICY)")
     from kbench.recommend.price import load_source, recommend
-    from kbench.recommend.render import caveats, driver_rows, headline, setting_rows, to_json, to_markdown
+    from kbench.recommend.render import (caveats, driver_rows, headline, screen_caveats, screen_rows, setting_rows,
+                                         to_json, to_markdown)
     from kbench.recommend.settings import STEPS
     from kbench.recommend.workload import from_options, read_workload
 
     step_list = tuple(s.strip().replace("-", "_") for s in steps.split(",") if s.strip())
     if not step_list or not set(step_list) <= set(STEPS):
         raise BadInput(f"--steps {steps!r}: verify, draft_extend or both (comma-separated)")
-    from kbench.recommend.resolve import MODEL_LAYERS, not_priced, resolve_current
+    from kbench.recommend.resolve import MODEL_LAYERS, resolve_current
 
     if model_preset is not None and model_preset not in MODEL_LAYERS:
         raise BadInput(f"--model {model_preset!r}: one of {', '.join(MODEL_LAYERS)}")
@@ -151,10 +166,6 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         src = load_source(list(sources))
         resolved = resolve_current(current, check_gpu(src, gpu), engine_table=eng,
                                    preset=model_preset or src.model)
-        limits = not_priced(resolved)
-        if limits:
-            raise BadInput(f"--current: the line runs {limits}, which kbench does not price yet (`kbench resolve` "
-                           "shows what it runs)")
         if q_len is None:
             q_len = str(resolved.spec.q_len)
         trees = sorted({str(g.get("tree", "chain")) for g in src.policy.get("groups", [])})
@@ -166,7 +177,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
                                f"({resolved.tree}, on {resolved.backends['verify']}, page {resolved.page_size}); "
                                f"{src.label} has no rows of that tree (it has: {', '.join(trees)}): measure it "
                                f"(kbench sweep -s engine-routes --kernels routes --tree {resolved.tree} "
-                               f"-q {resolved.spec.q_len}, on the GPU)")
+                               f"-q {resolved.spec.q_len}, on the GPU)" + _runs_with(src, resolved.tree))
             filters["tree"] = resolved.tree
             if steps == "verify,draft_extend" and "chain" not in trees:
                 step_list = ("verify",)  # the draft extend after a tree is priced on chain rows: none here
@@ -189,9 +200,6 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     if as_json and markdown_file == "-":
         raise BadInput("--json prints to stdout, and so does --markdown -: give --markdown a file")
     src = src or load_source(list(sources))
-    if resolved is not None and resolved.page_size not in {g.get("page_size") for g in src.policy.get("groups", [])}:
-        click.echo(f"note: your server runs page {resolved.page_size}; the run has no rows at that page: priced at "
-                   f"the run's page", err=True)
     note = unknown_kernels_note(policy_kernels(src.policy), "no engine setting runs them: not priced")
     if note:
         echo(note, err=True)
@@ -200,12 +208,14 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     layers = {"verify": verify_layers if verify_layers is not None else (known[0] if known else 1),
               "draft_extend": draft_layers if draft_layers is not None else (known[1] if known else 1)}
     layers_known = verify_layers is not None or known is not None
+    if flashinfer is None and resolved is not None and getattr(resolved, "flashinfer_version", None):
+        flashinfer = resolved.flashinfer_version  # the FlashInfer the user's environment or line runs
     kw = dict(flashinfer=flashinfer, layers=layers, max_extrapolation=max_extrapolation, gpu=gpu, overlap=host_overlap)
     ab_ids = _ab_args(ab, ab_settings, eng) if ab or ab_settings else None
     if resolved is not None and host_overlap in (None, "", "engine"):
         kw["overlap"] = resolved.overlap  # what the server runs
     rec = recommend(src, wl, eng, settings=list(setting_ids) or None, top=top, current=resolved,
-                    layers_known=layers_known, **kw)
+                    layers_known=layers_known, preset=preset, **kw)
     chk = _ab_check(src, wl, eng, ab, ab_ids, thr, kw) if ab_ids else None
 
     if markdown_file:
@@ -224,17 +234,26 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         return
     con = make_console()
     head = headline(rec)
-    con.print(escape(head[0]))
-    con.print(_table(f"{rec.engine.label} settings valid on {FAMILY_NAME[rec.family]}, fastest first",
-                     *setting_rows(rec), first_bold=True))
-    for line in head[1:]:
+    for line in head[2:]:  # the answer first: what you run, the line to set, what it saves, the flags
         if line.startswith(("set:", "flags:")):
             print_command(con, line, style="bold")  # whole on one line: it is pasted
         else:
             con.print(escape(line), style="bold" if line.startswith(("  ->", "you run:")) else None)
-    if rec.drivers:
-        con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec)))
-    for c in caveats(rec):
+    con.print(escape(head[0]), style="dim")
+    if show_all:
+        con.print(escape(head[1]), style="dim")
+        con.print(_table(f"{rec.engine.label} settings valid on {FAMILY_NAME[rec.family]}, fastest first",
+                         *setting_rows(rec), first_bold=True))
+    else:
+        headers, rows, rest = screen_rows(rec)
+        if rows:
+            con.print(_table("", headers, rows, first_bold=True, compact=True))
+        for line in rest:
+            con.print(escape(line))
+    if rec.drivers and (show_all or rec.gap_pct() is not None and rec.gap_pct() > 0.05):
+        con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec),
+                         compact=not show_all))
+    for c in (caveats(rec) if show_all else screen_caveats(rec)):
         con.print(escape("note: " + c), style="yellow")
     if chk is not None:
         from kbench.recommend.check import check_rows
@@ -243,6 +262,14 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         con.print(_table(f"Check against the engine: A = {chk.setting_a}, B = {chk.setting_b}", *check_rows(chk)))
     if markdown_file:
         con.print(escape(f"wrote {markdown_file}"))
+
+
+def _runs_with(src, tree: str) -> str:
+    """'; RUN has them: price it there' for the committed runs beside src with engine-route rows of the tree."""
+    from kbench.recommend.ranks import runs_that_answer
+
+    runs = runs_that_answer(src, {"tree": tree})
+    return f"; {' and '.join(runs)} {'has' if len(runs) == 1 else 'have'} them: price it there" if runs else ""
 
 
 def _ab_args(ab, ab_settings, eng) -> list[str]:

@@ -169,8 +169,12 @@ def select_cmd(policy_file, batch_size, q_len, kv_len, heads, dtype, kv_dtype, p
 
 
 def _answer_lines(ans: dict) -> list[str]:
+    from kbench.names import ROUTE_KERNEL, kernel_of
+
     sp = ans["expected_speedup"]
-    out = [f"{ans['kernel']} ({ans['path']} path) for {_fmt_point(ans['query'])}, {ans['group']}",
+    route = ROUTE_KERNEL.get(ans["kernel"])
+    how = f"; fastest as {route[1]}'s route {ans['kernel']}" if route else ""
+    out = [f"{kernel_of(ans['kernel'])} ({ans['path']} path{how}) for {_fmt_point(ans['query'])}, {ans['group']}",
            f"timing state: {ans['power']} (" + ("measured at the power cap under continuous load: a busy server"
                                                  if ans["power"] == "sustained" else
                                                  "duty-cycled, off the power cap: latency at low load") + ")",
@@ -187,8 +191,11 @@ def _answer_lines(ans: dict) -> list[str]:
         if ans["grid_point"] and not ans["extrapolated"]:
             out.append("not measured: the policy's grid has this shape but no result for it (an adaptive run did "
                        "not measure it, or no kernel passed its check there)")
-        out.append("neighbours: " + "; ".join(f"{_fmt_point(n)} -> {n['kernel']}" for n in ans["neighbours"])
-                   + ("" if ans["neighbours_agree"] else "  (they disagree: measure this shape)"))
+        agree = len({kernel_of(n["kernel"]) for n in ans["neighbours"]}) <= 1  # two routes of a kernel agree
+        out.append("neighbours: " + "; ".join(f"{_fmt_point(n)} -> {kernel_of(n['kernel'])}"
+                                              + (f" (as {n['kernel']})" if n["kernel"] in ROUTE_KERNEL else "")
+                                              for n in ans["neighbours"])
+                   + ("" if agree else "  (they disagree: measure this shape)"))
     else:
         out.append("measured: this exact shape is in the policy")
     return out

@@ -83,7 +83,7 @@ def _step_why(r, step: str) -> str:
 
 
 def to_json(r, rules_path: str) -> dict:
-    from kbench.recommend.resolve import not_priced, shown
+    from kbench.recommend.resolve import shown
 
     argv, env, _ = shown(r)
     return {"engine": r.engine, "version": r.version, "gpu": r.family, "rules": rules_path, "source": r.source,
@@ -91,7 +91,21 @@ def to_json(r, rules_path: str) -> dict:
             "fields": r.fields, "why": r.why, "steps": r.backends,
             "heads_per_rank": list(r.heads_per_rank) if r.heads_per_rank else None,
             "tp_size": r.tp_size, "attn_dp_size": r.dp_attention, "kv_cache_dtype": r.kv_cache_dtype,
-            "cuda_graph": r.cuda_graph, "flashinfer_version": r.flashinfer_version, "ignored": r.ignored, "not_priced_by_recommend": not_priced(r)}
+            "cuda_graph": r.cuda_graph, "flashinfer_version": r.flashinfer_version, "ignored": r.ignored,
+            "not_priced_by_recommend": not_priced(r)}
+
+
+def not_priced(r) -> str | None:
+    """What `recommend --current` refuses to price of this line whatever the run (eager layers, sinks, dsa, ...):
+    the pricing's own rule (kbench.recommend.ranks.rank_plan), asked here rather than said twice."""
+    from kbench.errors import BadInput
+    from kbench.recommend.ranks import rank_plan
+
+    try:
+        rank_plan(r, None)
+    except BadInput as e:
+        return str(e).removeprefix("--current: ")
+    return None
 
 
 @click.command("resolve", epilog=examples(

@@ -11,6 +11,26 @@ KERNEL_NAMES = ("trtllm-decode", "trtllm-decode-ragged", "decode-wrapper", "trtl
                 "sglang-fa3-tree", "vllm-fi-decode", "vllm-fi-prefill", "vllm-fi-prefill-fa3", "vllm-flash-attn",
                 "vllm-flashmla", "vllm-flash-attn-mla", "reference", "test-oob-write")
 
+# an engine's route (kbench.kernels.routes) -> (the kernel it calls, the engine): a route is one engine's way of
+# calling a kernel, so `kbench select` answers with the kernel and names the route beside it; the registry's own
+# `runs` of each route is checked against this map by tests/test_recommend_answer.py
+ROUTE_KERNEL = {"sglang-fi-verify": ("fa2-prefill", "sglang"), "sglang-fi-extend": ("fa2-prefill", "sglang"),
+                "sglang-trtllm-mha": ("trtllm-decode", "sglang"), "sglang-fa3": ("vllm-fa3-sgl-call", "sglang"),
+                "sglang-flashmla": ("flashmla", "sglang"), "sglang-fi-mla": ("flashinfer-mla-fa3", "sglang"),
+                "sglang-fi-mla-extend": ("flashinfer-mla-fa3", "sglang"),
+                "sglang-fa3-mla": ("vllm-fa3-mla-sgl-call", "sglang"),
+                "sglang-fi-verify-hostplan": ("fa2-prefill", "sglang"),
+                "sglang-fa3-tree": ("vllm-fa3-sgl-call", "sglang"), "vllm-fi-decode": ("trtllm-decode", "vllm"),
+                "vllm-fi-prefill": ("fa2-prefill", "vllm"), "vllm-fi-prefill-fa3": ("fa3-prefill", "vllm"),
+                "vllm-flash-attn": ("vllm-fa3", "vllm"), "vllm-flashmla": ("flashmla", "vllm"),
+                "vllm-flash-attn-mla": ("vllm-fa3-mla", "vllm")}
+
+
+def kernel_of(name: str) -> str:
+    """The kernel a kernel or route name runs ('vllm-flashmla' -> 'flashmla'; a kernel is its own)."""
+    return ROUTE_KERNEL.get(name, (name, ""))[0]
+
+
 # a kernel's name as kbench's registry spells them (trtllm-decode, fa2-prefill): the pattern every kernel name of a
 # run's rows (kbench.runs.store.check_rows) and of a policy (kbench.report.policy_schema) matches; it is printed,
 # written in markdown and exported as code

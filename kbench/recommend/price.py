@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -264,6 +263,7 @@ class SettingResult:
     total_us: float | None  # weighted sum over the workload; None when it cannot be priced
     per_step_us: float | None
     unpriced: str = ""  # why not priced (a bound, when there is one, is in bound_us)
+    reason: str = ""  # the unpriced reason without the setting's own name: settings refused alike share it (render)
     missing: list[str] = field(default_factory=list)  # "route at bs .. q .. kv .." without a time
     notes: list[str] = field(default_factory=list)  # the routes' caveats
     same_as: list[str] = field(default_factory=list)  # settings with the same routes on this GPU
@@ -279,6 +279,8 @@ class SettingResult:
     overlap: str = "sum"
     page_size: int | None = None  # the page its rows are from
     runs_at: int | None = None  # the page the engine runs it at from the user's line (it may move the user's page)
+    batch_us: list[float] = field(default_factory=list)  # one engine step of each batch (the workload's order)
+    batch_costs: list[list[StepCost]] = field(default_factory=list)  # its phases
 
 
 def default_kv_dtype(priced: list[Priced]) -> str | None:
@@ -328,6 +330,8 @@ class Recommendation:
     layers_known: bool = True  # False: no model preset, no --verify-layers: prices are per attention layer
     cap_flag: int | None = None  # the cap the printed command sets (the priced batch is above the engine's cap)
     default_why: str = ""  # why the default is that setting (the engine's rule, cited)
+    plan: object = None  # kbench.recommend.ranks.RankPlan: what one GPU of the --current line runs
+    kv_dtype: str | None = None  # the KV-cache dtype of the rows priced (bf16, fp8: e4m3), when they share one
 
     @property
     def you_run(self) -> SettingResult | None:
@@ -402,11 +406,17 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
               flashinfer: str | None = None, layers: dict[str, int] | None = None,
               max_extrapolation: float = DEFAULT_MAX_EXTRAPOLATION, gpu: str | None = None,
               top: int = 5, overlap: str | None = None, current=None, layers_known: bool = True,
-              cap_check: bool = True) -> Recommendation:
+              cap_check: bool = True, preset: str | None = None) -> Recommendation:
+    """preset: the model (a kbench preset) the workload is of [default: the run's]: its heads, spread over the GPUs
+    of the --current line (kbench.recommend.ranks), pick the rows of one rank."""
     from kbench.recommend.flags import check_spec, spec_of
 
     layers = {s: 1 for s in STEPS} | (layers or {})
     _layers_ok(layers)
+    max_batch = max(b.batch_size for b in workload.batches)  # the server's whole batch (the cap is the server's)
+    plan = None
+    if current is not None:
+        workload, plan = _per_rank(source, workload, current, preset or source.model)
     if not max_extrapolation >= 1:
         raise BadInput(f"--max-extrapolation {max_extrapolation}: must be >= 1 (1: no extrapolation)")
     mode, mode_from = check_overlap(engine, overlap)
@@ -451,7 +461,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     page = pages[0] if len(pages) == 1 else None
     from kbench.recommend.resolve import check_cap
 
-    cap_flag = check_cap(engine.engine, current, max(b.batch_size for b in workload.batches)) if cap_check else None
+    cap_flag = check_cap(engine.engine, current, max_batch) if cap_check else None
     if current is not None:
         if current.engine != engine.engine:
             raise BadInput(f"--current is a {current.engine} server and --engine is {engine.engine}: give one engine")
@@ -471,6 +481,8 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
             env=current.env if current is not None else None)
     mine = setting_for(engine, current) if current is not None else None
     kv = default_kv_dtype(priced)
+    if plan is not None and plan.kv_engine == "fp8_e5m2":
+        kv = "fp8_e5m2"  # priced on no rows: kbench's fp8 rows are e4m3 (_price_setting says so per setting)
     default_why = default_resolved.why.get("attention_backend", "") if default_resolved is not None else ""
     if default_setting is None:  # a backend the table has no setting for: the table's own default, if any
         default_setting = engine.default_for(fam, attention, kv)
@@ -506,43 +518,32 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     for r in results:
         r.same_as = [i for i in same[tuple(r.kernels.get(step) for step in STEPS)] if i != r.setting.id]
 
-    # per-shape routing: in the engine, the cheapest of its settings' routes at each (batch, step); in kbench, the
-    # fastest kernel measured there (GPU time alone, no host work: a floor)
-    # a server runs one page: the routes are chosen among those of the settings at the same page (the engine may
-    # move the page for a backend, _AtPage), then the cheapest page
-    reach: dict[int, tuple[list[Priced], dict[str, set[str]]]] = {}  # id of a page's rows -> (rows, step -> routes)
+    # per-shape routing: in the engine, at each batch the cheapest of its settings, each priced as a whole step the
+    # way the engine runs it (its host work, its overlap fence, the page it runs at: _price_setting), so on a
+    # one-shape workload it is the best single setting; in kbench, the fastest kernel measured there (GPU time
+    # alone, no host work: a floor)
+    whole = {r.setting.id: r for r in results}
     for s in engine.valid_on(fam, attention):
-        rows = placed[s.id][1]
-        at = reach.setdefault(id(rows), (rows, {step: set() for step in STEPS}))[1]
-        for step in STEPS:
-            r = s.route(step, fam, fi)
-            routed = _kernel_for(s, step, fam, fi, tree=not spec.is_chain and step == "verify") if r.route else None
-            at[step].update(x for x in (routed, r.kernel if not r.route else None) if x)
+        if s.id not in whole:
+            whole[s.id] = _price_setting(s, placed[s.id][1], fam, fi, layers, mode, engine, spec, kv)
     eng_total, kb_total = 0.0, 0.0
     oracle_of: dict[tuple[int, str], StepCost] = {}
     oracle_kernels: dict[str, dict[str, float]] = {step: {} for step in STEPS}
     eng_ok = kb_ok = True
     for i, p in enumerate(priced):
-        best_here = None
-        for rows, at in reach.values():
-            q = rows[i]
-            options = [[c for k in sorted(at[step]) if (c := step_cost(q, k, layers[step], mode, step)) is not None]
-                       for step in p.batch.steps]
-            if all(options):  # the cheapest choice of a route per phase, under the batch's overlap rule
-                cs = min(itertools.product(*options),
-                         key=lambda cs: (batch_total(list(cs), mode), [c.route for c in cs]))
-                if best_here is None or batch_total(list(cs), mode) < batch_total(list(best_here), mode):
-                    best_here = cs
-        if best_here is not None:
-            for step, c in zip(p.batch.steps, best_here):
-                oracle_of[(i, step)] = c
-                oracle_kernels[step][c.route] = oracle_kernels[step].get(c.route, 0.0) + p.batch.weight / total_w
-            eng_total += p.batch.weight * batch_total(list(best_here), mode)
+        here = [(r.batch_us[i], r.setting.id, r.batch_costs[i]) for r in whole.values()
+                if r.total_us is not None and r.batch_us]
+        if here:
+            cost, _, costs = min(here, key=lambda x: (x[0], x[1]))
+            for c in costs:
+                oracle_of[(i, c.step)] = c
+                oracle_kernels[c.step][c.route] = oracle_kernels[c.step].get(c.route, 0.0) + p.batch.weight / total_w
+            eng_total += p.batch.weight * cost
         else:
             eng_ok = False
+        rows_all = [priced, *{id(placed[x][1]): placed[x][1] for x in placed}.values()]
         for step in p.batch.steps:
-            times = [min(rows[i].at(step).times.values()) for rows in [priced, *(r for r, _ in reach.values())]
-                     if rows[i].at(step).times]
+            times = [min(rows[i].at(step).times.values()) for rows in rows_all if rows[i].at(step).times]
             if times:
                 kb_total += p.batch.weight * layers[step] * min(times)
             else:
@@ -556,7 +557,9 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
                          sorted({n for b in workload.batches for n in b.notes})[:20], mode, mode_from, spec,
                          pages[0] if len(pages) == 1 else None, cpus[0] if cpus else None,
                          next((p.host_cpu for p in priced if p.host_cpu), ""), current, default_resolved,
-                         layers_known, cap_flag, default_why)
+                         layers_known, cap_flag, default_why, plan=plan)
+    rec.notes += plan.notes if plan is not None else []
+    rec.kv_dtype = default_kv_dtype(priced)
     best = rec.best
     if best is not None and eng_ok:
         gaps = []
@@ -576,6 +579,64 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
             d.share = d.gap_us / whole if whole else 0.0
         rec.drivers = sorted(gaps, key=lambda d: -d.gap_us)[:top]
     return rec
+
+
+def _per_rank(source: Source, workload: Workload, current, preset: str | None):
+    """The workload as one GPU of the --current line runs it (kbench.recommend.ranks): its heads per rank and KV
+    dtype as group filters, its share of the batch under DP attention, the steps its algorithm runs; BadInput when
+    the run has no rows of that rank, naming a run beside it that has them."""
+    from kbench.recommend.ranks import rank_plan, run_heads_words, which_run_answers
+
+    plan = rank_plan(current, preset)
+    groups = source.policy.get("groups", [])
+    want: dict = {}
+    if plan.counts is not None:
+        from kbench.cases.models import heads_text
+
+        def fits(g) -> bool:  # the rank's head counts (and, where the model's widths are known, its whole spelling)
+            if plan.heads is not None:
+                return heads_text(g) == plan.heads
+            return ((int(g.get("num_qo_heads", 0)), int(g.get("num_kv_heads", 0))) == plan.counts
+                    and g.get("attention", "gqa") == current.attention)
+
+        hits = sorted({heads_text(g) for g in groups if fits(g)})
+        mine = plan.heads or (hits[0] if len(hits) == 1 else
+                              f"{plan.counts[0]} q / {plan.counts[1]} KV")
+        if len(hits) != 1:
+            have = ", ".join(sorted({heads_text(g) for g in groups}))
+            tp = (f"the model's heads over TP{plan.attn_tp}" if plan.attn_tp > 1 else
+                  "all the model's heads on one GPU" + (f", DP attention over {plan.dp}" if plan.dp > 1 else ""))
+            words = run_heads_words(source)
+            raise BadInput(f"--current: your line runs {mine} heads per GPU ({tp}); {source.label} has rows of {have} "
+                           f"only" + (f" ({words})" if words else "") + ": not priced from them"
+                           + which_run_answers(source, {"heads": mine if plan.heads else None,
+                                                        "kv_dtype": plan.kv_rows if plan.kv_rows
+                                                        not in (None, "fp8_e5m2") else None}))
+        want["heads"] = mine
+    kvs = {g.get("kv_dtype") for g in groups}
+    kv = "fp8" if plan.kv_rows == "fp8_e5m2" else plan.kv_rows
+    if kv is None and len(kvs) > 1:
+        kv = "bf16" if "bf16" in kvs else None  # the line's cache is the model's dtype (auto)
+    if kv is not None:
+        if kv not in kvs:
+            raise BadInput(f"--current: your line runs a {plan.kv_engine} KV cache; {source.label} has rows of "
+                           f"{', '.join(sorted(map(str, kvs)))} KV caches only: not priced"
+                           + which_run_answers(source, {"heads": want.get("heads"), "kv_dtype": kv}))
+        want["kv_dtype"] = kv
+    batches = []
+    for b in workload.batches:
+        f = b.filters
+        for k, v in want.items():
+            if k in f and str(f[k]) != str(v):
+                raise BadInput(f"--{k.replace('_', '-')} {f[k]}: your --current line runs {v}: give one")
+        steps = tuple(st for st in b.steps if st in plan.steps) or b.steps
+        bs = plan.rank_batch(b.batch_size)
+        group = tuple(sorted({**f, **want}.items()))
+        nb = dataclasses.replace(b, batch_size=bs, group=group, steps=steps)
+        if bs != b.batch_size or group != b.group:
+            nb = dataclasses.replace(nb, label=nb.describe() if b.label == b.describe() else b.label)
+        batches.append(nb)
+    return Workload(batches, workload.source, workload.header), plan
 
 
 def _kernel_for(s: Setting, step: str, fam: str, fi: str | None, ragged: bool = False, tree: bool = False) -> str | None:
@@ -608,10 +669,21 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
     fenced = engine.engine == "sglang" and bool(set(engine.fenced_by) & set(_setting_backends(engine, s).values()))
     # vLLM's drafter reuses the target's metadata: one step's host work is done once when both phases share a route
     host_once = engine.host_once and kernels["verify"] == kernels["draft_extend"]
+    if kv_dtype == "fp8_e5m2" and all(kernels[step] for step in STEPS):  # an unmeasured backend says so below
+        from kbench.recommend.ranks import SGLANG_E5M2
+
+        fa3 = engine.engine == "sglang" and "fa3" in _setting_backends(engine, s).values()
+        why = (f"{SGLANG_E5M2}: SGLang's Triton kernels, not measured" if fa3 else
+               "an fp8_e5m2 KV cache: kbench's fp8 rows are fp8_e4m3, and no run measures e5m2")
+        return SettingResult(s, kernels, None, None, unpriced=why, notes=notes, default=default, overlap=mode,
+                             reason=("runs triton with fp8_e5m2 (python/sglang/srt/arg_groups/overrides.py:1263-1270), "
+                                     "not measured" if fa3 else "no run measures an fp8_e5m2 KV cache (kbench's fp8 "
+                                     "rows are e4m3); your line keeps --kv-cache-dtype fp8_e5m2"))
     refusal = s.refuses_kv.get(kv_dtype)
     if refusal:
         return SettingResult(s, kernels, None, None, unpriced=f"refused by the engine: {refusal.text(engine.label)}",
-                             notes=notes, default=default, overlap=mode)
+                             notes=notes, default=default, overlap=mode,
+                             reason=f"{engine.engine} refuses with a {kv_dtype} KV cache (--all says what it runs)")
     try:
         check_spec(engine.engine, s.id, s.flags, spec)
         refusal = ""
@@ -621,14 +693,19 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
     except BadInput as e:
         refusal = str(e)
     if refusal:
+        short = (f"need topk 1 (your draft is a topk {spec.topk} tree; {engine.engine} refuses them or runs the plain "
+                 "backend)" if tree else refusal.partition(": ")[2] or refusal)
         return SettingResult(s, kernels, None, None, unpriced=f"refused by the engine: {refusal}", notes=notes,
-                             default=default, overlap=mode)
+                             default=default, overlap=mode, reason=short)
     if not all(kernels[step] for step in STEPS):
         why = "; ".join(sorted({r.unmeasured for r in routes.values() if not r.kernel}))
-        return SettingResult(s, kernels, None, None, unpriced=why, notes=notes, default=default, overlap=mode)
+        return SettingResult(s, kernels, None, None, unpriced=why, notes=notes, default=default, overlap=mode,
+                             reason=f"not measured by kbench ({why})")
     total = gpu = host = noise = 0.0
     missing: list[str] = []
     bound, bound_ok = 0.0, True
+    batch_us: list[float] = []
+    batch_costs: list[list[StepCost]] = []
     for p in priced:
         costs = []
         for step in p.batch.steps:
@@ -651,6 +728,8 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
             costs.append(c)
         w = p.batch.weight
         step_total = batch_total(costs, mode, fenced)
+        batch_us.append(step_total)
+        batch_costs.append(costs)
         total += w * step_total
         gpu += w * sum(c.gpu_us for c in costs)
         host += w * sum(c.host_us for c in costs)
@@ -665,10 +744,12 @@ def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, l
         if bound_ok:
             why += "; the plain kernel's GPU time alone is a lower bound"
         return SettingResult(s, kernels, None, None, unpriced=why, missing=sorted(set(missing)), notes=notes,
-                             bound_us=bound if bound_ok else None, default=default, overlap=mode)
+                             bound_us=bound if bound_ok else None, default=default, overlap=mode,
+                             reason="no rows of their routes at the priced shapes in this run")
     low = [step for step in STEPS if routes[step].priced_low]
     return SettingResult(s, kernels, total, total / tw, notes=notes, priced_low=low, gpu_us=gpu, host_us=host,
-                         noise_us=noise, default=default, overlap=mode, fenced=fenced)
+                         noise_us=noise, default=default, overlap=mode, fenced=fenced, batch_us=batch_us,
+                         batch_costs=batch_costs)
 
 
 def _flag_count(s: Setting) -> int:

@@ -46,8 +46,30 @@ def command(rec: Recommendation, r: SettingResult | None = None) -> str | None:
         from kbench.recommend.resolve import CAP_FLAG
 
         argv += [CAP_FLAG[rec.engine.engine], str(rec.cap_flag)]
+    argv += spread_flags(rec)
     line = command_line(rec.engine.engine, argv)
     return (r.setting.env_text + " " + line) if r.setting.env else line
+
+
+# the flags that say what the rows priced are of: the KV-cache dtype, and the TP a preset's heads are per rank of
+KV_FLAG = {"sglang": {"fp8": "fp8_e4m3"}, "vllm": {"fp8": "fp8"}}
+TP_FLAG = {"sglang": "--tp-size", "vllm": "--tensor-parallel-size"}
+
+
+def spread_flags(rec: Recommendation) -> list[str]:
+    """The flags kbench's own line needs to run what its rows measured (no --current): `--kv-cache-dtype` for fp8
+    rows (SGLang fp8_e4m3, vLLM fp8: kbench's fp8 rows are e4m3), `--tp-size N` / `--tensor-parallel-size N` for the
+    rows of a TP preset (deepseek-v3-tp8: 16 heads per GPU, the model at TP8)."""
+    from kbench.recommend.ranks import preset_tp
+
+    out = []
+    kv = KV_FLAG[rec.engine.engine].get(rec.kv_dtype or "")
+    if kv:
+        out += ["--kv-cache-dtype", kv]
+    tp = preset_tp(rec.source.model)
+    if tp > 1:
+        out += [TP_FLAG[rec.engine.engine], str(tp)]
+    return out
 
 
 def _moved_page(rec: Recommendation, r: SettingResult) -> int | None:
@@ -70,19 +92,16 @@ def command_or_refusal(rec: Recommendation, r: SettingResult) -> tuple[str | Non
 def headline(rec: Recommendation) -> list[str]:
     """The answer in a few lines (the same words in every format)."""
     best = rec.best
+    from kbench.recommend.ranks import preset_tp, run_heads_words
+
+    tp_words = run_heads_words(rec.source)
     lines = [f"{rec.engine.label} on {rec.source.device_label}, {FAMILY_NAME[rec.family]}: "
-             f"{len(rec.workload.batches)} batch kind(s) from {rec.workload.source}, priced from {rec.source.label}",
+             f"{len(rec.workload.batches)} batch kind(s) from {rec.workload.source}, priced from {rec.source.label}"
+             + (f" ({tp_words}: the line runs TP{preset_tp(rec.source.model)}, and a line on fewer GPUs is priced on "
+                "rows of its own heads per GPU)" if tp_words else ""),
              f"per step: host work once + {_layers(rec)}; host work and GPU {OVERLAP_WORDS[rec.overlap]} "
              f"({rec.overlap_from})" + (f"; host work timed on {rec.host_cpus} CPUs ({rec.host_cpu})"
                                         if rec.host_cpus else "")]
-    if best is None:
-        bound = next((r for r in rec.results if r.bound_us is not None), None)
-        lines.append("no setting of this engine can be priced from these measurements: the engines' routes have no "
-                     "rows here (measure them: kbench sweep -s engine-routes, or --kernels routes)"
-                     + (f"; lower bounds from the plain kernels: {bound.setting.id} >= "
-                        f"{_us(bound.bound_us / rec.workload.total_weight)} us per step, no host work counted"
-                        if bound else ""))
-        return lines
     eo = _per_step(rec, rec.engine_oracle_us)
     unit = "" if rec.layers_known else " (per attention layer: no model preset known; give --model or --verify-layers)"
     mine = rec.you_run
@@ -91,14 +110,28 @@ def headline(rec: Recommendation) -> list[str]:
 
         cur = rec.current
         desc = (f"{cur.backends['verify']} verify / {cur.backends['draft_extend']} draft extend, page "
-                f"{cur.page_size}, topk {cur.spec.topk}, {cur.spec.steps} steps, {cur.spec.q_len} draft tokens, cap "
-                f"{cur.cap}, host work {'overlapped' if cur.overlap == 'max' else 'not overlapped'}")
+                f"{cur.page_size}, topk {cur.spec.topk}, {cur.spec.steps} steps, {cur.spec.q_len} draft tokens"
+                + _rank_words(rec) + f", cap {cur.cap}, host work "
+                + ("overlapped" if cur.overlap == "max" else "not overlapped"))
         if mine is None:
             lines.append(f"you run: {desc}: no setting of kbench's table is that configuration, so it is not priced")
         elif mine.total_us is None:
             lines.append(f"you run: {mine.setting.id} ({desc}): not priced: {mine.unpriced}")
         else:
-            lines.append(f"you run: {mine.setting.id} ({desc}): {_us(mine.per_step_us)} us per step{unit}")
+            lines.append(f"you run: {mine.setting.id} ({desc}): {_us(mine.per_step_us)} us per step{unit}"
+                         + _page_words(rec, mine))
+    if best is None:
+        bound = next((r for r in rec.results if r.bound_us is not None), None)
+        routes_here = any(c.get("kernels_host_us") for g in rec.source.policy.get("groups", []) for c in g["cells"])
+        why = ("the engines' routes have no rows here (measure them: kbench sweep -s engine-routes, or --kernels "
+               "routes)" if not routes_here else
+               "each is refused or unmeasured for this configuration (below: why)")
+        lines.append(f"no setting of this engine can be priced from these measurements: {why}"
+                     + (f"; lower bounds from the plain kernels: {bound.setting.id} >= "
+                        f"{_us(bound.bound_us / rec.workload.total_weight)} us per step, no host work counted"
+                        if bound else ""))
+        return lines
+    if rec.current is not None:
         if mine is best and rec.cap_flag is None:
             lines.append("what you run is the best setting here: nothing to change")
             return lines + _routing_line(rec, eo)
@@ -114,7 +147,7 @@ def headline(rec: Recommendation) -> list[str]:
             return lines + _routing_line(rec, eo)
     lines.append(f"set: {command(rec) or best.setting.flags}")
     lines.append(f"  -> {_us(best.per_step_us)} us per step{unit} (GPU {_us(_per_step(rec, best.gpu_us))}, host "
-                 f"{_us(_per_step(rec, best.host_us))})"
+                 f"{_us(_per_step(rec, best.host_us))})" + _page_words(rec, best)
                  + (f"; tied within the measured noise with {', '.join(best.tied_with)}: the engine's default, then "
                     "the fewest flags, wins a tie" if best.tied_with else ""))
     if rec.current is not None and mine is not None and mine.total_us is not None:
@@ -134,8 +167,11 @@ def headline(rec: Recommendation) -> list[str]:
     elif default is not None and default is not mine:
         if default.total_us is not None:
             save = default.per_step_us - best.per_step_us
-            lines.append(f"the default ({default.setting.id}) costs {_us(default.per_step_us)} us per step: switching "
-                         f"saves {_us(save)} us per step, {save / default.per_step_us:.1%}")
+            other = _page_one_default(rec)  # the default moves with the page: say which page's was priced
+            at = f" at page {rec.page_size}" if other else ""
+            lines.append(f"the default{at} ({default.setting.id}) costs {_us(default.per_step_us)} us per step: "
+                         f"switching saves {_us(save)} us per step, {save / default.per_step_us:.1%}")
+            lines += other
         else:
             lines.append(f"the default ({default.setting.id}) is not priced: {default.unpriced}")
     if default is not None and dwhy:
@@ -143,6 +179,50 @@ def headline(rec: Recommendation) -> list[str]:
                      f"topk {rec.spec.topk}: {dwhy}")
     lines += switch_lines(rec)
     return lines + _routing_line(rec, eo)
+
+
+def _rank_words(rec: Recommendation) -> str:
+    """', TP8: 16 heads per GPU' / ', DP attention over 8: 128 heads per GPU, batch / 8 each' (the --current line's
+    spread, kbench.recommend.ranks); '' for one GPU."""
+    plan = rec.plan
+    if plan is None or (plan.tp == 1 and plan.dp == 1):
+        return ""
+    heads = plan.heads.split(":")[-1].split("/")[0] if plan.heads else "?"
+    if plan.dp > 1:
+        return f", TP{plan.tp} with DP attention over {plan.dp}: {heads} heads per GPU, batch / {plan.dp} each"
+    return f", TP{plan.tp}: {heads} heads per GPU"
+
+
+def _page_words(rec: Recommendation, r: SettingResult) -> str:
+    """'; priced on page-64 rows: the run has none at page 1, where it runs' when a setting is priced at a page it
+    does not run at (issue 52: never silently); '' otherwise."""
+    runs = r.runs_at if r.runs_at is not None else (rec.current.page_size if rec.current is not None else None)
+    if runs is None or r.page_size is None or runs == r.page_size:
+        return ""
+    return (f"; priced at page {r.page_size}, not at page {runs} where it runs: the run has no page-{runs} rows "
+            f"(measure them: kbench sweep -s engine-routes --page-size {runs})")
+
+
+def _page_one_default(rec: Recommendation) -> list[str]:
+    """SGLang without --page-size runs page 1, where its default may be another backend than at the page priced
+    (Hopper MHA: fa3 at page 1, flashinfer at page 64 with topk 1): said, so a saving over the page-P default is
+    not read as one over the line most users start from."""
+    if rec.current is not None or rec.engine.engine != "sglang" or rec.page_size in (None, 1) or rec.spec is None:
+        return []
+    from kbench.recommend.resolve import engine_default
+
+    try:
+        s1, _ = engine_default(rec.engine, rec.family, rec.default.setting.attention, rec.spec, 1)
+    except Exception:  # noqa: BLE001 - a remark, never the answer
+        return []
+    if s1 is None or s1.id == rec.default.setting.id:
+        return []
+    best = " (the best setting here)" if rec.best is not None and s1.id == rec.best.setting.id else ""
+    return [f"  that is SGLang's default with --page-size {rec.page_size}; a line without --page-size runs page 1, "
+            f"where the default is {s1.id}{best}: not priced here (the run has no page-1 rows)"
+            if not any(g.get("page_size") == 1 for g in rec.source.policy.get("groups", [])) else
+            f"  that is SGLang's default with --page-size {rec.page_size}; a line without --page-size runs page 1, "
+            f"where the default is {s1.id}{best}"]
 
 
 def _routing_line(rec: Recommendation, eo) -> list[str]:
@@ -207,6 +287,71 @@ def setting_rows(rec: Recommendation) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+SCREEN_ROWS = 6  # priced settings the screen's table shows before `--all`
+
+
+def screen_rows(rec: Recommendation) -> tuple[list[str], list[list[str]], list[str]]:
+    """The answer's table on a screen: the priced settings only (fastest first, at most SCREEN_ROWS), in narrow
+    columns (the flags are in the printed line and in `--all`), and the lines that stand for the rest: the
+    settings not priced for the same reason as one line each, and the slower priced ones past SCREEN_ROWS."""
+    best = rec.best
+    headers = ["setting", "verify / draft extend", "host us", "GPU us", "us per step", "vs best"]
+    priced = [r for r in rec.results if r.total_us is not None]
+    rows = []
+    for r in priced[:SCREEN_ROWS]:
+        routes = r.kernels["verify"] if r.kernels["verify"] == r.kernels["draft_extend"] else \
+            f"{r.kernels['verify']} / {r.kernels['draft_extend']}"
+        rows.append([r.setting.id + (" (default)" if r.default else "") + (" (you run)" if r.you_run else ""),
+                     routes, _us(_per_step(rec, r.host_us)), _us(_per_step(rec, r.gpu_us)),
+                     _us(r.per_step_us) + (" (tie)" if r.tied_with else ""),
+                     _pct((r.total_us / best.total_us - 1) * 100) if best is not None else "-"])
+    rest = []
+    more = priced[SCREEN_ROWS:]
+    if more:
+        rest.append(f"{_n(len(more), 'slower setting')} ({_pct((more[0].total_us / best.total_us - 1) * 100)} and "
+                    f"more above the best): {_names([r.setting.id for r in more])}")
+    by_reason: dict[str, list[SettingResult]] = {}
+    for r in rec.results:
+        if r.total_us is None:
+            by_reason.setdefault(r.reason or r.unpriced, []).append(r)
+    for why, rs in by_reason.items():
+        tag = [r.setting.id + (" (you run)" if r.you_run else "") + (" (default)" if r.default else "") for r in rs]
+        rest.append(f"{_n(len(rs), 'setting')} not priced, {why}: {_names(tag)}")
+    return headers, rows, rest
+
+
+def _n(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _names(ids: list[str], most: int = 3) -> str:
+    """'a, b, c, ...; `--all` lists them' (the first few names of a collapsed list)."""
+    if len(ids) <= most:
+        return ", ".join(ids)
+    return ", ".join(ids[:most]) + ", ...; `--all` lists them"
+    return headers, rows, rest
+
+
+def screen_caveats(rec: Recommendation) -> list[str]:
+    """The caveats a screen shows: those about what you run, the best and the default setting, and every caveat
+    that is not about one setting; the count of the others (`--all` prints them all)."""
+    shown = {r.setting.id for r in (rec.best, rec.you_run, rec.default) if r is not None}
+    others = {r.setting.id for r in rec.results} - shown
+    out, hidden = [], 0
+    for c in caveats(rec):
+        head = c.partition(": ")[0]
+        ids = {i.strip() for i in head.replace(" is priced low", "").split(", ")}
+        if ids and ids <= others:
+            hidden += 1
+            continue
+        if ids & others and ids & shown:  # a note shared with other settings: name only those on screen
+            c = ", ".join(i for i in head.split(", ") if i.strip() in shown) + ": " + c.partition(": ")[2]
+        out.append(c)
+    if hidden:
+        out.append(f"{hidden} more note(s) on other settings: `--all` prints them")
+    return out
+
+
 def driver_rows(rec: Recommendation) -> tuple[list[str], list[list[str]]]:
     headers = ["shape", "step", "weight", "best setting's kernel (us)", "per-shape kernel (us)", "share of the gap"]
     rows = [[d.batch.describe(), STEP_LABEL[d.step], f"{d.weight_share:.1%}", f"{d.setting_kernel} ({_us(d.setting_us)})",
@@ -242,8 +387,12 @@ def caveats(rec: Recommendation) -> list[str]:
         out.append(f"{', '.join(ids)}: {n}")
     if rec.flashinfer and any(rt.flashinfer_below or rt.flashinfer_from for r in rec.results
                               for rt in r.setting.routes):
-        out.append(f"routes that depend on FlashInfer's version are taken for FlashInfer {rec.flashinfer}"
-                   + (f" ({rec.engine.label}'s pin)" if rec.flashinfer == rec.engine.flashinfer else ""))
+        given = getattr(rec.current, "flashinfer_version", None) if rec.current is not None else None
+        out.append(f"FlashInfer {rec.flashinfer} assumed: "
+                   + (f"{rec.engine.label}'s pin (give --flashinfer VERSION for the one your server runs)"
+                      if rec.flashinfer == rec.engine.flashinfer and not given else
+                      "your line's" if given == rec.flashinfer else "--flashinfer")
+                   + "; the routes that depend on its version are taken for it")
     out += rec.notes
     if rec.current is not None:
         from kbench.recommend.resolve import shown
@@ -257,12 +406,17 @@ def caveats(rec: Recommendation) -> list[str]:
 
         cap = rec.current.cap if rec.current is not None else DEFAULT_CAP[rec.engine.engine]
         out.append(f"the workload's largest batch ({rec.cap_flag}) is above the {cap} running requests "
-                   f"{rec.engine.engine} resolves to: the command sets {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}")
-    fa3 = [r for r in (rec.best, rec.you_run) if r is not None and "fa3" in _slots(rec, r)]
-    if fa3 and rec.engine.engine == "sglang" and rec.spec is not None and rec.spec.topk == 1 and (rec.page_size or 1) > 1:
+                   f"{rec.engine.engine} resolves to: "
+                   + (f"the command sets {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}" if rec.best is not None else
+                      f"a server runs it only with {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}"))
+    best = rec.best  # advised fa3 (not what you run) at a page > 1: the line printed runs it there
+    page = None if best is None else (best.runs_at if best.runs_at is not None else
+                                      rec.current.page_size if rec.current is not None else rec.page_size)
+    if (best is not None and best is not rec.you_run and "fa3" in _slots(rec, best) and rec.engine.engine == "sglang"
+            and rec.spec is not None and rec.spec.topk == 1 and (page or 1) > 1):
         out.append("SGLang's own TODO: FA3 speculative decoding with topk 1 and page size > 1 has a lower acceptance "
                    "rate (python/sglang/srt/utils/common.py:3959): measure acceptance before switching at page "
-                   f"{rec.page_size}")
+                   f"{page}")
     if not rec.layers_known:
         out.append("prices are per attention layer: the run names no model preset kbench knows the depth of; "
                    "give --model PRESET or --verify-layers/--draft-layers")
@@ -306,6 +460,10 @@ def to_json(rec: Recommendation) -> dict:
         "spec": None if rec.spec is None else {"q_len": rec.spec.q_len, "topk": rec.spec.topk,
                                                "steps": rec.spec.steps},
         "page_size": rec.page_size,
+        "kv_dtype": rec.kv_dtype,
+        "per_gpu": None if rec.plan is None else {
+            "heads": rec.plan.heads, "tp_size": rec.plan.tp, "attention_tp": rec.plan.attn_tp,
+            "dp_attention": rec.plan.dp, "kv_cache_dtype": rec.plan.kv_engine, "steps": list(rec.plan.steps)},
         "best": None if best is None else {"id": best.setting.id, "flags": best.setting.flags,
                                           "command": command(rec), "per_step_us": best.per_step_us,
                                           "host_per_step_us": _per_step(rec, best.host_us),

@@ -457,27 +457,6 @@ def model_heads(config: dict | None, preset: str | None = None, model: str = "",
 
 
 
-def not_priced(resolved: Resolved) -> str | None:
-    """What of a resolved line kbench's pricing does not model yet (None: nothing): a line spread over ranks, an
-    fp8 KV cache, eager (no CUDA graphs). `kbench resolve` shows such a line; `recommend --current` refuses it
-    rather than price it as one GPU, bf16, graphs."""
-    parts = []
-    if resolved.tp_size > 1:
-        parts.append(f"tensor parallel over {resolved.tp_size} ranks")
-    if resolved.dp_attention > 1:
-        parts.append(f"DP attention over {resolved.dp_attention} ranks")
-    if resolved.kv_cache_dtype not in ("auto", "bf16", "bfloat16"):
-        parts.append(f"an {resolved.kv_cache_dtype} KV cache")
-    if not resolved.cuda_graph:
-        parts.append("no CUDA graphs")
-    rs = rules_for(resolved.engine, resolved.version)
-    if resolved.arch in rs.models.get("sinks", ()):
-        parts.append(f"{resolved.arch}'s attention sinks and sliding window")
-    if resolved.backends.get("verify") == "dsa":
-        parts.append("DeepSeek sparse attention (dsa)")
-    return ", ".join(parts) or None
-
-
 def resolve_server_info(run_dir: str | Path, family: str, *, engine_table=None) -> Resolved:
     """A `kbench server-bench` run's server: SGLang's /server_info holds every resolved argument (the run keeps
     what kbench reads of it in its manifest's `server`, kbench.server.backends.SGLANG_INFO_KEYS); nothing is
