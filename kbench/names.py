@@ -9,7 +9,8 @@ KERNEL_NAMES = ("trtllm-decode", "trtllm-decode-ragged", "decode-wrapper", "trtl
                 "sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha", "sglang-fa3", "sglang-flashmla",
                 "sglang-fi-mla", "sglang-fi-mla-extend", "sglang-fa3-mla", "sglang-fi-verify-hostplan",
                 "sglang-fa3-tree", "vllm-fi-decode", "vllm-fi-prefill", "vllm-fi-prefill-fa3", "vllm-flash-attn",
-                "vllm-flashmla", "vllm-flash-attn-mla", "reference", "test-oob-write")
+                "vllm-flashmla", "vllm-flash-attn-mla", "sglang-fi-draft-decode", "sglang-trtllm-mha-draft",
+                "sglang-fa3-draft", "reference", "test-oob-write")
 
 # a kernel's name as kbench's registry spells them (trtllm-decode, fa2-prefill): the pattern every kernel name of a
 # run's rows (kbench.runs.store.check_rows) and of a policy (kbench.report.policy_schema) matches; it is printed,
