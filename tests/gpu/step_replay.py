@@ -38,7 +38,7 @@ def build(bs_max: int, kv: int, q_max: int, torch, dev):
 
     layers = [dict(qkv=w((HQ + 2 * HKV) * D, H), o=w(H, HQ * D), up=w(2 * INTER, H), down=w(H, INTER))
               for _ in range(LAYERS)]
-    slots = bs_max * (kv + q_max)
+    slots = bs_max * (kv + 16)  # the replay's stride per request (kv + 16 token slots)
     pools = [(torch.zeros(slots, 1, HKV, D, device=dev, dtype=torch.bfloat16),
               torch.zeros(slots, 1, HKV, D, device=dev, dtype=torch.bfloat16)) for _ in range(LAYERS + 1)]
     for k, v in pools:  # random KV (the kernels' time does not depend on values; NaN-free keeps it honest)
