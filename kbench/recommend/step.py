@@ -99,7 +99,8 @@ def acceptance(value: str | None, spec, engine: str, model: str | None = None) -
         src = f"--accept-length {text}"
     most = spec.steps + 1
     if not math.isfinite(length) or length < 1 or length > most:
-        raise BadInput(f"--accept-length {length:g} ({src}): accepted tokens per step are 1 (no draft accepted) to "
+        where = "" if src.startswith("--accept-length") else f" ({src})"
+        raise BadInput(f"--accept-length {length:g}{where}: accepted tokens per step are 1 (no draft accepted) to "
                        f"{most} ({spec.steps} drafted + the target's own) for this spec config")
     return Acceptance(length, src)
 
