@@ -216,3 +216,43 @@ def test_layers_from_another_card_exit_2(runs, tmp_path):
     r = recommend_cli(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b",
                       "--current", LINE, "--layers", h100)
     assert r.exit_code == 2 and "time both on the GPU you deploy on" in r.output, r.output
+
+
+@pytest.mark.parametrize("sig, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_layers_stopped_keeps_its_rows_and_resumes(tmp_path, sig, code):
+    """kbench layers stopped mid-run (here on a CPU posing as the GPU, tests/layers_on_cpu.py): one line, exit
+    128 + the signal, the rows measured so far kept; --resume measures only the rest."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from kbench.runs.store import load_run
+
+    here = Path(__file__).parent
+    marker = tmp_path / "marker"
+    args = ["layers", "--model", "llama3-8b", "--batch-size", "1,2", "--q-len", "4", "--out", str(tmp_path / "o")]
+    p = subprocess.Popen([sys.executable, str(here / "layers_on_cpu.py"), str(marker), "4", "--", *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.monotonic()
+    while not marker.exists() and time.monotonic() - t0 < 120 and p.poll() is None:
+        time.sleep(0.05)
+    assert marker.exists(), p.communicate()[0]
+    p.send_signal(getattr(signal, sig))
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == code, out
+    (run,) = (tmp_path / "o").iterdir()
+    assert f"error: stopped by {sig}; 3 row(s) kept in {run}; finish with: kbench layers --resume {run}" in out
+    assert "Traceback" not in out
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "interrupted"
+    assert len(load_run(run).rows) == 3
+    r = subprocess.run([sys.executable, str(here / "layers_on_cpu.py"), str(tmp_path / "never"), "0", "--",
+                        "layers", "--resume", str(run)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = load_run(run).rows
+    # a dense model's parts at bs 1,2 x q 4, topk 1: target layer and LM head at 4, 8 tokens; draft layer at 4, 8
+    # (draft extend) and 1, 2 (passes); draft LM head at 1, 2
+    assert len(rows) == 2 + 2 + 4 + 2 and rows["case_id"].is_unique and (rows["status"] == "ok").all()
+    assert json.loads((run / "manifest.json").read_text())["status"] == "complete"

@@ -94,6 +94,22 @@ def measure_layers(plan: LayersPlan, run, device, timer, progress=None) -> int:
     return n
 
 
+def resumed_plan(run_dir) -> LayersPlan:
+    """The plan a layers run was started with (its manifest), to measure the rows it lacks."""
+    from kbench.runs.layer_rows import ROW_KIND
+    from kbench.runs.store import check_run_folder, read_manifest
+
+    m = read_manifest(check_run_folder(run_dir))
+    cfg = m.get("config") if isinstance(m.get("config"), dict) else {}
+    if m.get("kind") != ROW_KIND or not isinstance(m.get("model"), str):
+        raise BadInput(f"--resume {run_dir}: not a kbench layers run")
+    try:
+        return check_plan(m["model"], [int(x) for x in cfg["batch_sizes"]], [int(x) for x in cfg["q_lens"]],
+                          int(cfg["topk"]))
+    except (KeyError, TypeError, ValueError):
+        raise BadInput(f"--resume {run_dir}: its manifest's config lacks the shapes (batch_sizes, q_lens, topk)") from None
+
+
 def manifest_for(plan: LayersPlan, device, command: list[str]):
     from kbench import __version__
     from kbench.cases.model_dims import model_dims
