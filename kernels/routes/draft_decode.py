@@ -48,8 +48,7 @@ class DecodeWrapperRoute(Route):
     def supports(self, device, case):
         reason = backend_device_reason(device, "fa2") or self.uniform_q_reason(case)
         if reason is None and case.q_len != 1:
-            reason = (f"q_len {case.q_len}: a draft decode pass has one query token per row (topk k: batch x k "
-                      "rows); measure it at --q-len 1")
+            reason = ONE_TOKEN.format(q=case.q_len)
         return reason or realistic_reason(
             case, sinks="sinks: FlashInfer's tensor-core decode route (fa2) drops run(sinks=)",
             skip_softmax="skip-softmax: FlashInfer's tensor-core decode route (fa2) drops it",
@@ -108,13 +107,24 @@ class DecodeWrapperRoute(Route):
         return lambda: w.plan(*args, **kw)
 
 
+ONE_TOKEN = ("q_len {q}: a draft decode pass has one query token per row (topk k: batch x k rows); measure it at "
+             "--q-len 1")
+
+
+class DraftKernelRoute(KernelRoute):
+    """A kbench kernel as a draft decode pass runs it: one query token per row."""
+
+    def supports(self, device, case):
+        return (ONE_TOKEN.format(q=case.q_len) if case.q_len != 1 else None) or super().supports(device, case)
+
+
 FLASHINFER_DRAFT_DECODE = DecodeWrapperRoute(
     "sglang-fi-draft-decode", "sglang", source=SOURCE_FI,
     description="SGLang flashinfer draft decode pass (EAGLE, topk x batch rows of one token): tensor-core decode "
                 "wrapper with CUDA-graph buffers, planned every pass",
     host_work="plan() of the pass's decode wrapper from host offsets; once per step the passes' kv_indptr is read "
               "back from the GPU (waits for it)")
-TRTLLM_MHA_DRAFT = KernelRoute(
+TRTLLM_MHA_DRAFT = DraftKernelRoute(
     "sglang-trtllm-mha-draft", "sglang", TrtllmDecode(), metadata=graph_buffer_refresh, steps=("draft_decode",),
     source="trtllm_mha_backend.py:2038-2063",
     description="SGLang trtllm_mha draft decode pass: TRT-LLM decode (xqa on SM90) at one query token per row, in a "
@@ -122,7 +132,7 @@ TRTLLM_MHA_DRAFT = KernelRoute(
     host_work="the graph's KV lengths and page table refreshed by one launch, no plan, no wait",
     page_sizes=(16, 32, 64, 128),
     page_source="SGLang 0.5.23 moves trtllm_mha to page 64 otherwise: arg_groups/overrides.py:1174-1187")
-FA3_DRAFT = KernelRoute(
+FA3_DRAFT = DraftKernelRoute(
     "sglang-fa3-draft", "sglang", VllmFa3("sglang"), metadata=graph_buffer_refresh, steps=("draft_decode",),
     source="flashattention_backend.py:3477-3512",
     description="SGLang fa3 draft decode pass: FlashAttention-3 with SGLang's arguments at one query token per row, "
