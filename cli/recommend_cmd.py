@@ -79,6 +79,9 @@ def _group_filters(f):
 @click.option("--accept-length", default=None, metavar="N|RUN",
               help="Accepted tokens per step (1 .. steps + 1), or a kbench server-bench run folder of this server "
                    "(its measured acceptance): with --layers, tokens per second.")
+@click.option("--spec-runs", default=None, metavar="RUN,RUN,...",
+              help="kbench server-bench runs of one server, one per speculative config: rank the configs by measured "
+                   "output tokens/s per batch size and print the best one's flags at each (no RUN_OR_POLICY needed).")
 @click.option("--setting", "setting_ids", multiple=True, help="Price only this setting (an id from --settings; repeat).")
 @click.option("--flashinfer", default=None, metavar="VERSION", help="FlashInfer the engine runs with [default: its pin].")
 @click.option("--gpu", default=None, help="The GPU the recommendation is for (SM90, sm100, H200): refused unless the run is from it.")
@@ -101,7 +104,7 @@ def _group_filters(f):
               help="With --ab: the gate's threshold (5% or 0.05, below 100%), also what counts as no change.")
 @one_line_errors
 def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, workload_file, steps, current,
-                  model_preset, verify_layers, draft_layers, layers_run, accept_length, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, as_json, markdown_file,
+                  model_preset, verify_layers, draft_layers, layers_run, accept_length, spec_runs, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, as_json, markdown_file,
                   show_settings, ab, ab_settings, threshold, **filters):
     """The engine flags to set for a workload, from a run's measurements: each engine setting's price per step (the
     host work its routes redo every step + layers x their kernel time), the best one as a command line that
@@ -129,6 +132,9 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     eng = table.engine(engine, engine_version)
     if show_settings:
         _print_settings(eng, as_json, markdown_file)
+        return
+    if spec_runs is not None:
+        _rank_spec_runs(spec_runs, eng.engine, as_json)
         return
     if not sources:
         raise BadInput("give a run folder or a policy file (RUN_OR_POLICY)")
@@ -255,6 +261,24 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         con.print(_table(f"Check against the engine: A = {chk.setting_a}, B = {chk.setting_b}", *check_rows(chk)))
     if markdown_file:
         con.print(escape(f"wrote {markdown_file}"))
+
+
+def _rank_spec_runs(spec_runs: str, engine: str, as_json: bool) -> None:
+    from kbench.recommend.spec_rank import lines, rank
+
+    paths = [p.strip() for p in spec_runs.split(",") if p.strip()]
+    runs, ranked = rank(paths, engine)
+    if as_json:
+        click.echo(json.dumps({"engine": engine, "model": runs[0].model, "by_batch_size": [
+            {"batch_size": rk.batch_size, "best": rk.order[0][0].label, "flags": rk.order[0][0].flags(),
+             "tied": [r.label for r in rk.tied], "called_by": rk.called_by,
+             "configs": [{"run": r.path, "config": r.label, "topk": r.topk, "steps": r.steps,
+                          "draft_tokens": r.draft_tokens, "tokens_per_s": v,
+                          "accept_length": r.accept.get(rk.batch_size)} for r, v in rk.order]}
+            for rk in ranked]}, indent=2))
+        return
+    for line in lines(runs, ranked):
+        echo(line)
 
 
 def _whole_step(rec, layers_run, accept_length, resolved, preset):

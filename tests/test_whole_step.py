@@ -256,3 +256,62 @@ def test_layers_stopped_keeps_its_rows_and_resumes(tmp_path, sig, code):
     # (draft extend) and 1, 2 (passes); draft LM head at 1, 2
     assert len(rows) == 2 + 2 + 4 + 2 and rows["case_id"].is_unique and (rows["status"] == "ok").all()
     assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
+
+
+def _spec_run(path, topk, steps, drafts, tps: dict, backend="sglang", model="meta-llama/Llama-3.1-8B-Instruct",
+              samples=None):
+    from report_synth import write_run
+
+    from kbench.server.rows import ServerBenchRow
+
+    rows = []
+    for bs, v in tps.items():
+        r = ServerBenchRow(case_id=f"bs{bs}-in512-out64", run_name="s", backend=backend, url="http://x", model=model,
+                           batch_size=bs, input_len=512, output_len=64, status="ok", output_throughput=v,
+                           acc_length=2.5, spec_drafts=100.0, spec_draft_tokens=100.0 * drafts)
+        if samples:
+            r.output_throughput_samples = [v * (1 + d) for d in samples]
+            r.repeats = len(samples)
+        rows.append(r.to_dict())
+    server = {"speculative_eagle_topk": topk, "speculative_num_steps": steps, "speculative_num_draft_tokens": drafts}
+    return write_run(path, rows, reference=False, kind="server-bench", backend=backend, model=model,
+                     server=server if backend == "sglang" else None)
+
+
+def test_spec_runs_ranked_by_tokens_per_second_per_batch_size(tmp_path):
+    a = _spec_run(tmp_path / "a", 1, 3, 4, {1: 300.0, 16: 2000.0, 64: 5000.0})
+    b = _spec_run(tmp_path / "b", 4, 5, 8, {1: 400.0, 16: 2050.0, 64: 4000.0})
+    r = recommend_cli("--engine", "sglang", "--spec-runs", f"{a},{b}", "--json")
+    assert r.exit_code == 0, r.output
+    j = {x["batch_size"]: x for x in json.loads(r.output)["by_batch_size"]}
+    assert j[1]["best"] == "topk 4, 5 steps, 8 draft tokens"
+    assert j[1]["flags"] == "--speculative-eagle-topk 4 --speculative-num-steps 5 --speculative-num-draft-tokens 8"
+    assert j[64]["best"] == "topk 1, 3 steps, 4 draft tokens"
+    assert len(j[16]["tied"]) == 2  # 2.5% apart, no repeats: not called
+    r = recommend_cli("--engine", "sglang", "--spec-runs", f"{a},{b}")
+    assert "no one config is best at every batch size" in " ".join(r.output.split())
+
+
+def test_spec_runs_with_repeats_call_a_small_difference(tmp_path):
+    a = _spec_run(tmp_path / "a", 1, 3, 4, {16: 2000.0}, samples=[-0.002, 0, 0.002, 0.001])
+    b = _spec_run(tmp_path / "b", 4, 5, 8, {16: 2050.0}, samples=[-0.002, 0, 0.002, 0.001])
+    j = json.loads(recommend_cli("--engine", "sglang", "--spec-runs", f"{a},{b}", "--json").output)
+    assert j["by_batch_size"][0]["tied"] == ["topk 4, 5 steps, 8 draft tokens"]
+    assert j["by_batch_size"][0]["called_by"] == "noise"
+
+
+def test_spec_runs_vllm_reads_its_counters_and_bad_runs_exit_2(tmp_path):
+    a = _spec_run(tmp_path / "a", 1, 3, 3, {1: 300.0, 64: 5000.0}, backend="vllm")
+    b = _spec_run(tmp_path / "b", 1, 3, 5, {1: 400.0, 64: 4000.0}, backend="vllm")
+    r = recommend_cli("--engine", "vllm", "--spec-runs", f"{a},{b}")
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "bs 1 -> 5, bs 64 -> 3" in out and "num_speculative_tokens 5" in out
+    r = recommend_cli("--engine", "sglang", "--spec-runs", f"{a},{b}")
+    assert r.exit_code == 2 and "a vllm server's run; --engine is sglang" in r.output
+    c = _spec_run(tmp_path / "c", 1, 3, 4, {1: 1.0}, model="Qwen/Qwen2.5-7B")
+    d = _spec_run(tmp_path / "d", 1, 3, 4, {1: 1.0})
+    r = recommend_cli("--engine", "sglang", "--spec-runs", f"{c},{d}")
+    assert r.exit_code == 2 and "runs of different models" in r.output
+    r = recommend_cli("--engine", "sglang", "--spec-runs", str(d))
+    assert r.exit_code == 2 and "two or more" in r.output
