@@ -315,3 +315,23 @@ def test_spec_runs_vllm_reads_its_counters_and_bad_runs_exit_2(tmp_path):
     assert r.exit_code == 2 and "runs of different models" in r.output
     r = recommend_cli("--engine", "sglang", "--spec-runs", str(d))
     assert r.exit_code == 2 and "two or more" in r.output
+
+
+def test_tree_draft_passes_run_batch_times_topk_rows(tmp_path):
+    """A topk:4 tree of 8 tokens: each draft pass is priced at bs x 4 rows of one token (SGLang expands the batch by
+    topk: flashinfer_backend.py:2501), its layer and LM head over bs x 4 tokens."""
+    from kbench.cases.trees import draft_steps
+
+    layers = write_layers_run(tmp_path / "l")
+    rows = (known_rows(bss=(4, 16, 64), qs=(1, 8), kvs=(4096,), kernels=GQA_KERNELS + DRAFT_ROUTES, page_size=1)
+            + known_rows(bss=(4, 16, 64), qs=(8,), kvs=(4096,), kernels=GQA_KERNELS, page_size=1, tree="topk:4"))
+    routes = known_run(tmp_path / "routes", rows)
+    j = _json(routes, "--engine", "sglang", "--setting", "flashinfer", "--batch-size", 16, "--q-len", 8,
+              "--kv-len", 4096, "--tree", "topk:4", "--model", "llama3-8b", "--layers", layers)
+    (got,) = j["whole_step"]["steps"]
+    passes = draft_steps(8, 4) - 1
+    assert got["draft_passes"] == passes >= 1
+    assert got["draft_attention_us"] == pytest.approx(passes * t_route("sglang-fi-draft-decode", 64, 1, 4096))
+    assert got["draft_model_us"] == pytest.approx(passes * (t_part("draft-layer", 64) + t_part("draft-lm-head", 64)))
+    assert got["other_layers_us"] == pytest.approx(32 * t_part("target-layer", 128) + t_part("target-lm-head", 128)
+                                                   + t_part("draft-layer", 128) + t_part("draft-lm-head", 16))
