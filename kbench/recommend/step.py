@@ -190,6 +190,12 @@ def whole_step(rec, r, lt: LayerTimes, dims) -> WholeStep:
         except BadInput as e:
             missing = f"{route}: {e}"
             continue
+        if p.clamped or p.interpolated:
+            note = (f"{route} at bs {one.batch_size} q 1 kv {one.kv_len} priced at the measured cell bs "
+                    f"{p.used['batch_size']} q {p.used['q_len']} kv {p.used['kv_len']}"
+                    + (" (beyond the measured range)" if p.clamped else ""))
+            if note not in lt.clamped:
+                lt.clamped.append(note)
         c = step_cost(p, route, draft_layers, "sum")
         if c is None:
             missing = (f"{route} has no rows at q 1 in {rec.source.label} (measure it: kbench sweep --kernels "
