@@ -25,6 +25,7 @@ COMMANDS = {
     "baseline": ("kbench.cli.gate_cmd", "baseline", "Write or refresh the baseline NAME from RUN, meant to be committed."),
     "report": ("kbench.cli.report_cmd", "report_cmd", "Winners, crossovers, a selection policy, regret and plots from RUNs."),
     "select": ("kbench.cli.report_cmd", "select_cmd", "The kernel to use for one shape, from a policy file."),
+    "layers": ("kbench.cli.layers_cmd", "layers_cmd", "Time a model's other layers (all but attention) per part of a speculative step on this GPU."),
     "recommend": ("kbench.cli.recommend_cmd", "recommend_cmd", "The engine flags to set for a workload, from a run's measurements."),
     "resolve": ("kbench.cli.resolve_cmd", "resolve_cmd", "What a launch line runs, as the engine release resolves it (each field with its rule)."),
     "export": ("kbench.cli.recommend_cmd", "export_cmd", "Write the policy as a standalone Python selector that answers as kbench select."),

@@ -79,6 +79,15 @@ def _group_filters(f):
 @click.option("--draft-layers", type=INT, default=None,
               help="Attention layers of the draft model: draft-extend steps count this many calls (0..1000) "
                    "[default: the model preset's, 1 for EAGLE and MTP].")
+@click.option("--layers", "layers_run", default=None, metavar="RUN",
+              help="A kbench layers run of the model (its other layers and draft timed on this GPU): the answer "
+                   "prices the whole step (attention, other layers, draft passes, host work) and its share.")
+@click.option("--accept-length", default=None, metavar="N|RUN",
+              help="Accepted tokens per step (1 .. steps + 1), or a kbench server-bench run folder of this server "
+                   "(its measured acceptance): with --layers, tokens per second.")
+@click.option("--spec-runs", default=None, metavar="RUN,RUN,...",
+              help="kbench server-bench runs of one server, one per speculative config: rank the configs by measured "
+                   "output tokens/s per batch size and print the best one's flags at each (no RUN_OR_POLICY needed).")
 @click.option("--setting", "setting_ids", multiple=True, help="Price only this setting (an id from --settings; repeat).")
 @click.option("--flashinfer", default=None, metavar="VERSION", help="FlashInfer the engine runs with [default: its pin].")
 @click.option("--gpu", default=None, help="The GPU the recommendation is for (SM90, sm100, H200): refused unless the run is from it.")
@@ -104,7 +113,7 @@ def _group_filters(f):
               help="With --ab: the gate's threshold (5% or 0.05, below 100%), also what counts as no change.")
 @one_line_errors
 def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, workload_file, steps, current,
-                  model_preset, verify_layers, draft_layers, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, show_all, as_json, markdown_file,
+                  model_preset, verify_layers, draft_layers, layers_run, accept_length, spec_runs, setting_ids, flashinfer, gpu, host_overlap, max_extrapolation, top, show_all, as_json, markdown_file,
                   show_settings, ab, ab_settings, threshold, **filters):
     """The engine flags to set for a workload, from a run's measurements: each engine setting's price per step (the
     host work its routes redo every step + layers x their kernel time), the best one as a command line that
@@ -137,6 +146,9 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     eng = table.engine(engine, engine_version)
     if show_settings:
         _print_settings(eng, as_json, markdown_file)
+        return
+    if spec_runs is not None:
+        _rank_spec_runs(spec_runs, eng.engine, as_json)
         return
     if not sources:
         raise BadInput("give a run folder or a policy file (RUN_OR_POLICY)")
@@ -217,6 +229,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     rec = recommend(src, wl, eng, settings=list(setting_ids) or None, top=top, current=resolved,
                     layers_known=layers_known, preset=preset, **kw)
     chk = _ab_check(src, wl, eng, ab, ab_ids, thr, kw) if ab_ids else None
+    whole = _whole_step(rec, layers_run, accept_length, resolved, preset)
 
     if markdown_file:
         from kbench.runs import atomic
@@ -230,6 +243,10 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         out = to_json(rec)
         if chk is not None:
             out["ab_check"] = _check_json(chk)
+        if whole is not None:
+            from kbench.recommend.step import to_json as step_json
+
+            out["whole_step"] = step_json(whole, rec)
         click.echo(json.dumps(out, indent=2))
         return
     con = make_console()
@@ -250,6 +267,11 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
             con.print(_table("", headers, rows, first_bold=True, compact=True))
         for line in rest:
             con.print(escape(line))
+    if whole is not None:
+        from kbench.recommend.step import lines as step_lines
+
+        for line in step_lines(whole, rec):
+            con.print(escape(line), style="bold" if "saves" in line else None)
     if rec.drivers and (show_all or rec.gap_pct() is not None and rec.gap_pct() > 0.05):
         con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec),
                          compact=not show_all))
@@ -270,6 +292,44 @@ def _runs_with(src, tree: str) -> str:
 
     runs = runs_that_answer(src, {"tree": tree})
     return f"; {' and '.join(runs)} {'has' if len(runs) == 1 else 'have'} them: price it there" if runs else ""
+
+
+def _rank_spec_runs(spec_runs: str, engine: str, as_json: bool) -> None:
+    from kbench.recommend.spec_rank import lines, rank
+
+    paths = [p.strip() for p in spec_runs.split(",") if p.strip()]
+    runs, ranked = rank(paths, engine)
+    if as_json:
+        click.echo(json.dumps({"engine": engine, "model": runs[0].model, "by_batch_size": [
+            {"batch_size": rk.batch_size, "best": rk.order[0][0].label, "flags": rk.order[0][0].flags(),
+             "tied": [r.label for r in rk.tied], "called_by": rk.called_by,
+             "configs": [{"run": r.path, "config": r.label, "topk": r.topk, "steps": r.steps,
+                          "draft_tokens": r.draft_tokens, "tokens_per_s": v,
+                          "accept_length": r.accept.get(rk.batch_size)} for r, v in rk.order]}
+            for rk in ranked]}, indent=2))
+        return
+    for line in lines(runs, ranked):
+        echo(line)
+
+
+def _whole_step(rec, layers_run, accept_length, resolved, preset):
+    """The whole step (kbench.recommend.step) when --layers is given; --accept-length alone is refused."""
+    from kbench.recommend.step import acceptance, answer, load_layers
+
+    if layers_run is None:
+        if accept_length is not None:
+            raise BadInput("--accept-length prices tokens per second of the whole step: give --layers RUN too (a "
+                           "kbench layers run of the model)")
+        return None
+    lt = load_layers(layers_run)
+    if not rec.layers_known:
+        raise BadInput(f"--layers {layers_run}: the whole step needs the attention priced over the model's layers "
+                       f"too: give --model {lt.model} (or --verify-layers)")
+    if preset and lt.model != preset:
+        raise BadInput(f"--layers {layers_run}: a run of {lt.model}; the attention is priced for {preset}: time the "
+                       f"model you price (kbench layers --model {preset})")
+    acc = acceptance(accept_length, rec.spec, rec.engine.engine, resolved.model if resolved is not None else None)
+    return answer(rec, lt, acc)
 
 
 def _ab_args(ab, ab_settings, eng) -> list[str]:

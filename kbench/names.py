@@ -9,7 +9,8 @@ KERNEL_NAMES = ("trtllm-decode", "trtllm-decode-ragged", "decode-wrapper", "trtl
                 "sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha", "sglang-fa3", "sglang-flashmla",
                 "sglang-fi-mla", "sglang-fi-mla-extend", "sglang-fa3-mla", "sglang-fi-verify-hostplan",
                 "sglang-fa3-tree", "vllm-fi-decode", "vllm-fi-prefill", "vllm-fi-prefill-fa3", "vllm-flash-attn",
-                "vllm-flashmla", "vllm-flash-attn-mla", "reference", "test-oob-write")
+                "vllm-flashmla", "vllm-flash-attn-mla", "sglang-fi-draft-decode", "sglang-trtllm-mha-draft",
+                "sglang-fa3-draft", "reference", "test-oob-write")
 
 # an engine's route (kbench.kernels.routes) -> (the kernel it calls, the engine): a route is one engine's way of
 # calling a kernel, so `kbench select` answers with the kernel and names the route beside it; the registry's own
@@ -23,7 +24,10 @@ ROUTE_KERNEL = {"sglang-fi-verify": ("fa2-prefill", "sglang"), "sglang-fi-extend
                 "sglang-fa3-tree": ("vllm-fa3-sgl-call", "sglang"), "vllm-fi-decode": ("trtllm-decode", "vllm"),
                 "vllm-fi-prefill": ("fa2-prefill", "vllm"), "vllm-fi-prefill-fa3": ("fa3-prefill", "vllm"),
                 "vllm-flash-attn": ("vllm-fa3", "vllm"), "vllm-flashmla": ("flashmla", "vllm"),
-                "vllm-flash-attn-mla": ("vllm-fa3-mla", "vllm")}
+                "vllm-flash-attn-mla": ("vllm-fa3-mla", "vllm"),
+                "sglang-fi-draft-decode": ("decode-wrapper", "sglang"),
+                "sglang-trtllm-mha-draft": ("trtllm-decode", "sglang"),
+                "sglang-fa3-draft": ("vllm-fa3-sgl-call", "sglang")}
 
 
 def kernel_of(name: str) -> str:

@@ -39,6 +39,14 @@ def sweep_options(command_line: str) -> str:
     return " ".join(out)
 
 
+def options(m: dict) -> str:
+    """A sweep's grid options; another kind's (kbench layers) command after its name, without --out and --name."""
+    if m.get("kind", "sweep") == "sweep":
+        return sweep_options(m.get("command_line") or "")
+    args = [str(a) for a in (m.get("command") or [])][2:]  # after `kbench layers`
+    return " ".join([m["kind"], *sweep_options(shlex.join(["kbench", "x", *args])).split()])
+
+
 def table() -> str:
     lines = ["| baseline | GPU | FlashInfer, torch | measured | runs | rows | sweep |", "|---|---|---|---|---|---|---|"]
     for name in sorted(COMMITTED_BASELINES):
@@ -46,7 +54,7 @@ def table() -> str:
         d = m.get("device", {})
         lines.append(f"| `{name}` | {d.get('name')} (SM{d.get('sm')}) | {d.get('flashinfer_version')}, "
                      f"{d.get('torch_version')} | {str(m.get('start_time'))[:10]} | {m['baseline'].get('num_runs', 1)} | "
-                     f"{m.get('num_rows')} | `{sweep_options(m.get('command_line') or '')}` |")
+                     f"{m.get('num_rows')} | `{options(m)}` |")
     return "\n".join(lines)
 
 

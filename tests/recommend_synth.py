@@ -45,13 +45,16 @@ ROUTE_OF = {"sglang-fi-verify": (FA2, 1.25), "sglang-fi-extend": (FA2, 1.0), "sg
             "vllm-fi-prefill-fa3": (FA3, 1.0),
             "vllm-flash-attn": (VFA3, 1.0), "sglang-flashmla": (FLASHMLA, 1.0), "sglang-fi-mla": (FI_MLA, 1.0),
             "vllm-flashmla": (FLASHMLA, 1.0), "sglang-fi-mla-extend": (FI_MLA, 1.0), "sglang-fa3-mla": (FA3_MLA_SGL, 1.0),
-            "vllm-flash-attn-mla": (FA3_MLA, 1.0)}
+            "vllm-flash-attn-mla": (FA3_MLA, 1.0),
+            # draft decode passes (kbench.kernels.routes.draft_decode), measured at q 1
+            "sglang-fi-draft-decode": (FA2, 0.9), "sglang-trtllm-mha-draft": (DECODE, 1.0), "sglang-fa3-draft": (VFA3_SGL, 1.0)}
 HOST = {"sglang-fi-verify": 50.0, "sglang-fi-extend": 12.0, "sglang-trtllm-mha": 4.0, "sglang-fa3": 4.0,
         "sglang-fi-verify-hostplan": 20.0, "sglang-fa3-tree": 6.0,
         "vllm-fi-decode": 3.0, "vllm-fi-prefill": 15.0, "vllm-fi-prefill-fa3": 15.0, "vllm-flash-attn": 8.0, "sglang-flashmla": 5.0,
         "sglang-fi-mla": 30.0, "vllm-flashmla": 6.0, "sglang-fi-mla-extend": 40.0, "sglang-fa3-mla": 4.0,
-        "vllm-flash-attn-mla": 8.0}
-WAITS = {"sglang-fi-verify", "vllm-fi-prefill", "vllm-fi-prefill-fa3"}  # host work that waits for the GPU (never overlapped)
+        "vllm-flash-attn-mla": 8.0, "sglang-fi-draft-decode": 25.0, "sglang-trtllm-mha-draft": 3.0,
+        "sglang-fa3-draft": 3.0}
+WAITS = {"sglang-fi-verify", "vllm-fi-prefill", "vllm-fi-prefill-fa3", "sglang-fi-draft-decode"}  # host work that waits for the GPU (never overlapped)
 # SGLang routes of a backend that reads sequence lengths on the CPU: the overlap scheduler waits for the previous
 # verify before preparing the step, so host work overlaps only the draft extend's GPU work
 FENCED = {"sglang-fi-verify", "sglang-fi-extend", "sglang-fi-verify-hostplan", "sglang-fi-mla", "sglang-fi-mla-extend"}

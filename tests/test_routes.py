@@ -35,7 +35,8 @@ def test_routes_are_registered_apart_from_all():
     assert names == {"sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha", "sglang-fa3", "sglang-flashmla",
                      "sglang-fi-mla", "sglang-fi-mla-extend", "sglang-fa3-mla", "sglang-fi-verify-hostplan",
                      "sglang-fa3-tree", "vllm-fi-decode", "vllm-fi-prefill", "vllm-fi-prefill-fa3", "vllm-flash-attn",
-                     "vllm-flashmla", "vllm-flash-attn-mla"}
+                     "vllm-flashmla", "vllm-flash-attn-mla", "sglang-fi-draft-decode", "sglang-trtllm-mha-draft",
+                     "sglang-fa3-draft"}
     assert not names & {k.name for k in registry.select(["all"])}
     assert {k.name for k in registry.select(["routes"])} == names
     assert {k.name for k in registry.select(["routes", "fa2-prefill"])} == names | {"fa2-prefill"}
@@ -121,7 +122,7 @@ def test_a_route_row_carries_its_host_work_timed_on_this_cpu(tmp_path, cpu_route
     # the real routes are skipped rows here, with the reason; plain kernels carry no host columns
     real = rows[rows["kernel"].isin([k.name for k in ROUTES])]
     assert set(real["status"]) == {"skipped"}
-    assert real["reason"].str.contains("CUDA|takes MLA").all()
+    assert real["reason"].str.contains("CUDA|takes MLA|a draft decode pass has one query token").all()
     ref = rows[rows["kernel"] == "reference"].iloc[0]
     assert pd.isna(ref["host_us"])
     # the policy's cell keeps the route's host work beside its time, and the host it was timed on

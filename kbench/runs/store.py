@@ -61,7 +61,7 @@ def register_row_kind(kind: str, columns: list[str], list_columns: tuple[str, ..
 # kbench's kinds that live in a layer above this one: the module that registers each, imported by name when a run of
 # that kind is first read (so `load_run` on a server-bench folder works from Python without importing kbench.server
 # first; a name, not an import: runs/ stays below server/ in the layer check)
-KIND_MODULES = {"server-bench": "kbench.server.rows"}
+KIND_MODULES = {"server-bench": "kbench.server.rows", "layers": "kbench.runs.layer_rows"}
 
 
 def row_kind(kind: str) -> tuple[list[str], tuple[str, ...]]:

@@ -8,6 +8,6 @@ from __future__ import annotations
 
 
 def all_routes() -> tuple:
-    from kbench.kernels.routes import sglang, vllm
+    from kbench.kernels.routes import draft_decode, sglang, vllm
 
-    return sglang.ROUTES + vllm.ROUTES
+    return sglang.ROUTES + vllm.ROUTES + draft_decode.ROUTES
