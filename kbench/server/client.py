@@ -25,6 +25,7 @@ import urllib3.exceptions
 import urllib3.util
 
 from kbench import files
+from kbench.text import one_line
 from kbench.server.auth import NO_CREDENTIALS, Credentials, origin, redact_url, without_userinfo
 from kbench.server.deadline import Deadline, deadline_session
 
@@ -114,8 +115,14 @@ class ServerClient:
                                          headers=self.headers, auth=self.auth, allow_redirects=False)
             if not r.is_redirect:
                 return r
-            target = urljoin(r.url, r.headers.get("location", ""))
+            location = r.headers.get("location", "")
             r.close()
+            try:
+                target = urljoin(r.url, location)
+            except ValueError as e:  # a Location Python's URL parser refuses (http://[::1/, a bad IPv6 literal)
+                raise ServerError(f"{method} {self.url(path)}: redirected ({r.status_code}) to a Location that is no "
+                                  f"URL ({e}): {one_line(redact_url(location))[:200]!r}; kbench does not follow it") \
+                    from None
             if self.origin is None or origin(target) != self.origin:
                 raise ServerError(f"{method} {self.url(path)}: redirected ({r.status_code}) to another origin, "
                                   f"{redact_url(target)}{_connects_to(target)}; kbench does not follow it (the batch and any credentials "
