@@ -11,7 +11,7 @@ from rich.console import Console
 from kbench.text import terminal
 
 LOG_WIDTH = 250
-HIGHLIGHT_MAX = 2000  # characters: a longer string (an input's, never kbench's own) is printed without highlighting
+HIGHLIGHT_MAX = 1000  # characters: a longer string (an input's, never kbench's own) is printed without highlighting
 
 
 class SafeConsole(Console):

@@ -111,8 +111,14 @@ class ServerClient:
         url = self.url(path)
         for _ in range(MAX_REDIRECTS + 1):
             with deadline.attaching():
-                r = self.session.request(method, url, json=json_body, params=params, stream=True, timeout=timeout,
-                                         headers=self.headers, auth=self.auth, allow_redirects=False)
+                try:
+                    r = self.session.request(method, url, json=json_body, params=params, stream=True,
+                                             timeout=timeout, headers=self.headers, auth=self.auth,
+                                             allow_redirects=False)
+                except ValueError as e:  # requests prepares a redirect's next request even when not following it:
+                    # a Location Python's URL parser refuses (http://[::1/, a bad IPv6 literal) raises there
+                    raise ServerError(f"{method} {self.url(path)}: redirected to a Location that is no URL ({e}); "
+                                      "kbench does not follow it") from None
             if not r.is_redirect:
                 return r
             location = r.headers.get("location", "")

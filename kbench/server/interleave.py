@@ -41,6 +41,7 @@ from typing import Callable
 
 import requests
 
+from kbench.text import recorded
 from kbench import redact, shell
 from kbench.errors import BadInput, KbenchError
 from kbench.runs.session import RunSession
@@ -194,7 +195,7 @@ def _group_alive(pgid: int) -> bool:
 
 def _same_model(a: str | None, b: str | None, where: str) -> None:
     if (a or "") != (b or ""):
-        raise BadInput(f"A and B serve different models ({a!r} vs {b!r}{where}): an A/B compares one model with "
+        raise BadInput(f"A and B serve different models ({recorded(a)} vs {recorded(b)}{where}): an A/B compares one model with "
                        f"one setting changed; give both sides the same --model")
 
 
