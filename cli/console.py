@@ -11,14 +11,18 @@ from rich.console import Console
 from kbench.text import terminal
 
 LOG_WIDTH = 250
+HIGHLIGHT_MAX = 1000  # characters: a longer string (an input's, never kbench's own) is printed without highlighting
 
 
 class SafeConsole(Console):
     """A Console whose every string (a printed line, a table cell) has its control characters shown as escapes
     (kbench.text.terminal): a kernel name or device from a run cannot move the cursor or recolour the terminal.
-    rich's own styling is added after, as usual."""
+    rich's own styling is added after, as usual; a string of more than HIGHLIGHT_MAX characters is not highlighted
+    (rich's highlighter takes minutes on 100 KB)."""
 
     def render_str(self, text: str, **kw):
+        if len(text) > HIGHLIGHT_MAX:  # rich's highlighter is quadratic in a long text (a 100 KB device name)
+            kw["highlight"] = False
         return super().render_str(terminal(text), **kw)
 
 

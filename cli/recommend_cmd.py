@@ -175,9 +175,12 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
             raise BadInput("give a run folder or a policy file (RUN_OR_POLICY)")
         from kbench.recommend.price import check_gpu, load_source
 
+        from kbench.recommend.line import scrubbed
+
         src = load_source(list(sources))
-        resolved = resolve_current(current, check_gpu(src, gpu), engine_table=eng,
-                                   preset=model_preset or src.model)
+        with scrubbed(current):  # a message about the line never shows a secret of it
+            resolved = resolve_current(current, check_gpu(src, gpu), engine_table=eng,
+                                       preset=model_preset or src.model)
         if q_len is None:
             q_len = str(resolved.spec.q_len)
         trees = sorted({str(g.get("tree", "chain")) for g in src.policy.get("groups", [])})

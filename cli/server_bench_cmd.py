@@ -257,11 +257,12 @@ def server_bench(ctx, url, url_b, switch_command, switch_timeout, api_key, api_k
                  flush_timeout, request_timeout, profile, model, vocab_size, out_dir, result_filename, fail_fast,
                  resume):
     from click.core import ParameterSource
-    from kbench.server.auth import load_credentials, redact_argv
+    from kbench import redact
+    from kbench.server.auth import load_credentials
 
     given = [p for p in ctx.params if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE]
     creds = load_credentials(api_key, api_key_file, header, header_file)
-    command = ["kbench", *redact_argv(sys.argv[1:])]  # no secret in the recorded command line
+    command = ["kbench", *redact.argv(sys.argv[1:])]  # no secret in the recorded command line
     if resume:
         from kbench.server.bench import config_of_run
 

@@ -9,6 +9,7 @@ for where kbench shows it, in one place each:
     code(s)       a markdown code span of ``s`` whatever backticks it holds
     xml(s)        XML 1.0 text or an attribute (JUnit): terminal(), and what XML cannot hold (NUL, lone
                   surrogates, U+FFFE) shown as escapes; ElementTree escapes the rest
+    recorded(v)   a value a run may lack, for a message: repr(v), or `not recorded` (never `None`)
 
 kbench's own text goes through them unchanged: they touch only what an input could bring.
 """
@@ -48,6 +49,12 @@ def code(s) -> str:
     fence = "`" * (max(map(len, runs)) + 1 if runs else 1)
     pad = " " if s.startswith("`") or s.endswith("`") else ""
     return f"{fence}{pad}{s}{pad}{fence}".replace("|", "\\|")
+
+
+def recorded(v) -> str:
+    """A value read from a run (a model, a backend) for a message: repr(), or `not recorded` where the run has none
+    (never `None` in a line the user reads)."""
+    return "not recorded" if v is None or v == "" else repr(v)
 
 
 def xml(s) -> str:

@@ -1125,6 +1125,336 @@ TRUST_FILES = [
 ]
 
 
+
+# --- #55 trust round 6: one redaction, one line in and out, checks that compare something, bounded input ----------
+ROUTES_REC = f"kbench recommend {ROUTES} --engine sglang --batch-size 8 --kv-len 4096"
+SPEC = ("--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 4")
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+SGL = f"python -m sglang.launch_server --model-path {LLAMA} {SPEC}"
+PROXY_PW, GH_PAT, URL_PW, USER_TOK = "pxy-Pw-6614", "ghp_Trust55PatSecret", "url-Pw-9921", "hfUserTok5501"
+DRAFT_PW, JSON_PW, HF_TOK, API_KEY55 = "drf-Pw-3318", "json-Pw-7740", "hf_Tok55Secret", "sk-NotFlag55"
+SWITCH_KEY = "sk-Switch55live"
+
+
+def _line(line: str, file: bool = False):
+    """--current's line (quoted for the table's command) as {line}; file=True: written to cur.sh (@cur.sh)."""
+    def setup(w):
+        w.vars["line"] = shlex.quote(line)
+        if file:
+            w.path("cur.sh").write_text(line)
+    return setup
+
+
+def _set_words(w, out) -> list[str]:
+    """The set: line's words as bash itself splits them."""
+    line = next((ln for ln in out.splitlines() if ln.startswith("set: ")), None)
+    assert line is not None, "no set: line"
+    p = subprocess.run(["bash", "-c", 'f() { for a in "$@"; do printf "%s\\0" "$a"; done; }; f ' + line[5:]],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.split("\0")[:-1]
+
+
+def _bash_passes(*words):
+    """bash, splitting the printed set: line, passes each of these words whole."""
+    def check(w, out):
+        got = _set_words(w, out)
+        for x in words:
+            assert x in got, f"{x!r} not a word of the set: line as bash splits it: {got}"
+        assert not any(g in ("-h", "--help", "--trust-remote-code") for g in got), got
+    return check
+
+
+def _no_secret_and(*secrets, also=None):
+    def check(w, out):
+        _no_secret(*secrets)(w, out)
+        if also:
+            also(w, out)
+    return check
+
+
+SGLANG_INFO55 = {"model_path": LLAMA, "tp_size": 1, "dp_size": 1, "version": "0.5.23", "max_running_requests": 48,
+                 "speculative_algorithm": "EAGLE", "page_size": 64, "speculative_num_draft_tokens": 4,
+                 "speculative_num_steps": 3, "speculative_eagle_topk": 1, "attention_backend": "flashinfer",
+                 "disable_overlap_schedule": False, "internal_states": [{}]}
+
+
+def _info_run(edit=None):
+    """A server-bench run of the fake SGLang server whose /server_info holds a resolved EAGLE configuration (page
+    64, flashinfer), its manifest's kept `server` entry then edited by edit(server)."""
+    def setup(w):
+        _server(w, info_body=json.dumps(SGLANG_INFO55))
+        p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.vars["url"],
+                            *shlex.split(SERVER), "--out", str(w.path("r"))], capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        run = next(w.path("r").iterdir())
+        if edit:
+            m = json.loads((run / "manifest.json").read_text())
+            edit(m["server"])
+            (run / "manifest.json").write_text(json.dumps(m))
+        w.vars["run"] = str(run)
+    return setup
+
+
+def _deep_info_run(w):
+    _info_run()(w)
+    m = Path(w.vars["run"]) / "manifest.json"
+    text = m.read_text()
+    assert '"internal_states"' not in text or True
+    m.write_text(text.replace('"server": {', '"server": {"deep": ' + DEEP + ", ", 1))
+
+
+def _child_ended(w, out):
+    pid = int(w.path("child.pid").read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"the switch command's child {pid} still runs after kbench ended")
+
+
+def _old_switch_run(w):
+    """A server-bench run whose manifest (as an older kbench wrote it) holds a --switch-command with an API key."""
+    _server(w)
+    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.vars["url"],
+                        *shlex.split(SERVER), "--out", str(w.path("r"))], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = next(w.path("r").iterdir())
+    m = json.loads((run / "manifest.json").read_text())
+    raw = f"./switch.sh {{side}} --api-key {SWITCH_KEY}"
+    m["config"]["switch_command"] = raw
+    m["command"] = [*m["command"], "--switch-command", raw]
+    (run / "manifest.json").write_text(json.dumps(m))
+    w.vars["run"] = str(run)
+
+
+def _baseline_clean(w, out):
+    assert SWITCH_KEY not in out and holds(w.path("bl"), SWITCH_KEY) == [], holds(w.path("bl"), SWITCH_KEY)
+
+
+def _two_model_runs(w):
+    """Two server-bench runs of one grid, the second of another model (--model)."""
+    _server(w)
+    for name, extra in (("a", []), ("b", ["--model", "other/model"])):
+        p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.vars["url"],
+                            *shlex.split(SERVER), *extra, "--out", str(w.path(name))], capture_output=True,
+                           text=True, timeout=300)
+        if p.returncode != 0:  # the fake serves fake/model only: relabel b's run instead
+            p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.vars["url"],
+                                *shlex.split(SERVER), "--out", str(w.path(name))], capture_output=True, text=True,
+                               timeout=300)
+            run = next(w.path(name).iterdir())
+            set_manifest(run, model="other/model")
+        w.vars[name] = str(next(w.path(name).iterdir()))
+
+
+def _two_grid_runs(w, sizes=("1", "2")):
+    _server(w)
+    for name, bs in zip(("a", "b"), sizes):
+        p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "server-bench", "--url", w.vars["url"],
+                            *shlex.split(SERVER.replace("--batch-size 1", f"--batch-size {bs}")), "--out",
+                            str(w.path(name))], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        w.vars[name] = str(next(w.path(name).iterdir()))
+
+
+def _medians_tenfold(w):
+    """A candidate (the kernel run's copy as tables alone) whose rows.parquet medians are 10x, its samples not."""
+    _parquet_run(lambda d: d.assign(median_us=d["median_us"] * 10))(w)
+
+
+def _long_device(w):
+    """Baseline and candidate (the kernel runs) whose manifest names the GPU with 100 KB of digits (rich's
+    highlighter takes 68 s on 20 KB of them, quadratic); the committed source for recommend likewise."""
+    name = "NVIDIA H200 " + "1" * 100_000
+    for n, src in (("base", w.shared.kernel_run), ("cand", w.shared.kernel_run2)):
+        _device_named(w.copy(src, n), name)
+        w.vars[n] = str(w.path(n))
+    src = w.copy(ROOT / "results/baselines/h200-draft-extend-kv4096", "src")
+    _device_named(src, name)
+    w.path("w.jsonl").write_text('{"batch_size": 16, "q_len": 4, "kv_len": 4096, "weight": 1}\n')
+    w.vars["src"] = str(src)
+
+
+AA = "python {aa} {ra} {rb}"
+
+
+def _aa(b: str | None = None):
+    def setup(w):
+        w.vars.update(aa=str(ROOT / "benchmarks/recommend_aa.py"),
+                      ra=str(ROOT / "results/baselines/h100-engine-routes-page1-64-kv4096"),
+                      rb=str(ROOT / "results/baselines" / (b or "h100-engine-routes-page1-64-kv4096-r2")))
+    return setup
+
+
+def _big_file(size: int, name: str = "cur.sh"):
+    def setup(w):
+        with open(w.path(name), "wb") as f:
+            f.truncate(size)
+    return setup
+
+
+ROUND6 = [
+    # 3: one redaction
+    Situation("current-secret-env-url-forms", 1, "--current with HTTPS_PROXY=http://me:PW@proxy, GITHUB_PAT=..., a "
+              "password in --model-path's URL and in the draft's: set: line and rec.md",
+              ROUTES_REC + " --current {line} --markdown rec.md", 0, r"^set: .*GITHUB_PAT='\*\*\*'",
+              _line(f"HTTPS_PROXY=http://me:{PROXY_PW}@proxy:3128 GITHUB_PAT={GH_PAT} python -m sglang.launch_server "
+                    f"--model-path https://user:{URL_PW}@hub.example/{LLAMA} {SPEC} --speculative-draft-model-path "
+                    f"https://u:{DRAFT_PW}@hub.example/draft --page-size 64 --attention-backend flashinfer"),
+              _no_secret(PROXY_PW, GH_PAT, URL_PW, DRAFT_PW)),
+    Situation("current-secret-user-token-json", 1, "--current whose --model-path URL carries a token as its user "
+              "(https://TOKEN@host): --json", ROUTES_REC + " --current {line} --json", 0, r'"command"',
+              _line(f"python -m sglang.launch_server --model-path https://{USER_TOK}@hub.example/{LLAMA} {SPEC}"),
+              _no_secret(USER_TOK)),
+    Situation("current-secret-vllm-json-escaped", 1, "vLLM --current whose --speculative-config JSON holds a URL "
+              "password with escaped slashes (https:\\/\\/u:PW@h)",
+              f"kbench recommend {ROUTES} --engine vllm --batch-size 8 --kv-len 4096 --current {{line}}", 0,
+              r"^note: the secrets of your line \(--speculative-config\) are printed as \*\*\*",
+              _line(f"vllm serve {LLAMA} --speculative-config "
+                                         f"'{{\"method\": \"eagle\", \"model\": \"https:\\/\\/u:{JSON_PW}@h\\/d\", "
+                                         f"\"num_speculative_tokens\": 3}}' --block-size 64"),
+              _no_secret(JSON_PW)),
+    Situation("current-secret-sudo-error", 1, "--current 'sudo HF_TOKEN=... python -m sglang...': the error line",
+              ROUTES_REC + " --current {line}", 2, r"^error: --current: `sudo` wraps the server command",
+              _line(f"sudo HF_TOKEN={HF_TOK} {SGL}"), _no_secret(HF_TOK)),
+    Situation("current-secret-export-error", 1, "--current 'export HF_TOKEN=...; python -m sglang...': the error",
+              ROUTES_REC + " --current {line}", 2, r"^error: --current: a second command after `;`",
+              _line(f"export HF_TOKEN={HF_TOK}; {SGL}"), _no_secret(HF_TOK)),
+    Situation("current-secret-not-a-flag", 1, "--current '... --api-key sk-... extra': the 'not a flag' error",
+              ROUTES_REC + " --current {line}", 2, r"^error: --current: 'extra' is not a flag \(after \*\*\*\)",
+              _line(f"{SGL} --api-key {API_KEY55} extra"), _no_secret(API_KEY55)),
+    Situation("current-run-server-info-secret", 1, "--current RUN whose server_info model_path is a URL with a "
+              "password: rec.md", ROUTES_REC + " --current {run} --markdown rec.md", 0, r"^wrote rec\.md",
+              _info_run(lambda s: s.update(model_path=f"https://bob:{URL_PW}@hub.example/{LLAMA}")),
+              lambda w, out: assert_clean(out, w.path("rec.md"), URL_PW)),
+    Situation("switch-command-api-key", 1, "server-bench --switch-command '... --api-key sk-...': printed on each "
+              "switch, stored in both manifests",
+              f"kbench server-bench --url {{url}} {SERVER} --switch-command 'true {{{{side}}}} --api-key {SWITCH_KEY}' "
+              "--out r", 0, r"^the verdict: kbench gate", lambda w: _server(w), _no_secret(SWITCH_KEY)),
+    Situation("baseline-old-switch-secret", 1, "a server baseline of a run whose manifest (an older kbench's) holds a "
+              "--switch-command with an API key", "kbench baseline {run} --name b --out bl", 0, r"^baseline bl/b written",
+              _old_switch_run, _baseline_clean),
+    # 4: one line in, one line out
+    Situation("current-hash-in-word", 4, "--current whose model path holds '#' inside a word (bash: no comment), at "
+              "page 64 on flashinfer", ROUTES_REC + " --current {line}", 0, r"^you run: flashinfer .*page 64",
+              _line(f"python -m sglang.launch_server --model-path {LLAMA}#v2 {SPEC} --page-size 64 "
+                    "--attention-backend flashinfer"), _bash_passes(f"{LLAMA}#v2", "64")),
+    Situation("current-two-lines", 4, "--current @FILE holding two commands (bash runs the first alone)",
+              ROUTES_REC + " --current @cur.sh", 2, r"^error: --current: several commands, one a line",
+              _line(f"{SGL}\n{SGL} --page-size 64 --attention-backend flashinfer\n", file=True)),
+    Situation("current-tab-in-value", 4, "--current whose model path holds a tab", ROUTES_REC + " --current {line}",
+              2, r"^error: --current: a tab inside a quoted value",
+              _line(f"python -m sglang.launch_server --model-path '{LLAMA}\tv2' {SPEC}")),
+    Situation("current-nul", 4, "--current @FILE holding a NUL byte in a value", ROUTES_REC + " --current @cur.sh",
+              2, r"^error: --current: a NUL byte", _line(f"python -m sglang.launch_server --model-path {LLAMA}\0x {SPEC}", file=True)),
+    *[Situation(f"current-shell-{name}", 4, f"--current holding {what}", ROUTES_REC + " --current {line}", 2,
+                line, _line(text))
+      for name, what, text, line in (
+          ("semicolon", "two commands joined by ;", f"{SGL}; {SGL}", r"^error: --current: a second command after `;`"),
+          ("and", "two commands joined by &&", f"cd /srv && {SGL}", r"^error: --current: a second command after `&&`"),
+          ("pipe", "a pipe", f"{SGL} | tee log", r"^error: --current: a pipe `\|`"),
+          ("redirect", "a redirection", f"{SGL} > log 2>&1", r"^error: --current: a redirection `>`"),
+          ("variable", "a $VAR", f"python -m sglang.launch_server --model-path $MODEL {SPEC}",
+           r"^error: --current: a shell expansion \(\$M\.\.\.\)"),
+          ("export", "export VAR=1 alone", "export SGLANG_X=1", r"^error: --current: `export` is a shell command"),
+          ("glob", "an unquoted *", f"python -m sglang.launch_server --model-path /models/* {SPEC}",
+           r"^error: --current: an unquoted \*"))],
+    Situation("current-draft-path-dash-h", 4, "--current with --speculative-draft-model-path=-h (a path that "
+              "starts with -): the set: line", ROUTES_REC + " --current {line}", 0, r"^set: ",
+              _line(f"{SGL} --speculative-draft-model-path=-h --page-size 64 --attention-backend flashinfer"),
+              _bash_passes("--speculative-draft-model-path=-h")),
+    Situation("current-model-trust-remote-code", 4, "--current with --model-path=--trust-remote-code",
+              ROUTES_REC + " --model llama3-8b --current {line}", 0, r"^set: ",
+              _line(f"python -m sglang.launch_server --model-path=--trust-remote-code {SPEC} --page-size 64 "
+                    "--attention-backend flashinfer"), _bash_passes("--model-path=--trust-remote-code")),
+    # 5: checks that prove they compared something
+    *[Situation(f"recommend-aa-{name}", 5, f"benchmarks/recommend_aa.py on runs {what}", AA + extra, 2, line,
+                _aa(b)) for name, what, b, extra, line in (
+        ("other-gpu", "of two GPU models", "h200-draft-extend-kv4096", "",
+         r"^error: the runs are of two GPU models"),
+        ("no-page", "at a page neither measured", None, " --page-size 7", r"^error: the runs share no workload"),
+        ("no-kv", "at a KV length far beyond both", None, " --kv-len 999999", r"^error: the runs share no workload"),
+        ("mla", "of another model (MLA)", "h100-deepseek-mtp-kv4096-32768", "", r"^error: the runs share no workload"),
+        ("no-routes", "of kernels without engine routes", "h100-fa3-draft-extend-kv4096", "",
+         r"^error: the runs share no workload"))],
+    Situation("server-baseline-other-model", 5, "a server baseline pooled from runs of two models",
+              "kbench baseline {a} {b} --name s --out bl", 2, r"^error: .*model", _two_model_runs,
+              _nothing_written("bl")),
+    Situation("server-baseline-model-not-recorded", 5, "a server baseline pooled from two runs, the second's "
+              "manifest without a model: the error says so, not 'model None'",
+              "kbench baseline {a} {b} --name s --out bl", 2,
+              r"^error: refusing to pool .*different model \('fake/model' vs not recorded\)",
+              lambda w: (_two_grid_runs(w, ("1", "1")), set_manifest(Path(w.vars["b"]), model=None)),
+              _nothing_written("bl")),
+    Situation("server-baseline-other-grid", 5, "a server baseline pooled from runs of two grids (batch 1 and 2)",
+              "kbench baseline {a} {b} --name s --out bl", 2, r"^error: .*(grid|cases)", _two_grid_runs,
+              _nothing_written("bl")),
+    Situation("gate-medians-tenfold", 5, "a candidate Parquet whose medians are 10x while its samples did not move",
+              "kbench gate --baseline {base} --candidate {cand}", 2,
+              r"^error: candidate: .*median_us .*disagrees with its own samples", _medians_tenfold),
+    # 6: bounded input
+    Situation("current-at-fifo", 6, "--current @FIFO", ROUTES_REC + " --current @cur.sh", 2,
+              r"^error: --current @cur\.sh: a named pipe \(FIFO\), not a regular file",
+              lambda w: os.mkfifo(w.path("cur.sh")), process=True),
+    Situation("current-at-dev-zero", 6, "--current @/dev/zero", ROUTES_REC + " --current @/dev/zero", 2,
+              r"^error: --current @/dev/zero: a character device, not a regular file", process=True),
+    Situation("current-at-2gb", 6, "--current @FILE of 2 GB", ROUTES_REC + " --current @cur.sh", 2,
+              r"^error: --current @cur\.sh: 2048 MiB, more than the 64 KiB", _big_file(2 << 30), process=True),
+    Situation("current-at-4mb-line", 6, "--current @FILE of one 4 MB line", ROUTES_REC + " --current @cur.sh", 2,
+              r"^error: --current @cur\.sh: 4 MiB, more than the 64 KiB",
+              lambda w: w.path("cur.sh").write_text(SGL + " --x " + "a" * (4 << 20) + "\n"), process=True),
+    *[Situation(f"server-info-{name}", 6, f"--current RUN whose server info's {key} is {what}",
+                ROUTES_REC + " --current {run}", 2,
+                rf"^error: --current .*: its server info's {key} is {shown}, not", _info_run(
+                    lambda s, key=key, v=v: s.update({key: v})))
+      for name, key, v, what, shown in (
+          ("page-text", "page_size", "sixty-four", "the text 'sixty-four'", r"'sixty-four'"),
+          ("page-list", "page_size", [64], "a list", "a list of 1"),
+          ("page-dict", "page_size", {"v": 64}, "an object", "an object of 1 keys"),
+          ("topk-nan", "speculative_eagle_topk", float("nan"), "NaN", "NaN"),
+          ("cap-inf", "max_running_requests", float("inf"), "infinity", "infinity"),
+          ("overlap-text", "disable_overlap_schedule", "maybe", "the text 'maybe'", "'maybe'"))],
+    Situation("server-info-false-text", 6, "--current RUN whose server info's disable_overlap_schedule is the text "
+              "\"false\" (overlap on)", ROUTES_REC + " --current {run}", 0,
+              r"^you run: .*host work overlapped", _info_run(lambda s: s.update(disable_overlap_schedule="false"))),
+    Situation("server-info-huge-text", 6, "--current RUN whose server info's attention_backend is 1 MB of text",
+              ROUTES_REC + " --current {run}", 2, r"^error: --current .*: its server info's attention_backend is "
+              r"'f+\.\.\.' \(1,048,576 characters\)", _info_run(lambda s: s.update(attention_backend="f" * (1 << 20))),
+              process=True),
+    Situation("server-info-deep", 6, "--current RUN whose server info holds a value nested 100,000 deep",
+              ROUTES_REC + " --current {run}", 2, r"^error: .*manifest\.json.*nested too deeply", _deep_info_run,
+              process=True),
+    Situation("recommend-device-100kb", 6, "recommend from a source whose GPU name is 100 KB of digits",
+              "kbench recommend {src} --engine sglang --workload w.jsonl", 0, r"SM90 \(Hopper\): 1 batch kind",
+              _long_device, process=True),
+    Situation("gate-device-100kb", 6, "gate of runs whose GPU name is 100 KB of digits", "kbench gate --baseline {base} "
+              "--candidate {cand}", 0, r"^PASS", _long_device, process=True),
+    Situation("switch-command-child-ended", 6, "server-bench --switch-command whose command leaves a child running",
+              f"kbench server-bench --url {{url}} {SERVER} --switch-command "
+              "\"sh -c 'sleep 300 & echo $! > child.pid'\" --out r", 0, r"^the verdict: kbench gate",
+              lambda w: _server(w), _child_ended, process=True),
+    *[Situation(f"redirect-unparsable-{name}", 6, f"the server redirects to {what}",
+                f"kbench server-bench --url {{url}} {SERVER} --out r", 1,
+                r"^error: cannot use the server: GET .* redirected( \(307\))? to (a Location that is no URL|another "
+                r"origin)",
+                lambda w, loc=loc: (_server(w), setattr(w.shared.server.faults, "redirect_to", loc)))
+      for name, what, loc in (("two-ports", "http://h:1:2/ (two ports)", "http://h:1:2"),
+                              ("ipv6", "http://[::1/ (a bad IPv6 literal)", "http://[::1"))],
+]
+
+
+def assert_clean(out: str, md: Path, secret: str) -> None:
+    assert secret not in out, f"{secret} printed"
+    assert secret not in md.read_text(), f"{secret} in {md.name}"
+
+
 SITUATIONS: list[Situation] = [
     # 1 secrets ------------------------------------------------------------------------------------------------
     Situation("password-url", 1, "--url holds user:password", f"kbench server-bench --url {{pw_url}} {SERVER} --out r",
@@ -1489,6 +1819,7 @@ SITUATIONS: list[Situation] = [
               "beside a live writer's folder", "kbench report {new} --out {rep}", 0, r"^wrote \d+ files",
               _killed_report_leftovers, _stale_removed_live_kept, process=True),
     *TRUST_FILES,
+    *ROUND6,
 ]
 BY_ID = {s.id: s for s in SITUATIONS}
 

@@ -10,10 +10,11 @@ cycle in a function is what this check is for. Layers, low to high (a module may
 lower one; layers on one rank are peers and may not import each other):
   core     kbench, kbench.errors, kbench.values, kbench.device,   what every layer shares (files: the one
            kbench.files, kbench.names, kbench.frames,            reader of files kbench did not just write;
-           kbench.shell, kbench.text                             names: the kernels' names, without torch;
+           kbench.shell, kbench.text, kbench.redact              names: the kernels' names, without torch;
                                                                  frames: fast row iteration over DataFrames;
                                                                  shell: every command kbench prints to run;
-                                                                 text: an input's text made safe to show)
+                                                                 text: an input's text made safe to show;
+                                                                 redact: the one redaction of secrets)
   timing   kbench.timing.*      timers, timing states, clocks and bandwidth probes, the correctness check
   cases    kbench.cases.*       axes, the case, per-request lengths, models, scenarios
   kernels  kbench.kernels.*     inputs, reference, one module per kernel          } peers
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # package -> folder, as pyproject.toml's package-dir
 FOLDERS = {"kbench": ROOT / "kbench", "kbench.cli": ROOT / "cli", "kbench.kernels": ROOT / "kernels"}
 CORE = {"kbench", "kbench.errors", "kbench.values", "kbench.device", "kbench.files", "kbench.names", "kbench.frames",
-        "kbench.shell", "kbench.text"}
+        "kbench.shell", "kbench.text", "kbench.redact"}
 # layer -> rank, low to high; equal ranks are peers (neither may import the other)
 RANKS = {"core": 0, "timing": 1, "cases": 2, "kernels": 3, "runs": 3, "engine": 4, "report": 5, "server": 5,
          "gate": 6, "recommend": 6,

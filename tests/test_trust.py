@@ -160,7 +160,8 @@ def test_open_no_follow_refuses_links_and_devices(tmp_path):
 
 # ---- redaction -----------------------------------------------------------------------------------------------------
 def test_redact_argv_and_scrub():
-    from kbench.server.auth import Credentials, redact_argv, split_url
+    from kbench.redact import argv as redact_argv
+    from kbench.server.auth import Credentials, split_url
 
     argv = ["--url", "http://u:p4ss@h:1", "--api-key", "K123", "--header", "X-A: v123", "--header=X-B: w123",
             "--api-key=K456", "--base-url=https://x:y@z", "--out", "r"]

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kbench import files, shell
+from kbench import files, redact, shell
 from kbench.runs import atomic
 from kbench.gate.run_status import mark_mixed, mixed_warning
 
@@ -250,7 +250,7 @@ def write_baseline(run: Run, name: str, root: str | Path = DEFAULT_ROOT, force: 
     """A baseline from one run: its rows unchanged."""
     check_source(run, allow_partial)
     dest = _prepare_dest(name, root, [run.path], force)
-    manifest = Manifest.from_dict(run.manifest)  # the run's own keys, as it wrote them
+    manifest = Manifest.from_dict(redact.record(run.manifest))  # the run's own keys, its commands redacted
     manifest["baseline"] = {
         "name": dest.name,
         "source_run": str(run.path),
@@ -281,7 +281,7 @@ def write_multi_baseline(runs: list[Run | str | Path], name: str, root: str | Pa
         check_source(r, allow_partial)
     rows, warnings = pool_runs(runs)
     dest = _prepare_dest(name, root, [r.path for r in runs], force)
-    manifest = Manifest.from_dict(runs[0].manifest)
+    manifest = Manifest.from_dict(redact.record(runs[0].manifest))
     manifest["status"] = "complete" if all(r.manifest.get("status") in (None, "complete") for r in runs) \
         else "partial"
     manifest["num_rows"] = int(len(rows))
@@ -293,8 +293,8 @@ def write_multi_baseline(runs: list[Run | str | Path], name: str, root: str | Pa
         **(SERVER_POOL_RULES if runs[0].kind == "server-bench" else {
             "run_spread": RUN_SPREAD_RULE,
             "median_us": "median of the per-run medians (run_medians_us); samples_us pooled"}),
-        "runs": [{k: r.manifest.get(k) for k in ("start_time", "end_time", "command_line", "clocks_start",
-                                                 "clocks_end", "status")} for r in runs],
+        "runs": [redact.record({k: r.manifest.get(k) for k in ("start_time", "end_time", "command_line",
+                                                               "clocks_start", "clocks_end", "status")}) for r in runs],
         "created_at": now_iso(),
         "num_rows": int(len(rows)),
     }

@@ -370,6 +370,20 @@ def _band_why(noise: "RunNoise", k: float) -> str:
     return f"{k:g} x run noise {noise.pooled:.1%}"
 
 
+def agrees(value: float, samples: list[float], role: str, rec: dict, metric: Metric) -> None:
+    """BadInput unless a row's value lies among its own samples: a median (a run's, or the median of pooled runs'
+    medians) is never below the least sample nor above the greatest, so a table whose medians were edited (x10)
+    while its samples did not move is refused, not judged by samples that say something else."""
+    if not samples:
+        return
+    lo, hi = min(samples), max(samples)
+    if lo * (1 - 1e-9) <= value <= hi * (1 + 1e-9):
+        return
+    raise BadInput(f"{role}: row {rec.get('kernel') or ''} {rec.get('case_id')}: {metric.column} {value:g} "
+                   f"disagrees with its own samples ({len(samples)} of them, {lo:g}..{hi:g}): a median lies among "
+                   f"its samples, so the table was edited or written by another tool; measure the run again")
+
+
 def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: float,
                     noise: "RunNoise | None" = None, k: float = DEFAULT_RUN_SPREAD_K,
                     defer: list | None = None, paired: bool = False) -> RowResult:
@@ -389,6 +403,8 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     base.change = (mc.value - mb.value) / mb.value
     if paired:
         sb, sc = samples_of(rec_b, metric), samples_of(rec_c, metric)
+        agrees(mb.value, sb, "baseline", rec_b, metric)
+        agrees(mc.value, sc, "candidate", rec_c, metric)
         if len(sb) == len(sc) >= 2:
             return _compare_paired(base, sb, sc, metric, alpha)
         # a metric some rounds lack (vLLM's output throughput of a batch whose tokens came in one chunk): its
@@ -410,6 +426,8 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
 
     def noise_test() -> None:
         mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)  # only the rows tested read them
+        agrees(mb.value, mb.samples, "baseline", rec_b, metric)
+        agrees(mc.value, mc.samples, "candidate", rec_c, metric)
         verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
         limit = f"{band:.1%}" + (f" ({_band_why(noise, k)})" if band > threshold else "")
         _judge(base, verdict, direction, worse, limit, verdict.describe())

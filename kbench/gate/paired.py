@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from statistics import median
 
+from kbench.text import recorded
 from kbench.errors import BadInput
 from kbench.gate.stats import NoiseVerdict
 
@@ -49,7 +50,8 @@ def halves(base, cand, warnings: list[str]) -> dict | None:
                        f"interleaved run: give A as --baseline and B as --candidate")
     ma, mb = base.manifest.get("model"), cand.manifest.get("model")
     if ma != mb:
-        raise BadInput(f"the interleaved run's A and B served different models ({ma!r} vs {mb!r}): an A/B compares "
+        raise BadInput(f"the interleaved run's A and B served different models ({recorded(ma)} vs {recorded(mb)}): "
+                       f"an A/B compares "
                        f"one model with one setting changed")
     ca, cb = base.manifest.get("cases"), cand.manifest.get("cases")
     if ca != cb:

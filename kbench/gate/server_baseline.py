@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from kbench.text import recorded
 from kbench.errors import BadInput
 from kbench.gate.run_status import mark_mixed, mixed_warning
 from kbench.values import finite, status
@@ -44,7 +45,8 @@ def check_same_cases(runs) -> None:
         for what in ("backend", "model"):
             if r.manifest.get(what) != first.manifest.get(what):
                 raise BadInput(f"refusing to pool {first.path} and {r.path}: different {what} "
-                               f"({first.manifest.get(what)!r} vs {r.manifest.get(what)!r}); a baseline is one setting")
+                               f"({recorded(first.manifest.get(what))} vs {recorded(r.manifest.get(what))}); a "
+                               f"baseline is one setting")
         ca, cb = _cases(first), _cases(r)
         if sorted(ca) != sorted(cb):
             only_a, only_b = sorted(set(ca) - set(cb)), sorted(set(cb) - set(ca))

@@ -95,48 +95,17 @@ class Resolved:
 
 # ---- reading a command line ------------------------------------------------------------------------------
 def read_current(text: str) -> str:
-    """`--current` is the line itself, or @FILE: the file's text (backslash-newline continuations joined)."""
-    if text.startswith("@"):
-        path = Path(text[1:])
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise BadInput(f"--current {text}: cannot read it ({e.strerror or e})") from None
-        except UnicodeDecodeError:
-            raise BadInput(f"--current {text}: not a text file") from None
-    return text
+    """`--current` is the line itself, or @FILE: the file's text, bounded (kbench.recommend.line)."""
+    from kbench.recommend import line
+
+    return line.read_current(text)
 
 
 def split_line(text: str) -> tuple[str, dict[str, str], list[str]]:
-    """(engine, env, argv) of a server command line: `[VAR=v ...] python -m sglang.launch_server ARGS`,
-    `sglang serve ARGS`, `vllm serve MODEL ARGS` or `python -m vllm.entrypoints.openai.api_server ARGS`."""
-    text = re.sub(r"\\\r?\n", " ", text)
-    try:
-        words = shlex.split(text, comments=True)
-    except ValueError as e:
-        raise BadInput(f"--current: the line does not parse as a shell command ({e})") from None
-    env = {}
-    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
-        k, _, v = words.pop(0).partition("=")
-        env[k] = v
-    if words and words[0] == "env":
-        raise BadInput("--current: write the variables before the command (VAR=value python -m ...), not via env")
-    head = words[:3]
-    if len(head) >= 3 and Path(head[0]).name.startswith("python") and head[1] == "-m":
-        if head[2] == "sglang.launch_server":
-            return "sglang", env, words[3:]
-        if head[2] == "vllm.entrypoints.openai.api_server":
-            return "vllm", env, words[3:]
-    if len(head) >= 2 and Path(head[0]).name == "sglang" and head[1] == "serve":
-        return "sglang", env, words[2:]
-    if len(head) >= 2 and Path(head[0]).name == "vllm" and head[1] == "serve":
-        rest = words[2:]
-        if rest and not rest[0].startswith("-"):
-            rest = ["--model", rest[0], *rest[1:]]
-        return "vllm", env, rest
-    shown = " ".join(words[:3]) or "(empty)"
-    raise BadInput(f"--current: {shown!r} is no server command kbench reads: give `python -m sglang.launch_server "
-                   "...`, `sglang serve ...` or `vllm serve MODEL ...` (or @FILE holding one)")
+    """(engine, env, argv) of a server command line, its words as bash passes them (kbench.recommend.line)."""
+    from kbench.recommend import line
+
+    return line.split_line(text)
 
 
 # ---- the rules -------------------------------------------------------------------------------------------------
@@ -467,7 +436,9 @@ def resolve_server_info(run_dir: str | Path, family: str, *, engine_table=None) 
     if man.get("kind") != "server-bench":
         raise BadInput(f"--current {run_dir}: a {man.get('kind')!r} run, not a kbench server-bench run")
     backend = str(man.get("backend") or "")
-    info = man.get("server") if isinstance(man.get("server"), dict) else {}
+    from kbench.recommend.serverinfo import typed
+
+    info = typed(man.get("server"), f"--current {run_dir}")  # each field of its one type, else one line
     if backend != "sglang":
         raise BadInput(f"--current {run_dir}: a {backend or 'unknown'} server; kbench reads SGLang's /server_info "
                        "(for vLLM give its command line)")
@@ -660,21 +631,12 @@ def _flag_pairs(argv: list[str]) -> list[tuple[str, str | None]]:
     return out
 
 
-# an environment variable of the user's line whose value is a secret by its name (HF_TOKEN, OPENAI_API_KEY, ...)
-SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL", re.I)
-
-
 def shown(current: Resolved) -> tuple[list[str], dict[str, str], list[str]]:
-    """The user's line as kbench prints it back, (argv, env, what was hidden): a secret's value as *** (--api-key,
-    a URL's password: kbench.server.auth.redact_argv; an environment variable named like a token or key), never
-    echoed into a printed line, --json or --markdown."""
-    from kbench.server.auth import HIDDEN, redact_argv
+    """The user's line as kbench prints it back, (argv, env, what was hidden): every value that can carry a secret
+    as *** (kbench.redact, the one redaction), never echoed into a printed line, --json or --markdown."""
+    from kbench import redact
 
-    argv = redact_argv(current.argv)
-    hidden = sorted({n for (n, v), (_, w) in zip(_flag_pairs(current.argv), _flag_pairs(argv)) if v != w})
-    env = {k: HIDDEN if SECRET_ENV.search(k) else v for k, v in current.env.items()}
-    hidden += [k for k in current.env if env[k] != current.env[k]]
-    return argv, env, hidden
+    return redact.argv(current.argv), redact.env(current.env), redact.hidden(current.argv, current.env)
 
 
 def edited_line(current: Resolved, setting=None, cap: int | None = None,
@@ -683,7 +645,7 @@ def edited_line(current: Resolved, setting=None, cap: int | None = None,
     backend flags and environment kept), the cap flag when the priced batch needs it, and the page the setting was
     priced at when the engine moves it there (said, not left to the engine): (the command, {"add": [...],
     "change": [...], "drop": [...]})."""
-    from kbench.recommend.flags import command_line
+    from kbench.recommend.flags import _option, command_line
 
     shown_argv, shown_env, _ = shown(current)
     own = BACKEND_FLAGS[current.engine] if setting is not None else ()
@@ -695,11 +657,11 @@ def edited_line(current: Resolved, setting=None, cap: int | None = None,
     if page is not None and page != given_page(current):
         want["--page-size" if current.engine == "sglang" else "--block-size"] = str(page)
     kept = [(n, v) for n, v in pairs if n not in own and n not in want]
-    argv = [x for n, v in kept + list(want.items()) for x in ((n,) if v is None else (n, v))]
+    argv = [x for n, v in kept + list(want.items()) for x in ((n,) if v is None else _option(n, v))]
     model_flag = "--model-path" if current.engine == "sglang" else "--model"
     model = next((v for n, v in kept if n == model_flag), current.model)
     argv2 = [x for n, v in kept + list(want.items()) if n != model_flag
-             for x in ((n,) if v is None else (n, v))]
+             for x in ((n,) if v is None else _option(n, v))]
     env = dict(shown_env)
     setting_env = setting.env if setting is not None else ()
     for k, v in setting_env:

@@ -346,9 +346,13 @@ def identity(m: Manifest) -> dict:
     }
 
 
+def _said(v) -> str:
+    return "not recorded" if v is None or v == "" or v == "null" else str(v)
+
+
 def _pool(a: Manifest, b: Manifest, v: Verdict) -> None:
     first, ident = identity(a), identity(b)
-    diff = [f"{k} {first[k]!s} vs {ident[k]!s}" for k in first if first[k] != ident[k]]
+    diff = [f"{k} {_said(first[k])} vs {_said(ident[k])}" for k in first if first[k] != ident[k]]
     if diff:
         v.refusals.append("; ".join(diff))
 

@@ -8,8 +8,8 @@ line, the rows' url column, baselines made from the run) or printed (errors, row
 
 - `split_url` takes the password out of a URL where the URL enters kbench (ServerBenchConfig); what is kept and
   recorded is the public URL (`http://user:***@host:port`), the password lives only in `Credentials`;
-- `redact_argv` is the command line as the manifest records it (values of --api-key and --header, a URL's password:
-  `***`);
+- the command line the manifest records goes through kbench.redact.argv, the one redaction (values of --api-key
+  and --header, a URL's password, secrets in JSON: `***`);
 - `Credentials.scrub` replaces every secret value in a text that came back from the server (a 401 body that echoes
   the key) before kbench keeps or prints it (kbench.server.client does it for every reply and error), in every
   form a server may quote it in: as sent (the key; HTTP Basic's base64 of user:password, with and without
@@ -32,17 +32,16 @@ from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 import urllib3.exceptions
 import urllib3.util
 
-from kbench import files
+from kbench import files, redact
 from kbench.errors import BadInput
 
-HIDDEN = "***"
+HIDDEN = redact.HIDDEN
 API_KEY_ENV = "KBENCH_API_KEY"
 HEADERS_ENV = "KBENCH_HEADERS"
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP header name (RFC 9110 token)
 # headers that frame or route the request: set by the HTTP client, never by hand
 _REFUSED = {"host", "content-length", "transfer-encoding", "connection", "content-type", "te", "upgrade",
             "keep-alive", "proxy-connection", "trailer"}
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]*@")
 
 
 def _latin1(what: str, value: str | None) -> None:
@@ -111,7 +110,7 @@ class Credentials:
         """``text`` with every secret value (and any URL's password) replaced by ***."""
         for s in self.secrets():
             text = text.replace(s, HIDDEN)
-        return _USERINFO.sub(lambda m: m.group(1) + HIDDEN + "@", text)
+        return redact.userinfo(text)
 
 
 NO_CREDENTIALS = Credentials()
@@ -125,7 +124,7 @@ def split_url(url: str) -> tuple[str, tuple[str, str] | None]:
         password, user, host = u.password, u.username, u.hostname
         port = u.port
     except ValueError:
-        return _USERINFO.sub(lambda m: m.group(1) + HIDDEN + "@", url), None
+        return redact.userinfo(url), None
     if password is None:
         return url, None
     netloc = f"{user or ''}:{HIDDEN}@" + (f"[{host}]" if host and ":" in host else host or "") + (
@@ -163,42 +162,6 @@ def origin(url: str) -> tuple[str, str, int | None] | None:
     if not theirs[1] or theirs != (mine[0], mine[1], mine[2] or default):
         return None
     return theirs
-
-
-# options whose value is secret (server-bench's): the value, or the header's value, is recorded as ***
-_SECRET_OPTIONS = {"--api-key"}
-_HEADER_OPTIONS = {"--header"}
-_URL_OPTIONS = {"--url", "--base-url"}
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """A command line as the manifest records it: --api-key's value, --header's value and a URL's password hidden."""
-    out: list[str] = []
-    pending: str | None = None
-    for a in argv:
-        if pending is not None:
-            out.append(_hide(pending, a))
-            pending = None
-            continue
-        name, eq, value = a.partition("=")
-        if name in _SECRET_OPTIONS | _HEADER_OPTIONS | _URL_OPTIONS:
-            if eq:
-                out.append(f"{name}={_hide(name, value)}")
-            else:
-                out.append(a)
-                pending = name
-            continue
-        out.append(_USERINFO.sub(lambda m: m.group(1) + HIDDEN + "@", a))
-    return out
-
-
-def _hide(option: str, value: str) -> str:
-    if option in _SECRET_OPTIONS:
-        return HIDDEN
-    if option in _HEADER_OPTIONS:
-        name = value.partition(":")[0].strip()
-        return f"{name}: {HIDDEN}" if name else HIDDEN
-    return redact_url(value)
 
 
 def parse_header(text: str, where: str) -> tuple[str, str]:

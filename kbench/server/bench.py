@@ -29,13 +29,13 @@ from urllib.parse import urlparse
 
 import requests
 
-from kbench import __version__, files, shell
+from kbench import __version__, files, redact, shell
 from kbench.runs.atomic import write_text
 from kbench.errors import BadInput, KbenchError
 from kbench.values import INT32_MAX, SEED_MAX, int_in
 from kbench.runs.outputs import given_path, writable_dir
 from kbench.server import counters as ctr
-from kbench.server.auth import API_KEY_ENV, HIDDEN, Credentials, origin, redact_argv, redact_url, split_url
+from kbench.server.auth import API_KEY_ENV, HIDDEN, Credentials, origin, redact_url, split_url
 from kbench.server.backends import BACKENDS, FALLBACK_VOCAB, Backend, ServerFacts, detect_backend
 from kbench.server.client import ServerClient, ServerError, StreamError
 from kbench.server.metrics import BatchTrace, metrics_from_trace
@@ -125,7 +125,11 @@ class ServerBenchConfig:
         cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()
                if k not in ("command", "resume", "credentials")}
         cfg["auth"] = self.credentials.describe()
-        return {"command": redact_argv(list(self.command if self.command is not None else sys.argv)),
+        if cfg.get("switch_command") is not None:  # a command line of its own: --api-key sk-... in it is hidden
+            cfg["switch_command"] = redact.line(str(cfg["switch_command"]))
+        if isinstance(cfg.get("url_b"), str):
+            cfg["url_b"] = redact.userinfo(cfg["url_b"])
+        return {"command": redact.argv(list(self.command if self.command is not None else sys.argv)),
                 "url": self.url, "config": cfg}
 
     def cases(self) -> list[ServerCase]:

@@ -25,6 +25,7 @@ import urllib3.exceptions
 import urllib3.util
 
 from kbench import files
+from kbench.text import one_line
 from kbench.server.auth import NO_CREDENTIALS, Credentials, origin, redact_url, without_userinfo
 from kbench.server.deadline import Deadline, deadline_session
 
@@ -110,12 +111,24 @@ class ServerClient:
         url = self.url(path)
         for _ in range(MAX_REDIRECTS + 1):
             with deadline.attaching():
-                r = self.session.request(method, url, json=json_body, params=params, stream=True, timeout=timeout,
-                                         headers=self.headers, auth=self.auth, allow_redirects=False)
+                try:
+                    r = self.session.request(method, url, json=json_body, params=params, stream=True,
+                                             timeout=timeout, headers=self.headers, auth=self.auth,
+                                             allow_redirects=False)
+                except ValueError as e:  # requests prepares a redirect's next request even when not following it:
+                    # a Location Python's URL parser refuses (http://[::1/, a bad IPv6 literal) raises there
+                    raise ServerError(f"{method} {self.url(path)}: redirected to a Location that is no URL ({e}); "
+                                      "kbench does not follow it") from None
             if not r.is_redirect:
                 return r
-            target = urljoin(r.url, r.headers.get("location", ""))
+            location = r.headers.get("location", "")
             r.close()
+            try:
+                target = urljoin(r.url, location)
+            except ValueError as e:  # a Location Python's URL parser refuses (http://[::1/, a bad IPv6 literal)
+                raise ServerError(f"{method} {self.url(path)}: redirected ({r.status_code}) to a Location that is no "
+                                  f"URL ({e}): {one_line(redact_url(location))[:200]!r}; kbench does not follow it") \
+                    from None
             if self.origin is None or origin(target) != self.origin:
                 raise ServerError(f"{method} {self.url(path)}: redirected ({r.status_code}) to another origin, "
                                   f"{redact_url(target)}{_connects_to(target)}; kbench does not follow it (the batch and any credentials "

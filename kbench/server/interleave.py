@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import time
 import uuid
@@ -40,7 +41,8 @@ from typing import Callable
 
 import requests
 
-from kbench import shell
+from kbench.text import recorded
+from kbench import redact, shell
 from kbench.errors import BadInput, KbenchError
 from kbench.runs.session import RunSession
 from kbench.server.bench import (RESULT_JSONL, Listener, ServerBenchConfig, ServerBenchInterrupted,
@@ -108,27 +110,40 @@ def switch_argv(line: str, side: str) -> list[str]:
 
 
 class _Switcher:
-    """Runs the switch command for a side, then waits until the server answers with the same model."""
+    """Runs the switch command for a side, then waits until the server answers with the same model. Each command
+    runs in a process group of its own (a session), so what it leaves running (the server it started in the
+    background) is ended with kbench: close() (the end of the run, an error, Ctrl-C, SIGTERM) sends the groups
+    SIGTERM, then SIGKILL to what is left after ``GRACE_S``. The command is shown and recorded redacted
+    (kbench.redact.line: an --api-key in it is ***)."""
+
+    GRACE_S = 5.0
 
     def __init__(self, config: ServerBenchConfig, ls: Listener, sleep: Callable[[float], None]):
         self.config, self.ls, self.sleep = config, ls, sleep
         self.side: str | None = None
         self.count = 0
+        self.groups: list[int] = []
 
     def to(self, side: str, runner: _Runner) -> None:
         if side == self.side:
             return
         argv = switch_argv(self.config.switch_command, side)
-        cmd = shell.command_line(argv)
+        cmd = shell.command_line(redact.argv(argv))
         self.ls.ab_switch(side, cmd)
         try:  # no shell: the line is split as a shell splits it (shell syntax: write bash -c '...')
-            p = subprocess.run(argv, env={**os.environ, SIDE_ENV: side}, timeout=self.config.switch_timeout)
+            p = subprocess.Popen(argv, env={**os.environ, SIDE_ENV: side}, start_new_session=True)
         except OSError as e:
-            raise KbenchError(f"--switch-command for side {side.upper()} cannot run {argv[0]!r}: "
+            raise KbenchError(f"--switch-command for side {side.upper()} cannot run {redact.text(argv[0])!r}: "
                               f"{e.strerror or e}") from None
+        self.groups.append(p.pid)
+        try:
+            p.wait(timeout=self.config.switch_timeout)
         except subprocess.TimeoutExpired:
             raise KbenchError(f"--switch-command for side {side.upper()} did not finish within "
                               f"{self.config.switch_timeout:g} s") from None
+        finally:
+            if p.returncode is None:
+                self.close()
         if p.returncode != 0:
             raise KbenchError(f"--switch-command for side {side.upper()} exited {p.returncode}: {cmd}")
         deadline = time.monotonic() + self.config.switch_timeout
@@ -144,10 +159,43 @@ class _Switcher:
         self.side = side
         self.count += 1
 
+    def close(self) -> None:
+        """End every process the switch commands started (their process groups): SIGTERM, then SIGKILL."""
+        groups, self.groups = self.groups, []
+        alive = []
+        for g in groups:
+            try:
+                os.killpg(g, signal.SIGTERM)
+                alive.append(g)
+            except (ProcessLookupError, PermissionError):
+                pass
+        end = time.monotonic() + self.GRACE_S
+        while alive and time.monotonic() < end:
+            alive = [g for g in alive if _group_alive(g)]
+            if alive:
+                time.sleep(0.05)
+        for g in alive:
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.waitpid(pgid, os.WNOHANG)  # reap the leader if it is our child (a zombie still counts as alive)
+    except ChildProcessError:
+        pass
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
 
 def _same_model(a: str | None, b: str | None, where: str) -> None:
     if (a or "") != (b or ""):
-        raise BadInput(f"A and B serve different models ({a!r} vs {b!r}{where}): an A/B compares one model with "
+        raise BadInput(f"A and B serve different models ({recorded(a)} vs {recorded(b)}{where}): an A/B compares one model with "
                        f"one setting changed; give both sides the same --model")
 
 
@@ -156,7 +204,18 @@ def run_interleaved(config: ServerBenchConfig, listener: Listener | None = None,
                     session: requests.Session | None = None) -> InterleavedResult:
     """Run every case of ``config`` on A and B interleaved (module docstring); two run folders under
     ``config.out_dir``. Raises BadInput for a bad config or sides that serve different models, KbenchError when a
-    server cannot be used, ServerBenchInterrupted (its result: A's side) on Ctrl-C."""
+    server cannot be used, ServerBenchInterrupted (its result: A's side) on Ctrl-C. What a --switch-command left
+    running is ended when this returns or raises (_Switcher.close)."""
+    switchers: list[_Switcher] = []
+    try:
+        return _interleaved(config, listener, sleep, session, switchers)
+    finally:
+        for sw in switchers:
+            sw.close()
+
+
+def _interleaved(config: ServerBenchConfig, listener: Listener | None, sleep: Callable[[float], None],
+                 session: requests.Session | None, switchers: list) -> InterleavedResult:
     config.validate()
     mode = check_config(config)
     check_outputs(config)
@@ -165,6 +224,7 @@ def run_interleaved(config: ServerBenchConfig, listener: Listener | None = None,
     runners = {s: _Runner(cfg[s], ls, sleep, session) for s in SIDES}
     switcher = _Switcher(config, ls, sleep) if mode == "switch" else None
     if switcher:
+        switchers.append(switcher)
         switcher.to("a", runners["a"])
         backend, facts_a = runners["a"].backend.name, runners["a"].backend.facts
         facts = {"a": facts_a}
@@ -185,7 +245,7 @@ def run_interleaved(config: ServerBenchConfig, listener: Listener | None = None,
         m = run_manifest(cfg[s], runners[s].backend.name if runners[s].backend else backend, f)
         m["interleave"] = {"id": pair_id, "side": s, "order": ORDER, "rounds": rounds, "mode": mode,
                            "url_a": cfg["a"].recorded()["url"], "url_b": cfg["b"].recorded()["url"],
-                           **({"switch_command": config.switch_command} if switcher else {})}
+                           **({"switch_command": redact.line(config.switch_command)} if switcher else {})}
         sessions[s] = RunSession.new(config.out_dir, f"server-bench-{config.run_name}-{s}", m)
         results[s] = ServerBenchResult(sessions[s].dir, "running", backend, f)
     try:
