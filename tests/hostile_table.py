@@ -1125,6 +1125,134 @@ TRUST_FILES = [
 ]
 
 
+# --- #55 what kbench removes is its own; ELF checks that name the field ------------------------------------------
+USERS_FOLDERS = (".kb-new-results", ".kb-old-backup")
+
+
+def _users_kb_folders(where: str):
+    """The user's own folders whose names start like kbench's hidden siblings, beside an output (a minute old,
+    holding the user's files), and, for a baseline, the run it is made from."""
+    def setup(w):
+        for name in USERS_FOLDERS:
+            d = w.path(where) / name
+            d.mkdir(parents=True)
+            (d / "notes.txt").write_text(f"mine: {name}\n")
+            os.utime(d, (time.time() - 60, time.time() - 60))
+        w.vars.update(run=str(w.shared.kernel_run), new=str(w.shared.kernel_run2))
+    return setup
+
+
+def _users_kb_folders_kept(where: str):
+    def check(w, out):
+        for name in USERS_FOLDERS:
+            f = w.path(where) / name / "notes.txt"
+            assert f.is_file() and f.read_text() == f"mine: {name}\n", f"{where}/{name} was removed or changed"
+    return check
+
+
+def _aot_real_lib(edit=None, cut: int | None = None):
+    """An archive of one real shared library of this machine (this Python's smallest extension module), edited
+    (``edit(bytes) -> bytes``) or cut to ``cut`` bytes as the manifest lists it."""
+    from elf_samples import real_library
+
+    def setup(w):
+        lib = real_library()
+        lib = edit(lib) if edit else lib
+        _aot_archive(w, m1=lib[:cut] if cut else lib)
+    return setup
+
+
+def _aot_real_modules(dot_slash: bool):
+    """A hand-made archive of three real libraries (two of this Python's extension modules, System V, and one of
+    GNU/Linux OS ABI this process has loaded, as C++ libraries are), packed with the tar command from a folder
+    (regular files; `./aot/...` names with dot_slash)."""
+    from elf_samples import gnu_abi_library, real_library
+
+    def setup(w):
+        mods = {"m1": real_library(0), "m2": real_library(1)}
+        gnu = gnu_abi_library()
+        if gnu is not None:
+            mods["m3"] = gnu
+        _aot_archive(w, **mods)  # the fake FlashInfer and a manifest; the archive is made again below
+        stage = w.path("stage")
+        with __import__("tarfile").open(w.path("aot.tgz")) as tar:
+            tar.extractall(stage, filter="data")
+        w.path("aot.tgz").unlink()
+        subprocess.run(["tar", "czf", str(w.path("aot.tgz")), "./aot" if dot_slash else "aot"], cwd=stage,
+                       check=True)
+        shutil.rmtree(stage)
+        w.vars["mods"] = json.dumps({n: hashlib.sha256(d).hexdigest() for n, d in mods.items()})
+    return setup
+
+
+_BACKGROUND: dict[str, subprocess.Popen] = {}
+
+
+def _aot_two_at_once(w):
+    """The same archive loaded by another `kbench prebuild --load` at the same moment."""
+    _aot_real_modules(dot_slash=False)(w)
+    _BACKGROUND[str(w.root)] = subprocess.Popen(
+        [sys.executable, "-m", "kbench.cli.main", "prebuild", "--load", "aot.tgz"], cwd=w.root,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **w.env})
+
+
+def _aot_installed(w, out):
+    """Every module is installed whole (its sha256 the library's), nothing else written beside them."""
+    p = _BACKGROUND.pop(str(w.root), None)
+    if p is not None:
+        other = p.communicate(timeout=120)[0]
+        assert p.returncode == 0, f"the other --load: exit {p.returncode}: {other[-300:]}"
+    aot = w.path("fi/flashinfer/data/aot")
+    mods = json.loads(w.vars["mods"])
+    got = {f.parent.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in aot.rglob("*") if f.is_file()}
+    assert got == mods, sorted(got)
+    assert not leftovers(w.path("fi")), leftovers(w.path("fi"))
+
+
+def _elf_fail(what: str) -> str:
+    return rf"^error: aot\.tgz: aot/m1/m1\.so {what}.*: nothing installed$"
+
+
+OWN_AND_ELF = [
+    Situation("report-users-kb-folders", 2, "report beside the user's own folders .kb-new-results and "
+              ".kb-old-backup (a minute old, files inside)", "kbench report {new} --out results/rep", 0,
+              r"^wrote \d+ files", _users_kb_folders("results"), _users_kb_folders_kept("results")),
+    Situation("baseline-users-kb-folders", 2, "baseline beside the user's own folders .kb-new-results and "
+              ".kb-old-backup", "kbench baseline {run} --name b --out bl", 0, r"^baseline bl/b written",
+              _users_kb_folders("bl"), _users_kb_folders_kept("bl")),
+    Situation("prebuild-other-byte-order", 6, "prebuild --load: a real library whose header is written in the "
+              "other byte order", "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"is (big|little)-endian \(ELF data \d\), this Python is (little|big)-endian \(ELF data "
+                        r"\d\)"), _aot_real_lib(lambda b: __import__("elf_samples").byte_swapped(b)), _aot_untouched,
+              process=True),
+    Situation("prebuild-other-os-abi", 6, "prebuild --load: a real library marked for FreeBSD (OS ABI 9)",
+              "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"is built for OS ABI FreeBSD \(9\) \(e_ident\[EI_OSABI\]\), this Python's loader takes "
+                        r"System V \(0\) or GNU/Linux \(3\)"),
+              _aot_real_lib(lambda b: __import__("elf_samples").edited(b, {7: 9})), _aot_untouched, process=True),
+    Situation("prebuild-elf-version", 6, "prebuild --load: a real library of ELF version 2",
+              "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"has ELF version 2 \(e_ident\[EI_VERSION\]\), the loader reads version 1"),
+              _aot_real_lib(lambda b: __import__("elf_samples").edited(b, {6: 2})), _aot_untouched, process=True),
+    Situation("prebuild-truncated", 6, "prebuild --load: a real library cut to 4 KiB (its manifest lists 4 KiB)",
+              "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"is cut short: its section header table ends at byte [\d,]+, the file has 4,096 bytes "
+                        r"\(a truncated copy\)"), _aot_real_lib(cut=4096), _aot_untouched, process=True),
+    Situation("prebuild-non-pie-executable", 6, "prebuild --load: a library marked as an executable that is not "
+              "position-independent (ET_EXEC)", "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"is an executable that is not position-independent \(ET_EXEC, e_type 2\), not a shared "
+                        r"object \(ET_DYN\)"),
+              _aot_real_lib(lambda b: __import__("elf_samples").edited(b, e_type=2)), _aot_untouched, process=True),
+    Situation("prebuild-real-modules-dot-slash", 6, "prebuild --load: real libraries packed by hand with "
+              "`tar czf aot.tgz ./aot` (regular files, ./ names)", "kbench prebuild --load aot.tgz", 0,
+              r"^\d modules installed, 0 already there", _aot_real_modules(dot_slash=True), _aot_installed,
+              process=True),
+    Situation("prebuild-real-modules-two-at-once", 6, "prebuild --load: real libraries packed with tar, loaded by "
+              "two kbench at the same moment", "kbench prebuild --load aot.tgz", 0,
+              r"^\d modules installed, \d already there", _aot_two_at_once, _aot_installed, process=True),
+]
+
+
 SITUATIONS: list[Situation] = [
     # 1 secrets ------------------------------------------------------------------------------------------------
     Situation("password-url", 1, "--url holds user:password", f"kbench server-bench --url {{pw_url}} {SERVER} --out r",
@@ -1489,6 +1617,7 @@ SITUATIONS: list[Situation] = [
               "beside a live writer's folder", "kbench report {new} --out {rep}", 0, r"^wrote \d+ files",
               _killed_report_leftovers, _stale_removed_live_kept, process=True),
     *TRUST_FILES,
+    *OWN_AND_ELF,
 ]
 BY_ID = {s.id: s for s in SITUATIONS}
 
