@@ -360,6 +360,26 @@ def test_stale_hidden_folders_are_removed_a_held_or_fresh_one_kept(tmp_path):
     assert (tmp_path / ".kb-new-results" / "f").read_text() == "x"
 
 
+def test_the_two_rename_fallback_marks_its_old_folder_and_leaves_nothing(tmp_path, monkeypatch):
+    from kbench.runs import atomic
+
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "old").write_text("old")
+    marked = []
+    real_mark = atomic._mark
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)  # a file system without RENAME_EXCHANGE
+    monkeypatch.setattr(atomic, "_mark", lambda folder, d: (real_mark(folder, d), marked.append(
+        (folder.name[:8], atomic.marker_of(folder) is not None))))
+    with atomic.replaced_folder(dest, "--out") as new:
+        (new / "fresh").write_text("new")
+        assert new.parent.name.startswith(".kb-new-") and atomic.marker_of(new.parent) is not None
+        assert not (new / atomic.MARKER).exists()  # the marker stays beside the content, never in the output
+    assert sorted(p.name for p in dest.iterdir()) == ["fresh"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert marked == [(".kb-new-", True), (".kb-old-", True)]
+
+
 def test_a_marker_names_its_writer_and_without_flock_its_pid_decides(tmp_path, monkeypatch):
     import errno
     import fcntl

@@ -191,7 +191,7 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
             raise BadInput(f"{label} {dest}: cannot write there ({e.strerror or e})") from None
         try:
             _mark(side, dest)
-            tmp = side / (dest.name or "new")
+            tmp = side / (dest.name if dest.name not in ("", ".", "..") else "new")
             tmp.mkdir()  # the mode a new folder gets here (0777 & ~umask): what dest has after the swap
         except OSError as e:
             os.close(held)
