@@ -95,6 +95,15 @@ def _cpu_run(out: Path) -> Path:
     return next(out.glob("cpu-*"))
 
 
+def setup_kbench(*args) -> str:
+    """A kbench command a situation's setup needs done (a baseline, a report, an export to be hostile to), run in
+    this process: the same command as a real process, without its start-up (seconds each, on a busy 2-core
+    machine). Exit 0 asserted; its output returned."""
+    code, out = _run_in_process([str(a) for a in args], {"COLUMNS": "250", "GITHUB_STEP_SUMMARY": ""}, os.getcwd())
+    assert code == 0, out
+    return out
+
+
 def digest(path: Path) -> str:
     h = hashlib.sha256()
     if path.is_file():
@@ -264,9 +273,7 @@ def _reserve_symlink(w):
 def _baseline_pair(w):
     """An existing baseline (from kernel-run) to be replaced by one from kernel-run2."""
     bl = w.path("bl")
-    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "baseline", str(w.shared.kernel_run), "--name", "b",
-                        "--out", str(bl)], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
+    setup_kbench("baseline", w.shared.kernel_run, "--name", "b", "--out", bl)
     w.vars.update(new=str(w.shared.kernel_run2), bl=str(bl), base=str(bl / "b"))
     w.vars["old_digest"] = digest(bl / "b")
 
@@ -286,9 +293,7 @@ def _baseline_new_whole(w, out):
 
 def _report_pair(w):
     rep = w.path("rep")
-    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "report", str(w.shared.kernel_run), "--out", str(rep)],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
+    setup_kbench("report", w.shared.kernel_run, "--out", rep)
     w.vars.update(new=str(w.shared.kernel_run2), rep=str(rep), old_digest=digest(rep))
 
 
@@ -300,8 +305,7 @@ def _report_old_whole(w, out):
 def _mixed_baseline(w):
     _baseline_pair(w)
     other = w.path("other")
-    subprocess.run([sys.executable, "-m", "kbench.cli.main", "baseline", str(w.shared.kernel_run2), "--name", "o",
-                    "--out", str(other)], capture_output=True, timeout=300, check=True)
+    setup_kbench("baseline", w.shared.kernel_run2, "--name", "o", "--out", other)
     shutil.copy(other / "o" / "rows.parquet", w.path("bl") / "b" / "rows.parquet")  # half of a replace
 
 
@@ -349,8 +353,7 @@ def _old_journal(w):
     for f in ("rows.parquet", "rows.csv"):
         (older / f).unlink()
     set_manifest(older, num_rows=len(old))
-    subprocess.run([sys.executable, "-m", "kbench.cli.main", "baseline", str(older), "--name", "older", "--out",
-                    str(w.path("bl"))], capture_output=True, timeout=300, check=True)
+    setup_kbench("baseline", older, "--name", "older", "--out", w.path("bl"))
     write_journal(run, old + rows[len(rows) // 2:])
     w.vars.update(run=str(run), base=str(w.path("bl/older")))
 
@@ -439,17 +442,13 @@ def _dev_null_kept(w, out):
 def _exported_report(w):
     run = w.copy(w.shared.kernel_run, "run")
     rep = w.path("rep")
-    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "report", str(run), "--out", str(rep)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    setup_kbench("report", run, "--out", rep)
     w.vars.update(rep=str(rep), policy_digest=digest(rep / "policy.json"))
 
 
 def _exported_selector(w):
     _exported_report(w)
-    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "export", f"{w.vars['rep']}/policy.json", "--out",
-                        str(w.path("sel.py"))], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    setup_kbench("export", f"{w.vars['rep']}/policy.json", "--out", w.path("sel.py"))
 
 
 LONG_FOLDER = "r" * 250  # names the file system takes (255 bytes at most)
@@ -1018,9 +1017,7 @@ def _policy_exported(edit):
         pol = json.loads(w.path("P.json").read_text())
         edit(pol)
         w.path("P.json").write_text(json.dumps(pol, indent=1))
-        r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "export", str(w.path("P.json")), "--out",
-                            str(w.path("sel.py"))], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+        setup_kbench("export", w.path("P.json"), "--out", w.path("sel.py"))
     return setup
 
 
