@@ -260,8 +260,6 @@ def _mark(folder: Path, dest: Path) -> None:
 def marker_of(folder: str | os.PathLike) -> dict | None:
     """The MARKER a kbench writer left in ``folder`` (a regular file, not a link, of at most MARKER_MAX bytes,
     JSON naming this writer), or None: not kbench's."""
-    import json
-
     try:
         fd = os.open(Path(folder) / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
@@ -277,8 +275,8 @@ def marker_of(folder: str | os.PathLike) -> dict | None:
     if len(data) > MARKER_MAX:
         return None
     try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
+        doc = files.parse_json(data, MARKER)
+    except BadInput:
         return None
     return doc if isinstance(doc, dict) and doc.get("writer") == WRITER else None
 
