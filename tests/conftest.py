@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -28,15 +29,25 @@ def results_dir(tmp_path):
     return d
 
 
-@pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory):
-    """A complete CPU sweep run (reference rows ok, the GPU kernels skipped), made once per test file."""
+@pytest.fixture(scope="session")
+def _cpu_sweep(tmp_path_factory):
+    """The CPU sweep behind cpu_run, made once for the whole session (a sweep: seconds; a copy: milliseconds)."""
     from helpers import TINY, run_cli
 
-    out = tmp_path_factory.mktemp("cpu")
+    out = tmp_path_factory.mktemp("cpu-sweep")
     r = run_cli(["sweep", *TINY, "--out", out])
     assert r.exit_code == 0, r.output
     return next(p for p in out.iterdir() if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory, _cpu_sweep):
+    """A complete CPU sweep run (reference rows ok, the GPU kernels skipped): each test file gets its own copy of
+    the session's one sweep (a file may change its copy; the next file's is as the sweep wrote it)."""
+    import shutil
+
+    out = tmp_path_factory.mktemp("cpu")
+    return Path(shutil.copytree(_cpu_sweep, out / _cpu_sweep.name, symlinks=True))
 
 
 @pytest.fixture

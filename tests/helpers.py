@@ -68,14 +68,13 @@ class StopAfter(SweepObserver):
 
 
 def shared_library(payload: bytes = b"") -> bytes:
-    """A module a prebuild archive may hold: the ELF header of this Python's own executable made a shared object's
-    (e_type ET_DYN; this machine's class, byte order and machine, as kbench.engine.aot_archive checks), then
-    ``payload``."""
-    import sys
+    """A module a prebuild archive may hold: a real shared library of this machine (the smallest extension module
+    of this Python's own lib-dynload, which kbench.engine.aot_archive takes: class, byte order, ELF version, OS
+    ABI, ET_DYN, machine, whole), then ``payload`` (bytes after its end, which no loader reads: modules that
+    differ)."""
+    from elf_samples import real_library
 
-    head = bytearray(Path(sys.executable).read_bytes()[:64])
-    head[16:18] = (3).to_bytes(2, "little" if head[5] == 1 else "big")
-    return bytes(head) + payload
+    return real_library() + payload
 
 
 def worst_error_vs_reference(kernel: str, case, copies: int = 2, expect=None) -> float:

@@ -95,6 +95,15 @@ def _cpu_run(out: Path) -> Path:
     return next(out.glob("cpu-*"))
 
 
+def setup_kbench(*args) -> str:
+    """A kbench command a situation's setup needs done (a baseline, a report, an export to be hostile to), run in
+    this process: the same command as a real process, without its start-up (seconds each, on a busy 2-core
+    machine). Exit 0 asserted; its output returned."""
+    code, out = _run_in_process([str(a) for a in args], {"COLUMNS": "250", "GITHUB_STEP_SUMMARY": ""}, os.getcwd())
+    assert code == 0, out
+    return out
+
+
 def digest(path: Path) -> str:
     h = hashlib.sha256()
     if path.is_file():
@@ -264,9 +273,7 @@ def _reserve_symlink(w):
 def _baseline_pair(w):
     """An existing baseline (from kernel-run) to be replaced by one from kernel-run2."""
     bl = w.path("bl")
-    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "baseline", str(w.shared.kernel_run), "--name", "b",
-                        "--out", str(bl)], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
+    setup_kbench("baseline", w.shared.kernel_run, "--name", "b", "--out", bl)
     w.vars.update(new=str(w.shared.kernel_run2), bl=str(bl), base=str(bl / "b"))
     w.vars["old_digest"] = digest(bl / "b")
 
@@ -286,9 +293,7 @@ def _baseline_new_whole(w, out):
 
 def _report_pair(w):
     rep = w.path("rep")
-    p = subprocess.run([sys.executable, "-m", "kbench.cli.main", "report", str(w.shared.kernel_run), "--out", str(rep)],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
+    setup_kbench("report", w.shared.kernel_run, "--out", rep)
     w.vars.update(new=str(w.shared.kernel_run2), rep=str(rep), old_digest=digest(rep))
 
 
@@ -300,8 +305,7 @@ def _report_old_whole(w, out):
 def _mixed_baseline(w):
     _baseline_pair(w)
     other = w.path("other")
-    subprocess.run([sys.executable, "-m", "kbench.cli.main", "baseline", str(w.shared.kernel_run2), "--name", "o",
-                    "--out", str(other)], capture_output=True, timeout=300, check=True)
+    setup_kbench("baseline", w.shared.kernel_run2, "--name", "o", "--out", other)
     shutil.copy(other / "o" / "rows.parquet", w.path("bl") / "b" / "rows.parquet")  # half of a replace
 
 
@@ -349,8 +353,7 @@ def _old_journal(w):
     for f in ("rows.parquet", "rows.csv"):
         (older / f).unlink()
     set_manifest(older, num_rows=len(old))
-    subprocess.run([sys.executable, "-m", "kbench.cli.main", "baseline", str(older), "--name", "older", "--out",
-                    str(w.path("bl"))], capture_output=True, timeout=300, check=True)
+    setup_kbench("baseline", older, "--name", "older", "--out", w.path("bl"))
     write_journal(run, old + rows[len(rows) // 2:])
     w.vars.update(run=str(run), base=str(w.path("bl/older")))
 
@@ -439,17 +442,13 @@ def _dev_null_kept(w, out):
 def _exported_report(w):
     run = w.copy(w.shared.kernel_run, "run")
     rep = w.path("rep")
-    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "report", str(run), "--out", str(rep)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    setup_kbench("report", run, "--out", rep)
     w.vars.update(rep=str(rep), policy_digest=digest(rep / "policy.json"))
 
 
 def _exported_selector(w):
     _exported_report(w)
-    r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "export", f"{w.vars['rep']}/policy.json", "--out",
-                        str(w.path("sel.py"))], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    setup_kbench("export", f"{w.vars['rep']}/policy.json", "--out", w.path("sel.py"))
 
 
 LONG_FOLDER = "r" * 250  # names the file system takes (255 bytes at most)
@@ -1018,9 +1017,7 @@ def _policy_exported(edit):
         pol = json.loads(w.path("P.json").read_text())
         edit(pol)
         w.path("P.json").write_text(json.dumps(pol, indent=1))
-        r = subprocess.run([sys.executable, "-m", "kbench.cli.main", "export", str(w.path("P.json")), "--out",
-                            str(w.path("sel.py"))], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+        setup_kbench("export", w.path("P.json"), "--out", w.path("sel.py"))
     return setup
 
 
@@ -1455,6 +1452,137 @@ def assert_clean(out: str, md: Path, secret: str) -> None:
     assert secret not in md.read_text(), f"{secret} in {md.name}"
 
 
+# --- #55 what kbench removes is its own; ELF checks that name the field ------------------------------------------
+USERS_FOLDERS = (".kb-new-results", ".kb-old-backup")
+
+
+def _users_kb_folders(where: str):
+    """The user's own folders whose names start like kbench's hidden siblings, beside an output (a minute old,
+    holding the user's files), and, for a baseline, the run it is made from."""
+    def setup(w):
+        for name in USERS_FOLDERS:
+            d = w.path(where) / name
+            d.mkdir(parents=True)
+            (d / "notes.txt").write_text(f"mine: {name}\n")
+            os.utime(d, (time.time() - 60, time.time() - 60))
+        w.vars.update(run=str(w.shared.kernel_run), new=str(w.shared.kernel_run2))
+    return setup
+
+
+def _users_kb_folders_kept(where: str):
+    def check(w, out):
+        for name in USERS_FOLDERS:
+            f = w.path(where) / name / "notes.txt"
+            assert f.is_file() and f.read_text() == f"mine: {name}\n", f"{where}/{name} was removed or changed"
+    return check
+
+
+def _aot_real_lib(edit=None, cut: int | None = None):
+    """An archive of one real shared library of this machine (this Python's smallest extension module), edited
+    (``edit(bytes) -> bytes``) or cut to ``cut`` bytes as the manifest lists it."""
+    from elf_samples import real_library
+
+    def setup(w):
+        lib = real_library()
+        lib = edit(lib) if edit else lib
+        _aot_archive(w, m1=lib[:cut] if cut else lib)
+    return setup
+
+
+def _aot_real_modules(dot_slash: bool):
+    """A hand-made archive of three real libraries (two of this Python's extension modules, System V, and one of
+    GNU/Linux OS ABI this process has loaded, as C++ libraries are), packed with the tar command from a folder
+    (regular files; `./aot/...` names with dot_slash)."""
+    from elf_samples import gnu_abi_library, real_library
+
+    def setup(w):
+        mods = {"m1": real_library(0), "m2": real_library(1)}
+        gnu = gnu_abi_library()
+        if gnu is not None:
+            mods["m3"] = gnu
+        _aot_archive(w, **mods)  # the fake FlashInfer and a manifest; the archive is made again below
+        stage = w.path("stage")
+        with __import__("tarfile").open(w.path("aot.tgz")) as tar:
+            manifest = tar.extractfile("aot/KBENCH_PREBUILD.json").read()
+        w.path("aot.tgz").unlink()
+        for name, data in {"KBENCH_PREBUILD.json": manifest, **{f"{n}/{n}.so": d for n, d in mods.items()}}.items():
+            (stage / "aot" / name).parent.mkdir(parents=True, exist_ok=True)
+            (stage / "aot" / name).write_bytes(data)
+        subprocess.run(["tar", "czf", str(w.path("aot.tgz")), "./aot" if dot_slash else "aot"], cwd=stage,
+                       check=True)
+        shutil.rmtree(stage)
+        w.vars["mods"] = json.dumps({n: hashlib.sha256(d).hexdigest() for n, d in mods.items()})
+    return setup
+
+
+_BACKGROUND: dict[str, subprocess.Popen] = {}
+
+
+def _aot_two_at_once(w):
+    """The same archive loaded by another `kbench prebuild --load` at the same moment."""
+    _aot_real_modules(dot_slash=False)(w)
+    _BACKGROUND[str(w.root)] = subprocess.Popen(
+        [sys.executable, "-m", "kbench.cli.main", "prebuild", "--load", "aot.tgz"], cwd=w.root,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **w.env})
+
+
+def _aot_installed(w, out):
+    """Every module is installed whole (its sha256 the library's), nothing else written beside them."""
+    p = _BACKGROUND.pop(str(w.root), None)
+    if p is not None:
+        other = p.communicate(timeout=120)[0]
+        assert p.returncode == 0, f"the other --load: exit {p.returncode}: {other[-300:]}"
+    aot = w.path("fi/flashinfer/data/aot")
+    mods = json.loads(w.vars["mods"])
+    got = {f.parent.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in aot.rglob("*") if f.is_file()}
+    assert got == mods, sorted(got)
+    assert not leftovers(w.path("fi")), leftovers(w.path("fi"))
+
+
+def _elf_fail(what: str) -> str:
+    return rf"^error: aot\.tgz: aot/m1/m1\.so {what}.*: nothing installed$"
+
+
+OWN_AND_ELF = [
+    Situation("report-users-kb-folders", 2, "report beside the user's own folders .kb-new-results and "
+              ".kb-old-backup (a minute old, files inside)", "kbench report {new} --out results/rep", 0,
+              r"^wrote \d+ files", _users_kb_folders("results"), _users_kb_folders_kept("results")),
+    Situation("baseline-users-kb-folders", 2, "baseline beside the user's own folders .kb-new-results and "
+              ".kb-old-backup", "kbench baseline {run} --name b --out bl", 0, r"^baseline bl/b written",
+              _users_kb_folders("bl"), _users_kb_folders_kept("bl")),
+    Situation("prebuild-other-byte-order", 6, "prebuild --load: a real library whose header is written in the "
+              "other byte order", "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"is (big|little)-endian \(ELF data \d\), this Python is (little|big)-endian \(ELF data "
+                        r"\d\)"), _aot_real_lib(lambda b: __import__("elf_samples").byte_swapped(b)), _aot_untouched,
+              process=True),
+    Situation("prebuild-other-os-abi", 6, "prebuild --load: a real library marked for FreeBSD (OS ABI 9)",
+              "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"is built for OS ABI FreeBSD \(9\) \(e_ident\[EI_OSABI\]\), this Python's loader takes "
+                        r"System V \(0\) or GNU/Linux \(3\)"),
+              _aot_real_lib(lambda b: __import__("elf_samples").edited(b, {7: 9})), _aot_untouched, process=True),
+    Situation("prebuild-elf-version", 6, "prebuild --load: a real library of ELF version 2",
+              "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"has ELF version 2 \(e_ident\[EI_VERSION\]\), the loader reads version 1"),
+              _aot_real_lib(lambda b: __import__("elf_samples").edited(b, {6: 2})), _aot_untouched, process=True),
+    Situation("prebuild-truncated", 6, "prebuild --load: a real library cut to 4 KiB (its manifest lists 4 KiB)",
+              "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"is cut short: its section header table ends at byte [\d,]+, the file has 4,096 bytes "
+                        r"\(a truncated copy\)"), _aot_real_lib(cut=4096), _aot_untouched, process=True),
+    Situation("prebuild-non-pie-executable", 6, "prebuild --load: a library marked as an executable that is not "
+              "position-independent (ET_EXEC)", "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"is an executable that is not position-independent \(ET_EXEC, e_type 2\), not a shared "
+                        r"object \(ET_DYN\)"),
+              _aot_real_lib(lambda b: __import__("elf_samples").edited(b, e_type=2)), _aot_untouched, process=True),
+    Situation("prebuild-real-modules-dot-slash", 6, "prebuild --load: real libraries packed by hand with "
+              "`tar czf aot.tgz ./aot` (regular files, ./ names)", "kbench prebuild --load aot.tgz", 0,
+              r"^\d modules installed, 0 already there", _aot_real_modules(dot_slash=True), _aot_installed,
+              process=True),
+    Situation("prebuild-real-modules-two-at-once", 6, "prebuild --load: real libraries packed with tar, loaded by "
+              "two kbench at the same moment", "kbench prebuild --load aot.tgz", 0,
+              r"^\d modules installed, \d already there", _aot_two_at_once, _aot_installed, process=True),
+]
+
+
 SITUATIONS: list[Situation] = [
     # 1 secrets ------------------------------------------------------------------------------------------------
     Situation("password-url", 1, "--url holds user:password", f"kbench server-bench --url {{pw_url}} {SERVER} --out r",
@@ -1820,6 +1948,7 @@ SITUATIONS: list[Situation] = [
               _killed_report_leftovers, _stale_removed_live_kept, process=True),
     *TRUST_FILES,
     *ROUND6,
+    *OWN_AND_ELF,
 ]
 BY_ID = {s.id: s for s in SITUATIONS}
 

@@ -329,14 +329,20 @@ def test_stale_hidden_folders_are_removed_a_held_or_fresh_one_kept(tmp_path):
     import fcntl
     import time
 
-    from kbench.runs.atomic import STALE_AFTER_S, remove_stale_folders, replaced_folder
+    from kbench.runs.atomic import MARKER, STALE_AFTER_S, _mark, remove_stale_folders, replaced_folder
 
     old = time.time() - 10 * STALE_AFTER_S
-    for name in (".kb-new-dead", ".kb-old-dead", ".kb-new-held", ".kb-new-fresh", ".kb-newer"):
+    for name in (".kb-new-dead", ".kb-old-dead", ".kb-new-held", ".kb-new-fresh", ".kb-newer", ".kb-new-results",
+                 ".kb-old-backup", ".kb-new-forged", ".kb-new-linked-marker"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "f").write_text("x")
-        if name != ".kb-new-fresh":
-            os.utime(tmp_path / name, (old, old))
+        if name in (".kb-new-dead", ".kb-old-dead", ".kb-new-held", ".kb-new-fresh", ".kb-newer"):
+            _mark(tmp_path / name, tmp_path / "out")  # what a kbench writer leaves (killed: dead)
+    (tmp_path / ".kb-new-forged" / MARKER).write_text('{"writer": "someone else"}')
+    (tmp_path / ".kb-new-linked-marker" / MARKER).symlink_to(tmp_path / ".kb-new-dead" / MARKER)
+    for name in (".kb-new-dead", ".kb-old-dead", ".kb-new-held", ".kb-newer", ".kb-new-results", ".kb-old-backup",
+                 ".kb-new-forged", ".kb-new-linked-marker"):
+        os.utime(tmp_path / name, (old, old))
     (tmp_path / ".kb-new-link").symlink_to(tmp_path / ".kb-newer")
     fd = os.open(tmp_path / ".kb-new-held", os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -344,12 +350,74 @@ def test_stale_hidden_folders_are_removed_a_held_or_fresh_one_kept(tmp_path):
         assert sorted(p.name for p in remove_stale_folders(tmp_path)) == [".kb-new-dead", ".kb-old-dead"]
         with replaced_folder(tmp_path / "out", "--out") as new:  # a writer holds its own: another is not taking it
             assert remove_stale_folders(tmp_path) == [] and new.exists()
-            os.utime(new, (old, old))
+            os.utime(new.parent, (old, old))
             assert remove_stale_folders(tmp_path) == []
     finally:
         os.close(fd)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".kb-new-fresh", ".kb-new-held", ".kb-new-link",
-                                                          ".kb-newer", "out"]
+    # the user's folders of such names (no marker, a marker of another writer, a marker through a link) are kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".kb-new-forged", ".kb-new-fresh", ".kb-new-held",
+                                                          ".kb-new-link", ".kb-new-linked-marker", ".kb-new-results",
+                                                          ".kb-newer", ".kb-old-backup", "out"]
+    assert (tmp_path / ".kb-new-results" / "f").read_text() == "x"
+
+
+def test_the_two_rename_fallback_marks_its_old_folder_and_leaves_nothing(tmp_path, monkeypatch):
+    from kbench.runs import atomic
+
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "old").write_text("old")
+    marked = []
+    real_mark = atomic._mark
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)  # a file system without RENAME_EXCHANGE
+    monkeypatch.setattr(atomic, "_mark", lambda folder, d: (real_mark(folder, d), marked.append(
+        (folder.name[:8], atomic.marker_of(folder) is not None))))
+    with atomic.replaced_folder(dest, "--out") as new:
+        (new / "fresh").write_text("new")
+        assert new.parent.name.startswith(".kb-new-") and atomic.marker_of(new.parent) is not None
+        assert not (new / atomic.MARKER).exists()  # the marker stays beside the content, never in the output
+    assert sorted(p.name for p in dest.iterdir()) == ["fresh"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert marked == [(".kb-new-", True), (".kb-old-", True)]
+
+
+def test_a_marker_names_its_writer_and_without_flock_its_pid_decides(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+    import json
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from kbench.runs import atomic
+
+    mark = tmp_path / ".kb-new-x"
+    mark.mkdir()
+    atomic._mark(mark, tmp_path / "report")
+    doc = json.loads((mark / atomic.MARKER).read_text())
+    assert doc["writer"] == atomic.WRITER and doc["pid"] == os.getpid() and doc["host"] == socket.gethostname()
+    assert doc["for"] == "report" and abs(doc["time"] - time.time()) < 60 and atomic.marker_of(mark) == doc
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    real_flock = fcntl.flock
+
+    def no_flock(fd, op):  # a file system without flock (some NFS, FUSE)
+        raise OSError(errno.ENOLCK, "no locks available")
+
+    old = time.time() - 60
+    for name, pid, host in ((".kb-new-alive", os.getpid(), None), (".kb-new-gone", int(dead.stdout), None),
+                            (".kb-new-elsewhere", 1, "another-host")):
+        (tmp_path / name).mkdir()
+        doc = {**json.loads((mark / atomic.MARKER).read_text()), "pid": pid, "host": host or socket.gethostname()}
+        (tmp_path / name / atomic.MARKER).write_text(json.dumps(doc))
+        os.utime(tmp_path / name, (old, old))
+    os.utime(mark, (old, old))
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    try:
+        assert [p.name for p in atomic.remove_stale_folders(tmp_path)] == [".kb-new-gone"]
+    finally:
+        monkeypatch.setattr(fcntl, "flock", real_flock)
+
 
 # ---- #48: one rule per output for text an input brings -----------------------------------------------------------
 def test_text_rules_neutralise_what_inputs_bring_and_keep_the_rest():

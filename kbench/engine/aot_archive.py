@@ -7,8 +7,9 @@ anything is read whole or written:
 - every module it lists has a plain name (letters, digits, `_.+-`; never `.` or `..`), a size of at most
   MODULE_MAX bytes and a sha256 of 64 hex digits;
 - every module's member (aot/NAME/NAME.so) is a regular member whose size is the size the manifest gives, and
-  is a shared library of this machine: an ELF header of type ET_DYN whose class, byte order and machine are those
-  of this Python's own executable (its first bytes read, in the archive's order, before any module is written);
+  is a whole shared library this Python can load (kbench.engine.elf: class, byte order, ELF version, OS ABI,
+  type ET_DYN and machine as this interpreter's own, its tables and segments inside the file; its first bytes
+  read, in the archive's order, before any module is written);
 - the modules together are at most TOTAL_MAX bytes, and fit the target's free space;
 - a module is written only inside the target folder (its folder there is a real folder, not a link), through a
   temporary file that is hashed while it is written, stops at the manifest's size and is renamed into place
@@ -21,13 +22,13 @@ import hashlib
 import os
 import re
 import shutil
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 from kbench import files
+from kbench.engine import elf
 from kbench.errors import BadInput, first_line
 
 MANIFEST = "aot/KBENCH_PREBUILD.json"
@@ -38,47 +39,15 @@ MODULE_MAX = 2 << 30  # one FlashInfer library (the largest are some hundred MB)
 TOTAL_MAX = 16 << 30  # every module of one FlashInfer build together (a full AOT build is a few GiB)
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 1 << 20
-ELF_MAGIC = b"\x7fELF"
-ET_DYN = 3  # an ELF file's e_type for a shared object
-ELF_MACHINES = {3: "x86", 40: "ARM", 62: "x86-64", 183: "AArch64", 243: "RISC-V", 21: "PowerPC64"}
 
 
-def elf_header(head: bytes) -> tuple[int, int, int, int] | None:
-    """(class, byte order, e_type, e_machine) of an ELF file's first 20 bytes; None when they are not ELF's."""
-    if len(head) < 20 or head[:4] != ELF_MAGIC or head[5] not in (1, 2):
-        return None
-    order = "little" if head[5] == 1 else "big"
-    return head[4], head[5], int.from_bytes(head[16:18], order), int.from_bytes(head[18:20], order)
-
-
-def this_machine() -> tuple[int, int, int] | None:
-    """(class, byte order, e_machine) of this Python's own executable: what a library it loads is built for; None
-    where it is no ELF file (then only the header and its type are checked)."""
-    try:
-        with open(sys.executable, "rb") as f:
-            h = elf_header(f.read(20))
-    except OSError:
-        return None
-    return (h[0], h[1], h[3]) if h else None
-
-
-def _machine(m: int) -> str:
-    return f"{ELF_MACHINES[m]} (ELF machine {m})" if m in ELF_MACHINES else f"ELF machine {m}"
-
-
-def check_library(head: bytes, name: str, archive) -> None:
-    """BadInput unless ``head`` (a module's first bytes) starts a shared library this machine can load."""
-    h = elf_header(head)
-    if h is None:
-        raise BadInput(f"{archive}: {member_name(name)} is not a shared library (no ELF header): nothing installed")
-    if h[2] != ET_DYN:
-        raise BadInput(f"{archive}: {member_name(name)} is an ELF file of type {h[2]}, not a shared library: nothing "
-                       f"installed")
-    want = this_machine()
-    if want is not None and (h[0], h[1], h[3]) != want:
-        bits = {1: "32-bit", 2: "64-bit"}
-        raise BadInput(f"{archive}: {member_name(name)} is a {bits.get(h[0], '?')} library for {_machine(h[3])}, "
-                       f"this machine runs {bits.get(want[0], '?')} {_machine(want[2])}: nothing installed")
+def check_library(read, size: int, name: str, archive) -> None:
+    """BadInput unless the module (``read(n)``: its first bytes, in order; ``size``: its length) is a whole shared
+    library this Python can load (kbench.engine.elf: class, byte order, ELF version, OS ABI, type, machine, its
+    tables inside the file), naming the field that differs."""
+    why = elf.problem(read, size)
+    if why is not None:
+        raise BadInput(f"{archive}: {member_name(name)} {why}: nothing installed")
 
 
 def member_name(module: str) -> str:
@@ -110,14 +79,24 @@ def opened(archive: str | os.PathLike) -> Iterator[tarfile.TarFile]:
 
 def _member(tar: tarfile.TarFile, name: str, archive) -> tarfile.TarInfo | None:
     try:
-        info = tar.getmember(name)
-    except KeyError:
-        return None
+        info = _named(tar, name)
     except (tarfile.TarError, OSError, EOFError) as e:
         raise BadInput(f"{archive}: not a readable .tar.gz archive ({first_line(e)})") from None
+    if info is None:
+        return None
     if not info.isreg():
         raise BadInput(f"{archive}: {name} is not a regular file in the archive (a link or a folder)")
     return info
+
+
+def _named(tar: tarfile.TarFile, name: str) -> tarfile.TarInfo | None:
+    """The member ``name``, as kbench writes it or as `tar czf aot.tgz ./aot` does (`./aot/...`); None: neither."""
+    for n in (name, f"./{name}"):
+        try:
+            return tar.getmember(n)
+        except KeyError:
+            continue
+    return None
 
 
 def _manifest_of(tar: tarfile.TarFile, archive) -> dict:
@@ -184,10 +163,9 @@ class Archive:
         # each module's first bytes, in the archive's order (one pass through a compressed archive)
         for name, info in sorted(self.members.items(), key=lambda kv: kv[1].offset_data):
             try:
-                head = self.tar.extractfile(info).read(20)
+                check_library(self.tar.extractfile(info).read, info.size, name, archive)
             except (tarfile.TarError, EOFError, OSError) as e:
                 raise BadInput(f"{archive}: cannot read {member_name(name)} ({first_line(e)})") from None
-            check_library(head, name, archive)
 
     def check_room(self, dest: Path) -> None:
         """BadInput unless the modules fit the free space where they go (none written half way on a full disk)."""

@@ -5,9 +5,11 @@ write removes its temporary file and leaves the old file as it was. OSError from
 read-only, permission) becomes BadInput: one `error:` line, exit 2.
 
 A folder of files that belong together (a baseline, a report) is replaced the same way, as a whole:
-`replaced_folder` yields a sibling folder to write into and swaps it into place in one step. Only kill -9 can
-leave such a hidden sibling (`.kb-new-*`, `.kb-old-*`) behind: the next replace in that folder removes it, once no
-process holds it (its writer keeps an flock on it while it lives) and it is STALE_AFTER_S old.
+`replaced_folder` yields a folder to write into (inside a hidden sibling) and swaps it into place in one step.
+Only kill -9 can leave such a hidden sibling (`.kb-new-*`, `.kb-old-*`) behind: the next replace in that folder
+removes it, but only when it is kbench's own (a marker file inside, MARKER, written by the writer that made it:
+kbench, its pid and host, the time), no process holds it (its writer keeps an flock on it while it lives) and it
+is STALE_AFTER_S old. A folder of that name without the marker is the user's: never removed.
 Files a run changes in place (the journal, the lock) are opened with `open_no_follow`: never through a link.
 A file the user names (named=True: --json, --markdown, export --out) is resolved by `named_destination`: a link
 is followed, a device or FIFO (/dev/stdout) is written through rather than replaced.
@@ -162,15 +164,15 @@ def _not_writable_in_place(p: Path, st: os.stat_result) -> str | None:
 
 @contextlib.contextmanager
 def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], bool] | None = None) -> Iterator[Path]:
-    """A multi-file output replaced as a whole. Yields a new empty folder beside ``dest`` to write every file
-    into; on a clean exit it takes dest's place in one step (renameat2 RENAME_EXCHANGE; on a file system
-    without it, two renames a moment apart), then the folder it replaced is removed. On an error, Ctrl-C or
-    SIGTERM before the swap (SIGTERM is handled like Ctrl-C within the block) the new folder is removed and
-    dest is as it was; the two signals are held while the swap and the removal run. ``carry(name)``: entries
-    of the old folder to copy into the new one before the swap (what a user keeps beside kbench's files).
-    A reader sees the old folder or the new one, never a mix; only kill -9 can leave a hidden
-    `.kb-new-*` or `.kb-old-*` folder behind (never a half-written dest), and the next replace beside it
-    removes it (remove_stale_folders)."""
+    """A multi-file output replaced as a whole. Yields a new empty folder to write every file into (inside a
+    hidden sibling of ``dest`` that holds kbench's MARKER); on a clean exit it takes dest's place in one step
+    (renameat2 RENAME_EXCHANGE; on a file system without it, two renames a moment apart), then the sibling, with
+    the folder it replaced, is removed. On an error, Ctrl-C or SIGTERM before the swap (SIGTERM is handled like
+    Ctrl-C within the block) the sibling is removed and dest is as it was; the two signals are held while the
+    swap and the removal run. ``carry(name)``: entries of the old folder to copy into the new one before the swap
+    (what a user keeps beside kbench's files). A reader sees the old folder or the new one, never a mix; only
+    kill -9 can leave a hidden `.kb-new-*` or `.kb-old-*` folder behind (never a half-written dest), and the next
+    replace beside it removes it (remove_stale_folders: marked by kbench, unheld, stale)."""
     dest = Path(dest)
     if dest.is_symlink():
         raise BadInput(f"{label} {dest}: a symbolic link; kbench replaces this folder as a whole and does not "
@@ -183,10 +185,18 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
         try:
             parent.mkdir(parents=True, exist_ok=True)
             remove_stale_folders(parent)
-            tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}new-", dir=parent))
-            held = _hold(tmp)  # while this process lives: not stale to another kbench
-            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would outlive the swap
+            side = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}new-", dir=parent))
+            held = _hold(side)  # while this process lives: not stale to another kbench
         except OSError as e:
+            raise BadInput(f"{label} {dest}: cannot write there ({e.strerror or e})") from None
+        try:
+            _mark(side, dest)
+            tmp = side / (dest.name if dest.name not in ("", ".", "..") else "new")
+            tmp.mkdir()  # the mode a new folder gets here (0777 & ~umask): what dest has after the swap
+        except OSError as e:
+            os.close(held)
+            shutil.rmtree(side, ignore_errors=True)
+            _remove_empty(made)
             raise BadInput(f"{label} {dest}: cannot write there ({e.strerror or e})") from None
         try:
             yield tmp
@@ -201,16 +211,17 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
             with deferred_signals():
                 old = _swap(tmp, dest)
                 _fsync_dir(parent)
-                if old is not None:
-                    shutil.rmtree(old, ignore_errors=True)
+                for gone in (side, old):  # the sibling (after an exchange: dest's old content inside it)
+                    if gone is not None:
+                        shutil.rmtree(gone, ignore_errors=True)
         except OSError as e:
             with deferred_signals():
-                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.rmtree(side, ignore_errors=True)
                 _remove_empty(made)
             raise BadInput(f"{label} {dest}: cannot write there ({e.strerror or e}); it is as it was") from None
         except BaseException:
             with deferred_signals():
-                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.rmtree(side, ignore_errors=True)
                 _remove_empty(made)
             raise
         finally:
@@ -220,7 +231,54 @@ def replaced_folder(dest: str | os.PathLike, label: str, carry: Callable[[str], 
 # a hidden sibling this old, that no process holds, is a killed writer's: removed (younger: it may be a writer's
 # between making the folder and taking its lock, a few microseconds)
 STALE_AFTER_S = 2.0
+# on a file system without flock, a marker of another host is a writer's there for this long (its pid means
+# nothing here); one of this host is stale once its process is gone
+OTHER_HOST_STALE_S = 24 * 3600.0
 _SIBLINGS = (f"{TMP_PREFIX}new-", f"{TMP_PREFIX}old-")
+# the file inside a hidden sibling that says kbench made it: only such a folder is ever removed by the sweep
+MARKER = ".kbench-writer.json"
+MARKER_MAX = 4096
+WRITER = "kbench.runs.atomic"
+
+
+def _mark(folder: Path, dest: Path) -> None:
+    """Write MARKER into a hidden sibling this process just made: who made it (kbench, pid, host), when, for
+    which output."""
+    import json
+    import socket
+    import time
+
+    from kbench import __version__
+
+    doc = {"writer": WRITER, "kbench": __version__, "pid": os.getpid(), "host": socket.gethostname(),
+           "time": time.time(), "for": dest.name[:200]}
+    fd = os.open(folder / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with open(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(doc) + "\n")
+
+
+def marker_of(folder: str | os.PathLike) -> dict | None:
+    """The MARKER a kbench writer left in ``folder`` (a regular file, not a link, of at most MARKER_MAX bytes,
+    JSON naming this writer), or None: not kbench's."""
+    try:
+        fd = os.open(Path(folder) / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MARKER_MAX + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > MARKER_MAX:
+        return None
+    try:
+        doc = files.parse_json(data, MARKER)
+    except BadInput:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("writer") == WRITER else None
 
 
 def _hold(folder: Path) -> int:
@@ -229,14 +287,32 @@ def _hold(folder: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError:
-        pass  # a file system without flock: the age rule alone
+        pass  # a file system without flock: the marker's pid and host tell
     return fd
 
 
+def _writer_alive(mark: dict, age_s: float) -> bool:
+    """Where flock cannot tell (a file system without it): is the marker's writer perhaps still at work? On this
+    host, while its pid lives; on another, for OTHER_HOST_STALE_S."""
+    import socket
+
+    pid = mark.get("pid")
+    if mark.get("host") != socket.gethostname() or not isinstance(pid, int) or isinstance(pid, bool):
+        return age_s < OTHER_HOST_STALE_S
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process of that pid: alive
+    return True
+
+
 def remove_stale_folders(parent: str | os.PathLike) -> list[Path]:
-    """Removes the `.kb-new-*` / `.kb-old-*` folders in ``parent`` that a writer killed mid-write left behind:
-    only a real folder (not a link), STALE_AFTER_S old or more, whose flock no process holds (a live writer's is
-    held). Best effort, never an error; returns what was removed."""
+    """Removes the `.kb-new-*` / `.kb-old-*` folders in ``parent`` that a kbench writer killed mid-write left
+    behind: only a real folder (not a link) holding kbench's MARKER, STALE_AFTER_S old or more, whose flock no
+    process holds (a live writer's is held). A folder of such a name without the marker is the user's and is
+    left as it is. Best effort, never an error; returns what was removed."""
     import time
 
     removed = []
@@ -247,17 +323,21 @@ def remove_stale_folders(parent: str | os.PathLike) -> list[Path]:
     for e in entries:
         try:
             st = e.stat(follow_symlinks=False)
-            if not stat.S_ISDIR(st.st_mode) or time.time() - st.st_mtime < STALE_AFTER_S:
+            age = time.time() - st.st_mtime
+            if not stat.S_ISDIR(st.st_mode) or age < STALE_AFTER_S:
                 continue
             fd = os.open(e.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue  # held: a writer at work
-        try:
+            mark = marker_of(e.path)
+            if mark is None:
+                continue  # not kbench's: never removed
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) or _writer_alive(mark, age):
+                    continue  # held: a writer at work
             shutil.rmtree(e.path, ignore_errors=True)
             removed.append(Path(e.path))
         finally:
@@ -307,7 +387,8 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _swap(new: Path, dest: Path) -> Path | None:
-    """Puts ``new`` at ``dest``; returns the path that now holds dest's old content (None: there was none)."""
+    """Puts ``new`` at ``dest``; returns the marked `.kb-old-*` folder that now holds dest's old content where
+    the two-rename fallback made one (None: there was no old content, or it went where ``new`` was)."""
     if not dest.exists():
         os.rename(new, dest)
         return None
@@ -315,8 +396,9 @@ def _swap(new: Path, dest: Path) -> Path | None:
         os.rename(new, dest)  # onto an empty folder: replaced by the rename itself
         return None
     if _exchange(new, dest):
-        return new
+        return None  # dest's old content is at ``new`` now, inside the marked sibling the caller removes
     old = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}old-", dir=dest.parent))
+    _mark(old, dest)
     os.rename(dest, old / "x")
     os.rename(new, dest)
     return old
