@@ -134,7 +134,7 @@ def render(res, console: Console, show_all: bool, max_rows: int | None = None) -
         console.print(escape(f"{len(res.winner_ties)} winner flip(s) within the run-to-run spread, counted as "
                              f"ties: {', '.join(ties)}{more}"), style="dim")
     console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {res.noise_used}"))
-    console.print(escape(res.details()), highlight=False)
+    console.print(escape(res.details()), highlight=False, soft_wrap=True)
     print_verdict(console, res)
 
 

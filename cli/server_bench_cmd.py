@@ -153,11 +153,13 @@ SGLang's own command line runs as is: lists space-separated (--batch-size 1 4 16
 
 \b
 A/B of a server setting, on a shared machine: A and B interleaved in one run, round by round (ABBA),
-  kbench server-bench --url A_URL --url-b B_URL ... --repeat 20 --run-name ab
-  (one server: --switch-command 'bash switch.sh {side}' switches it between the rounds), then
-  kbench gate --baseline results/server-bench-ab-a-* --candidate results/server-bench-ab-b-*
-which compares the rounds as pairs and ends with one verdict, e.g. FAIL: B is slower in 1 of the
-2 decode-heavy cases (bs1-in64-out16: latency +12.0%, ...).
+  kbench server-bench --url A_URL --url-b B_URL ... --repeat auto --batches-per-round 3 --run-name ab
+  (one server: --switch-command 'bash switch.sh {side}' switches it between the rounds; --repeat
+  auto, the default of an A/B, adds rounds until the gate's rule decides every case or --budget
+  ends), then the command it prints,
+  kbench gate --baseline RUN_A --candidate RUN_B
+which compares the rounds as pairs: PASS, FAIL or INCONCLUSIVE (exit 0, 1, 3), e.g. FAIL: B is
+slower in 1 of the 2 decode-heavy cases (bs1-in64-out16: latency +12.0%, ...).
 """
 
 EPILOG = """\b

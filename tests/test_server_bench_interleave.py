@@ -183,3 +183,76 @@ def test_an_interleaved_half_is_not_resumed(two, tmp_path):
     res = cli("--resume", ab.b.run_dir, "--url", b.url)
     assert res.exit_code == 2
     assert "one side of an interleaved A/B, which is not resumed" in res.output
+
+
+def test_repeat_auto_stops_once_every_case_is_decided_and_the_gate_agrees(two, tmp_path):
+    """--repeat auto (kbench.gate.sequential): B 300 ms slower is decided FAIL at the first look (8 rounds), far
+    before the budget; the manifests record the looks and the alpha of the last one, and the gate, testing at
+    that alpha, gives the same answer."""
+    a, b = two
+    b.faults.first_token_delay = 0.3
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), alpha=0.01, repeat=400, repeat_auto=True,
+                             budget=120, batches_per_round=2))
+    m = json.loads((ab.a.run_dir / "manifest.json").read_text())["interleave"]
+    assert m["stopped"] == "decided" and m["looks"] == 1 and m["rounds_run"] == 8 == ab.rounds
+    assert m["decided"] == {"bs1-in16-out4": "fail"} and m["batches_per_round"] == 2
+    assert len(a.seen("/generate")) == len(b.seen("/generate")) == 16  # 8 rounds x 2 batches a side
+    from kbench.gate import run_gate
+
+    res = run_gate(ab.a.run_dir, ab.b.run_dir)
+    assert res.verdict == "FAIL" and res.alpha == pytest.approx(m["alpha_spent"])
+    assert any("looked at its rounds 1 times" in w for w in res.warnings)
+
+
+def test_repeat_auto_ends_at_the_budget_undecided_and_the_gate_says_inconclusive(two, tmp_path):
+    a, b = two
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), alpha=0.01, repeat=400, repeat_auto=True,
+                             budget=3))
+    m = json.loads((ab.a.run_dir / "manifest.json").read_text())["interleave"]
+    assert m["stopped"] in ("budget", "decided")
+    from kbench.gate import run_gate
+
+    res = run_gate(ab.a.run_dir, ab.b.run_dir)
+    assert res.verdict in ("PASS", "INCONCLUSIVE")  # an A/A: never FAIL
+    if m["stopped"] == "budget":
+        assert res.verdict == "INCONCLUSIVE" or m["decided"]
+
+
+def test_a_budget_that_cannot_reach_the_first_look_is_bad_input(two, tmp_path):
+    a, b = two
+    a.faults.first_token_delay = 0.2
+    res = cli("--url", a.url, "--url-b", b.url, "--backend", "sglang", "--batch-size", "1", "--input-len", "16",
+              "--output-len", "4", "--skip-warmup", "--repeat", "auto", "--budget", "0.5", "--out", tmp_path / "r")
+    assert res.exit_code == 2, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last.startswith("error: --budget 0.5 s cannot reach the 8 rounds the first look needs: a round took")
+
+
+def test_too_few_rounds_for_an_interleaved_ab_is_bad_input(tmp_path):
+    res = cli("--url", "http://127.0.0.1:9", "--url-b", "http://127.0.0.1:9", "--repeat", "4", "--out", tmp_path / "r")
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == ["error: --repeat 4: an interleaved A/B needs at least 7 rounds (with "
+                                               "fewer the gate's paired test cannot reach alpha 0.01: it could never "
+                                               "find a difference); give --repeat 7 or more, or --repeat auto"]
+
+
+def test_an_unreachable_url_b_is_named_as_b(model_dir, tmp_path):
+    """#54.7: an unreachable --url-b was reported without saying it was B."""
+    with FakeSGLang(Faults(model_path=str(model_dir))) as a:
+        res = cli("--url", a.url, "--url-b", "http://127.0.0.1:9", "--backend", "sglang", "--skip-warmup",
+                  "--repeat", "7", "--out", tmp_path / "r")
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: B (--url-b http://127.0.0.1:9) does not answer: ")
+
+
+def test_each_finished_round_is_in_both_journals_as_it_is_measured(two, tmp_path):
+    """#55.2: after every round of a case both halves' journals hold its row with every finished round (the last
+    row of a case counts), so a kill keeps them."""
+    a, b = two
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=7, alpha=0.01))
+    for side in (ab.a, ab.b):
+        lines = [json.loads(x) for x in (side.run_dir / "rows.jsonl").read_text().splitlines()]
+        assert [len(x["latency_samples"]) for x in lines] == [1, 2, 3, 4, 5, 6, 7]
+        assert lines[-1]["sample_rounds"] == [0, 1, 2, 3, 4, 5, 6]
+        assert len(load_run(side.run_dir).rows) == 1  # one row per case when read

@@ -824,8 +824,9 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
                             f"the gate tests at the alpha its last look had, {looked:.3g}, so that the false-alarm "
                             f"rate stays {alpha:g} over the looks")
             alpha = looked
-        if pair and isinstance(pair.get("rounds"), int) and pair["rounds"] < min_rounds(alpha):
-            warnings.append(f"the interleaved run has {pair['rounds']} rounds: the paired test cannot reach alpha "
+        ran = pair.get("rounds_run", pair.get("rounds")) if pair else None
+        if pair and isinstance(ran, int) and ran < min_rounds(alpha):
+            warnings.append(f"the interleaved run has {ran} rounds: the paired test cannot reach alpha "
                             f"{alpha:g} with fewer than {min_rounds(alpha)} (kbench server-bench --repeat "
                             f"{min_rounds(alpha)} or more); it finds no difference")
     base_recs = _records(base, kind, key_cols, warnings, "baseline", metrics,
@@ -891,7 +892,7 @@ def _noise_used(kind: str, pair: dict | None, metric_noise: dict, n_runs: int, t
     head = f"threshold {threshold:.1%}, alpha {alpha:g}, power {power:g}; "
     floor = f", noise floor {noise_floor:.1%}" if noise_floor else ""
     if pair:
-        return (head + f"noise: paired, the {pair.get('rounds')} {pair.get('order', 'ABBA')} rounds of one "
+        return (head + f"noise: paired, the {pair.get('rounds_run', pair.get('rounds'))} {pair.get('order', 'ABBA')} rounds of one "
                 f"interleaved run (one-sided Wilcoxon signed-rank: the rounds' B/A ratios beyond the threshold)")
     if kind == "server-bench":
         if not metric_noise:

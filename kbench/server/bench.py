@@ -351,7 +351,7 @@ class _Runner:
         vals = {k: [d["m"][k] for d in done if d["m"][k] is not None] for k in SAMPLED}  # None: a zero interval
         med = {k: statistics.median(v) if v else None for k, v in vals.items()}
         out_tp = med["output_throughput"]
-        samples = {f"{k}_samples": v for k, v in vals.items()} if reps > 1 else {}
+        samples = {f"{k}_samples": v for k, v in vals.items()} if reps > 1 or rounds is not None else {}
         rates = [d["counters"].cache_hit_rate for d in done if d["counters"].cache_hit_rate is not None]
         row = self._row(case, "ok", warmup=warmup, prompt_pattern=str(pattern), repeats=reps,
                         latency=med["latency"], last_ttft=med["last_ttft"],
