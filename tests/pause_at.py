@@ -22,15 +22,18 @@ def main() -> None:
     # no KeyboardInterrupt handler: Ctrl-C as a terminal sends it must reach kbench wherever the tests run
     signal.signal(signal.SIGINT, signal.default_int_handler)
     target, when, marker = sys.argv[1:4]
+    target, _, nth = target.partition("#")  # MODULE:FUNCTION#N: at its Nth call (default the first)
+    nth = int(nth or 1)
     assert sys.argv[4] == "--"
     args = sys.argv[5:]
     mod_name, func_name = target.split(":")
     mod = importlib.import_module(mod_name)
     orig = getattr(mod, func_name)
-    state = {"done": False}
+    state = {"done": False, "calls": 0}
 
     def pause():
-        if not state["done"]:
+        state["calls"] += 1
+        if not state["done"] and state["calls"] >= nth:
             state["done"] = True
             Path(marker).write_text("here\n")
             t0 = time.monotonic()

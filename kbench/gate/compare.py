@@ -533,10 +533,10 @@ def _log_scale(a: list[float], b: list[float]) -> float:
 def _needed(scale: float, n: int, worse: float, band: float, metric: Metric, alpha: float, power: float,
             paired: bool) -> int | None:
     """The rounds (samples per side) at which the row would be decided: its detectable change down to the band
-    (a change inside it: PASS), or to the part of the change beyond the band (a change beyond it: FAIL)."""
+    (what a PASS needs), or down to the part of the change beyond the band when that is larger (a FAIL sooner)."""
     from kbench.gate.power import rounds_to_decide
 
-    target = band if worse <= band else (worse - band) / (1 + band)
+    target = max(band, (worse - band) / (1 + band))
     return rounds_to_decide(scale, n, target, metric.higher_is_better, alpha, power, paired)
 
 

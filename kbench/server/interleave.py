@@ -342,6 +342,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                     latest[(case.case_id, s)] = row
         round_times.append(time.monotonic() - t0)
         n = r + 1
+        _round_finished(runs, n)
         if auto and n == 1 and round_times[0] * look_at > config.budget:
             raise BadInput(f"--budget {config.budget:g} s cannot reach the {look_at} rounds the first look needs: a "
                            f"round took {round_times[0]:.1f} s here (about {round_times[0] * look_at:.0f} s for "
@@ -385,6 +386,13 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                    alpha=config.alpha, power=config.power, budget_s=config.budget,
                    decided={c: v for c, v in decided.items()})
     return out
+
+
+def _round_finished(runs: dict, n: int) -> None:
+    """Both manifests say how many rounds are done (each case's row is in the journals already): a run killed with
+    kill -9 still says, beside its status "running", how far it got."""
+    for s in SIDES:
+        runs[s].update_manifest(interleave={**runs[s].manifest.get("interleave"), "rounds_done": n})
 
 
 def _round_order(n_cases: int, r: int, mode: str, k: int = 1) -> list[tuple[int, str]]:
