@@ -866,6 +866,8 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
                         "of several runs (kbench baseline RUN1 RUN2 RUN3 --name NAME)")
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
                         run_spread_k, paired=bool(pair), metric_noise=metric_noise, power=power)
+    if pair:
+        _check_paired(rows)
     del cand_recs  # a row's record per row of each run: let go of them before the winners are compared
     ties: list[str] = []
     if kind == "sweep":
@@ -884,6 +886,18 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
                       {"ignore_winner_change": ignore_winner_change, "allow_missing": allow_missing,
                        "force": force, "run_spread_k": run_spread_k, "noise_floor": noise_floor},
                       n_runs, run_spread_k, noise_floor, ties, pair, used, power)
+
+
+def _check_paired(rows: list[RowResult]) -> None:
+    """The halves of one interleaved run whose rounds pair for no metric of any case: bad input, saying why (the
+    gate would otherwise answer "nothing compared" about a measurement it could not read)."""
+    metric_rows = [r for r in rows if r.metric is not None and r.outcome not in ("invalid",)]
+    unpaired = [r for r in metric_rows if r.outcome == "not-compared" and r.note.startswith("not judged: ")]
+    if metric_rows and len(unpaired) == len(metric_rows):
+        r = unpaired[0]
+        raise BadInput(f"the interleaved run's halves cannot be paired round by round ({r.case_id} {r.metric}: "
+                       f"{r.note.removeprefix('not judged: ')}); gate halves that hold their rounds "
+                       f"(kbench server-bench writes sample_rounds)")
 
 
 def _noise_used(kind: str, pair: dict | None, metric_noise: dict, n_runs: int, threshold: float, alpha: float,
