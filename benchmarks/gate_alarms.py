@@ -26,6 +26,7 @@ import argparse
 import http.client
 import json
 import os
+import queue
 import shutil
 import statistics
 import subprocess
@@ -86,12 +87,21 @@ class Proxy:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
+                chunks: queue.Queue = queue.Queue()
+
+                def read():  # upstream as it comes: each chunk with the moment it arrived
+                    while True:
+                        c = resp.read1(65536)
+                        chunks.put((time.monotonic(), c))
+                        if not c:
+                            return
+
+                threading.Thread(target=read, daemon=True).start()
                 first = True
                 while True:
-                    chunk = resp.read1(65536)
-                    if stretch != 1.0:  # this chunk's moment, stretched
-                        due = t1 + stretch * (time.monotonic() - t1)
-                        wait = due - time.monotonic()
+                    arrived, chunk = chunks.get()
+                    if stretch != 1.0:  # forwarded at its own moment, stretched (never its forwarding's)
+                        wait = t1 + stretch * (arrived - t1) - time.monotonic()
                         if wait > 0:
                             time.sleep(wait)
                     if first:
