@@ -606,7 +606,8 @@ def _decide(base: RowResult, worse: float, band: float, threshold: float, det: f
 def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list[Metric], threshold: float,
                  alpha: float, allow_missing: bool, noise: list | None = None,
                  k: float = DEFAULT_RUN_SPREAD_K, paired: bool = False,
-                 metric_noise: dict | None = None, power: float = DEFAULT_POWER) -> list[RowResult]:
+                 metric_noise: dict | None = None, power: float = DEFAULT_POWER,
+                 case_alpha: dict | None = None) -> list[RowResult]:
     """noise: run_noise_of(base_recs). paired: the runs are the two sides of one interleaved run. metric_noise:
     server_run_noise(base_recs, ...), which replaces noise for the metrics it holds."""
     metric_noise = metric_noise or {}
@@ -683,7 +684,8 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
                                          f"{m.column}"))
                 continue
             n = metric_noise[m.name][i] if m.name in metric_noise else (noise[i] if noise else None)
-            results.append(_compare_metric(key, rb, rc, m, threshold, alpha, n, k, tests, paired, power))
+            a_ = case_alpha.get(case_id, alpha) if case_alpha else alpha  # --repeat auto: the look that decided it
+            results.append(_compare_metric(key, rb, rc, m, threshold, a_, n, k, tests, paired, power))
     for k_, j in cand_recs.index.items():
         if k_ not in base_recs.index:
             key = dict(zip(key_cols, k_))
@@ -813,7 +815,7 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     # the winners first, while the rows are all the gate holds (their temporaries took 250 MB at 300,000 rows)
     winners = (case_winners(base.rows), case_winners(cand.rows)) if kind == "sweep" else None
     release_memory()
-    pair = None
+    pair, case_alpha = None, {}
     if kind == "server-bench":
         from kbench.gate.paired import halves, min_rounds
 
@@ -821,8 +823,11 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
         looked = pair.get("alpha_spent") if pair else None  # --repeat auto: the alpha its last look had
         if isinstance(looked, float) and 0 < looked < alpha:
             warnings.append(f"the interleaved run looked at its rounds {pair.get('looks')} times (--repeat auto): "
-                            f"the gate tests at the alpha its last look had, {looked:.3g}, so that the false-alarm "
-                            f"rate stays {alpha:g} over the looks")
+                            f"the gate tests each case at the alpha of the look that decided it (the last: "
+                            f"{looked:.3g}), so that the false-alarm rate stays {alpha:g} over the looks")
+            ca = pair.get("case_alpha")
+            case_alpha = {str(c): min(float(v), alpha) for c, v in ca.items() if isinstance(v, (int, float))
+                          and 0 < v} if isinstance(ca, dict) else {}
             alpha = looked
         ran = pair.get("rounds_run", pair.get("rounds")) if pair else None
         if pair and isinstance(ran, int) and ran < min_rounds(alpha):
@@ -865,7 +870,8 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
                         "Run A and B interleaved (kbench server-bench --url A --url-b B), or gate against a baseline "
                         "of several runs (kbench baseline RUN1 RUN2 RUN3 --name NAME)")
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
-                        run_spread_k, paired=bool(pair), metric_noise=metric_noise, power=power)
+                        run_spread_k, paired=bool(pair), metric_noise=metric_noise, power=power,
+                        case_alpha=case_alpha)
     if pair:
         _check_paired(rows)
     del cand_recs  # a row's record per row of each run: let go of them before the winners are compared

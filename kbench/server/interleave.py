@@ -308,6 +308,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     latest: dict[tuple[str, str], ServerBenchRow] = {}
     failed: dict[str, tuple[str, dict]] = {}
     decided: dict[str, str] = {}
+    case_alpha: dict[str, float] = {}
     k = config.batches_per_round
     _warm(runners, SIDES if mode == "two-servers" else ("a",), live, config, ls, results)  # (switch: A is on)
     auto = config.repeat_auto
@@ -359,6 +360,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                                                config.power)
                     if v != "open":
                         decided[c.case_id] = v
+                        case_alpha[c.case_id] = alpha_spent  # its rows stop here: the gate tests them at this
             ls.ab_look(look, n, alpha_spent, decided, len(live))
             look_at = sequential.next_look(n)
             if all(c.case_id in decided or c.case_id in failed for c in live):
@@ -384,7 +386,9 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     if auto:
         out.update(looks=look, alpha_spent=alpha_spent, rule=sequential.RULE, threshold=config.threshold,
                    alpha=config.alpha, power=config.power, budget_s=config.budget,
-                   decided={c: v for c, v in decided.items()})
+                   decided={c: v for c, v in decided.items()},
+                   case_alpha={c.case_id: case_alpha.get(c.case_id, alpha_spent) for c in live
+                               if alpha_spent is not None})
     return out
 
 
