@@ -307,6 +307,7 @@ def main(argv=None) -> int:
     ap.add_argument("--url-b", default=None, help="--servers two: B's running server")
     ap.add_argument("--out", default="/tmp/kbench-gate-alarms")
     ap.add_argument("--pythonpath", default=None, help="import kbench from this folder")
+    ap.add_argument("--keep-first", action="store_true", help="keep the first pair's run folders of each")
     a = ap.parse_args(argv)
     if a.pythonpath:
         sys.path.insert(0, a.pythonpath)
@@ -370,7 +371,8 @@ def main(argv=None) -> int:
                     log.flush()
                     print(f"{proc:14s} {cond:11s} {i + 1:2d}/{a.pairs} {rec['verdict_word']:12s} {secs:5.1f} s "
                           f"load {rec['load_avg']:.1f}  {rec['verdict'][:120]}", flush=True)
-                    shutil.rmtree(d, ignore_errors=True)
+                    if i > 0 or not a.keep_first:
+                        shutil.rmtree(d, ignore_errors=True)  # (the first pair's run folders: --keep-first)
     finally:
         load.stop()
         pa.close()
