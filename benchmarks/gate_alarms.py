@@ -268,7 +268,7 @@ def table(results: list[dict], procedures) -> str:
     """Per procedure and slowdown kind: pairs, A/A alarms, P(FAIL | 10%), P(FAIL | 25%), P(PASS | 25%),
     INCONCLUSIVE (all pairs), wall per pair (median, max), load average (min to max), B/A ratio spread (A/A)."""
     head = ("| procedure | servers | slowdown | pairs | A/A alarms | P(FAIL \\| 10%) | P(FAIL \\| 25%) | P(PASS \\| 25%) "
-            "| INCONCLUSIVE | wall per pair | load | A/A B/A ratio p10-p90 |")
+            "| INCONCLUSIVE | wall per pair (A/A / slowed, median) | load | A/A B/A ratio p10-p90 |")
     lines = [head, "|" + "---|" * 12]
     for p in procedures:
         for servers in sorted({r["servers"] for r in results if r["procedure"] == p}):
@@ -288,7 +288,8 @@ def table(results: list[dict], procedures) -> str:
                 lines.append(
                     f"| {p} | {servers} | {kind} | {len(rows)} | {_rate(aa, 'FAIL')} | {_rate(s10, 'FAIL')} | "
                     f"{_rate(s25, 'FAIL')} | {_rate(s25, 'PASS')} | {_rate(rows, 'INCONCLUSIVE')} | "
-                    + (f"{statistics.median(secs):.0f} s (max {max(secs):.0f})" if secs else "-") + " | "
+                    + " / ".join(f"{statistics.median(x):.0f} s" if x else "-" for x in
+                                 ([r["seconds"] for r in aa], [r["seconds"] for r in slow])) + " | "
                     + (f"{min(loads):.1f} to {max(loads):.1f}" if loads else "-") + f" | {spread} |")
     return "\n".join(lines)
 
