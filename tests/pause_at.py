@@ -1,8 +1,8 @@
 """Run the kbench CLI with one function made to stop at a chosen moment, so a test can signal it exactly there.
 
-    python tests/pause_at.py MODULE:FUNCTION before|after MARKER -- kbench-args...
+    python tests/pause_at.py MODULE:FUNCTION[#N] before|after MARKER -- kbench-args...
 
-Before (or after) the first call of MODULE.FUNCTION the process writes MARKER and waits (until MARKER.go exists,
+Before (or after) the first (or the Nth) call of MODULE.FUNCTION the process writes MARKER and waits (until MARKER.go exists,
 at most 120 s), so the test waits for MARKER and sends SIGTERM or SIGINT at that moment: the dangerous ones of a
 multi-file replace (the new folder half written; the swap itself, where kbench holds the signal until the swap is
 done: the test then writes MARKER.go to let it go on). Test-only; kbench has no such hook.
