@@ -1,23 +1,24 @@
-"""False-alarm and miss rates of the server gate on a real (CPU) vLLM server: how often `kbench gate` fails an A/A
-pair (nothing changed), quiet and with a competing CPU load during one side, and how often it catches a real
-slowdown of 10% and 25%, for the plain procedure (two server-bench runs, one after the other) and the interleaved
-one (one server-bench run alternating A and B in ABBA order, gated as paired samples); procedure baseline3 gates
-one run of B against a baseline of three runs of A (kbench baseline: the run-to-run spread widens the band).
+"""False alarms, misses and undecided answers of the server gate on a real (CPU) vLLM server, per procedure:
+A/A pairs (nothing changed, quiet or with a CPU neighbour during the second half), and B slowed by 10% and 25%
+two ways: a **uniform stretch** of B's whole response timeline (every chunk is forwarded at ``factor x`` the time
+it arrived from the server since the request: TTFT, every token gap and the latency grow alike) and a **fixed
+delay** before each of B's requests (``effect x`` A's median latency of that case: TTFT grows, the rest not).
+A and B are either one server behind two proxies of this script (``--servers one``) or two separate server
+processes (``--servers two``), each behind its own proxy.
 
-    python benchmarks/gate_alarms.py [--pairs 20] [--procedures plain,interleaved,baseline3] [--out DIR]
-        [--url URL]                      # a running vLLM server (default: start the tests' CPU server)
+    python benchmarks/gate_alarms.py [--pairs 20] [--procedures interleaved-40,auto] [--servers one|two]
+        [--conditions aa-quiet,aa-load,stretch-10%,stretch-25%,delay-10%,delay-25%] [--out DIR]
+        [--url URL [--url-b URL]]        # running vLLM servers (default: start the tests' CPU server(s))
         [--pythonpath DIR]               # import kbench from DIR (e.g. a checkout of the commit before)
 
-Both sides always go through a proxy of this script's own (so A and B pay the same proxy cost); for a slowdown
-the B proxy holds each completion response back by ``effect x`` A's median latency of that case (measured at the
-start, per case), a fixed delay per response, so latency grows by about the effect and TTFT by more. The load
-is one process spinning on one core: during run B of a plain pair (the second half of the pair in time), and
-during the second half of an interleaved run (started when half of its batches are done), the same moment of the
-measurement a CI neighbour would hit. The gate is kbench's own (run_gate with its defaults); an alarm is a
-failing gate (exit 1). Cases are tiny (batch 1 and 2, input 64, output 16): on the 2-core machine at load average
-10 to 24 (shared with other work), the 80 pairs of one procedure took 9 minutes (plain), 12 (baseline3, 61 pairs)
-and 17 (interleaved, 10 rounds); 40 rounds take about 35 s a pair (docs/gate.md has the figures). Each pair is one JSON line in OUT/pairs.jsonl (the verdict line kept); the
-table at the end is procedure x condition: alarms / pairs, as docs/gate.md shows it.
+Procedures: ``interleaved-N`` (one run, N ABBA rounds, one batch per side a round), ``auto`` (``--repeat auto``:
+rounds until the gate decides every case or ``--budget`` s, ``--batches-per-round`` K), ``plain`` (two runs one
+after the other) and ``baseline3`` (three runs of A pooled, then B). The gate is kbench's own (run_gate, defaults:
+threshold 5%, alpha 0.01, power 0.8). Per procedure the table gives: A/A false alarms (FAIL), P(FAIL | 10% and
+25% slower), P(PASS | 25% slower), the INCONCLUSIVE rate, the wall time per pair and the load average, and, for the
+interleaved procedures, the spread of the per-round B/A latency ratio (10th to 90th percentile over A/A pairs).
+Each pair is one JSON line in OUT/pairs.jsonl; the table goes to OUT/table.md. The measured figures, the machine
+and its load are in docs/gate.md, which is the one place they are stated.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import argparse
 import http.client
 import json
 import os
+import queue
 import shutil
 import statistics
 import subprocess
@@ -37,17 +39,27 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
-CONDITIONS = ("aa-quiet", "aa-load", "slow-10%", "slow-25%")
-EFFECTS = {"slow-10%": 0.10, "slow-25%": 0.25}
+CONDITIONS = ("aa-quiet", "aa-load", "stretch-10%", "stretch-25%", "delay-10%", "delay-25%")
 
 
-class DelayProxy:
-    """An HTTP proxy in front of the server; ``delays`` maps (prompts in the batch, max_tokens) of a completion
-    request to the seconds its response is held back before it is forwarded."""
+def effect_of(condition: str) -> tuple[str, float]:
+    """("stretch" | "delay" | "none", fraction)."""
+    if condition.startswith(("stretch-", "delay-")):
+        kind, pct = condition.split("-")
+        return kind, float(pct.rstrip("%")) / 100
+    return "none", 0.0
+
+
+class Proxy:
+    """An HTTP proxy in front of a server. ``delays`` maps (prompts in the batch, max_tokens) of a completion
+    request to seconds it is held back before it is forwarded; ``stretch`` > 1 forwards each chunk of a completion's
+    response at ``stretch x`` the time it came from the server since the request arrived (the whole timeline
+    stretched: TTFT, each token gap and the latency alike)."""
 
     def __init__(self, upstream: str):
         self.upstream = urlparse(upstream)
         self.delays: dict[tuple[int, int], float] = {}
+        self.stretch = 1.0
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,9 +69,11 @@ class DelayProxy:
                 pass
 
             def _forward(self):
+                t0 = time.monotonic()
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else None
-                if body and self.path.startswith("/v1/completions"):
+                completion = bool(body) and self.path.startswith("/v1/completions")
+                if completion:
                     try:
                         req = json.loads(body)
                         d = proxy.delays.get((len(req.get("prompt") or []), int(req.get("max_tokens") or 0)), 0.0)
@@ -67,18 +81,37 @@ class DelayProxy:
                         d = 0.0
                     if d > 0:
                         time.sleep(d)
+                stretch = proxy.stretch if completion else 1.0
+                t1 = time.monotonic()
                 conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=600)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("transfer-encoding", "content-length", "connection"):
-                        self.send_header(k, v)
-                self.send_header("Connection", "close")
-                self.end_headers()
+                chunks: queue.Queue = queue.Queue()
+
+                def read():  # upstream as it comes: each chunk with the moment it arrived
+                    while True:
+                        c = resp.read1(65536)
+                        chunks.put((time.monotonic(), c))
+                        if not c:
+                            return
+
+                threading.Thread(target=read, daemon=True).start()
+                first = True
                 while True:
-                    chunk = resp.read1(65536)
+                    arrived, chunk = chunks.get()
+                    if stretch != 1.0:  # forwarded at its own moment, stretched (never its forwarding's)
+                        wait = t1 + stretch * (arrived - t1) - time.monotonic()
+                        if wait > 0:
+                            time.sleep(wait)
+                    if first:
+                        self.send_response(resp.status)
+                        for k, v in resp.getheaders():
+                            if k.lower() not in ("transfer-encoding", "content-length", "connection"):
+                                self.send_header(k, v)
+                        self.send_header("Connection", "close")
+                        self.end_headers()
+                        first = False
                     if not chunk:
                         break
                     self.wfile.write(chunk)
@@ -92,8 +125,16 @@ class DelayProxy:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def set(self, condition: str, lat: dict) -> None:
+        kind, eff = effect_of(condition)
+        self.delays = {k: eff * v for k, v in lat.items()} if kind == "delay" else {}
+        self.stretch = 1.0 + eff if kind == "stretch" else 1.0
+
     def close(self):
         self.server.shutdown()
+
+
+DelayProxy = Proxy  # the name the earlier benchmark used
 
 
 class Load:
@@ -120,14 +161,9 @@ def config(url, name, out, repeat, **kw):
                              repeat=repeat, run_name=name, out_dir=out, skip_warmup=True, seed=7, **kw)
 
 
-def verdict(res) -> str:
-    """The gate's last line, as `kbench gate` prints it (the one verdict)."""
-    try:
-        from kbench.gate.ab import verdict_line
-
-        return verdict_line(res)
-    except ImportError:  # the code before issue #46: the summary line
-        return res.summary_line()
+def verdict_word(res) -> str:
+    v = getattr(res, "verdict", None)  # kbench before #54: PASS or FAIL only
+    return v if isinstance(v, str) else ("PASS" if res.passed else "FAIL")
 
 
 def plain_pair(pa, pb, out: Path, load: Load | None, repeat: int) -> tuple:
@@ -166,7 +202,8 @@ def baseline3_pair(pa, pb, out: Path, load: Load | None, repeat: int) -> tuple:
     return run_gate(base, b.run_dir), time.monotonic() - t0
 
 
-def interleaved_pair(pa, pb, out: Path, load: Load | None, repeat: int, est_s: float) -> tuple:
+def interleaved_pair(pa, pb, out: Path, load: Load | None, repeat: int, est_s: float, **kw) -> tuple:
+    """One interleaved run (kw: repeat_auto, budget, batches_per_round of kbench after #54), gated paired."""
     from kbench.gate import run_gate
     from kbench.server.interleave import run_interleaved
 
@@ -175,7 +212,7 @@ def interleaved_pair(pa, pb, out: Path, load: Load | None, repeat: int, est_s: f
     if timer:
         timer.start()
     try:
-        ab = run_interleaved(config(pa.url, "ab", out, repeat, url_b=pb.url))
+        ab = run_interleaved(config(pa.url, "ab", out, repeat, url_b=pb.url, **kw))
     finally:
         if timer:
             timer.cancel()
@@ -200,6 +237,16 @@ def samples(res) -> dict:
     return out
 
 
+def ratio_spread(samples_: dict) -> list[float]:
+    """The per-round B/A latency ratios of a pair (every case), for the spread the table reports."""
+    out = []
+    for m in samples_.values():
+        a, b = m.get("latency", {}).get("a", []), m.get("latency", {}).get("b", [])
+        if len(a) == len(b):
+            out += [y / x for x, y in zip(a, b) if x > 0]
+    return out
+
+
 def calibrate(pa, out: Path) -> dict:
     """A's median latency per case (the delays of a slowdown are fractions of it)."""
     from kbench.server import run_server_bench
@@ -208,28 +255,60 @@ def calibrate(pa, out: Path) -> dict:
     return {(row.batch_size, row.output_len): row.latency for row in r.rows if row.status == "ok"}
 
 
+def _rate(rs: list[dict], word: str) -> str:
+    return f"{sum(r['verdict_word'] == word for r in rs)} / {len(rs)}" if rs else "-"
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
 def table(results: list[dict], procedures) -> str:
-    lines = ["| procedure | " + " | ".join(CONDITIONS) + " |", "|---|" + "---|" * len(CONDITIONS)]
+    """Per procedure and slowdown kind: pairs, A/A alarms, P(FAIL | 10%), P(FAIL | 25%), P(PASS | 25%),
+    INCONCLUSIVE (all pairs), wall per pair (median, max), load average (min to max), B/A ratio spread (A/A)."""
+    head = ("| procedure | servers | slowdown | pairs | A/A alarms | P(FAIL \\| 10%) | P(FAIL \\| 25%) | P(PASS \\| 25%) "
+            "| INCONCLUSIVE | wall per pair (A/A / slowed, median) | load | A/A B/A ratio p10-p90 |")
+    lines = [head, "|" + "---|" * 12]
     for p in procedures:
-        cells = []
-        for c in CONDITIONS:
-            rs = [r for r in results if r["procedure"] == p and r["condition"] == c]
-            alarms = sum(not r["passed"] for r in rs)
-            cells.append(f"{alarms} / {len(rs)}" if rs else "-")
-        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+        for servers in sorted({r["servers"] for r in results if r["procedure"] == p}):
+            mine = [r for r in results if r["procedure"] == p and r["servers"] == servers]
+            aa = [r for r in mine if r["condition"].startswith("aa-")]
+            for kind in ("stretch", "delay"):
+                slow = [r for r in mine if r["condition"].startswith(kind)]
+                if not slow and kind == "delay":
+                    continue
+                rows = aa + slow
+                s10 = [r for r in slow if r["condition"].endswith("-10%")]
+                s25 = [r for r in slow if r["condition"].endswith("-25%")]
+                secs = [r["seconds"] for r in rows]
+                loads = [r["load_avg"] for r in rows]
+                ratios = [x for r in aa for x in r.get("ratios", [])]
+                spread = f"{_pct(ratios, 0.1):.2f} to {_pct(ratios, 0.9):.2f}" if ratios else "-"
+                lines.append(
+                    f"| {p} | {servers} | {kind} | {len(rows)} | {_rate(aa, 'FAIL')} | {_rate(s10, 'FAIL')} | "
+                    f"{_rate(s25, 'FAIL')} | {_rate(s25, 'PASS')} | {_rate(rows, 'INCONCLUSIVE')} | "
+                    + " / ".join(f"{statistics.median(x):.0f} s" if x else "-" for x in
+                                 ([r["seconds"] for r in aa], [r["seconds"] for r in slow])) + " | "
+                    + (f"{min(loads):.1f} to {max(loads):.1f}" if loads else "-") + f" | {spread} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=20)
-    ap.add_argument("--procedures", default="plain,interleaved")
+    ap.add_argument("--procedures", default="interleaved-40,auto")
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
+    ap.add_argument("--servers", choices=("one", "two"), default="one",
+                    help="one server behind two proxies, or two server processes")
     ap.add_argument("--repeat-plain", type=int, default=5, help="repeats per run of the plain procedure")
-    ap.add_argument("--repeat-interleaved", type=int, default=40, help="ABBA rounds of the interleaved procedure")
+    ap.add_argument("--budget", type=float, default=300, help="auto: seconds of rounds per pair")
+    ap.add_argument("--batches-per-round", type=int, default=3, help="auto: batches per side per round")
     ap.add_argument("--url", default=None, help="a running vLLM server (default: start the tests' CPU server)")
+    ap.add_argument("--url-b", default=None, help="--servers two: B's running server")
     ap.add_argument("--out", default="/tmp/kbench-gate-alarms")
     ap.add_argument("--pythonpath", default=None, help="import kbench from this folder")
+    ap.add_argument("--keep-first", action="store_true", help="keep the first pair's run folders of each")
     a = ap.parse_args(argv)
     if a.pythonpath:
         sys.path.insert(0, a.pythonpath)
@@ -240,65 +319,84 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "pairs.jsonl", "a")
-    srv = None
-    if a.url is None:
+    started = []
+    urls = [a.url, a.url_b if a.servers == "two" else None]
+    if None in urls[: 2 if a.servers == "two" else 1]:
         sys.path.insert(0, str(ROOT / "tests" / "servers"))
         import vllm_cpu
 
-        srv = vllm_cpu.start_server()
-        url = srv.url
-    else:
-        url = a.url
-    pa, pb = DelayProxy(url), DelayProxy(url)
+        for i in range(2 if a.servers == "two" else 1):
+            if urls[i] is None:
+                started.append(vllm_cpu.start_server())
+                urls[i] = started[-1].url
+    pa = Proxy(urls[0])
+    pb = Proxy(urls[1] if a.servers == "two" else urls[0])
     load = Load()
     results = []
     t_start = time.monotonic()
-    uptime = os.getloadavg()
-    print(f"kbench from {Path(kbench.__file__).parent}; server {url}; load average {uptime[0]:.1f}", flush=True)
+    print(f"kbench from {Path(kbench.__file__).parent}; servers {urls}; load average {os.getloadavg()[0]:.1f}",
+          flush=True)
     try:
         work = Path(tempfile.mkdtemp(prefix="runs-", dir=out))
         lat = calibrate(pa, work)
         print(f"A's latency per (batch, output): {json.dumps({str(k): round(v, 4) for k, v in lat.items()})}",
               flush=True)
-        est = {}
-        for cond in conditions:
-            for proc in procedures:
-                effect = EFFECTS.get(cond, 0.0)
-                pb.delays = {(bs, out_len): effect * v for (bs, out_len), v in lat.items()}
-                for i in range(a.pairs):
+        est: dict[str, float] = {}
+        for i in range(a.pairs):  # conditions and procedures take turns: each sees the same hours of the machine
+            for cond in conditions:
+                for proc in procedures:
+                    pb.set(cond, lat)
                     d = Path(tempfile.mkdtemp(prefix=f"{proc}-{cond}-", dir=work))
                     ld = load if cond == "aa-load" else None
                     if proc == "plain":
                         res, secs = plain_pair(pa, pb, d, ld, a.repeat_plain)
                     elif proc == "baseline3":
                         res, secs = baseline3_pair(pa, pb, d, ld, a.repeat_plain)
+                    elif proc == "auto":
+                        res, secs = interleaved_pair(pa, pb, d, ld, 400, est.get(proc, a.budget / 2),
+                                                     repeat_auto=True, budget=a.budget,
+                                                     batches_per_round=a.batches_per_round)
                     else:
-                        res, secs = interleaved_pair(pa, pb, d, ld, a.repeat_interleaved,
-                                                     est.get("interleaved", 30.0))
-                    if cond == "aa-quiet" or proc not in est:
-                        est[proc] = secs if proc not in est else 0.8 * est[proc] + 0.2 * secs
-                    rec = {"procedure": proc, "condition": cond, "pair": i, "passed": res.passed,
-                           "verdict": verdict(res), "seconds": round(secs, 1), "load_avg": round(os.getloadavg()[0], 2),
+                        res, secs = interleaved_pair(pa, pb, d, ld, int(proc.split("-")[1]), est.get(proc, 60.0))
+                    est[proc] = secs if proc not in est else 0.7 * est[proc] + 0.3 * secs
+                    smp = samples(res)
+                    rec = {"procedure": proc, "servers": a.servers, "condition": cond, "pair": i,
+                           "verdict_word": verdict_word(res), "passed": res.passed, "verdict": res.summary_line(),
+                           "seconds": round(secs, 1), "load_avg": round(os.getloadavg()[0], 2),
+                           "rounds": (res.paired or {}).get("rounds_run") if getattr(res, "paired", None) else None,
                            "regressions": [f"{r.case_id} {r.metric} {r.change:+.1%} ({r.note})"
                                            for r in res.rows if r.outcome == "regression"],
-                           "samples": samples(res)}
+                           "ratios": [round(x, 4) for x in ratio_spread(smp)], "samples": smp}
                     results.append(rec)
                     log.write(json.dumps(rec) + "\n")
                     log.flush()
-                    print(f"{proc:11s} {cond:9s} {i + 1:2d}/{a.pairs} {'PASS' if res.passed else 'FAIL'} "
-                          f"{secs:5.1f} s  {rec['verdict'][:150]}", flush=True)
-                    shutil.rmtree(d, ignore_errors=True)
+                    print(f"{proc:14s} {cond:11s} {i + 1:2d}/{a.pairs} {rec['verdict_word']:12s} {secs:5.1f} s "
+                          f"load {rec['load_avg']:.1f}  {rec['verdict'][:120]}", flush=True)
+                    if i > 0 or not a.keep_first:
+                        shutil.rmtree(d, ignore_errors=True)  # (the first pair's run folders: --keep-first)
     finally:
         load.stop()
         pa.close()
         pb.close()
-        if srv is not None:
+        for srv in started:
             srv.stop()
-    print(f"\n{len(results)} pairs in {(time.monotonic() - t_start) / 60:.1f} min; alarms / pairs:\n")
+    print(f"\n{len(results)} pairs in {(time.monotonic() - t_start) / 60:.1f} min:\n")
     print(table(results, procedures))
     (out / "table.md").write_text(table(results, procedures) + "\n")
     return 0
 
 
+def table_from(path: str, procedures=None) -> str:
+    """The table of a pairs.jsonl (several runs of this script appended to one)."""
+    results = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    for r in results:
+        r.setdefault("servers", "one")
+        r.setdefault("verdict_word", "PASS" if r.get("passed") else "FAIL")
+    return table(results, procedures or list(dict.fromkeys(r["procedure"] for r in results)))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--table"]:
+        print(table_from(sys.argv[2]))
+        sys.exit(0)
     sys.exit(main())

@@ -87,6 +87,7 @@ def gate(base: Path, cand: Path, *extra) -> dict:
     failing = sorted({r.kernel for r in res.failing_rows}) + (["winner-change"] if any(
         w.fails for w in res.winner_changes) else [])
     return {"baseline": str(base), "candidate": str(cand), "options": list(extra), "passed": res.passed,
+            "verdict_word": res.verdict, "failed": res.verdict == "FAIL",
             "verdict": res.summary_line(), "noise": res.noise_used, "failing_kernels": failing}
 
 
@@ -105,38 +106,43 @@ def analyse(plain: list[Path], slow: list[Path], slow_kernel: str, out: Path) ->
     rows: dict[tuple[str, str], list[bool]] = {}
     log = open(out / "gates.jsonl", "a")
 
+    undecided: dict[tuple[str, str], int] = {}
+
     def record(proc: str, cond: str, g: dict, alarm: bool) -> None:
         rows.setdefault((proc, cond), []).append(alarm)
+        undecided[(proc, cond)] = undecided.get((proc, cond), 0) + (g.get("verdict_word") == "INCONCLUSIVE")
         log.write(json.dumps({"procedure": proc, "condition": cond, "alarm": alarm, **g}) + "\n")
         log.flush()
         print(f"{proc:28s} {cond:10s} {'ALARM' if alarm else 'quiet'}  {g['verdict'][:140]}", flush=True)
 
     for i, j in itertools.combinations(range(len(plain)), 2):
-        record("single-run baseline", "A/A", g := gate(plain[i], plain[j]), not g["passed"])
+        record("single-run baseline", "A/A", g := gate(plain[i], plain[j]), g["failed"])
         record("single-run, noise floor 1%", "A/A", g := gate(plain[i], plain[j], "--noise-floor", "1%"),
-               not g["passed"])
+               g["failed"])
     bases = []
     for i in range(0, len(plain) - 1, 2):
         b = baseline([plain[i], plain[i + 1]], f"aa-{i + 1}-{i + 2}", out)
         bases.append(b)
         for j in range(len(plain)):
             if j not in (i, i + 1):
-                record("baseline of 2 runs", "A/A", g := gate(b, plain[j]), not g["passed"])
+                record("baseline of 2 runs", "A/A", g := gate(b, plain[j]), g["failed"])
     for s in slow:
         for proc, base in (("single-run baseline", plain[0]), ("baseline of 2 runs", bases[0] if bases else None)):
             if base is None:
                 continue
             g = gate(base, s)
-            detected = not g["passed"] and slow_kernel in g["failing_kernels"]
+            detected = g["failed"] and slow_kernel in g["failing_kernels"]
             record(proc, f"slow {slow_kernel}", g, detected)
-            if not g["passed"] and set(g["failing_kernels"]) - {slow_kernel}:
+            if g["failed"] and set(g["failing_kernels"]) - {slow_kernel}:
                 record(proc, "A/A in slow", g, True)  # other kernels failing beside the slowed one: false alarms
     conds = list(dict.fromkeys(c for _, c in rows))
     procs = list(dict.fromkeys(p for p, _ in rows))
     lines = [f"card: {card(plain[0]) if plain else 'none'}; alarms (slowdown: detections) / gates", "",
              "| procedure | " + " | ".join(conds) + " |", "|---|" + "---|" * len(conds)]
     for p in procs:
-        cells = [f"{sum(rows[(p, c)])} / {len(rows[(p, c)])}" if (p, c) in rows else "-" for c in conds]
+        cells = [f"{sum(rows[(p, c)])} / {len(rows[(p, c)])}"
+                 + (f" ({undecided[(p, c)]} INCONCLUSIVE)" if undecided.get((p, c)) else "") if (p, c) in rows
+                 else "-" for c in conds]
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -12,13 +12,17 @@ from kbench.cli.console import echo, make_console
 from kbench.cli.errors import one_line_errors
 from kbench.cli.options import FLOAT, INT, AliasOption, OutputPath, examples
 
-GATE_HELP = """Compare a candidate run with a baseline; exit 1 on a regression beyond noise and threshold.
+GATE_HELP = """Compare a candidate run with a baseline: PASS, FAIL or INCONCLUSIVE (exit 0, 1, 3).
 
 \b
-Rows match on kernel, case, dtype and layout (server-bench runs: on case). The last line is the one
-verdict (also the markdown's title); for server-bench runs it reads the rows per case, e.g. FAIL: B is
-slower in 1 of the 2 decode-heavy cases (bs1-in64-out16: latency +12.0%, ...). The line above it says
-which noise was tested. Per row, with
+Rows match on kernel, case, dtype and layout (server-bench runs: on case). The first and the last
+line are the verdict (at most 120 characters; also the markdown's title), the details above the
+last one (server-bench runs: the rows read per case, e.g. B is slower in 1 of the 2 decode-heavy
+cases ...) and which noise was tested. Every compared row gets the smallest change its own noise
+lets the test see at --alpha with --power (detectable). PASS only where every row's change is
+inside its band and detectable <= band; FAIL where a change beyond the band is significant (or a
+row fails otherwise); INCONCLUSIVE otherwise, naming the measured change, the detectable change and
+the rounds (samples) that would decide it. Per row, with
 worse = (cand - base) / base for times and (base - cand) / base for throughputs, and
   band       = max(threshold, K * run_noise, run_spread)   K: --run-spread-k (default 3)
   run_noise  = max(median run_spread of the baseline's ok rows of the same kernel and batch
@@ -32,7 +36,9 @@ worse = (cand - base) / base for times and (base - cand) / base for throughputs,
                both rows kept samples, else the spread intervals median*(1 +- rel_spread) (or
                p25..p75) do not overlap, else the band alone
   improvement  faster by more than the band and beyond noise: passes, listed
-  within-noise beyond the threshold but within the band or within noise: passes
+  within-noise beyond the threshold but within the band, detectable <= band: passes
+  inconclusive the change or the noise leaves it open (detectable > band, or a change beyond the
+               band that is not significant): the verdict is INCONCLUSIVE, exit 3
 \b
 Server-bench runs: the two halves of one interleaved run (kbench server-bench --url A --url-b B) are
 compared round by round: change = the rounds' median B/A ratio - 1, beyond noise when a one-sided
@@ -48,7 +54,7 @@ side whose best decode and best context times are within their spreads, or withi
 max(K * run_noise, run_spread) of either best row of each other, has no winner: a flip there is
 listed as a tie and passes.
 Refuses (exit 2) runs from different GPU models, SM versions or result schema versions unless --force.
-Exit codes: 0 pass, 1 regression or failure, 2 bad input.
+Exit codes: 0 PASS, 1 FAIL (a regression or failure), 2 bad input, 3 INCONCLUSIVE.
 """
 
 
@@ -65,7 +71,7 @@ def export_options(f):
 
 _STYLE = {"regression": "bold red", "invalid": "bold red", "wrong": "bold red", "failed": "bold red", "skipped": "red",
           "missing": "red", "improvement": "green", "within-noise": "yellow", "new": "cyan",
-          "not-compared": "dim", "pass": ""}
+          "not-compared": "dim", "pass": "", "inconclusive": "yellow"}
 
 
 def _bounded(items: list, max_rows: int | None, first=None) -> list:
@@ -128,7 +134,16 @@ def render(res, console: Console, show_all: bool, max_rows: int | None = None) -
         console.print(escape(f"{len(res.winner_ties)} winner flip(s) within the run-to-run spread, counted as "
                              f"ties: {', '.join(ties)}{more}"), style="dim")
     console.print(escape(f"{res.baseline_hw} vs {res.candidate_hw}; {res.noise_used}"))
-    console.print(escape(res.summary_line()), style="bold green" if res.passed else "bold red")
+    console.print(escape(res.details()), highlight=False, soft_wrap=True)
+    print_verdict(console, res)
+
+
+VERDICT_STYLE = {"PASS": "bold green", "FAIL": "bold red", "INCONCLUSIVE": "bold yellow"}
+
+
+def print_verdict(console: Console, res) -> None:
+    """The verdict line (at most 120 characters: one line of a CI log), never wrapped."""
+    console.print(escape(res.summary_line()), style=VERDICT_STYLE[res.verdict], soft_wrap=True, highlight=False)
 
 
 @click.command("gate", help=GATE_HELP, epilog=examples(
@@ -141,6 +156,9 @@ def render(res, console: Console, show_all: bool, max_rows: int | None = None) -
 @click.option("--threshold", default="5%", show_default=True, help="Relative change that counts: 5% or 0.05.")
 @click.option("--alpha", type=FLOAT, default=0.01, show_default=True,
               help="Significance level of the one-sided Mann-Whitney test.")
+@click.option("--power", "power", type=FLOAT, default=0.8, show_default=True,
+              help="A PASS needs every row to detect a change of the band's size with at least this probability "
+                   "(at --alpha, from its own noise); a row that cannot is INCONCLUSIVE (exit 3).")
 @click.option("--run-spread-k", type=FLOAT, default=3.0, show_default=True,
               help="K in band = max(threshold, K * run_noise, run_spread): how many pooled run-to-run spreads a change must exceed.")
 @click.option("--noise-floor", default="0%", show_default=True,
@@ -154,7 +172,7 @@ def render(res, console: Console, show_all: bool, max_rows: int | None = None) -
               help="Rows of each listing shown on screen: the table (failing rows first), winner changes and ties "
                    "(negative: all; --show-all lists every row; the --json/--markdown/--junit files have them all).")
 @one_line_errors
-def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignore_winner_change, allow_missing,
+def gate(baseline, candidate, threshold, alpha, power, run_spread_k, noise_floor, ignore_winner_change, allow_missing,
          force, show_all, max_rows, **files):
     from kbench.gate import parse_threshold, run_gate
     from kbench.gate.export import check_paths, export
@@ -165,8 +183,10 @@ def gate(baseline, candidate, threshold, alpha, run_spread_k, noise_floor, ignor
     check_paths(outputs)  # every report writable before the gate judges: none written when one cannot be
     res = run_gate(baseline, candidate, threshold=parse_threshold(threshold), alpha=alpha,
                    ignore_winner_change=ignore_winner_change, allow_missing=allow_missing, force=force,
-                   run_spread_k=run_spread_k, noise_floor=parse_threshold(noise_floor, "--noise-floor"))
-    render(res, make_console(), show_all, max_rows)
+                   run_spread_k=run_spread_k, noise_floor=parse_threshold(noise_floor, "--noise-floor"), power=power)
+    console = make_console()
+    print_verdict(console, res)  # first: what a CI log's reader sees (and again as the last line)
+    render(res, console, show_all, max_rows)
     export(res, outputs)  # markdown: $GITHUB_STEP_SUMMARY too
     sys.exit(res.exit_code)
 

@@ -153,11 +153,13 @@ SGLang's own command line runs as is: lists space-separated (--batch-size 1 4 16
 
 \b
 A/B of a server setting, on a shared machine: A and B interleaved in one run, round by round (ABBA),
-  kbench server-bench --url A_URL --url-b B_URL ... --repeat 20 --run-name ab
-  (one server: --switch-command 'bash switch.sh {side}' switches it between the rounds), then
-  kbench gate --baseline results/server-bench-ab-a-* --candidate results/server-bench-ab-b-*
-which compares the rounds as pairs and ends with one verdict, e.g. FAIL: B is slower in 1 of the
-2 decode-heavy cases (bs1-in64-out16: latency +12.0%, ...).
+  kbench server-bench --url A_URL --url-b B_URL ... --repeat auto --batches-per-round 3 --run-name ab
+  (one server: --switch-command 'bash switch.sh {side}' switches it between the rounds; --repeat
+  auto, the default of an A/B, adds rounds until the gate's rule decides every case or --budget
+  ends), then the command it prints,
+  kbench gate --baseline RUN_A --candidate RUN_B
+which compares the rounds as pairs: PASS, FAIL or INCONCLUSIVE (exit 0, 1, 3), e.g. FAIL: B is
+slower in 1 of the 2 decode-heavy cases (bs1-in64-out16: latency +12.0%, ...).
 """
 
 EPILOG = """\b
@@ -225,9 +227,23 @@ _RESUME_OK = {"url", "resume", "api_key", "api_key_file", "header", "header_file
               help="random: uniform random ids (SGLang's): raw speed; an n-gram drafter finds nothing in the "
                    "prompt. repeat:N: each prompt repeats its own random N-token pattern, so n-gram speculative "
                    "drafts are proposed and accepted from the first step.")
-@click.option("--repeat", "repeat", default="1", metavar="N", show_default=True,
+@click.option("--repeat", "repeat", default="1", metavar="N|auto", show_default=True,
               help="Timed batches per case (a flush before each): the row holds the medians and every value, "
-                   "which the gate's noise test uses.")
+                   "which the gate's noise test uses. Interleaved A/B: the rounds (7 or more); auto: rounds are "
+                   "added until the gate's rule decides every case (PASS or FAIL) or --budget ends (then the gate "
+                   "says INCONCLUSIVE), tested with alpha spending over the looks (docs/gate.md).")
+@click.option("--budget", "budget", default="300", metavar="SECONDS", show_default=True,
+              help="--repeat auto: wall-clock seconds for the rounds (a round that would not fit is not started).")
+@click.option("--batches-per-round", "batches_per_round", default="1", metavar="K", show_default=True,
+              help="Interleaved A/B: K adjacent A/B batch pairs per case and round; the round's value on each side "
+                   "is the median of its K batches, so one burst of a busy machine does not decide a round (3 on "
+                   "a shared CI runner).")
+@click.option("--threshold", "threshold", default="5%", show_default=True,
+              help="--repeat auto: the gate's --threshold the rounds must decide (a change of at most this passes).")
+@click.option("--alpha", "alpha", default="0.01", show_default=True,
+              help="--repeat auto: the gate's --alpha (false-alarm rate over all the looks).")
+@click.option("--power", "power", default="0.8", show_default=True,
+              help="--repeat auto: the gate's --power (a PASS must have been able to see a change of the threshold).")
 @click.option("--show-report", is_flag=True, help="Print SGLang's markdown report table at the end.")
 @click.option("--no-append-to-github-summary", "append_summary", is_flag=True, flag_value=False, default=True,
               help="Do not append that report to $GITHUB_STEP_SUMMARY (appended when the variable is set).")
@@ -253,7 +269,8 @@ _RESUME_OK = {"url", "resume", "api_key", "api_key_file", "header", "header_file
 @click.pass_context
 def server_bench(ctx, url, url_b, switch_command, switch_timeout, api_key, api_key_file, header, header_file, backend, batch_size, input_len, output_len,
                  run_name, old_name, temperature, seed, skip_warmup, cache_hit_rate, return_logprob,
-                 client_stream_interval, input_len_step_percentage, prompt_pattern, repeat, show_report, append_summary, flush_retries, flush_retry_wait,
+                 client_stream_interval, input_len_step_percentage, prompt_pattern, repeat, budget, batches_per_round,
+                 threshold, alpha, power, show_report, append_summary, flush_retries, flush_retry_wait,
                  flush_timeout, request_timeout, profile, model, vocab_size, out_dir, result_filename, fail_fast,
                  resume):
     from click.core import ParameterSource
@@ -284,7 +301,18 @@ def server_bench(ctx, url, url_b, switch_command, switch_timeout, api_key, api_k
     if model is not None and model.strip().lower() == "none":
         model = None  # SGLang: --model None = "use the server at --base-url"
     from kbench.server.prompts import parse_prompt_pattern
+    from kbench.gate.compare import parse_threshold
 
+    auto = str(repeat).strip().lower() == "auto" or ("repeat" not in given and bool(url_b or switch_command))
+    ab_only = [f"--{p.replace('_', '-')}" for p in ("budget", "batches_per_round", "threshold", "alpha", "power")
+               if p in given]
+    if auto and not (url_b or switch_command):
+        raise BadInput("--repeat auto adds interleaved rounds until the gate can decide: it needs --url-b or "
+                       "--switch-command")
+    if ab_only and not (url_b or switch_command):
+        raise BadInput(f"{', '.join(ab_only)}: options of an interleaved A/B (--url-b or --switch-command)")
+    if [p for p in ("threshold", "alpha", "power", "budget") if p in given] and not auto:
+        raise BadInput("--budget, --threshold, --alpha and --power decide when --repeat auto stops: give --repeat auto")
     cfg = ServerBenchConfig(
         url=url, backend=backend.lower(), batch_sizes=_int_list("--batch-size", batch_size),
         input_lens=_int_list("--input-len", input_len), output_lens=_int_list("--output-len", output_len),
@@ -297,13 +325,19 @@ def server_bench(ctx, url, url_b, switch_command, switch_timeout, api_key, api_k
         cache_hit_rate=_num("--cache-hit-rate", cache_hit_rate), return_logprob=return_logprob,
         client_stream_interval=_num("--client-stream-interval", client_stream_interval, int),
         input_len_step_percentage=_num("--input-len-step-percentage", input_len_step_percentage),
-        prompt_pattern=str(parse_prompt_pattern(prompt_pattern)), repeat=_num("--repeat", repeat, int),
+        prompt_pattern=str(parse_prompt_pattern(prompt_pattern)),
+        repeat=MAX_AUTO_ROUNDS if auto else _num("--repeat", repeat, int), repeat_auto=auto,
+        budget=_num("--budget", budget), batches_per_round=_num("--batches-per-round", batches_per_round, int),
+        threshold=parse_threshold(threshold), alpha=_num("--alpha", alpha), power=_num("--power", power),
         show_report=show_report, append_to_github_summary=append_summary,
         url_b=url_b, switch_command=switch_command, switch_timeout=_num("--switch-timeout", switch_timeout),
         command=command, credentials=creds)
     if url_b or switch_command:
         return _run_ab(cfg, result_filename)
     return _run(cfg, result_filename)
+
+
+MAX_AUTO_ROUNDS = 400  # --repeat auto: the budget ends it long before
 
 
 class _ABListener(Listener):
@@ -323,6 +357,11 @@ class _ABListener(Listener):
             self.console.print(f"  round {round_ + 1}/{rounds} {case.case_id}:{self.line.pop(key)}", highlight=False)
         if reason:
             self.console.print(f"  {case.case_id} {side.upper()} failed: {reason}", highlight=False, markup=False)
+
+    def ab_look(self, look, rounds, alpha, decided, cases):
+        fails = sum(v == "fail" for v in decided.values())
+        self.console.print(f"  look {look} after {rounds} rounds (alpha {alpha:.2g}): {len(decided)} of {cases} "
+                           f"case(s) decided ({len(decided) - fails} pass, {fails} fail)", highlight=False)
 
     def ab_switch(self, side, command):
         self.console.print(f"  switching the server to {side.upper()}: {command}", highlight=False, markup=False)
@@ -346,9 +385,15 @@ def _run_ab(cfg, result_filename):
         raise err from None
     for side in (ab.a, ab.b):
         render_table(side, console)
-    verdict = shell.kbench("gate", "--baseline", ab.a.run_dir, "--candidate", ab.b.run_dir)
-    console.print(escape(f"A: {ab.a.run_dir}\nB: {ab.b.run_dir}\nthe verdict: {verdict}"), highlight=False,
-                  soft_wrap=True)
+    gate = shell.kbench("gate", "--baseline", ab.a.run_dir, "--candidate", ab.b.run_dir,
+                        *(("--threshold", f"{cfg.threshold:.6g}", "--alpha", f"{cfg.alpha:g}", "--power",
+                           f"{cfg.power:g}") if cfg.repeat_auto else ()))
+    ended = ab.ended or {}
+    how = {"decided": "every case decided", "budget": f"the --budget of {cfg.budget:g} s ended",
+           "max-rounds": "the most rounds ran"}.get(ended.get("stopped"), "")
+    console.print(escape(f"A: {ab.a.run_dir}\nB: {ab.b.run_dir}\n{ab.rounds} round(s)"
+                         + (f", {ended.get('looks')} look(s): {how}" if cfg.repeat_auto else "")
+                         + f"\njudge it (PASS, FAIL or INCONCLUSIVE) with: {gate}"), highlight=False, soft_wrap=True)
     failed = ab.a.failed + ab.b.failed
     if failed:
         raise KbenchError(f"{len(failed)} of {len(ab.a.rows) + len(ab.b.rows)} row(s) failed; first: "

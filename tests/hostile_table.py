@@ -149,6 +149,73 @@ def write_journal(run: Path, rows: list[dict], raw_tail: str = "") -> None:
     (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + raw_tail)
 
 
+# #55 item 2 and 8: interleaved A/Bs that keep what they measured; server baselines of one setting
+AB_SERVERS = f"--url {{url}} --url-b {{url2}} {SERVER} --repeat 7 --out r"
+
+
+def _ab_servers(w):
+    _server(w)
+    w.shared.other.faults = Faults()
+    w.vars["url2"] = w.shared.other.url
+
+
+def _ab_halves(w) -> list[Path]:
+    return sorted(w.path("r").glob("server-bench-default-*"))
+
+
+def _ab_rounds_kept(n: int, status: str):
+    """Both halves hold every finished round (their journals: the last row of the case, its rounds 0..n-1), their
+    manifests say so (status, interleave.rounds_done) and no --resume command is printed (an interleaved A/B is not
+    resumed); the gate pairs the n rounds both hold."""
+    def check(w, out):
+        halves = _ab_halves(w)
+        assert [h.name.split("-")[3] for h in halves] == ["a", "b"], halves
+        for h in halves:
+            m = json.loads((h / "manifest.json").read_text())
+            assert m["status"] == status, (h.name, m["status"])
+            assert m["interleave"]["rounds_done"] == n, m["interleave"]
+            last = journal(h)[-1]
+            assert [int(x) for x in last["sample_rounds"]] == list(range(n)), last.get("sample_rounds")
+            assert len(last["latency_samples"]) == n
+        assert "--resume" not in out, out[-500:]
+        from kbench.gate import run_gate
+
+        res = run_gate(halves[0], halves[1])
+        lat = next(r for r in res.rows if r.metric == "latency")
+        assert res.paired and f"{n} rounds" in lat.note, lat.note
+    return check
+
+
+def _kill9_at_pause(w):
+    pid = int((_ab_halves(w)[0] / ".kbench.lock").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+
+
+def _server_runs(w, manifests: list[dict]) -> None:
+    from test_gate_server import ensure_server_kind, server_row
+
+    ensure_server_kind()
+    for i, extra in enumerate(manifests):
+        run = write_run(w.path(f"run{i}"), [server_row(c, seed=i) for c in ("bs1-in64-out16", "bs2-in64-out16")],
+                        kind="server-bench")
+        set_manifest(run, **extra)
+        w.vars[f"run{i}"] = str(run)
+    w.vars["bl"] = str(w.path("bl"))
+
+
+def _ab_halves_runs(w):
+    _server_runs(w, [{"interleave": {"id": "p1", "side": s, "order": "ABBA", "rounds": 8, "mode": "two-servers"}}
+                     for s in "ab"])
+
+
+def _two_settings_runs(w):
+    _server_runs(w, [{"server": {"attention_backend": b, "page_size": 64}} for b in ("flashinfer", "fa3")])
+
+
+def _no_baseline(w, out):
+    assert not w.path("bl").exists() or not any(w.path("bl").iterdir())
+
+
 # ---- situations ------------------------------------------------------------------------------------------------
 @dataclass
 class Situation:
@@ -1334,7 +1401,7 @@ ROUND6 = [
     Situation("switch-command-api-key", 1, "server-bench --switch-command '... --api-key sk-...': printed on each "
               "switch, stored in both manifests",
               f"kbench server-bench --url {{url}} {SERVER} --switch-command 'true {{{{side}}}} --api-key {SWITCH_KEY}' "
-              "--out r", 0, r"^the verdict: kbench gate", lambda w: _server(w), _no_secret(SWITCH_KEY)),
+              "--out r", 0, r"^judge it \(PASS, FAIL or INCONCLUSIVE\) with: kbench gate", lambda w: _server(w), _no_secret(SWITCH_KEY)),
     Situation("baseline-old-switch-secret", 1, "a server baseline of a run whose manifest (an older kbench's) holds a "
               "--switch-command with an API key", "kbench baseline {run} --name b --out bl", 0, r"^baseline bl/b written",
               _old_switch_run, _baseline_clean),
@@ -1435,7 +1502,7 @@ ROUND6 = [
               "--candidate {cand}", 0, r"^PASS", _long_device, process=True),
     Situation("switch-command-child-ended", 6, "server-bench --switch-command whose command leaves a child running",
               f"kbench server-bench --url {{url}} {SERVER} --switch-command "
-              "\"sh -c 'sleep 300 & echo $! > child.pid'\" --out r", 0, r"^the verdict: kbench gate",
+              "\"sh -c 'sleep 300 & echo $! > child.pid'\" --out r", 0, r"^judge it \(PASS, FAIL or INCONCLUSIVE\) with: kbench gate",
               lambda w: _server(w), _child_ended, process=True),
     *[Situation(f"redirect-unparsable-{name}", 6, f"the server redirects to {what}",
                 f"kbench server-bench --url {{url}} {SERVER} --out r", 1,
@@ -1946,6 +2013,26 @@ SITUATIONS: list[Situation] = [
     Situation("report-stale-kb-new", 2, "report over a report whose last writer was killed (kill -9) mid-write, "
               "beside a live writer's folder", "kbench report {new} --out {rep}", 0, r"^wrote \d+ files",
               _killed_report_leftovers, _stale_removed_live_kept, process=True),
+    Situation("ab-sigterm-keeps-rounds", 4, "an interleaved A/B stopped by SIGTERM after 3 of 7 rounds",
+              f"kbench server-bench {AB_SERVERS}", 143, r"^error: stopped by SIGTERM; the finished rounds are kept in both "
+              r"halves \(3 round", _ab_servers, _ab_rounds_kept(3, "interrupted"),
+              signal_at=("kbench.server.interleave:_round_finished#3", "after", signal.SIGTERM)),
+    Situation("ab-ctrl-c-keeps-rounds", 4, "an interleaved A/B stopped by Ctrl-C after 2 of 7 rounds",
+              f"kbench server-bench {AB_SERVERS}", 130, r"^error: stopped by SIGINT; the finished rounds are kept in both "
+              r"halves \(2 round.*gate them: kbench gate --baseline", _ab_servers, _ab_rounds_kept(2, "interrupted"),
+              signal_at=("kbench.server.interleave:_round_finished#2", "after", signal.SIGINT)),
+    Situation("ab-kill9-keeps-rounds", 4, "an interleaved A/B killed (kill -9) after 3 of 7 rounds",
+              f"kbench server-bench {AB_SERVERS}", -9, r"^round 3/7 bs1-in4-out2: ", _ab_servers,
+              _ab_rounds_kept(3, "running"), signal_at=("kbench.server.interleave:_round_finished#3", "after",
+                                                          signal.SIGKILL), at_pause=_kill9_at_pause),
+    Situation("baseline-pools-ab-halves", 5, "a server baseline of the A and the B half of one interleaved A/B",
+              "kbench baseline {run0} {run1} --name srv --out {bl}", 2,
+              r"^error: refusing to pool .*: they are side A and side B of one interleaved A/B \(two settings\)",
+              _ab_halves_runs, _no_baseline),
+    Situation("baseline-pools-two-settings", 5, "a server baseline of a flashinfer run and an fa3 run",
+              "kbench baseline {run0} {run1} --name srv --out {bl}", 2,
+              r"^error: refusing to pool .*: the server ran another setting \(attention_backend 'flashinfer' vs "
+              r"'fa3'\)", _two_settings_runs, _no_baseline),
     *TRUST_FILES,
     *ROUND6,
     *OWN_AND_ELF,

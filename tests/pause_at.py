@@ -1,8 +1,8 @@
 """Run the kbench CLI with one function made to stop at a chosen moment, so a test can signal it exactly there.
 
-    python tests/pause_at.py MODULE:FUNCTION before|after MARKER -- kbench-args...
+    python tests/pause_at.py MODULE:FUNCTION[#N] before|after MARKER -- kbench-args...
 
-Before (or after) the first call of MODULE.FUNCTION the process writes MARKER and waits (until MARKER.go exists,
+Before (or after) the first (or the Nth) call of MODULE.FUNCTION the process writes MARKER and waits (until MARKER.go exists,
 at most 120 s), so the test waits for MARKER and sends SIGTERM or SIGINT at that moment: the dangerous ones of a
 multi-file replace (the new folder half written; the swap itself, where kbench holds the signal until the swap is
 done: the test then writes MARKER.go to let it go on). Test-only; kbench has no such hook.
@@ -22,15 +22,18 @@ def main() -> None:
     # no KeyboardInterrupt handler: Ctrl-C as a terminal sends it must reach kbench wherever the tests run
     signal.signal(signal.SIGINT, signal.default_int_handler)
     target, when, marker = sys.argv[1:4]
+    target, _, nth = target.partition("#")  # MODULE:FUNCTION#N: at its Nth call (default the first)
+    nth = int(nth or 1)
     assert sys.argv[4] == "--"
     args = sys.argv[5:]
     mod_name, func_name = target.split(":")
     mod = importlib.import_module(mod_name)
     orig = getattr(mod, func_name)
-    state = {"done": False}
+    state = {"done": False, "calls": 0}
 
     def pause():
-        if not state["done"]:
+        state["calls"] += 1
+        if not state["done"] and state["calls"] >= nth:
             state["done"] = True
             Path(marker).write_text("here\n")
             t0 = time.monotonic()

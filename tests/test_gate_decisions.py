@@ -48,16 +48,21 @@ def test_regression_uses_spread_when_no_samples(tmp_path):
     assert len(reg) == 1 and reg[0]["method"] == "spread"
 
 
-def test_noise_only_difference_passes(tmp_path):
-    # medians exactly 6% apart (beyond the 5% threshold), samples spread by 40%: Mann-Whitney cannot tell
+def test_noise_only_difference_is_inconclusive_never_a_blind_pass(tmp_path):
+    # medians exactly 6% apart (beyond the 5% threshold), samples spread by 40%: Mann-Whitney cannot tell, and
+    # the row could not have seen a change of 5% either: INCONCLUSIVE (exit 3), naming what it could see
     noisy = {(DECODE, CASE_A): 0.4}
     base = write_run(tmp_path / "base", sweep_rows(seed=1, sd_of=noisy))
     cand = write_run(tmp_path / "cand", sweep_rows(with_time(DECODE, CASE_A, 1.06), seed=2, sd_of=noisy))
     res, data = gate_json(tmp_path, base, cand)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output
     row = next(r for r in data["rows"] if r["kernel"] == DECODE and r["case_id"] == CASE_A.case_id)
     assert abs(row["change"] - 0.06) < 1e-9
-    assert row["outcome"] == "within-noise" and row["method"] == "mann-whitney" and row["p_value"] >= 0.01
+    assert row["outcome"] == "inconclusive" and row["method"] == "mann-whitney" and row["p_value"] >= 0.01
+    assert row["detectable"] > 0.05 and "detectable" in row["note"]
+    first = res.output.splitlines()[0]
+    assert first.startswith("INCONCLUSIVE: 1 of 4 rows") and len(first) <= 120 and "detectable" in first
+    assert data["verdict"] == first and data["verdict_word"] == "INCONCLUSIVE" and data["exit_code"] == 3
     # the same 6% with tight samples is a regression: the noise test is what made the first one pass
     cand2 = write_run(tmp_path / "cand2", sweep_rows(with_time(DECODE, CASE_A, 1.06), seed=2))
     base3 = write_run(tmp_path / "base3", sweep_rows(seed=1))
@@ -66,14 +71,15 @@ def test_noise_only_difference_passes(tmp_path):
     assert outcomes(data3)[(DECODE, CASE_A.case_id, "median_us")] == "regression"
 
 
-def test_noise_only_by_spread_interval_passes_but_tight_spread_fails(tmp_path):
-    # no samples: rel_spread 20% on both sides overlaps a 6% difference -> within noise
+def test_noise_only_by_spread_interval_is_inconclusive_but_tight_spread_fails(tmp_path):
+    # no samples: rel_spread 20% on both sides overlaps a 6% difference, and 20% + 20% is what the rows could see
     base = write_run(tmp_path / "base", sweep_rows(seed=1, samples=False, rel_spread=0.2))
     cand = write_run(tmp_path / "cand", sweep_rows(with_time(DECODE, CASE_A, 1.06), seed=1, samples=False,
                                                    rel_spread=0.2))
     res, data = gate_json(tmp_path, base, cand)
-    assert res.exit_code == 0, res.output
-    assert outcomes(data)[(DECODE, CASE_A.case_id, "median_us")] == "within-noise"
+    assert res.exit_code == 3, res.output
+    assert outcomes(data)[(DECODE, CASE_A.case_id, "median_us")] == "inconclusive"
+    assert {round(r["detectable"], 6) for r in data["rows"] if r["outcome"] == "inconclusive"} == {0.4}
     # the same 6% with a 1% spread is a regression: the noise test is what made the first one pass
     base2 = write_run(tmp_path / "base2", sweep_rows(seed=1, samples=False, rel_spread=0.01))
     cand2 = write_run(tmp_path / "cand2", sweep_rows(with_time(DECODE, CASE_A, 1.06), seed=1, samples=False,

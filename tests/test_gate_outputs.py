@@ -130,9 +130,9 @@ def test_end_to_end_through_the_kbench_entry_point(tmp_path):
         pytest.skip(f"kbench.cli.main not importable yet: {e}")
     import test_gate_server as ts
     ts.ensure_server_kind()
-    base = write_run(tmp_path / "base", [ts.server_row(c, samples=False) for c in ts.CASES], kind="server-bench")
-    slow = write_run(tmp_path / "slow", [ts.server_row(ts.CASES[0], samples=False, latency=2.4),
-                                         ts.server_row(ts.CASES[1], samples=False)], kind="server-bench")
+    base = write_run(tmp_path / "base", [ts.server_row(c, seed=1) for c in ts.CASES], kind="server-bench")
+    slow = write_run(tmp_path / "slow", [ts.server_row(ts.CASES[0], seed=2, latency=2.4),
+                                         ts.server_row(ts.CASES[1], seed=2)], kind="server-bench")
 
     def kbench(*args):
         return subprocess.run([sys.executable, "-m", "kbench.cli.main", *map(str, args)], capture_output=True,

@@ -69,7 +69,7 @@ def test_decode_context_tie_is_not_a_winner_change(tmp_path):
     assert list(case_winners(load(base))["winner_path"]) == ["decode"]
     assert list(case_winners(load(cand))["winner_path"]) == ["context"]
     res, data = gate_json(tmp_path, base, cand)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code in (0, 3), res.output  # 10% spreads may hide a 5% change of a row (INCONCLUSIVE), never FAIL
     assert data["winner_changes"] == [] and data["winners_compared"] == [CASE_A.case_id]
 
 

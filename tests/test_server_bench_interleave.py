@@ -28,7 +28,7 @@ def two(model_dir):
 def cfg(a, b, tmp_path, **kw) -> ServerBenchConfig:
     base = dict(url=a.url, url_b=b.url if b else None, backend="sglang", batch_sizes=(1, 2), input_lens=(16,),
                 output_lens=(4,), skip_warmup=True, repeat=4, run_name="ab", out_dir=tmp_path / "results",
-                request_timeout=10)
+                request_timeout=10, alpha=0.1)  # alpha 0.1: 4 rounds can reach it (the order is what is tested)
     base.update(kw)
     return ServerBenchConfig(**base)
 
@@ -74,15 +74,19 @@ def test_the_cli_prints_the_rounds_and_the_gate_command_and_the_gate_pairs_them(
     res = cli("--url", a.url, "--url-b", b.url, "--backend", "sglang", "--batch-size", "1", "--input-len", "16",
               "--output-len", "4", "--skip-warmup", "--repeat", "7", "--run-name", "ab", "--out", tmp_path / "r")
     assert res.exit_code == 0, res.output
-    assert "round 7/7 bs1-in16-out4:" in res.output and "the verdict: kbench gate --baseline" in res.output
+    assert "round 7/7 bs1-in16-out4:" in res.output
+    assert "judge it (PASS, FAIL or INCONCLUSIVE) with: kbench gate --baseline" in res.output
+    assert "the verdict: kbench gate" not in res.output  # a command is not a verdict (#54)
     ra, rb = sorted((tmp_path / "r").glob("server-bench-ab-*"))
     from gate_synth import gate_cli
 
     g = gate_cli("--baseline", ra, "--candidate", rb)
-    assert g.exit_code in (0, 1), g.output
+    assert g.exit_code in (0, 1, 3), g.output
     out = " ".join(g.output.split())
     assert "noise: paired, the 7 ABBA rounds of one interleaved run" in out
-    assert ("PASS: B is" in out) == (g.exit_code == 0)
+    first = g.output.splitlines()[0]
+    assert first.split(":")[0] == {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE"}[g.exit_code] and len(first) <= 120
+    assert g.output.strip().splitlines()[-1] == first
 
 
 def test_a_slower_b_fails_the_paired_gate(two, tmp_path):
@@ -92,8 +96,9 @@ def test_a_slower_b_fails_the_paired_gate(two, tmp_path):
     from kbench.gate import run_gate
 
     res = run_gate(ab.a.run_dir, ab.b.run_dir)
-    assert not res.passed
-    assert res.summary_line().startswith("FAIL: B is slower in the decode-heavy case (bs1-in16-out4: latency +")
+    assert not res.passed and res.exit_code == 1
+    assert res.summary_line().startswith("FAIL: ") and len(res.summary_line()) <= 120
+    assert res.details().startswith("B is slower in the decode-heavy case (bs1-in16-out4: latency +")
     lat = next(r for r in res.rows if r.metric == "latency")
     assert lat.method == "wilcoxon" and lat.p_value == pytest.approx(1 / 256)
 
@@ -113,7 +118,7 @@ def test_one_server_switched_by_a_command_between_phases(model_dir, tmp_path):
 def test_a_failing_switch_command_is_one_line(model_dir, tmp_path):
     with FakeSGLang(Faults(model_path=str(model_dir))) as srv:
         res = cli("--url", srv.url, "--switch-command", "bash -c 'exit 3'", "--backend", "sglang", "--skip-warmup",
-                  "--repeat", "2", "--out", tmp_path / "r")
+                  "--repeat", "7", "--out", tmp_path / "r")
     assert res.exit_code == 1, res.output
     assert res.output.strip().splitlines()[-1] == "error: --switch-command for side A exited 3: bash -c 'exit 3'"
 
@@ -122,7 +127,7 @@ def test_the_switch_command_runs_without_a_shell(model_dir, tmp_path):
     """Its words are split as a shell line and run as they are: `;` and `$(...)` in it are words, never code."""
     with FakeSGLang(Faults(model_path=str(model_dir))) as srv:
         res = cli("--url", srv.url, "--switch-command", f"true; touch {tmp_path}/PWNED", "--backend", "sglang",
-                  "--skip-warmup", "--repeat", "2", "--out", tmp_path / "r")
+                  "--skip-warmup", "--repeat", "7", "--out", tmp_path / "r")
         assert res.exit_code == 1 and "--switch-command for side A cannot run 'true;'" in res.output
         res = cli("--url", srv.url, "--switch-command", "bash 'unclosed", "--backend", "sglang", "--out", tmp_path / "r")
         assert res.exit_code == 2 and "--switch-command \"bash 'unclosed\": No closing quotation" in res.output
@@ -168,13 +173,86 @@ def test_a_failed_batch_fails_the_case_on_both_sides(two, tmp_path):
     from kbench.gate import run_gate
 
     res = run_gate(ab.a.run_dir, ab.b.run_dir)
-    assert not res.passed and res.summary_line().startswith(
-        "FAIL: B fails in 1 of the 2 decode-heavy cases (bs2-in16-out4: failed), within noise in the other 1.")
+    assert not res.passed and res.details().startswith(
+        "B fails in 1 of the 2 decode-heavy cases (bs2-in16-out4: failed)")
 
 
 def test_an_interleaved_half_is_not_resumed(two, tmp_path):
     a, b = two
-    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=2))
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=2, alpha=0.3))
     res = cli("--resume", ab.b.run_dir, "--url", b.url)
     assert res.exit_code == 2
     assert "one side of an interleaved A/B, which is not resumed" in res.output
+
+
+def test_repeat_auto_stops_once_every_case_is_decided_and_the_gate_agrees(two, tmp_path):
+    """--repeat auto (kbench.gate.sequential): B 300 ms slower is decided FAIL at the first look (8 rounds), far
+    before the budget; the manifests record the looks and the alpha of the last one, and the gate, testing at
+    that alpha, gives the same answer."""
+    a, b = two
+    b.faults.first_token_delay = 0.3
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), alpha=0.01, repeat=400, repeat_auto=True,
+                             budget=120, batches_per_round=2))
+    m = json.loads((ab.a.run_dir / "manifest.json").read_text())["interleave"]
+    assert m["stopped"] == "decided" and m["looks"] == 1 and m["rounds_run"] == 8 == ab.rounds
+    assert m["decided"] == {"bs1-in16-out4": "fail"} and m["batches_per_round"] == 2
+    assert len(a.seen("/generate")) == len(b.seen("/generate")) == 16  # 8 rounds x 2 batches a side
+    from kbench.gate import run_gate
+
+    res = run_gate(ab.a.run_dir, ab.b.run_dir)
+    assert res.verdict == "FAIL" and res.alpha == pytest.approx(m["alpha_spent"])
+    assert any("looked at its rounds 1 times" in w for w in res.warnings)
+
+
+def test_repeat_auto_ends_at_the_budget_undecided_and_the_gate_says_inconclusive(two, tmp_path):
+    a, b = two
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), alpha=0.01, repeat=400, repeat_auto=True,
+                             budget=3))
+    m = json.loads((ab.a.run_dir / "manifest.json").read_text())["interleave"]
+    assert m["stopped"] in ("budget", "decided")
+    from kbench.gate import run_gate
+
+    res = run_gate(ab.a.run_dir, ab.b.run_dir)
+    assert res.verdict in ("PASS", "INCONCLUSIVE")  # an A/A: never FAIL
+    if m["stopped"] == "budget":
+        assert res.verdict == "INCONCLUSIVE" or m["decided"]
+
+
+def test_a_budget_that_cannot_reach_the_first_look_is_bad_input(two, tmp_path):
+    a, b = two
+    a.faults.first_token_delay = 0.2
+    res = cli("--url", a.url, "--url-b", b.url, "--backend", "sglang", "--batch-size", "1", "--input-len", "16",
+              "--output-len", "4", "--skip-warmup", "--repeat", "auto", "--budget", "0.5", "--out", tmp_path / "r")
+    assert res.exit_code == 2, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last.startswith("error: --budget 0.5 s cannot reach the 8 rounds the first look needs: a round took")
+
+
+def test_too_few_rounds_for_an_interleaved_ab_is_bad_input(tmp_path):
+    res = cli("--url", "http://127.0.0.1:9", "--url-b", "http://127.0.0.1:9", "--repeat", "4", "--out", tmp_path / "r")
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == ["error: --repeat 4: an interleaved A/B needs at least 7 rounds (with "
+                                               "fewer the gate's paired test cannot reach alpha 0.01: it could never "
+                                               "find a difference); give --repeat 7 or more, or --repeat auto"]
+
+
+def test_an_unreachable_url_b_is_named_as_b(model_dir, tmp_path):
+    """#54.7: an unreachable --url-b was reported without saying it was B."""
+    with FakeSGLang(Faults(model_path=str(model_dir))) as a:
+        res = cli("--url", a.url, "--url-b", "http://127.0.0.1:9", "--backend", "sglang", "--skip-warmup",
+                  "--repeat", "7", "--out", tmp_path / "r")
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: B (--url-b http://127.0.0.1:9) does not answer: ")
+
+
+def test_each_finished_round_is_in_both_journals_as_it_is_measured(two, tmp_path):
+    """#55.2: after every round of a case both halves' journals hold its row with every finished round (the last
+    row of a case counts), so a kill keeps them."""
+    a, b = two
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=7, alpha=0.01))
+    for side in (ab.a, ab.b):
+        lines = [json.loads(x) for x in (side.run_dir / "rows.jsonl").read_text().splitlines()]
+        assert [len(x["latency_samples"]) for x in lines] == [1, 2, 3, 4, 5, 6, 7]
+        assert lines[-1]["sample_rounds"] == [0, 1, 2, 3, 4, 5, 6]
+        assert len(load_run(side.run_dir).rows) == 1  # one row per case when read

@@ -41,25 +41,29 @@ class GroupAnswer:
     slower: dict[str, list] = field(default_factory=dict)  # case -> its regression rows
     failed: dict[str, list] = field(default_factory=dict)  # case -> its other failing rows
     faster: dict[str, list] = field(default_factory=dict)  # case -> its improvement rows (none failing)
+    undecided: dict[str, list] = field(default_factory=dict)  # case -> its inconclusive rows (none failing)
 
     def phrase(self) -> str:
         n = len(self.cases)
         noun = f"{self.name} case{'s' if n != 1 else ''}"
-        if not (self.slower or self.failed or self.faster):
+        if not (self.slower or self.failed or self.faster or self.undecided):
             return f"is within noise in the {noun} ({n})"
         parts = []
-        for verb, d in (("is slower", self.slower), ("fails", self.failed), ("is faster", self.faster)):
+        for verb, d in (("is slower", self.slower), ("fails", self.failed), ("cannot be told from A", self.undecided),
+                        ("is faster", self.faster)):
             if d:
                 which = ("the" if n == 1 else f"all {n}") if len(d) == n else f"{len(d)} of the {n}"
                 parts.append(f"{verb if not parts else verb.removeprefix('is ')} in {which} {noun} ({_detail(d)})")
-        rest = n - len(self.slower) - len(self.failed) - len(self.faster)
+        rest = n - len(self.slower) - len(self.failed) - len(self.faster) - len(self.undecided)
         return ", ".join(parts) + (f", within noise in the other {rest}" if rest else "")
 
 
 def _detail(d: dict[str, list]) -> str:
     out = []
     for case, rows in list(d.items())[:MAX_LISTED]:
-        bits = [f"{r.metric} {r.change:+.1%}" if r.change is not None and r.metric else r.outcome for r in rows]
+        bits = [(f"{r.metric} {r.change:+.1%}" + (f" (detectable {r.detectable:.0%})" if r.outcome == "inconclusive"
+                                                   and r.detectable is not None and r.detectable < 10 else ""))
+                if r.change is not None and r.metric else r.outcome for r in rows]
         out.append(f"{case}: {', '.join(dict.fromkeys(bits))}")
     more = len(d) - MAX_LISTED
     return "; ".join(out) + (f"; {more} more" if more > 0 else "")
@@ -79,10 +83,13 @@ def ab_groups(rows) -> list[GroupAnswer]:
         reg = [r for r in rs if r.outcome == "regression"]
         other = [r for r in rs if r.fails and r.outcome != "regression"]
         better = [r for r in rs if r.outcome == "improvement"]
+        open_ = [r for r in rs if r.outcome == "inconclusive"]
         if reg:
             g.slower[case] = reg
         elif other:
             g.failed[case] = other
+        elif open_:
+            g.undecided[case] = open_
         elif better:
             g.faster[case] = better
     order = ("decode-heavy", "prefill-heavy", "other")
@@ -94,10 +101,10 @@ def ab_answer(rows) -> str:
     groups = ab_groups(rows)
     if not groups:
         return "B vs A: no case compared on both sides."
-    changed = [g for g in groups if g.slower or g.failed or g.faster]
+    changed = [g for g in groups if g.slower or g.failed or g.faster or g.undecided]
     if not changed:
         return "B is within noise of A in every case (" + ", ".join(f"{len(g.cases)} {g.name}" for g in groups) + ")."
-    changed.sort(key=lambda g: (not (g.slower or g.failed)))  # what fails the gate first
+    changed.sort(key=lambda g: (not (g.slower or g.failed), not g.undecided))  # what fails the gate first
     first, *others = changed + [g for g in groups if g not in changed]
     text = "B " + first.phrase()
     if others:

@@ -55,6 +55,7 @@ from kbench.runs.store import release_memory
 from kbench.gate.loading import RowSamples, load_for_gate, read_samples
 from kbench.gate.metrics import Metric, broken, key_columns, measurement, metrics_for, samples_of
 from kbench.gate.stats import is_worse
+from kbench.gate.power import DEFAULT_POWER, detectable_paired, detectable_spread, detectable_two_sample
 from kbench.runs.winners import case_winners
 
 DEFAULT_THRESHOLD = 0.05
@@ -63,13 +64,42 @@ DEFAULT_RUN_SPREAD_K = 3.0
 DEFAULT_NOISE_FLOOR = 0.0
 
 
+EXIT_CODES = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}  # 2: bad input (kbench.errors)
+HEAD_MAX = 120  # the verdict line's length: one line of a CI log
+OUTCOME_ORDER = ["regression", "invalid", "wrong", "failed", "skipped", "missing", "winner-change", "inconclusive",
+                 "improvement", "within-noise", "pass", "new", "not-compared"]
+
+
+def _fit(line: str) -> str:
+    return line if len(line) <= HEAD_MAX else line[: HEAD_MAX - 3] + "..."
+
+
+def _row_brief(r: "RowResult") -> str:
+    """``bs1-in64-out16 latency +24.7%, detectable 31%, ~60 rounds`` (a row in a verdict line)."""
+    name = (f"{r.case_id} {r.metric}" if r.metric and r.metric != "median_us" else r.case_id)
+    if r.kernel and r.kernel not in name:
+        name = f"{r.kernel}/{name}"
+    bits = [name + (f" {r.change:+.1%}" if r.change is not None else f" {r.outcome}")]
+    if r.outcome == "inconclusive":
+        bits.append(f"detectable {_pct(r.detectable)}")
+        if r.rounds_needed:
+            bits.append(f"~{r.rounds_needed} rounds")
+    elif r.p_value is not None:
+        bits.append(f"p={r.p_value:.2g}")
+    return ", ".join(bits)
+
+
+def _pct(x: float | None) -> str:
+    return "unknown" if x is None else ("inf" if math.isinf(x) else f"{x:.1%}")
+
+
 @dataclass(slots=True)  # slots: a gate of a 300,000-row run holds as many
 class RowResult:
     key: dict
     kernel: str
     case_id: str
     metric: str | None
-    outcome: str  # pass | within-noise | improvement | regression | invalid | wrong | failed | skipped | missing | new | not-compared
+    outcome: str  # pass | within-noise | improvement | inconclusive | regression | invalid | wrong | failed | skipped | missing | new | not-compared
     fails: bool
     base_status: str | None = None
     cand_status: str | None = None
@@ -82,6 +112,8 @@ class RowResult:
     run_noise: float | None = None  # pooled run-to-run noise of the row's kernel and batch size (docstring)
     run_spread: float | None = None  # the row's own run_spread in the baseline
     band: float | None = None  # max(threshold, k * run_noise, run_spread): what a regression must exceed
+    detectable: float | None = None  # the smallest change its own noise lets the test see (kbench.gate.power)
+    rounds_needed: int | None = None  # an inconclusive row: the rounds (samples per side) that would decide it
 
     @property
     def name(self) -> str:
@@ -130,6 +162,7 @@ class GateResult:
     winner_ties: list[str] = field(default_factory=list)  # flips within the run-to-run spread: ties
     paired: dict | None = None  # the two halves of one interleaved server-bench run: its manifest's interleave entry
     noise_used: str = ""  # which noise the rule tested against, in words (the output says it)
+    power: float = DEFAULT_POWER  # a PASS needs the rows to detect a change of the band's size this often
 
     def with_outcome(self, *outcomes: str) -> list[RowResult]:
         return [r for r in self.rows if r.outcome in outcomes]
@@ -141,16 +174,28 @@ class GateResult:
     @property
     def compared(self) -> list[RowResult]:
         """Rows where both sides had something to judge (a gate that compared none of them proves nothing)."""
-        judged = ("pass", "within-noise", "improvement", "regression", "wrong", "failed")
+        judged = ("pass", "within-noise", "improvement", "inconclusive", "regression", "wrong", "failed")
         return [r for r in self.rows if r.outcome in judged or r.fails]
 
     @property
+    def inconclusive_rows(self) -> list[RowResult]:
+        return [r for r in self.rows if r.outcome == "inconclusive"]
+
+    @property
+    def verdict(self) -> str:
+        """PASS | FAIL | INCONCLUSIVE: FAIL when anything fails (or nothing was compared), INCONCLUSIVE when a
+        compared row could not be decided (its noise hides a change of the band's size), else PASS."""
+        if not self.compared or self.failing_rows or any(w.fails for w in self.winner_changes):
+            return "FAIL"
+        return "INCONCLUSIVE" if self.inconclusive_rows else "PASS"
+
+    @property
     def passed(self) -> bool:
-        return bool(self.compared) and not self.failing_rows and not any(w.fails for w in self.winner_changes)
+        return self.verdict == "PASS"
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        return EXIT_CODES[self.verdict]
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -159,22 +204,58 @@ class GateResult:
         out["winner-change"] = len(self.winner_changes)
         return out
 
-    def summary_line(self) -> str:
-        """The one verdict: PASS or FAIL, then the outcomes counted; for an A/B of two server-bench runs the answer
-        read from the same rows first (kbench.gate.ab)."""
+    def _counted(self) -> str:
         c = self.counts()
-        order = ["regression", "invalid", "wrong", "failed", "skipped", "missing", "winner-change", "improvement",
-                 "within-noise", "pass", "new", "not-compared"]
-        parts = [f"{c[k]} {k}" for k in order if c.get(k)]
+        return ", ".join(f"{c[k]} {k}" for k in OUTCOME_ORDER if c.get(k))
+
+    def summary_line(self) -> str:
+        """The verdict in one CI log line (at most HEAD_MAX characters): PASS, FAIL or INCONCLUSIVE, then what
+        decided it (the worst failing row; the worst undecided row, its detectable change and the rounds that
+        would decide it; or the largest detectable change that passed). details() says the rest."""
+        v = self.verdict
         if not self.compared:
-            return ("FAIL: nothing compared: no row is ok and timed on both sides"
-                    + (f" ({', '.join(parts)})" if parts else ""))
-        head = f"{'PASS' if self.passed else 'FAIL'}: "
+            return _fit("FAIL: nothing compared: no row is ok and timed on both sides")
+        n = len(self.compared)
+        if v == "FAIL" and self.kind == "server-bench":
+            from kbench.gate.ab import ab_answer
+
+            whole = f"FAIL: {ab_answer(self.rows)}"
+            if len(whole) <= HEAD_MAX:
+                return whole
+        if v == "FAIL":
+            bad = self.failing_rows
+            worst = max(bad, key=lambda r: abs(r.change or 0) if r.outcome == "regression" else -1, default=None)
+            wc = sum(w.fails for w in self.winner_changes)
+            what = f"{len(bad)} of {n} rows fail" + (f", {wc} winner change(s)" if wc else "")
+            if worst is not None:
+                what += f"; worst {_row_brief(worst)}"
+            return _fit(f"FAIL: {what}")
+        if v == "INCONCLUSIVE":
+            rows = self.inconclusive_rows
+            worst = max(rows, key=lambda r: r.detectable if r.detectable is not None else math.inf)
+            return _fit(f"INCONCLUSIVE: {len(rows)} of {n} rows cannot tell {self.threshold:.0%}; "
+                        f"{_row_brief(worst)}")
         if self.kind == "server-bench":
             from kbench.gate.ab import ab_answer
 
-            return head + ab_answer(self.rows) + " Rows: " + ", ".join(parts)
-        return head + ", ".join(parts)
+            whole = f"PASS: {ab_answer(self.rows)}"
+            if len(whole) <= HEAD_MAX:
+                return whole
+        dets = [r.detectable for r in self.compared if r.detectable is not None]
+        better = sum(r.outcome == "improvement" for r in self.rows)
+        tail = f", each could see {max(dets):.1%}" if dets else ""
+        return _fit(f"PASS: no row worse than {self.threshold:.0%} ({n} rows"
+                    + (f", {better} better" if better else "") + f"){tail}")
+
+    def details(self) -> str:
+        """The long answer below the verdict line: for server-bench runs the rows read per case (kbench.gate.ab),
+        then the outcomes counted."""
+        text = ""
+        if self.kind == "server-bench" and self.compared:
+            from kbench.gate.ab import ab_answer
+
+            text = ab_answer(self.rows) + " "
+        return text + "Rows: " + self._counted()
 
     def to_dict(self, rows: bool = True) -> dict:
         """Every field (rows: each RowResult.to_dict(); rows=False: an empty list), then passed, exit_code, counts
@@ -183,6 +264,7 @@ class GateResult:
         d["rows"] = [r.to_dict() for r in self.rows] if rows else []
         d["passed"], d["exit_code"], d["counts"] = self.passed, self.exit_code, self.counts()
         d["verdict"] = self.summary_line()
+        d["verdict_word"], d["verdict_details"] = self.verdict, self.details()
         return d
 
 
@@ -249,7 +331,7 @@ def run_noise_of(base_recs: "Records", noise_floor: float = 0.0) -> list[RunNois
 # (at most 10 of them with the samples: a dict of up to 10 keys takes 272 bytes, of 11 464, and a 300,000-row gate
 # holds one per row of each run; the baseline's reason is never read)
 RECORD_COLUMNS = ("case_id", "kernel", "status", "reason", "batch_size", "run_spread", "rel_spread",
-                  "p25_us", "p75_us")
+                  "p25_us", "p75_us", "repeats", "sample_rounds")
 
 
 def _gate_columns() -> frozenset[str]:
@@ -386,10 +468,12 @@ def agrees(value: float, samples: list[float], role: str, rec: dict, metric: Met
 
 def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: float,
                     noise: "RunNoise | None" = None, k: float = DEFAULT_RUN_SPREAD_K,
-                    defer: list | None = None, paired: bool = False) -> RowResult:
+                    defer: list | None = None, paired: bool = False, power: float = DEFAULT_POWER) -> RowResult:
     """defer: a list to which the noise test is appended (as a function that completes the result) instead of
     being run, so that compare_rows reads the samples of every row to test in one pass. paired: the two rows are
-    the sides of one interleaved run (kbench.gate.paired): the change and the test are the rounds' pairs'."""
+    the sides of one interleaved run (kbench.gate.paired): the change and the test are the rounds' pairs'.
+    Every row gets the smallest change its noise lets the test see (``detectable``, kbench.gate.power) and one of
+    three answers (_decide)."""
     noise = noise or NO_NOISE
     band = max(threshold, noise.band(k))
     base = RowResult(key, str(key.get("kernel", "")), str(rec_b.get("case_id")), metric.name, "pass", False,
@@ -402,35 +486,42 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     base.base_value, base.cand_value = mb.value, mc.value
     base.change = (mc.value - mb.value) / mb.value
     if paired:
-        sb, sc = samples_of(rec_b, metric), samples_of(rec_c, metric)
-        agrees(mb.value, sb, "baseline", rec_b, metric)
-        agrees(mc.value, sc, "candidate", rec_c, metric)
-        if len(sb) == len(sc) >= 2:
-            return _compare_paired(base, sb, sc, metric, alpha)
-        # a metric some rounds lack (vLLM's output throughput of a batch whose tokens came in one chunk): its
-        # values no longer pair round by round, and an unpaired test would compare two moments again
-        base.outcome = "within-noise" if abs(base.change) > threshold else "pass"
-        base.note = (f"not judged: {metric.column} is missing in some rounds ({len(sb)} values on A, {len(sc)} on "
-                     f"B), so its rounds do not pair")
+        from kbench.gate.paired import round_pairs
+
+        agrees(mb.value, samples_of(rec_b, metric), "baseline", rec_b, metric)
+        agrees(mc.value, samples_of(rec_c, metric), "candidate", rec_c, metric)
+        sb, sc, why = round_pairs(rec_b, rec_c, metric)
+        if why is None and len(sb) >= 2:
+            return _compare_paired(base, sb, sc, metric, alpha, power)
+        # a metric some rounds lack (vLLM's output throughput of a batch whose tokens came in one chunk): which
+        # rounds a value belongs to is not known, and an unpaired test would compare two moments again
+        base.outcome = "not-compared" if why else "inconclusive"
+        base.note = f"not judged: {why or 'fewer than 2 rounds pair'}"
         return base
     worse = -base.change if metric.higher_is_better else base.change
-    if abs(worse) <= threshold:
-        base.note = "within threshold"
-        return base
     direction = "worse" if worse > 0 else "better"
-    if abs(worse) <= band:
-        base.outcome, base.method = "within-noise", "run-spread"
-        base.note = (f"{direction} by {abs(worse):.1%} but within the run-to-run band {band:.1%} "
-                     f"({_band_why(noise, k)})")
-        return base
+    spread_det = _spread_detectable(rec_b, rec_c, mb, mc)
 
     def noise_test() -> None:
-        mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)  # only the rows tested read them
-        agrees(mb.value, mb.samples, "baseline", rec_b, metric)
-        agrees(mc.value, mc.samples, "candidate", rec_c, metric)
-        verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
+        verdict, det, rounds = None, spread_det, None
+        if det is None or abs(worse) > band:
+            mb.samples, mc.samples = samples_of(rec_b, metric), samples_of(rec_c, metric)  # only rows tested read them
+            agrees(mb.value, mb.samples, "baseline", rec_b, metric)
+            agrees(mc.value, mc.samples, "candidate", rec_c, metric)
+            if det is None and len(mb.samples) >= 2 and len(mc.samples) >= 2:
+                det = detectable_two_sample(mb.samples, mc.samples, metric.higher_is_better, alpha, power)
+                scale = _log_scale(mb.samples, mc.samples)
+                rounds = _needed(scale, min(len(mb.samples), len(mc.samples)), worse, band, metric, alpha, power,
+                                 paired=False)
+            if abs(worse) > band:
+                verdict = is_worse(mb, mc, metric.higher_is_better, alpha, direction)
         limit = f"{band:.1%}" + (f" ({_band_why(noise, k)})" if band > threshold else "")
-        _judge(base, verdict, direction, worse, limit, verdict.describe())
+        _decide(base, worse, band, threshold, det, rounds, verdict, direction, limit,
+                verdict.describe() if verdict else "", "samples per side")
+        if base.outcome == "within-noise" and verdict is None:
+            base.method = "run-spread"
+            base.note = (f"{direction} by {abs(worse):.1%} but within the run-to-run band {band:.1%} "
+                         f"({_band_why(noise, k)}); detectable {_pct(det)}")
 
     if defer is None:
         noise_test()
@@ -439,41 +530,102 @@ def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: 
     return base
 
 
-def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: Metric, alpha: float) -> RowResult:
+def _spread_detectable(rec_b: dict, rec_c: dict, mb, mc) -> float | None:
+    """A kernel row's detectable change from the two rows' intervals of the median (kbench.gate.power): their
+    relative half-widths summed; None for rows without one (server rows: their samples say it)."""
+    hb, hc = finite(rec_b.get("rel_spread")), finite(rec_c.get("rel_spread"))
+    if hb is None or hc is None:
+        if mb.low is None or mc.low is None:
+            return None
+        hb, hc = (mb.high - mb.low) / 2 / mb.value, (mc.high - mc.low) / 2 / mc.value
+    return detectable_spread(hb, hc)
+
+
+def _log_scale(a: list[float], b: list[float]) -> float:
+    from kbench.gate.power import robust_scale
+
+    la, lb = [math.log(x) for x in a if x > 0], [math.log(x) for x in b if x > 0]
+    return math.sqrt((robust_scale(la) ** 2 + robust_scale(lb) ** 2) / 2)
+
+
+def _needed(scale: float, n: int, worse: float, band: float, metric: Metric, alpha: float, power: float,
+            paired: bool) -> int | None:
+    """The rounds (samples per side) at which the row would be decided: its detectable change down to the band
+    (what a PASS needs), or down to the part of the change beyond the band when that is larger (a FAIL sooner)."""
+    from kbench.gate.power import rounds_to_decide
+
+    target = max(band, (worse - band) / (1 + band))
+    return rounds_to_decide(scale, n, target, metric.higher_is_better, alpha, power, paired)
+
+
+def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: Metric, alpha: float,
+                    power: float = DEFAULT_POWER) -> RowResult:
     """The rule of _compare_metric on paired samples (kbench.gate.paired): the change is the rounds' median ratio,
-    the noise test the signed-rank test of the ratios; the band is the threshold (the pairs carry the noise)."""
-    from kbench.gate.paired import paired_change, paired_verdict
+    the noise test the signed-rank test of the ratios, the detectable change the ratios' own spread; the band is
+    the threshold (the pairs carry the noise). The row's values are each side's median; the change is the paired
+    one, and where the two disagree in sign the note says so."""
+    from kbench.gate.paired import min_rounds, paired_change, paired_verdict
+    from kbench.gate.power import paired_logs, robust_scale
 
     change = paired_change(sb, sc)
     base.change = change if change is not None else base.change
     worse = -base.change if metric.higher_is_better else base.change
-    if abs(worse) <= base.band:
-        base.note = f"within threshold (paired, {len(sb)} rounds)"
-        return base
     direction = "worse" if worse > 0 else "better"
-    verdict = paired_verdict(sb, sc, metric.higher_is_better, alpha, direction, base.band)
-    _judge(base, verdict, direction, worse, f"{base.band:.1%}",
-           f"paired Wilcoxon p={verdict.p_value:.2g} over {len(sb)} rounds")
+    det = detectable_paired(sb, sc, metric.higher_is_better, alpha, power, min_rounds(alpha))
+    rounds = _needed(robust_scale(paired_logs(sb, sc)), len(sb), worse, base.band, metric, alpha, power, True)
+    if len(sb) < min_rounds(alpha):
+        rounds = max(rounds or 0, min_rounds(alpha))
+    verdict = None
+    if abs(worse) > base.band:
+        verdict = paired_verdict(sb, sc, metric.higher_is_better, alpha, direction, base.band)
+    test = f"paired Wilcoxon p={verdict.p_value:.2g} over {len(sb)} rounds" if verdict else f"paired, {len(sb)} rounds"
+    _decide(base, worse, base.band, base.band, det, rounds, verdict, direction, f"{base.band:.1%}", test, "rounds")
+    medians = (base.cand_value - base.base_value) / base.base_value if base.base_value else 0.0
+    if medians * base.change < 0 and abs(medians) > 1e-9:
+        base.note += (f"; the sides' medians differ by {medians:+.1%}, the other way: the change is the rounds' "
+                      f"median B/A ratio, which cancels what the machine did in each round")
     return base
 
 
-def _judge(base: RowResult, verdict, direction: str, worse: float, limit: str, test: str) -> None:
-    """A change beyond the band, after its noise test (paired or not): within noise, a regression or an
-    improvement, with the note saying by how much, against which limit and by which test."""
-    base.method, base.p_value = verdict.method, verdict.p_value
-    if not verdict.beyond_noise:
-        base.outcome, base.note = "within-noise", f"{direction} by {abs(worse):.1%} but {test}"
-    elif direction == "worse":
-        base.outcome, base.fails = "regression", True
-        base.note = f"worse by {worse:.1%} > {limit}, {test}"
-    else:
-        base.outcome, base.note = "improvement", f"better by {-worse:.1%} > {limit}, {test}"
+def _decide(base: RowResult, worse: float, band: float, threshold: float, det: float | None, rounds: int | None,
+            verdict, direction: str, limit: str, test: str, unit: str) -> None:
+    """A row's answer from its change (``worse``: in the bad direction), its band, its detectable change and, for
+    a change beyond the band, its noise test: a **regression** (FAIL) when the change beyond the band is
+    significant, an **improvement** when a change the other way is; **pass** (or **within-noise**: beyond the
+    threshold, inside a run-to-run band) only where the change is inside the band AND the row could have seen one
+    of the band's size (detectable <= band); **inconclusive** otherwise."""
+    base.detectable = det
+    if verdict is not None:
+        base.method, base.p_value = verdict.method, verdict.p_value
+        if verdict.beyond_noise and verdict.method != "threshold-only":
+            if direction == "worse":
+                base.outcome, base.fails = "regression", True
+                base.note = f"worse by {worse:.1%} > {limit}, {test}"
+            else:
+                base.outcome, base.note = "improvement", f"better by {-worse:.1%} > {limit}, {test}"
+            return
+    seen = det is not None and det <= band
+    if worse <= band and seen:
+        if worse < -band:  # better beyond the band, not significantly: still not worse than the band
+            base.outcome = "pass"
+            base.note = f"better by {-worse:.1%}, not significant ({test}); detectable {_pct(det)} <= {limit}"
+        else:
+            base.outcome = "pass" if abs(worse) <= threshold else "within-noise"
+            base.note = f"within {limit} ({worse:+.1%}); detectable {_pct(det)}" + (f", {test}" if test else "")
+        return
+    base.outcome = "inconclusive"
+    base.rounds_needed = rounds
+    why = ("no samples or spread recorded: its noise is unknown" if det is None else
+           f"detectable {_pct(det)} > {limit}")
+    more = f"; about {rounds} {unit} would decide it" if rounds else ""
+    base.note = f"{direction} by {abs(worse):.1%}, cannot tell: {why}" + (f" ({test})" if test else "") + more
 
 
 def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list[Metric], threshold: float,
                  alpha: float, allow_missing: bool, noise: list | None = None,
                  k: float = DEFAULT_RUN_SPREAD_K, paired: bool = False,
-                 metric_noise: dict | None = None) -> list[RowResult]:
+                 metric_noise: dict | None = None, power: float = DEFAULT_POWER,
+                 case_alpha: dict | None = None) -> list[RowResult]:
     """noise: run_noise_of(base_recs). paired: the runs are the two sides of one interleaved run. metric_noise:
     server_run_noise(base_recs, ...), which replaces noise for the metrics it holds."""
     metric_noise = metric_noise or {}
@@ -483,6 +635,7 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
     b_case, c_reason = base_recs.column("case_id"), cand_recs.column("reason")
     b_vals = [base_recs.column(m.column) for m in metrics]
     c_vals = [cand_recs.column(m.column) for m in metrics]
+    b_spread, c_spread = base_recs.column("rel_spread"), cand_recs.column("rel_spread")
     at_kernel = key_cols.index("kernel") if "kernel" in key_cols else None  # a key's values are texts already
     cand_at, inf = cand_recs.index.get, math.inf
     for k_, i in base_recs.index.items():
@@ -493,7 +646,11 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
         # passes it, without the general path's dicts (most of a 300,000-row gate's rows)
         if j is not None and b_state[i] == "ok" and c_state[j] == "ok" and not paired and not metric_noise:
             passed = []
+            hb, hc = b_spread[i], c_spread[j]  # a kernel row's CI half-width: what it could see (kbench.gate.power)
+            det = hb + hc if type(hb) is float and type(hc) is float and hb >= 0.0 and hc >= 0.0 else inf
             for m, bv, cv in zip(metrics, b_vals, c_vals):
+                if det > threshold:
+                    break
                 vb, vc = bv[i], cv[j]
                 if type(vb) is not float or type(vc) is not float or not (0.0 < vb < inf and 0.0 < vc < inf):
                     break
@@ -506,7 +663,8 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
                 band = max(threshold, n.band(k))
                 for name, vb, vc, ch in passed:
                     results.append(RowResult(key, kernel, case_id, name, "pass", False, "ok", "ok", vb, vc, ch, None,
-                                             None, "within threshold", n.pooled, n.own, band))
+                                             None, f"within {band:.1%} ({ch:+.1%}); detectable {det:.1%}", n.pooled,
+                                             n.own, band, det))
                 continue
         sb = status_value(b_state[i])
         if j is None:
@@ -544,7 +702,8 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
                                          f"{m.column}"))
                 continue
             n = metric_noise[m.name][i] if m.name in metric_noise else (noise[i] if noise else None)
-            results.append(_compare_metric(key, rb, rc, m, threshold, alpha, n, k, tests, paired))
+            a_ = case_alpha.get(case_id, alpha) if case_alpha else alpha  # --repeat auto: the look that decided it
+            results.append(_compare_metric(key, rb, rc, m, threshold, a_, n, k, tests, paired, power))
     for k_, j in cand_recs.index.items():
         if k_ not in base_recs.index:
             key = dict(zip(key_cols, k_))
@@ -632,7 +791,7 @@ def _same_power_state(base_rows: pd.DataFrame, cand_rows: pd.DataFrame) -> None:
 def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: float = DEFAULT_THRESHOLD,
              alpha: float = DEFAULT_ALPHA, ignore_winner_change: bool = False, allow_missing: bool = False,
              force: bool = False, run_spread_k: float = DEFAULT_RUN_SPREAD_K,
-             noise_floor: float = DEFAULT_NOISE_FLOOR) -> GateResult:
+             noise_floor: float = DEFAULT_NOISE_FLOOR, power: float = DEFAULT_POWER) -> GateResult:
     """Compare a candidate run with a baseline. threshold and noise_floor: a fraction or a percentage text ('5%',
     as --threshold takes it). Raises BadInput for unusable input or incomparable runs."""
     if isinstance(threshold, str):
@@ -643,6 +802,8 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
         raise BadInput(f"threshold {threshold!r}: must be a fraction between 0 and 1")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (0 < alpha < 1):
         raise BadInput(f"--alpha {alpha!r}: must be a number between 0 and 1")
+    if isinstance(power, bool) or not isinstance(power, (int, float)) or not (0.5 <= power < 1):
+        raise BadInput(f"--power {power!r}: must be a number from 0.5 to below 1")
     if isinstance(run_spread_k, (bool, str)) or finite(run_spread_k) is None or not (0 <= run_spread_k <= 100):
         raise BadInput(f"--run-spread-k {run_spread_k!r}: must be a number between 0 and 100")
     if isinstance(noise_floor, bool) or finite(noise_floor) is None or not (0 <= noise_floor < 1):
@@ -672,13 +833,23 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     # the winners first, while the rows are all the gate holds (their temporaries took 250 MB at 300,000 rows)
     winners = (case_winners(base.rows), case_winners(cand.rows)) if kind == "sweep" else None
     release_memory()
-    pair = None
+    pair, case_alpha = None, {}
     if kind == "server-bench":
         from kbench.gate.paired import halves, min_rounds
 
         pair = halves(base, cand, warnings)
-        if pair and isinstance(pair.get("rounds"), int) and pair["rounds"] < min_rounds(alpha):
-            warnings.append(f"the interleaved run has {pair['rounds']} rounds: the paired test cannot reach alpha "
+        looked = pair.get("alpha_spent") if pair else None  # --repeat auto: the alpha its last look had
+        if isinstance(looked, float) and 0 < looked < alpha:
+            warnings.append(f"the interleaved run looked at its rounds {pair.get('looks')} times (--repeat auto): "
+                            f"the gate tests each case at the alpha of the look that decided it (the last: "
+                            f"{looked:.3g}), so that the false-alarm rate stays {alpha:g} over the looks")
+            ca = pair.get("case_alpha")
+            case_alpha = {str(c): min(float(v), alpha) for c, v in ca.items() if isinstance(v, (int, float))
+                          and 0 < v} if isinstance(ca, dict) else {}
+            alpha = looked
+        ran = pair.get("rounds_run", pair.get("rounds")) if pair else None
+        if pair and isinstance(ran, int) and ran < min_rounds(alpha):
+            warnings.append(f"the interleaved run has {ran} rounds: the paired test cannot reach alpha "
                             f"{alpha:g} with fewer than {min_rounds(alpha)} (kbench server-bench --repeat "
                             f"{min_rounds(alpha)} or more); it finds no difference")
     base_recs = _records(base, kind, key_cols, warnings, "baseline", metrics,
@@ -717,7 +888,10 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
                         "Run A and B interleaved (kbench server-bench --url A --url-b B), or gate against a baseline "
                         "of several runs (kbench baseline RUN1 RUN2 RUN3 --name NAME)")
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
-                        run_spread_k, paired=bool(pair), metric_noise=metric_noise)
+                        run_spread_k, paired=bool(pair), metric_noise=metric_noise, power=power,
+                        case_alpha=case_alpha)
+    if pair:
+        _check_paired(rows)
     del cand_recs  # a row's record per row of each run: let go of them before the winners are compared
     ties: list[str] = []
     if kind == "sweep":
@@ -730,21 +904,33 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
         changes, compared = compare_winners(*winners, ignore_winner_change, by_kc, run_spread_k, ties)
     else:
         changes, compared = [], []
-    used = _noise_used(kind, pair, metric_noise, n_runs, threshold, alpha, run_spread_k, noise_floor)
+    used = _noise_used(kind, pair, metric_noise, n_runs, threshold, alpha, run_spread_k, noise_floor, power)
     return GateResult(str(baseline_path), str(candidate_path), kind, threshold, alpha, rows, changes, compared,
                       *hardware, warnings,
                       {"ignore_winner_change": ignore_winner_change, "allow_missing": allow_missing,
                        "force": force, "run_spread_k": run_spread_k, "noise_floor": noise_floor},
-                      n_runs, run_spread_k, noise_floor, ties, pair, used)
+                      n_runs, run_spread_k, noise_floor, ties, pair, used, power)
+
+
+def _check_paired(rows: list[RowResult]) -> None:
+    """The halves of one interleaved run whose rounds pair for no metric of any case: bad input, saying why (the
+    gate would otherwise answer "nothing compared" about a measurement it could not read)."""
+    metric_rows = [r for r in rows if r.metric is not None and r.outcome not in ("invalid",)]
+    unpaired = [r for r in metric_rows if r.outcome == "not-compared" and r.note.startswith("not judged: ")]
+    if metric_rows and len(unpaired) == len(metric_rows):
+        r = unpaired[0]
+        raise BadInput(f"the interleaved run's halves cannot be paired round by round ({r.case_id} {r.metric}: "
+                       f"{r.note.removeprefix('not judged: ')}); gate halves that hold their rounds "
+                       f"(kbench server-bench writes sample_rounds)")
 
 
 def _noise_used(kind: str, pair: dict | None, metric_noise: dict, n_runs: int, threshold: float, alpha: float,
-                k: float, noise_floor: float) -> str:
+                k: float, noise_floor: float, power: float = DEFAULT_POWER) -> str:
     """The noise the rule tested against, one line (what `kbench gate` prints above its verdict)."""
-    head = f"threshold {threshold:.1%}, alpha {alpha:g}; "
+    head = f"threshold {threshold:.1%}, alpha {alpha:g}, power {power:g}; "
     floor = f", noise floor {noise_floor:.1%}" if noise_floor else ""
     if pair:
-        return (head + f"noise: paired, the {pair.get('rounds')} {pair.get('order', 'ABBA')} rounds of one "
+        return (head + f"noise: paired, the {pair.get('rounds_run', pair.get('rounds'))} {pair.get('order', 'ABBA')} rounds of one "
                 f"interleaved run (one-sided Wilcoxon signed-rank: the rounds' B/A ratios beyond the threshold)")
     if kind == "server-bench":
         if not metric_noise:

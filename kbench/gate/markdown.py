@@ -39,8 +39,8 @@ def _row_table(rows: list[RowResult]) -> list[str]:
 
 
 def to_markdown(res: GateResult) -> str:
-    icon = "✅" if res.passed else "❌"
-    lines = [f"## {icon} kbench gate: {_cell(res.summary_line())}", "",
+    icon = {"PASS": "✅", "FAIL": "❌", "INCONCLUSIVE": "⚠️"}[res.verdict]
+    lines = [f"## {icon} kbench gate: {_cell(res.summary_line())}", "", _cell(res.details()), "",
              f"Baseline {text.code(res.baseline)} ({_cell(res.baseline_hw)}) vs candidate {text.code(res.candidate)} "
              f"({_cell(res.candidate_hw)}); {res.noise_used}.", ""]
     for w in res.warnings:
@@ -68,6 +68,9 @@ def to_markdown(res: GateResult) -> str:
         lines += ["### Improvements", "",
                   f"Refresh the baseline to keep them: {text.code(shell.kbench('baseline', res.candidate, '--name', 'NAME'))}.", "",
                   *_row_table(improved), ""]
+    undecided = res.inconclusive_rows
+    if undecided:
+        lines += ["### Inconclusive: the noise hides a change of the band's size", "", *_row_table(undecided), ""]
     allowed_missing = [r for r in res.with_outcome("missing", "skipped") if not r.fails]
     info = res.with_outcome("within-noise", "new", "not-compared") + allowed_missing
     if info:

@@ -61,6 +61,51 @@ def halves(base, cand, warnings: list[str]) -> dict | None:
     return ia
 
 
+def _rounds_of(rec: dict) -> list[int] | None:
+    """The round of each of the row's batches (``sample_rounds``: an interleaved run writes it), None without."""
+    raw = rec.get("sample_rounds")
+    if raw is None or isinstance(raw, (str, float)):
+        return None
+    try:
+        out = [int(x) for x in raw]
+    except (TypeError, ValueError):
+        return None
+    return out or None
+
+
+def round_pairs(rec_b: dict, rec_c: dict, metric) -> tuple[list[float], list[float], str | None]:
+    """The metric's values of the rounds both halves hold, in round order: (A's, B's, None), or ([], [], why they
+    do not pair). A value belongs to a round only when the row holds one value per batch: a metric absent from
+    some batches (vLLM's output throughput of a batch whose tokens came in one chunk) has lost which rounds those
+    were, and two sides that lack different rounds but as many of them must not be paired by position."""
+    from kbench.gate.metrics import samples_of
+
+    sides = []
+    for rec, name in ((rec_b, "A"), (rec_c, "B")):
+        values = samples_of(rec, metric)
+        rounds = _rounds_of(rec)
+        batches = len(rounds) if rounds is not None else _int(rec.get("repeats"))
+        if batches is None:  # a row of an older kbench: as many batches as values
+            batches = len(values)
+        if len(values) != batches:
+            return [], [], (f"{metric.column} is missing in some rounds ({len(values)} values of {batches} batches "
+                            f"on {name}), so which rounds its values belong to is not known")
+        sides.append(dict(zip(rounds if rounds is not None else range(batches), values)))
+    a, b = sides
+    if _rounds_of(rec_b) is None or _rounds_of(rec_c) is None:
+        if len(a) != len(b):
+            return [], [], f"the halves hold {len(a)} and {len(b)} rounds and do not say which"
+    common = sorted(set(a) & set(b))
+    return [a[r] for r in common], [b[r] for r in common], None
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v) if v is not None and v == v else None
+    except (TypeError, ValueError):
+        return None
+
+
 def paired_change(base: list[float], cand: list[float]) -> float | None:
     """exp(median of log(cand_i / base_i)) - 1 over the rounds; None without a positive pair."""
     logs = [math.log(c / b) for b, c in zip(base, cand) if b > 0 and c > 0]

@@ -38,10 +38,41 @@ def _cases(run) -> list[str]:
     return [str(c) for c in run.rows["case_id"].tolist()] if "case_id" in run.rows else []
 
 
+# the server's settings a run records (manifest ``server``, SGLang's /server_info) that make it another setting:
+# a baseline pooling two of them would widen its band by the difference between them
+SETTING_KEYS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "page_size",
+                "kv_cache_dtype", "speculative_algorithm", "speculative_num_draft_tokens", "speculative_num_steps",
+                "speculative_eagle_topk", "speculative_attention_mode", "disable_overlap_schedule", "tp_size",
+                "dp_size", "cuda_graph_max_bs", "max_running_requests")
+
+
+def _setting(run) -> dict:
+    info = run.manifest.get("server")
+    return {k: info.get(k) for k in SETTING_KEYS if k in info} if isinstance(info, dict) else {}
+
+
+def _side(run) -> tuple | None:
+    v = run.manifest.get("interleave")
+    return (v.get("id"), v.get("side")) if isinstance(v, dict) and v.get("side") in ("a", "b") else None
+
+
 def check_same_cases(runs) -> None:
-    """BadInput unless every run measured the first one's server setting: backend, model and case list."""
+    """BadInput unless every run measured the first one's server setting: backend, model, case list, the server's
+    recorded settings (attention backend, page size, ...) and, for halves of interleaved A/Bs, the same side."""
     first = runs[0]
     for r in runs[1:]:
+        sa, sb = _side(first), _side(r)
+        if sa and sb and sa[1] != sb[1]:
+            same = " of one interleaved A/B" if sa[0] == sb[0] else " of interleaved A/Bs"
+            raise BadInput(f"refusing to pool {first.path} and {r.path}: they are side {sa[1].upper()} and side "
+                           f"{sb[1].upper()}{same} (two settings); a baseline is one setting: pool the A halves")
+        ia, ib = _setting(first), _setting(r)
+        diff = [k for k in SETTING_KEYS if ia.get(k) != ib.get(k) and (k in ia or k in ib)]
+        if diff:
+            k = diff[0]
+            raise BadInput(f"refusing to pool {first.path} and {r.path}: the server ran another setting "
+                           f"({k} {ia.get(k)!r} vs {ib.get(k)!r}{f', and {len(diff) - 1} more' if len(diff) > 1 else ''}"
+                           f"); a baseline is one setting")
         for what in ("backend", "model"):
             if r.manifest.get(what) != first.manifest.get(what):
                 raise BadInput(f"refusing to pool {first.path} and {r.path}: different {what} "

@@ -426,7 +426,7 @@ def read_journal(path: Path, kind: str = "sweep", lists: bool = True, only=None)
             rows = normalize(fast, kind, path, copy=False, only=only)
             del fast
             release_memory()
-            return rows
+            return _latest_rows(rows, kind)
     records, line_nos = [], []
     drop = () if lists else row_kind(kind)[1]
     if path.exists():
@@ -450,8 +450,19 @@ def read_journal(path: Path, kind: str = "sweep", lists: bool = True, only=None)
             records.append(rec)
             line_nos.append(i + 1)
     columns = row_kind(kind)[0]
-    return normalize(pd.DataFrame.from_records(records, columns=None if records else columns), kind, path, line_nos,
-                     only=only)
+    return _latest_rows(normalize(pd.DataFrame.from_records(records, columns=None if records else columns), kind,
+                                  path, line_nos, only=only), kind)
+
+
+REWRITTEN_KINDS = ("server-bench",)  # kinds whose journal may hold a row again, updated: the last one counts
+
+
+def _latest_rows(rows: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """An interleaved A/B writes each case's row again after every round it measures (kbench.server.interleave),
+    so that a kill keeps every finished round: of a case's rows the last one written is the row."""
+    if kind not in REWRITTEN_KINDS or "case_id" not in rows or not rows["case_id"].duplicated().any():
+        return rows
+    return rows[~rows["case_id"].duplicated(keep="last")].reset_index(drop=True)
 
 
 def manifest_shard(manifest: dict, where="run") -> tuple[int, int] | None:

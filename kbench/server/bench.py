@@ -97,6 +97,16 @@ class ServerBenchConfig:
     url_b: str | None = None
     switch_command: str | None = None
     switch_timeout: float = 600.0
+    # rounds of an interleaved A/B (kbench.server.interleave): batches per side per round (their median is the
+    # round's value: one burst on a busy machine does not decide a round), and --repeat auto: rounds are added
+    # until the gate's rule decides every case or budget seconds pass (kbench.gate.sequential), with the gate's
+    # threshold, alpha and power
+    batches_per_round: int = 1
+    repeat_auto: bool = False
+    budget: float = 300.0
+    threshold: float = 0.05
+    alpha: float = 0.01
+    power: float = 0.8
     show_report: bool = False  # print SGLang's markdown report at the end
     append_to_github_summary: bool = True  # ... and append it to $GITHUB_STEP_SUMMARY when that is set
     # API key, headers, the URL's password (kbench.server.auth): sent, never recorded or printed
@@ -179,6 +189,16 @@ class ServerBenchConfig:
                 raise BadInput(f"{name} {v!r}: must be a finite number {'> 0' if lo is None else '>= 0'}")
         if not isinstance(self.cache_hit_rate, (int, float)) or not 0.0 <= self.cache_hit_rate < 1.0:
             raise BadInput(f"--cache-hit-rate {self.cache_hit_rate!r}: must be a fraction in [0, 1)")
+        if not int_in(self.batches_per_round, 1, 100):
+            raise BadInput(f"--batches-per-round {self.batches_per_round!r}: must be an integer in 1..100")
+        if self.repeat_auto:
+            if not isinstance(self.budget, (int, float)) or not math.isfinite(self.budget) or self.budget <= 0:
+                raise BadInput(f"--budget {self.budget!r}: must be a number of seconds > 0")
+        for name, v, lo, hi in (("--threshold", self.threshold, 0.0, 1.0), ("--alpha", self.alpha, 0.0, 1.0),
+                                ("--power", self.power, 0.5, 1.0)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v < hi) or (name == "--alpha"
+                                                                                                and v <= 0):
+                raise BadInput(f"{name} {v!r}: must be a number in [{lo:g}, {hi:g})")
         for name, v in (("--client-stream-interval", self.client_stream_interval), ("--repeat", self.repeat)):
             if not int_in(v, 1):
                 raise BadInput(f"{name} {v!r}: must be an integer >= 1")
@@ -215,6 +235,9 @@ class Listener:
 
     def ab_switch(self, side: str, command: str) -> None:
         """An interleaved A/B of one server runs its switch command to side ``side`` (a or b)."""
+
+    def ab_look(self, look: int, rounds: int, alpha: float, decided: dict, cases: int) -> None:
+        """--repeat auto looked at its rounds (kbench.gate.sequential): ``decided`` maps case -> pass | fail."""
 
 
 @dataclass
@@ -322,16 +345,17 @@ class _Runner:
                          prompt_pattern=str(parse_prompt_pattern(self.cfg.prompt_pattern)),
                          **one["fkw"], **one.get("per_req", {}))
 
-    def case_row(self, case: ServerCase, done: list[dict], warmup: bool = False) -> ServerBenchRow:
+    def case_row(self, case: ServerCase, done: list[dict], warmup: bool = False,
+                 rounds: list[int] | None = None) -> ServerBenchRow:
         """The ok row of a case from its timed batches (_timed_batch results, in the order they ran): each metric's
-        median and, with more than one batch, every batch's value."""
+        median and, with more than one batch, every batch's value. rounds: an interleaved A/B's round of each."""
         pattern = parse_prompt_pattern(self.cfg.prompt_pattern)
         reps = len(done)
         last = done[-1]
         vals = {k: [d["m"][k] for d in done if d["m"][k] is not None] for k in SAMPLED}  # None: a zero interval
         med = {k: statistics.median(v) if v else None for k, v in vals.items()}
         out_tp = med["output_throughput"]
-        samples = {f"{k}_samples": v for k, v in vals.items()} if reps > 1 else {}
+        samples = {f"{k}_samples": v for k, v in vals.items()} if reps > 1 or rounds is not None else {}
         rates = [d["counters"].cache_hit_rate for d in done if d["counters"].cache_hit_rate is not None]
         row = self._row(case, "ok", warmup=warmup, prompt_pattern=str(pattern), repeats=reps,
                         latency=med["latency"], last_ttft=med["last_ttft"],
@@ -343,7 +367,8 @@ class _Runner:
                         spec_drafts=_sum(d["counters"].spec_drafts for d in done),
                         spec_draft_tokens=_sum(d["counters"].spec_draft_tokens for d in done),
                         spec_accepted_tokens=_sum(d["counters"].spec_accepted_tokens for d in done),
-                        **samples, **last["fkw"], **last["per_req"])
+                        **samples, **last["fkw"], **last["per_req"],
+                        **({"sample_rounds": [float(r) for r in rounds]} if rounds is not None else {}))
         if row.spec_drafts and row.spec_accepted_tokens is not None:  # over all the case's batches
             agg = ctr.CaseCounters(spec_drafts=row.spec_drafts, spec_draft_tokens=row.spec_draft_tokens,
                                    spec_accepted_tokens=row.spec_accepted_tokens)

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import time
 import uuid
+from statistics import median
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -47,6 +48,7 @@ from kbench.errors import BadInput, KbenchError
 from kbench.runs.session import RunSession
 from kbench.server.bench import (RESULT_JSONL, Listener, ServerBenchConfig, ServerBenchInterrupted,
                                  ServerBenchResult, ServerCase, _append_lines, _Runner, check_outputs, run_manifest)
+from kbench.server.rows import ServerBenchRow
 from kbench.server.workload import write_workload
 
 SIDES = ("a", "b")
@@ -59,12 +61,47 @@ class InterleavedResult:
     a: ServerBenchResult
     b: ServerBenchResult
     mode: str  # two-servers | switch
-    rounds: int
+    rounds: int  # rounds run
     switches: int = 0
+    ended: dict | None = None  # how the rounds ended (the manifests' interleave entry: stopped, looks, ...)
 
     @property
     def exit_code(self) -> int:
         return max(self.a.exit_code, self.b.exit_code)
+
+
+class InterleavedInterrupted(ServerBenchInterrupted):
+    """Ctrl-C or SIGTERM during an interleaved A/B: both halves keep every finished round (their journals) and end
+    interrupted. It is not resumed (a second run's rounds would pair with another moment's): the gate pairs the
+    rounds both halves hold, or the A/B is run again."""
+
+    def __init__(self, a: ServerBenchResult, b: ServerBenchResult, signum: int | None = None):
+        import signal as _signal
+
+        super().__init__(a, signum)
+        self.b = b
+        n = _rounds_kept(a.run_dir, b.run_dir)
+        gate = shell.kbench("gate", "--baseline", a.run_dir, "--candidate", b.run_dir)
+        self.args = (f"stopped by {_signal.Signals(self.signum).name}; the finished rounds are kept in both halves "
+                     f"({n} round(s) of every case both hold; status interrupted); gate them: {gate}; an "
+                     f"interleaved A/B is not resumed: run it again for more rounds",)
+
+
+def _rounds_kept(a_dir, b_dir) -> int:
+    """The fewest rounds of a case both halves hold (from their journals)."""
+    from kbench.runs.store import JOURNAL, read_journal
+    from kbench.server.rows import ROW_KIND
+
+    held = []
+    for d in (a_dir, b_dir):
+        try:
+            rows = read_journal(Path(d) / JOURNAL, ROW_KIND)
+        except (KbenchError, OSError):
+            return 0
+        held.append({c: set(r) for c, r in zip(rows.get("case_id", []), rows.get("sample_rounds", []))
+                     if r is not None})
+    common = [len(held[0][c] & held[1].get(c, set())) for c in held[0]]
+    return min(common) if common else 0
 
 
 def schedule(n_cases: int, rounds: int, mode: str) -> list[tuple[int, int, str]]:
@@ -94,6 +131,13 @@ def check_config(config: ServerBenchConfig) -> str:
         switch_argv(config.switch_command, "a")  # a line that does not split is bad input before anything runs
     if config.url_b:
         replace(config, url=config.url_b, url_b=None).validate()  # B's URL checked as --url is (messages say --url)
+    from kbench.gate.paired import min_rounds
+
+    need = min_rounds(config.alpha)
+    if not config.repeat_auto and config.repeat < need:
+        raise BadInput(f"--repeat {config.repeat}: an interleaved A/B needs at least {need} rounds (with fewer the "
+                       f"gate's paired test cannot reach alpha {config.alpha:g}: it could never find a difference); "
+                       f"give --repeat {need} or more, or --repeat auto")
     return "two-servers" if config.url_b else "switch"
 
 
@@ -231,7 +275,13 @@ def _interleaved(config: ServerBenchConfig, listener: Listener | None, sleep: Ca
     else:
         facts = {}
         for s in SIDES:
-            backend, facts[s] = runners[s].connect()
+            try:
+                backend, facts[s] = runners[s].connect()
+            except KbenchError as e:  # which side: the user gave two URLs
+                if s == "a":
+                    raise
+                raise BadInput(f"B (--url-b {cfg['b'].recorded()['url']}) does not answer: "
+                               f"{str(e).removeprefix('cannot use the server: ')}") from None
         _same_model(facts["a"].model, facts["b"].model, "")
         if runners["a"].backend.name != runners["b"].backend.name:
             raise BadInput(f"A is a {runners['a'].backend.name} server and B a {runners['b'].backend.name} one: an "
@@ -244,6 +294,10 @@ def _interleaved(config: ServerBenchConfig, listener: Listener | None, sleep: Ca
         f = facts.get(s, facts["a"])
         m = run_manifest(cfg[s], runners[s].backend.name if runners[s].backend else backend, f)
         m["interleave"] = {"id": pair_id, "side": s, "order": ORDER, "rounds": rounds, "mode": mode,
+                           "batches_per_round": config.batches_per_round,
+                           **({"repeat": "auto", "rule": "alpha spending (kbench.gate.sequential)",
+                               "threshold": config.threshold, "alpha": config.alpha, "power": config.power,
+                               "budget_s": config.budget} if config.repeat_auto else {}),
                            "url_a": cfg["a"].recorded()["url"], "url_b": cfg["b"].recorded()["url"],
                            **({"switch_command": redact.line(config.switch_command)} if switcher else {})}
         sessions[s] = RunSession.new(config.out_dir, f"server-bench-{config.run_name}-{s}", m)
@@ -256,15 +310,18 @@ def _interleaved(config: ServerBenchConfig, listener: Listener | None, sleep: Ca
             for s in SIDES:
                 runs[s].update_manifest(interleave={**runs[s].manifest.get("interleave"),
                                                     "other": sessions["b" if s == "a" else "a"].dir.name})
-            _run(config, mode, cases, rounds, runners, switcher, ls, runs, results)
+            ended = _run(config, mode, cases, rounds, runners, switcher, ls, runs, results)
+            for s in SIDES:
+                runs[s].update_manifest(interleave={**runs[s].manifest.get("interleave"), **ended})
     except KeyboardInterrupt as e:
         for r in results.values():
             r.status = "interrupted"
-        raise ServerBenchInterrupted(results["a"], getattr(e, "signum", None)) from None
+        raise InterleavedInterrupted(results["a"], results["b"], getattr(e, "signum", None)) from None
     for s in SIDES:
         results[s].status = sessions[s].status
         write_workload(sessions[s].dir, results[s].facts.info, backend, results[s].facts.model)
-    return InterleavedResult(results["a"], results["b"], mode, rounds, switcher.count if switcher else 0)
+    return InterleavedResult(results["a"], results["b"], mode, ended["rounds_run"], switcher.count if switcher else 0,
+                             ended)
 
 
 def _warm(runners: dict, sides, cases: list[ServerCase], config: ServerBenchConfig, ls: Listener,
@@ -282,7 +339,14 @@ def _warm(runners: dict, sides, cases: list[ServerCase], config: ServerBenchConf
 
 
 def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: int, runners: dict, switcher,
-         ls: Listener, runs: dict, results: dict) -> None:
+         ls: Listener, runs: dict, results: dict) -> dict:
+    """The rounds. After each round of a case (its batches on both sides), both halves' rows of that case are
+    written again with every finished round (the journal's last row of a case is its row: kbench.runs.store), so
+    a kill keeps every finished round. With ``repeat_auto``, the rounds go on until the gate's rule decides every
+    case (kbench.gate.sequential) or the next round would not fit in the budget. Returns what the manifest's
+    interleave entry records of how it ended."""
+    from kbench.gate import sequential
+
     line_files = {s: [runs[s].dir / RESULT_JSONL] + ([Path(config.result_filename)] if config.result_filename
                                                        else []) for s in SIDES}
     be = runners["a"].backend
@@ -299,39 +363,137 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     ls.run_started(runs["a"].dir, be.name, results["a"].facts, live)
     ids = {c.case_id: runners["a"].case_ids(c) for c in live}  # the same prompts on both sides
     done: dict[tuple[str, str], list[dict]] = {(c.case_id, s): [] for c in live for s in SIDES}
+    batches: dict[tuple[str, str], list[dict]] = {}  # this round's batches of a case on a side
+    rounds_of: dict[str, list[int]] = {c.case_id: [] for c in live}
+    latest: dict[tuple[str, str], ServerBenchRow] = {}
     failed: dict[str, tuple[str, dict]] = {}
+    decided: dict[str, str] = {}
+    case_alpha: dict[str, float] = {}
+    k = config.batches_per_round
     _warm(runners, SIDES if mode == "two-servers" else ("a",), live, config, ls, results)  # (switch: A is on)
-    for r, ci, side in schedule(len(live), rounds, mode):
-        case = live[ci]
-        if switcher and switcher.side != side:
-            switcher.to(side, runners[side])
-            _same_model(results["a"].facts.model, runners[side].backend.facts.model, " after the switch")
-            _warm(runners, (side,), live, config, ls, results)
-        if case.case_id in failed:
-            continue
-        one = runners[side]._timed_batch(case, ids[case.case_id], False, profiling=False)
-        if one.get("reason"):
-            failed[case.case_id] = (side, one)
-        else:
-            done[(case.case_id, side)].append(one)
-        ls.ab_batch(case, side, r, rounds, None if one.get("reason") else one["m"]["latency"], one.get("reason", ""))
+    auto = config.repeat_auto
+    look, look_at, alpha_spent = 0, sequential.first_look(config.alpha), None
+    started, stop = time.monotonic(), "rounds"
+    round_times: list[float] = []
+    for r in range(rounds):
+        t0 = time.monotonic()
+        for ci, side in _round_order(len(live), r, mode, k):
+            case = live[ci]
+            if switcher and switcher.side != side:
+                switcher.to(side, runners[side])
+                _same_model(results["a"].facts.model, runners[side].backend.facts.model, " after the switch")
+                _warm(runners, (side,), live, config, ls, results)
+            if case.case_id in failed or case.case_id in decided:
+                continue
+            one = runners[side]._timed_batch(case, ids[case.case_id], False, profiling=False)
+            if one.get("reason"):
+                failed[case.case_id] = (side, one)
+                _write_failed(case, runners, runs, results, latest, failed)
+                ls.ab_batch(case, side, r, rounds, None, one["reason"])
+                continue
+            batches.setdefault((case.case_id, side), []).append(one)
+            ls.ab_batch(case, side, r, rounds, one["m"]["latency"], "")
+            if all(len(batches.get((case.case_id, s), [])) >= k for s in SIDES):  # the case's round is done
+                for s in SIDES:
+                    done[(case.case_id, s)].append(_round_value(batches.pop((case.case_id, s))))
+                rounds_of[case.case_id].append(r)
+                for s in SIDES:
+                    row = runners[s].case_row(case, done[(case.case_id, s)], rounds=rounds_of[case.case_id])
+                    runs[s].append(row.to_dict())
+                    latest[(case.case_id, s)] = row
+        round_times.append(time.monotonic() - t0)
+        n = r + 1
+        _round_finished(runs, n)
+        if auto and n == 1 and round_times[0] * look_at > config.budget:
+            raise BadInput(f"--budget {config.budget:g} s cannot reach the {look_at} rounds the first look needs: a "
+                           f"round took {round_times[0]:.1f} s here (about {round_times[0] * look_at:.0f} s for "
+                           f"{look_at}); give a larger --budget, fewer cases or --batches-per-round 1")
+        if auto and n == look_at:
+            look += 1
+            alpha_spent = sequential.alpha_at(look, config.alpha)
+            for c in live:
+                if c.case_id in failed or c.case_id in decided:
+                    continue
+                ra, rb = latest.get((c.case_id, "a")), latest.get((c.case_id, "b"))
+                if ra is not None and rb is not None:
+                    v = sequential.decide_case(ra.to_dict(), rb.to_dict(), config.threshold, alpha_spent,
+                                               config.power)
+                    if v != "open":
+                        decided[c.case_id] = v
+                        case_alpha[c.case_id] = alpha_spent  # its rows stop here: the gate tests them at this
+            ls.ab_look(look, n, alpha_spent, decided, len(live))
+            look_at = sequential.next_look(n)
+            if all(c.case_id in decided or c.case_id in failed for c in live):
+                stop = "decided"
+                break
+        if auto:
+            per_round = median(round_times[-5:])
+            if time.monotonic() - started + per_round > config.budget:
+                stop = "budget"
+                break
+    else:
+        stop = "max-rounds" if auto else "rounds"
     for c in live:
-        _finish_case(c, runners, runs, results, done, failed, line_files, ls)
+        for s in SIDES:
+            row = latest.get((c.case_id, s))
+            if row is None:
+                continue
+            results[s].rows.append(row)
+            if row.status == "ok":
+                _append_lines(line_files[s], row.result_line())
+            ls.case_finished(c, row, False)
+    out = {"rounds_run": max((len(v) for v in rounds_of.values()), default=0), "stopped": stop}
+    if auto:
+        out.update(looks=look, alpha_spent=alpha_spent, rule=sequential.RULE, threshold=config.threshold,
+                   alpha=config.alpha, power=config.power, budget_s=config.budget,
+                   decided={c: v for c, v in decided.items()},
+                   case_alpha={c.case_id: case_alpha.get(c.case_id, alpha_spent) for c in live
+                               if alpha_spent is not None})
+    return out
 
 
-def _finish_case(case, runners, runs, results, done, failed, line_files, ls) -> None:
-    """Both sides' rows of a case: ok rows from the rounds' batches, or failed on both when a batch failed."""
+def _round_finished(runs: dict, n: int) -> None:
+    """Both manifests say how many rounds are done (each case's row is in the journals already): a run killed with
+    kill -9 still says, beside its status "running", how far it got."""
     for s in SIDES:
-        if case.case_id in failed:
-            fs, one = failed[case.case_id]
-            if fs == s:
-                row = runners[s].failed_row(case, one)
-            else:
-                row = runners[s]._row(case, "failed", f"the paired batch on {fs.upper()} failed: {one['reason']}")
+        runs[s].update_manifest(interleave={**runs[s].manifest.get("interleave"), "rounds_done": n})
+
+
+def _round_order(n_cases: int, r: int, mode: str, k: int = 1) -> list[tuple[int, str]]:
+    """(case index, side) of each batch of round r, in the order they run: two servers, per case k adjacent A/B
+    pairs, the pair's order flipping with the round, the case and the pair (ABBA ...); one switched server, A's
+    cases then B's (B's then A's in odd rounds: one switch per round), each case's k batches in a row."""
+    out = []
+    if mode == "switch":
+        for side in (SIDES if r % 2 == 0 else SIDES[::-1]):
+            out += [(c, side) for c in range(n_cases) for _ in range(k)]
+        return out
+    for c in range(n_cases):
+        for j in range(k):
+            out += [(c, side) for side in (SIDES if (r + c + j) % 2 == 0 else SIDES[::-1])]
+    return out
+
+
+def _round_value(batches: list[dict]) -> dict:
+    """A round's batches on one side as one: each metric the median of its batches (one burst on a busy machine
+    does not decide the round), the rest the last batch's; one batch is itself."""
+    if len(batches) == 1:
+        return batches[0]
+    out = dict(batches[-1])
+    out["m"] = {}
+    for key in batches[-1]["m"]:
+        vals = [b["m"][key] for b in batches if b["m"][key] is not None]
+        out["m"][key] = median(vals) if vals else None
+    return out
+
+
+def _write_failed(case, runners, runs, results, latest, failed) -> None:
+    """A batch that fails fails its case on both sides (no half pair): both rows written now."""
+    fs, one = failed[case.case_id]
+    for s in SIDES:
+        if fs == s:
+            row = runners[s].failed_row(case, one)
         else:
-            row = runners[s].case_row(case, done[(case.case_id, s)])
+            row = runners[s]._row(case, "failed", f"the paired batch on {fs.upper()} failed: {one['reason']}")
         runs[s].append(row.to_dict())
-        results[s].rows.append(row)
-        if row.status == "ok":
-            _append_lines(line_files[s], row.result_line())
-        ls.case_finished(case, row, False)
+        latest[(case.case_id, s)] = row

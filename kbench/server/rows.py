@@ -64,6 +64,8 @@ class ServerBenchRow:
     input_throughput_samples: list[float] = field(default_factory=list)
     output_throughput_samples: list[float] = field(default_factory=list)
     overall_throughput_samples: list[float] = field(default_factory=list)
+    # an interleaved A/B: the round of each batch above (the gate pairs the rounds both halves hold)
+    sample_rounds: list[float] = field(default_factory=list)
     # per request of the batch (index order), seconds from sending the batch
     req_ttft_s: list[float] = field(default_factory=list)
     req_latency_s: list[float] = field(default_factory=list)  # arrival of the request's last chunk
@@ -100,6 +102,6 @@ def _round(v, nd):
 COLUMNS = [f.name for f in fields(ServerBenchRow)]
 SAMPLED = ("latency", "last_ttft", "input_throughput", "output_throughput", "overall_throughput")
 LIST_COLUMNS = ("req_ttft_s", "req_latency_s", "req_output_tokens",
-                *(f"{m}_samples" for m in SAMPLED))  # registered below with kbench.runs.store
+                *(f"{m}_samples" for m in SAMPLED), "sample_rounds")  # registered below with kbench.runs.store
 
 register_row_kind(ROW_KIND, COLUMNS, LIST_COLUMNS)

@@ -127,21 +127,33 @@ print(json.dumps({"model": str(out), "vocab": len(fast)}))
 '''
 
 
+def _model_ready(out: Path) -> bool:
+    return (out / "config.json").is_file() and (out / "tokenizer.json").is_file() and (out / READY).is_file()
+
+
 def ensure_model(venv: Path | None = None, log=None) -> Path:
+    """The tiny model, built once: under a lock (flock, as the venv and setup_sglang_resolve.sh), so that two
+    set-ups at once (two pytest processes, a benchmark beside the tests) build it one after the other, the second
+    finding it made, instead of removing each other's half-written folder."""
     venv = venv or venv_dir()
     out = model_dir(venv)
-    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file() and (out / READY).is_file():
+    if _model_ready(out):
         return out
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        _run([str(venv_python(venv)), "-c", _BUILD_MODEL, str(tmp)], log or sys.stderr, 600,
-             env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
-    except subprocess.TimeoutExpired:
-        raise SetupError("building the tiny model timed out") from None
-    (tmp / READY).write_text(MODEL_VERSION + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(out) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _model_ready(out):  # built by the set-up that held the lock before us
+            return out
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            _run([str(venv_python(venv)), "-c", _BUILD_MODEL, str(tmp)], log or sys.stderr, 600,
+                 env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+        except subprocess.TimeoutExpired:
+            raise SetupError("building the tiny model timed out") from None
+        (tmp / READY).write_text(MODEL_VERSION + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
     return out
 
 
