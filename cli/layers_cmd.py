@@ -9,7 +9,7 @@ import click
 
 from kbench.cli.console import echo
 from kbench.cli.errors import one_line_errors
-from kbench.cli.options import examples
+from kbench.cli.options import FLOAT, INT, OutputPath, examples
 from kbench.errors import BadInput
 
 
@@ -29,13 +29,13 @@ def _ints(text: str, flag: str) -> list[int]:
 @click.option("--model", "preset", default=None, metavar="PRESET", help="A kbench model preset (llama3-8b, ...).")
 @click.option("--batch-size", default="1,16,64", show_default=True, help="Requests per batch (comma-separated).")
 @click.option("--q-len", default="4,8", show_default=True, help="Tokens verified per request (draft tokens).")
-@click.option("--topk", type=int, default=1, show_default=True, help="The draft's branches per request and pass.")
-@click.option("--out", "out_dir", default="results", show_default=True, type=click.Path(file_okay=False),
+@click.option("--topk", type=INT, default=1, show_default=True, help="The draft's branches per request and pass.")
+@click.option("--out", "out_dir", default="results", show_default=True, type=OutputPath("results", "folder", file_okay=False),
               help="Where the run folder is made.")
 @click.option("--name", default=None, help="The run folder's name [default: layers-PRESET].")
-@click.option("--budget-s", type=float, default=1.0, show_default=True, help="Timing budget per row (seconds).")
-@click.option("--device-index", type=int, default=0, show_default=True, help="The CUDA device.")
-@click.option("--resume", "resume", default=None, type=click.Path(file_okay=False),
+@click.option("--budget-s", type=FLOAT, default=1.0, show_default=True, help="Timing budget per row (seconds).")
+@click.option("--device-index", type=INT, default=0, show_default=True, help="The CUDA device.")
+@click.option("--resume", "resume", default=None, type=OutputPath("results/RUN", "run folder", file_okay=False),
               help="Finish a layers run cut short (Ctrl-C, SIGTERM): its model and shapes, the missing rows.")
 @one_line_errors
 def layers_cmd(preset, batch_size, q_len, topk, out_dir, name, budget_s, device_index, resume):

@@ -291,7 +291,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
 
 def _runs_with(src, tree: str) -> str:
     """'; RUN has them: price it there' for the committed runs beside src with engine-route rows of the tree."""
-    from kbench.recommend.ranks import runs_that_answer
+    from kbench.recommend.price import runs_that_answer
 
     runs = runs_that_answer(src, {"tree": tree})
     return f"; {' and '.join(runs)} {'has' if len(runs) == 1 else 'have'} them: price it there" if runs else ""

@@ -21,10 +21,11 @@ lower one; layers on one rank are peers and may not import each other):
   runs     kbench.runs.*        run folders: store, journal, manifest, rows, winners } peers
   engine   kbench.engine.*      sweep, plans, measuring, isolation, devices, JIT, validate-timer
   report   kbench.report.*      winners, crossovers, policy, plots               } peers
-  server   kbench.server.*      the live-server benchmark                        } peers
   gate     kbench.gate.*        the CI gate over sweep and server runs, baselines, the A/B answer   } peers
   recommend kbench.recommend.*  engine settings, workloads, recommend, export: reads policies and runs (report)
                                 and the engine table; a peer of gate (the CLI puts gate's A/B beside it) } peers
+  server   kbench.server.*      the live-server benchmark: above the gate, whose rule (kbench.gate.sequential,
+                                paired) decides when `--repeat auto` has rounds enough
   cli      kbench.cli.*         the command line
 """
 from __future__ import annotations
@@ -39,9 +40,9 @@ FOLDERS = {"kbench": ROOT / "kbench", "kbench.cli": ROOT / "cli", "kbench.kernel
 CORE = {"kbench", "kbench.errors", "kbench.values", "kbench.device", "kbench.files", "kbench.names", "kbench.frames",
         "kbench.shell", "kbench.text", "kbench.redact"}
 # layer -> rank, low to high; equal ranks are peers (neither may import the other)
-RANKS = {"core": 0, "timing": 1, "cases": 2, "kernels": 3, "runs": 3, "engine": 4, "report": 5, "server": 5,
-         "gate": 6, "recommend": 6,
-         "cli": 7}
+RANKS = {"core": 0, "timing": 1, "cases": 2, "kernels": 3, "runs": 3, "engine": 4, "report": 5,
+         "gate": 6, "recommend": 6, "server": 7,
+         "cli": 8}
 LAYERS = tuple(RANKS)
 # sibling cycles known and accepted, with the reason; a new one fails the check
 ALLOWED_SIBLING_CYCLES: dict[tuple[str, ...], str] = {}

@@ -111,6 +111,7 @@ OUTPUT_OPTIONS = {
                  ["--jit-cache", "--archive"]),
     "validate-timer": (["validate-timer"], ["--out"]),
     "server-bench": (_SERVER, ["--out", "--result-filename", "--resume"]),
+    "layers": (["layers", "--model", "llama3-8b"], ["--out", "--resume"]),
 }
 # the options of type click.Path that name what a command reads (everything else of that type is an output)
 INPUT_PATHS = {("report", "runs"), ("select", "policy_file"), ("merge", "runs"), ("recommend", "workload_file"),

@@ -585,7 +585,7 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
     """The workload as one GPU of the --current line runs it (kbench.recommend.ranks): its heads per rank and KV
     dtype as group filters, its share of the batch under DP attention, the steps its algorithm runs; BadInput when
     the run has no rows of that rank, naming a run beside it that has them."""
-    from kbench.recommend.ranks import rank_plan, run_heads_words, which_run_answers
+    from kbench.recommend.ranks import rank_plan, run_heads_words
 
     plan = rank_plan(current, preset)
     groups = source.policy.get("groups", [])
@@ -792,3 +792,41 @@ def describe_beyond(p: Priced) -> str:
     return "; ".join(parts)
 
 
+def runs_that_answer(source, want: dict, limit: int = 3) -> list[str]:
+    """The runs beside the source's (its folder's other runs: results/baselines/ for a committed one) that have a
+    group matching the filters `want` (heads, kv_dtype, tree, page_size): their paths, at most `limit`."""
+    if source.kind != "run":
+        return []
+    first = Path(str(source.label).split(", ")[0])
+    parent = first.parent
+    out = []
+    try:
+        siblings = sorted(p for p in parent.iterdir() if p.is_dir() and (p / "manifest.json").is_file()
+                          and p.resolve() != first.resolve())
+    except OSError:
+        return []
+    from kbench.cases.models import heads_text
+
+    want = {k: str(v) for k, v in want.items() if v is not None}
+    for p in siblings:
+        try:
+            src = load_source(p)
+        except (BadInput, OSError, ValueError, KeyError):
+            continue
+        hits = [g for g in src.policy.get("groups", [])
+                if all((heads_text(g) if k == "heads" else str(g.get(k))) == v for k, v in want.items())
+                and any(c.get("kernels_host_us") for c in g["cells"])]  # engine routes: a plain run prices nothing
+        if not hits:
+            continue
+        out.append(str(p))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def which_run_answers(source, want: dict) -> str:
+    """'; <run> has them' (or '; no run beside it has them either') for a refusal's end."""
+    runs = runs_that_answer(source, want)
+    if runs:
+        return f"; {' and '.join(runs)} {'has' if len(runs) == 1 else 'have'} them: price it there"
+    return "; no run beside it has them either: measure them on the GPU"

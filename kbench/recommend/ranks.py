@@ -10,7 +10,7 @@ for an fp8 cache: kbench's fp8 rows are e4m3), `--disable-cuda-graph` / `--enfor
 
     plan = rank_plan(resolved, preset="deepseek-v3")        # heads per rank, batch divisor, kv rows, steps
     plan.heads, plan.batch_divisor, plan.kv_rows, plan.steps
-    runs_that_answer(source, {"heads": plan.heads, "kv_dtype": "bf16"})   # committed runs beside the one given
+    kbench.recommend.price.runs_that_answer(source, {"heads": plan.heads, "kv_dtype": "bf16"})  # runs beside it
 
 The rows of a TP preset's run (`deepseek-v3-tp8`: 16 heads per GPU) answer only a line of that many heads per GPU;
 a line of another spread is refused, naming the run beside it that has its heads.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from kbench.errors import BadInput
 
@@ -167,45 +166,3 @@ def rank_plan(current, preset: str | None) -> RankPlan:
                      + (f", DP attention: each of {dp} ranks runs its share of the batch (batch / {dp}, rounded up)"
                         if dp > 1 else ""))
     return RankPlan(heads, counts, tp, attn_tp, dp, kv_engine, KV_ROWS[kv_engine], steps, notes)
-
-
-def runs_that_answer(source, want: dict, limit: int = 3) -> list[str]:
-    """The runs beside the source's (its folder's other runs: results/baselines/ for a committed one) that have a
-    group matching the filters `want` (heads, kv_dtype, tree, page_size): their paths, at most `limit`."""
-    if source.kind != "run":
-        return []
-    first = Path(str(source.label).split(", ")[0])
-    parent = first.parent
-    out = []
-    try:
-        siblings = sorted(p for p in parent.iterdir() if p.is_dir() and (p / "manifest.json").is_file()
-                          and p.resolve() != first.resolve())
-    except OSError:
-        return []
-    from kbench.recommend.price import load_source
-
-    from kbench.cases.models import heads_text
-
-    want = {k: str(v) for k, v in want.items() if v is not None}
-    for p in siblings:
-        try:
-            src = load_source(p)
-        except (BadInput, OSError, ValueError, KeyError):
-            continue
-        hits = [g for g in src.policy.get("groups", [])
-                if all((heads_text(g) if k == "heads" else str(g.get(k))) == v for k, v in want.items())
-                and any(c.get("kernels_host_us") for c in g["cells"])]  # engine routes: a plain run prices nothing
-        if not hits:
-            continue
-        out.append(str(p))
-        if len(out) >= limit:
-            break
-    return out
-
-
-def which_run_answers(source, want: dict) -> str:
-    """'; <run> has them' (or '; no run beside it has them either') for a refusal's end."""
-    runs = runs_that_answer(source, want)
-    if runs:
-        return f"; {' and '.join(runs)} {'has' if len(runs) == 1 else 'have'} them: price it there"
-    return "; no run beside it has them either: measure them on the GPU"
