@@ -1400,8 +1400,8 @@ ROUND6 = [
               lambda w, out: assert_clean(out, w.path("rec.md"), URL_PW)),
     Situation("switch-command-api-key", 1, "server-bench --switch-command '... --api-key sk-...': printed on each "
               "switch, stored in both manifests",
-              f"kbench server-bench --url {{url}} {SERVER} --switch-command 'true {{{{side}}}} --api-key {SWITCH_KEY}' "
-              "--out r", 0, r"^judge it \(PASS, FAIL or INCONCLUSIVE\) with: kbench gate", lambda w: _server(w), _no_secret(SWITCH_KEY)),
+              f"kbench server-bench --url {{url}} {SERVER} --repeat 7 --switch-command 'true {{{{side}}}} --api-key "
+              f"{SWITCH_KEY}' --out r", 0, r"^judge it \(PASS, FAIL or INCONCLUSIVE\) with: kbench gate", lambda w: _server(w), _no_secret(SWITCH_KEY)),
     Situation("baseline-old-switch-secret", 1, "a server baseline of a run whose manifest (an older kbench's) holds a "
               "--switch-command with an API key", "kbench baseline {run} --name b --out bl", 0, r"^baseline bl/b written",
               _old_switch_run, _baseline_clean),
@@ -1501,7 +1501,7 @@ ROUND6 = [
     Situation("gate-device-100kb", 6, "gate of runs whose GPU name is 100 KB of digits", "kbench gate --baseline {base} "
               "--candidate {cand}", 0, r"^PASS", _long_device, process=True),
     Situation("switch-command-child-ended", 6, "server-bench --switch-command whose command leaves a child running",
-              f"kbench server-bench --url {{url}} {SERVER} --switch-command "
+              f"kbench server-bench --url {{url}} {SERVER} --repeat 7 --switch-command "
               "\"sh -c 'sleep 300 & echo $! > child.pid'\" --out r", 0, r"^judge it \(PASS, FAIL or INCONCLUSIVE\) with: kbench gate",
               lambda w: _server(w), _child_ended, process=True),
     *[Situation(f"redirect-unparsable-{name}", 6, f"the server redirects to {what}",
@@ -1787,7 +1787,7 @@ SITUATIONS: list[Situation] = [
     Situation("old-journal-report", 4, "a journal an older kbench started (no newer fields), this one finished",
               "kbench report {run} --out rep", 0, r"^wrote \d+ files", _old_journal),
     Situation("old-journal-gate", 4, "that run gated against a baseline of its older rows",
-              "kbench gate --baseline {base} --candidate {run}", 0, r"^PASS: \d+ pass, \d+ new", _old_journal),
+              "kbench gate --baseline {base} --candidate {run}", 0, r"^Rows: \d+ pass, \d+ new", _old_journal),
     Situation("bad-axis-value", 4, "a journal row with window_left 'wide'", "kbench report {run} --out rep", 2,
               r"^error: .*rows\.jsonl: line 2: window_left is 'wide', expected an integer", _bad_axis_value),
     Situation("other-device-rows", 4, "rows of another GPU appended to the journal", "kbench sweep --resume {run}",
@@ -1852,7 +1852,7 @@ SITUATIONS: list[Situation] = [
               _edited_policy(lambda g: g["cells"].remove(_policy_cell(g, 64, 16)))),
     # 5 the gate and broken candidates ---------------------------------------------------------------------------
     *[Situation(f"gate-median-{name}", 5, f"a candidate ok row with median_us {value}",
-                "kbench gate --baseline {base} --candidate {cand}", 1, r"^FAIL: 1 invalid", _broken_candidate(value))
+                "kbench gate --baseline {base} --candidate {cand}", 1, r"^FAIL: 1 of \d+ rows fail; worst .* invalid", _broken_candidate(value))
       for name, value in (("null", "null"), ("nan", "NaN"), ("inf", "Infinity"), ("negative", "-5.0"),
                           ("zero", "0.0"))],
     Situation("gate-server-latency-null", 5, "a server-bench candidate ok row without latency",
