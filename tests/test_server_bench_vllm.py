@@ -324,7 +324,9 @@ def test_recommend_check_on_two_real_runs_of_one_setting(vllm_spec_server, tmp_p
     chk = json.loads(p.stdout)["ab_check"]
     assert {c["case"] for c in chk["cases"]} == {r.case_id for r in runs[0].rows}
     assert all(c["predicted_saving_ms"] == 0 and c["attention_a_us"] > 0 for c in chk["cases"])
-    assert chk["gate_answer"].startswith("B is ")
+    # one setting run twice: within noise, or -- on a busy CPU, with 5 repeats -- too noisy to tell; never slower
+    # or faster (the gate's three verdicts: kbench.gate.ab)
+    assert chk["gate_answer"].startswith(("B is within noise of A", "B cannot be told from A")), chk["gate_answer"]
     print("\n[recommend check] " + chk["gate_answer"] + "\n" + json.dumps(chk["cases"], indent=1), file=sys.stderr)
 
 
