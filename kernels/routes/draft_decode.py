@@ -17,12 +17,14 @@ target's attention metadata, v1/worker/gpu/spec_decode/speculator.py:151-154, 41
 """
 from __future__ import annotations
 
-from kbench.kernels.base import KernelFn, fa2_batch_prefill_spec, realistic_reason
+from kbench.kernels.base import KernelFn, realistic_reason
 from kbench.kernels.fa_prefill import backend_device_reason
 from kbench.kernels.routes.base import KernelRoute, Route, graph_buffer_refresh
+from kbench.kernels.decode_wrapper import DecodeWrapper
 from kbench.kernels.trtllm_decode import TrtllmDecode
 from kbench.kernels.vllm_fa3 import VllmFa3
 
+_DECODE_WRAPPER = DecodeWrapper()
 WORKSPACE = 384 * 1024 * 1024  # SGLANG_FLASHINFER_WORKSPACE_SIZE's default (environ.py:1221)
 SOURCE_FI = "flashinfer_backend.py:2442-2474, 2501, 2537, 2594, 2599-2605, 2670-2714"
 
@@ -54,14 +56,15 @@ class DecodeWrapperRoute(Route):
             skip_softmax="skip-softmax: FlashInfer's tensor-core decode route (fa2) drops it",
             q_fp8="q_dtype fp8: the engine plans this route with a bf16/fp16 query")
 
+    # the kernel it runs is kbench's decode-wrapper: its output check and FlashInfer modules are that kernel's
     def checked_output(self, inputs, out):
-        return inputs.padded.unpad(out)
+        return _DECODE_WRAPPER.checked_output(inputs, out)
 
     def jit_key(self, case):
-        return (case.dtype, case.kv_dtype, case.head_dim, case.window_left >= 0)
+        return _DECODE_WRAPPER.jit_key(case)
 
     def jit_specs(self, device, case):
-        return [fa2_batch_prefill_spec(case, "fa2")]
+        return _DECODE_WRAPPER.jit_specs(device, case)
 
     def _plan_args(self, inputs):
         """SGLang plans page size 1 over its token pool whatever --page-size is (as its verify and extend:
