@@ -298,12 +298,13 @@ def _runs_with(src, tree: str) -> str:
 
 
 def _rank_spec_runs(spec_runs: str, engine: str, as_json: bool) -> None:
-    from kbench.recommend.spec_rank import lines, rank
+    from kbench.recommend.spec_rank import engine_form, lines, rank
 
     paths = [p.strip() for p in spec_runs.split(",") if p.strip()]
     runs, ranked = rank(paths, engine)
     if as_json:
-        click.echo(json.dumps({"engine": engine, "model": runs[0].model, "by_batch_size": [
+        click.echo(json.dumps({"engine": engine, "model": runs[0].model, "per_batch_size": engine_form(runs, ranked),
+                               "by_batch_size": [
             {"batch_size": rk.batch_size, "best": rk.order[0][0].label, "flags": rk.order[0][0].flags(),
              "tied": [r.label for r in rk.tied], "called_by": rk.called_by,
              "configs": [{"run": r.path, "config": r.label, "topk": r.topk, "steps": r.steps,

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from layers_synth import t_part, write_layers_run
 from recommend_synth import GQA_KERNELS, HOST, batch_price, known_rows, known_run, recommend_cli, t_route
+from test_recommend_resolve import sglang_resolve  # noqa: F401 - SGLang 0.5.23's own resolution venv (fixture)
 
 DRAFT_ROUTES = ("sglang-fi-draft-decode", "sglang-trtllm-mha-draft", "sglang-fa3-draft")
 LINE = ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE "
@@ -306,7 +308,9 @@ def test_spec_runs_vllm_reads_its_counters_and_bad_runs_exit_2(tmp_path):
     r = recommend_cli("--engine", "vllm", "--spec-runs", f"{a},{b}")
     assert r.exit_code == 0, r.output
     out = " ".join(r.output.split())
-    assert "bs 1 -> 5, bs 64 -> 3" in out and "num_speculative_tokens 5" in out
+    assert "num_speculative_tokens 5" in out
+    assert ("""--speculative-config '{"num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": """
+            "[[1, 63, 5], [64, 64, 3]]}'") in out
     r = recommend_cli("--engine", "sglang", "--spec-runs", f"{a},{b}")
     assert r.exit_code == 2 and "a vllm server's run; --engine is sglang" in r.output
     c = _spec_run(tmp_path / "c", 1, 3, 4, {1: 1.0}, model="Qwen/Qwen2.5-7B")
@@ -335,3 +339,87 @@ def test_tree_draft_passes_run_batch_times_topk_rows(tmp_path):
     assert got["draft_model_us"] == pytest.approx(passes * (t_part("draft-layer", 64) + t_part("draft-lm-head", 64)))
     assert got["other_layers_us"] == pytest.approx(32 * t_part("target-layer", 128) + t_part("target-lm-head", 128)
                                                    + t_part("draft-layer", 128) + t_part("draft-lm-head", 16))
+
+
+def _flags_line(output: str) -> list[str]:
+    import shlex
+
+    return shlex.split(next(x for x in output.splitlines() if "flags: --speculative-adaptive" in x
+                            or "flags: --speculative-config" in x and "_per_batch_size" in x).split("flags: ", 1)[1])
+
+
+def test_spec_runs_vllm_per_batch_size_choice_as_vllm_reads_it(tmp_path):
+    """The per-batch-size choice printed as vLLM's own --speculative-config (0.34.0: num_speculative_tokens_per_batch_
+    size, config/speculative.py:570-575), parsed by vLLM's parser and expanded by its scheduler's lookup
+    (v1/spec_decode/dynamic/utils.py, byte-identical in the CPU venv's 0.32.0 and the 0.34.0 sdist): at every batch
+    size vLLM drafts what kbench measured best there (each measured size's choice up to the next one measured)."""
+    from test_recommend_resolve import _folders, _vllm_cpu_parser
+
+    best = {1: 7, 8: 5, 32: 5, 64: 3}
+    runs = [_spec_run(tmp_path / f"k{k}", 1, k, k, {bs: (1000.0 if best[bs] == k else 800.0) for bs in best},
+                      backend="vllm") for k in (3, 5, 7)]
+    r = recommend_cli("--engine", "vllm", "--spec-runs", ",".join(map(str, runs)))
+    assert r.exit_code == 0, r.output
+    argv = _flags_line(r.output)
+    assert argv[0] == "--speculative-config"
+    cfg = json.loads(argv[1])
+    assert cfg == {"num_speculative_tokens": 7, "num_speculative_tokens_per_batch_size": [[1, 7, 7], [8, 63, 5],
+                                                                                          [64, 64, 3]]}
+    j = json.loads(recommend_cli("--engine", "vllm", "--spec-runs", ",".join(map(str, runs)), "--json").output)
+    assert j["per_batch_size"]["config"] == cfg
+    py, vllm_parse = _vllm_cpu_parser()
+    model = _folders(tmp_path)["llama"]
+    full = json.dumps({"method": "eagle", "model": "D", **cfg})
+    bad = json.dumps({"method": "eagle", "model": "D", **cfg, "num_speculative_tokens_per_batch_size": [[2, 8, 5]]})
+    got, refused = vllm_parse(py, [[str(model), "--speculative-config", full, "--max-num-seqs", "128"],
+                                   [str(model), "--speculative-config", bad]])
+    assert got["ok"] and not got["problems"], got
+    lookup = got["dynamic_sd_lookup"]
+    for bs in range(1, 129):
+        at = max(b for b in best if b <= bs)
+        assert lookup[bs] == best[at], (bs, lookup[bs])
+    assert any("must start at 1" in p for p in refused["problems"])  # vLLM's check is not a yes-machine
+
+
+def test_spec_runs_sglang_per_batch_size_choice_as_sglang_reads_it(tmp_path, sglang_resolve):  # noqa: F811
+    """Chains only: the steps per batch size as SGLang 0.5.23's --speculative-adaptive config, one candidate per slot;
+    SGLang's own AdaptiveSpeculativeParams routes each batch size to kbench's best steps, and its resolution accepts
+    the printed flags. A tree among the configs: no form (SGLang's adaptive takes topk 1), said."""
+    import subprocess
+
+    from test_recommend_resolve import _folders
+
+    best = {1: 5, 16: 3, 64: 1}
+    runs = [_spec_run(tmp_path / f"s{k}", 1, k, k + 1, {bs: (1000.0 if best[bs] == k else 800.0) for bs in best})
+            for k in (1, 3, 5)]
+    r = recommend_cli("--engine", "sglang", "--spec-runs", ",".join(map(str, runs)))
+    assert r.exit_code == 0, r.output
+    text = next(x for x in r.output.splitlines() if "ADAPTIVE.json: " in x).split("ADAPTIVE.json: ", 1)[1]
+    cfg = json.loads(text)
+    assert cfg == {"1": {"candidate_steps": [5]}, "16": {"candidate_steps": [3]}, "64": {"candidate_steps": [1]}}
+    argv = _flags_line(r.output)
+    path = tmp_path / "ADAPTIVE.json"
+    path.write_text(text)
+    argv = [str(path) if a == "ADAPTIVE.json" else a for a in argv]
+    code = ("import json, sys\nfrom sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams\n"
+            "a = AdaptiveSpeculativeParams(int(sys.argv[2]), sys.argv[1])\n"
+            "print(json.dumps([a.get_steps_for_batch(b) for b in range(1, 129)]))\n")
+    p = subprocess.run([str(sglang_resolve), "-c", code, str(path), argv[argv.index("--speculative-num-steps") + 1]],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    steps = json.loads(p.stdout.strip().splitlines()[-1])
+    for bs in range(1, 129):
+        assert steps[bs - 1] == best[max(b for b in best if b <= bs)], bs
+    model = _folders(tmp_path)["llama"]
+    line = ["--model-path", str(model), "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", str(model),
+            *argv]
+    sys_path = Path(__file__).parent / "servers" / "sglang_resolve.py"
+    p = subprocess.run([str(sglang_resolve), str(sys_path)], input=json.dumps([{"argv": line, "gpu": "sm90"}]),
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (res,) = json.loads(p.stdout.strip().splitlines()[-1])["results"]
+    assert "error" not in res and res["speculative_eagle_topk"] == 1, res
+    assert res["speculative_num_steps"] == int(argv[argv.index("--speculative-num-steps") + 1])
+    tree = _spec_run(tmp_path / "tree", 4, 5, 8, {1: 2000.0, 16: 500.0, 64: 500.0})
+    r = recommend_cli("--engine", "sglang", "--spec-runs", f"{runs[0]},{tree}")
+    assert r.exit_code == 0 and "takes topk 1 only" in " ".join(r.output.split()), r.output
