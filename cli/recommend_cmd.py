@@ -237,7 +237,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     if markdown_file:
         from kbench.runs import atomic
 
-        text = to_markdown(rec) + ("\n" + _check_markdown(chk) if chk else "")
+        text = to_markdown(rec, whole, show_all) + ("\n" + _check_markdown(chk) if chk else "")
         if markdown_file == "-":
             click.echo(text, nl=False)
             return
@@ -253,12 +253,12 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         click.echo(json.dumps(out, indent=2))
         return
     con = make_console()
-    head = headline(rec)
+    head = headline(rec, whole)
     for line in head[2:]:  # the answer first: what you run, the line to set, what it saves, the flags
         if line.startswith(("set:", "flags:")):
             print_command(con, line, style="bold")  # whole on one line: it is pasted
         else:
-            con.print(escape(line), style="bold" if line.startswith(("  ->", "you run:")) else None)
+            con.print(escape(line), style="bold" if line.startswith(("  ->", "you run:", "  saves")) else None)
     con.print(escape(head[0]), style="dim")
     if show_all:
         con.print(escape(head[1]), style="dim")
@@ -274,7 +274,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         from kbench.recommend.step import lines as step_lines
 
         for line in step_lines(whole, rec):
-            con.print(escape(line), style="bold" if "saves" in line else None)
+            con.print(escape(line))
     if rec.drivers and (show_all or rec.gap_pct() is not None and rec.gap_pct() > 0.05):
         con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec),
                          compact=not show_all))

@@ -52,6 +52,16 @@ def test_the_plain_eagle_lines_answer_fits_a_screen_and_all_lists_every_setting(
         assert f" {s.id} " in full.output, s.id
     assert full.output.count("refused by the engine") >= 8  # the reasons, each as the engine gives it
     assert len(cli(*args, "--all").output.splitlines()) > 4 * len(lines)
+    # with the whole step (issue 53): the step and how to get tokens/s in the headline, still a screen
+    for acc in ((), ("--accept-length", "3")):
+        r = cli(*args, "--layers", BASE / "h100-layers-llama3-8b", *acc)
+        assert r.exit_code == 0, r.output
+        lines = r.output.splitlines()
+        assert len(lines) <= 30, f"{len(lines)} lines:\n{r.output}"
+        head = " ".join(r.output.split("sglang 0.5.23 on ")[0].split())
+        assert head.startswith("you run: fa3") and "the whole step 14,614.4 us" in head
+        assert ("tokens/s needs the acceptance" in head) != bool(acc)
+        assert not acc or "tokens/s" in head.split("nothing to change")[0]
 
 
 def test_a_chain_line_on_the_screen_shows_priced_settings_only_and_the_command_whole():

@@ -79,13 +79,68 @@ def test_the_answer_prints_the_step_and_tokens_per_second(runs):
                       "--layers", layers, "--accept-length", "2.5")
     assert r.exit_code == 0, r.output
     out = " ".join(r.output.split())
-    assert "the whole step (llama3-8b" in out
-    assert "of the whole step (attention alone:" in out and "tokens/s" in out
+    assert "the whole step, us (llama3-8b" in out
     assert "acceptance --accept-length 2.5" in out
+    # the headline (the lines before the dim context line) carries the step, its saving and tokens per second
+    head = " ".join(" ".join(r.output.split("sglang 0.5.23 on ")[0].split()).split())
+    j = _json(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current",
+              LINE, "--layers", layers, "--accept-length", "2.5")
+    steps = {s["setting"]: s for s in j["whole_step"]["steps"]}
+    sw = j["whole_step"]["switch"]
+    assert head.startswith("you run: flashinfer")
+    assert f"the whole step {steps['flashinfer']['total_us']:,.1f} us, {steps['flashinfer']['tokens_per_s']:,.0f} " \
+           "tokens/s" in head
+    assert f"the whole step {steps[sw['to']]['total_us']:,.1f} us, {steps[sw['to']]['tokens_per_s']:,.0f}" in head
+    assert (f"saves {sw['saving_us']:,.1f} us of a {sw['step_from_us']:,.1f} us step: {sw['share_of_step']:.1%} of the "
+            f"whole step (attention alone: {sw['attention_share']:.1%}), {sw['tokens_per_s_ratio']:.2f}x tokens/s") in head
     r = recommend_cli(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current", LINE,
                       "--layers", layers)
     assert r.exit_code == 0, r.output
-    assert "tokens/s needs the acceptance" in " ".join(r.output.split())
+    head = " ".join(r.output.split("sglang 0.5.23 on ")[0].split())
+    assert "tokens/s needs the acceptance: --accept-length N, or a server-bench run of this server" in head
+    assert "of the whole step" in head and "tokens/s (" not in head.split("tokens/s needs")[0].split("saves")[0]
+
+
+def test_without_layers_the_saving_says_it_is_attentions_share_only(runs):
+    """No --layers: the saving in the headline is attention's share, said so with how to get the step."""
+    routes, _ = runs
+    r = recommend_cli(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b",
+                      "--current", LINE)
+    assert r.exit_code == 0, r.output
+    save = next(x for x in r.output.splitlines() if x.startswith("  saves"))
+    assert save.endswith("of attention alone (whole step: --layers RUN)") and len(save) <= 100, save
+    assert "the whole step" not in r.output and "tokens/s" not in r.output
+    ds = Path(__file__).resolve().parents[1] / "results" / "baselines" / "h100-deepseek-mtp-kv4096-32768"
+    r = recommend_cli(ds, "--engine", "sglang", "--batch-size", 16, "--q-len", 4, "--kv-len", 4096, "--kv-dtype", "bf16",
+                      "--verify-layers", 61)  # no --current: the default's saving (README's example), said the same way
+    assert r.exit_code == 0, r.output
+    assert ("switching saves 1,147.7 us per step, 15.1% of attention alone (whole step: --layers RUN)"
+            in " ".join(r.output.split()))
+
+
+def test_markdown_carries_the_same_headline_and_the_whole_step(runs, tmp_path):
+    """--markdown: the headline of the screen (you run / set / saves / flags, the step and tokens/s), the whole-step
+    block, the priced settings only (the refused ones one line per reason) -- the screen's short form."""
+    routes, layers = runs
+    md = tmp_path / "rec.md"
+    args = (routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current",
+            LINE, "--layers", layers, "--accept-length", "2.5")
+    r = recommend_cli(*args, "--markdown", md)
+    assert r.exit_code == 0, r.output
+    text = md.read_text()
+    screen = r.output.split("sglang 0.5.23 on ")[0]
+    for line in screen.splitlines():
+        if line.startswith(("set: ", "flags: ")) or not line.strip():
+            continue
+        assert line.strip()[:40].replace("->", "-&gt;") in " ".join(text.split()) or line.strip()[:40] in text, line
+    flat = " ".join(text.split())
+    assert "**Set:**" in text and "```sh\npython -m sglang.launch_server" in text
+    assert "of the whole step (attention alone:" in flat and "tokens/s" in flat
+    assert "**the whole step, us (llama3-8b" in text and "tokens/s = batch 16 x 2.50 accepted" in flat
+    assert "not priced: refused" not in text and "`--all` lists every setting" in text
+    full = tmp_path / "all.md"
+    assert recommend_cli(*args, "--markdown", full, "--all").exit_code == 0
+    assert len(full.read_text()) > len(text) and "not priced" in full.read_text()
 
 
 def test_unmeasured_draft_route_is_left_out_of_both_sides(runs, tmp_path):
