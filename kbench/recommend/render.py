@@ -449,8 +449,14 @@ def caveats(rec: Recommendation) -> list[str]:
         from kbench.recommend.resolve import CAP_FLAG, DEFAULT_CAP
 
         cap = rec.current.cap if rec.current is not None else DEFAULT_CAP[rec.engine.engine]
-        out.append(f"the workload's largest batch ({rec.cap_flag}) is above the {cap} running requests "
-                   f"{rec.engine.engine} resolves to: "
+        dp = rec.plan.dp if rec.plan is not None else 1
+        what = f"the workload's largest batch ({rec.cap_flag})"
+        if dp > 1:  # the cap is the server's, split over the DP ranks (kbench.recommend.ranks.DP_CAP_CITE)
+            from kbench.recommend.ranks import DP_CAP_CITE, dp_server_cap
+
+            what = f"the workload's largest batch ({rec.cap_flag // dp} on the busiest of {dp} DP-attention ranks)"
+            cap = f"{dp_server_cap(cap, dp)} ({dp} ranks x {cap} // {dp}: {DP_CAP_CITE.split(' (')[0]})"
+        out.append(f"{what} is above the {cap} running requests {rec.engine.engine} resolves to: "
                    + (f"the command sets {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}" if rec.best is not None else
                       f"a server runs it only with {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}"))
     best = rec.best  # advised fa3 (not what you run) at a page > 1: the line printed runs it there
