@@ -80,14 +80,17 @@ def _group_filters(f):
               help="Attention layers of the draft model: draft-extend steps count this many calls (0..1000) "
                    "[default: the model preset's, 1 for EAGLE and MTP].")
 @click.option("--layers", "layers_run", default=None, metavar="RUN",
-              help="A kbench layers run of the model (its other layers and draft timed on this GPU): the answer "
-                   "prices the whole step (attention, other layers, draft passes, host work) and its share.")
+              help="A kbench layers run of the model (its other layers and draft timed on this GPU): the headline "
+                   "gives the whole step (attention, other layers, draft passes, host work), the saving as its share "
+                   "and tokens/s; without it a saving is attention's share only.")
 @click.option("--accept-length", default=None, metavar="N|RUN",
               help="Accepted tokens per step (1 .. steps + 1), or a kbench server-bench run folder of this server "
                    "(its measured acceptance): with --layers, tokens per second.")
 @click.option("--spec-runs", default=None, metavar="RUN,RUN,...",
               help="kbench server-bench runs of one server, one per speculative config: rank the configs by measured "
-                   "output tokens/s per batch size and print the best one's flags at each (no RUN_OR_POLICY needed).")
+                   "output tokens/s per batch size and print the best one's flags at each, and a choice that varies "
+                   "with the batch size in the engine's own form (vLLM: num_speculative_tokens_per_batch_size in "
+                   "--speculative-config; SGLang: --speculative-adaptive-config) (no RUN_OR_POLICY needed).")
 @click.option("--setting", "setting_ids", multiple=True, help="Price only this setting (an id from --settings; repeat).")
 @click.option("--flashinfer", default=None, metavar="VERSION", help="FlashInfer the engine runs with [default: its pin].")
 @click.option("--gpu", default=None, help="The GPU the recommendation is for (SM90, sm100, H200): refused unless the run is from it.")
@@ -103,7 +106,8 @@ def _group_filters(f):
                    "answer fits a screen: the headline, the priced settings, one line per reason the rest are not.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 @click.option("--markdown", "markdown_file", default=None, type=OutputPath("recommend.md", dir_okay=False),
-              help="Also write the answer as markdown (a PR comment) to this file ('-': print it instead of the tables).")
+              help="Also write the answer as markdown (a PR comment) to this file ('-': print it instead of the "
+                   "tables): the screen's short answer, with --all every setting and note.")
 @click.option("--settings", "show_settings", is_flag=True,
               help="Print the table of engine settings (kernel per step and GPU, with the source lines) and exit.")
 @click.option("--ab", nargs=2, default=None, metavar="RUN_A RUN_B",
