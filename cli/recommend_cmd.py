@@ -80,14 +80,17 @@ def _group_filters(f):
               help="Attention layers of the draft model: draft-extend steps count this many calls (0..1000) "
                    "[default: the model preset's, 1 for EAGLE and MTP].")
 @click.option("--layers", "layers_run", default=None, metavar="RUN",
-              help="A kbench layers run of the model (its other layers and draft timed on this GPU): the answer "
-                   "prices the whole step (attention, other layers, draft passes, host work) and its share.")
+              help="A kbench layers run of the model (its other layers and draft timed on this GPU): the headline "
+                   "gives the whole step (attention, other layers, draft passes, host work), the saving as its share "
+                   "and tokens/s; without it a saving is attention's share only.")
 @click.option("--accept-length", default=None, metavar="N|RUN",
               help="Accepted tokens per step (1 .. steps + 1), or a kbench server-bench run folder of this server "
                    "(its measured acceptance): with --layers, tokens per second.")
 @click.option("--spec-runs", default=None, metavar="RUN,RUN,...",
               help="kbench server-bench runs of one server, one per speculative config: rank the configs by measured "
-                   "output tokens/s per batch size and print the best one's flags at each (no RUN_OR_POLICY needed).")
+                   "output tokens/s per batch size and print the best one's flags at each, and a choice that varies "
+                   "with the batch size in the engine's own form (vLLM: num_speculative_tokens_per_batch_size in "
+                   "--speculative-config; SGLang: --speculative-adaptive-config) (no RUN_OR_POLICY needed).")
 @click.option("--setting", "setting_ids", multiple=True, help="Price only this setting (an id from --settings; repeat).")
 @click.option("--flashinfer", default=None, metavar="VERSION", help="FlashInfer the engine runs with [default: its pin].")
 @click.option("--gpu", default=None, help="The GPU the recommendation is for (SM90, sm100, H200): refused unless the run is from it.")
@@ -103,7 +106,8 @@ def _group_filters(f):
                    "answer fits a screen: the headline, the priced settings, one line per reason the rest are not.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 @click.option("--markdown", "markdown_file", default=None, type=OutputPath("recommend.md", dir_okay=False),
-              help="Also write the answer as markdown (a PR comment) to this file ('-': print it instead of the tables).")
+              help="Also write the answer as markdown (a PR comment) to this file ('-': print it instead of the "
+                   "tables): the screen's short answer, with --all every setting and note.")
 @click.option("--settings", "show_settings", is_flag=True,
               help="Print the table of engine settings (kernel per step and GPU, with the source lines) and exit.")
 @click.option("--ab", nargs=2, default=None, metavar="RUN_A RUN_B",
@@ -237,7 +241,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
     if markdown_file:
         from kbench.runs import atomic
 
-        text = to_markdown(rec) + ("\n" + _check_markdown(chk) if chk else "")
+        text = to_markdown(rec, whole, show_all) + ("\n" + _check_markdown(chk) if chk else "")
         if markdown_file == "-":
             click.echo(text, nl=False)
             return
@@ -253,12 +257,12 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         click.echo(json.dumps(out, indent=2))
         return
     con = make_console()
-    head = headline(rec)
+    head = headline(rec, whole)
     for line in head[2:]:  # the answer first: what you run, the line to set, what it saves, the flags
         if line.startswith(("set:", "flags:")):
             print_command(con, line, style="bold")  # whole on one line: it is pasted
         else:
-            con.print(escape(line), style="bold" if line.startswith(("  ->", "you run:")) else None)
+            con.print(escape(line), style="bold" if line.startswith(("  ->", "you run:", "  saves")) else None)
     con.print(escape(head[0]), style="dim")
     if show_all:
         con.print(escape(head[1]), style="dim")
@@ -274,7 +278,7 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         from kbench.recommend.step import lines as step_lines
 
         for line in step_lines(whole, rec):
-            con.print(escape(line), style="bold" if "saves" in line else None)
+            con.print(escape(line))
     if rec.drivers and (show_all or rec.gap_pct() is not None and rec.gap_pct() > 0.05):
         con.print(_table("Where per-shape routing wins (the shapes that drive the gap)", *driver_rows(rec),
                          compact=not show_all))
@@ -298,12 +302,13 @@ def _runs_with(src, tree: str) -> str:
 
 
 def _rank_spec_runs(spec_runs: str, engine: str, as_json: bool) -> None:
-    from kbench.recommend.spec_rank import lines, rank
+    from kbench.recommend.spec_rank import engine_form, lines, rank
 
     paths = [p.strip() for p in spec_runs.split(",") if p.strip()]
     runs, ranked = rank(paths, engine)
     if as_json:
-        click.echo(json.dumps({"engine": engine, "model": runs[0].model, "by_batch_size": [
+        click.echo(json.dumps({"engine": engine, "model": runs[0].model, "per_batch_size": engine_form(runs, ranked),
+                               "by_batch_size": [
             {"batch_size": rk.batch_size, "best": rk.order[0][0].label, "flags": rk.order[0][0].flags(),
              "tied": [r.label for r in rk.tied], "called_by": rk.called_by,
              "configs": [{"run": r.path, "config": r.label, "topk": r.topk, "steps": r.steps,

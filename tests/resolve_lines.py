@@ -126,6 +126,26 @@ def lines() -> list[tuple[str, str, list[str]]]:
         for draft in names:
             out.append((gpu, model, ["--speculative-algorithm", ALGORITHM[model], *SPECS["topk1"],
                                      "--speculative-draft-attention-backend", draft]))
+    # 6. the lines of the first table (issue 52's 64, formerly tests/test_recommend_resolve.py) the sections above
+    # do not make: page 1, a cap of 64, spec flags given in part, a split of one backend, a draft backend beside the
+    # target's, overlap off at page 64, EAGLE on DeepSeek, SM100 at page 32
+    for model, page, spec, cap in itertools.product(("llama", "deepseek-v3"), (None, 1, 64), SPECS, (None, 64)):
+        if page == 1 or cap:
+            out.append(("sm90", model, ["--speculative-algorithm", ALGORITHM[model], *SPECS[spec],
+                                        *(["--page-size", str(page)] if page else []),
+                                        *(["--max-running-requests", str(cap)] if cap else [])]))
+    eagle = ["--speculative-algorithm", "EAGLE"]
+    out += [
+        ("sm90", "llama", [*eagle, *SPECS["topk1"], "--prefill-attention-backend", "fa3",
+                           "--decode-attention-backend", "fa3"]),
+        ("sm90", "llama", [*eagle, *SPECS["topk1"], "--attention-backend", "flashinfer",
+                           "--speculative-draft-attention-backend", "trtllm_mha"]),
+        ("sm90", "llama", [*eagle, *SPECS["topk1"], "--page-size", "64", "--disable-overlap-schedule"]),
+        ("sm90", "llama", [*eagle, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]),
+        ("sm90", "llama", [*eagle, "--speculative-eagle-topk", "1"]),
+        ("sm90", "deepseek-v3", [*eagle, "--attention-backend", "flashmla", *SPECS["topk1"]]),
+        ("sm100", "llama", [*eagle, *SPECS["topk1"], "--page-size", "32"]),
+    ]
     return out
 
 

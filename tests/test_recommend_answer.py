@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from test_recommend_flags import sglang_python, vllm_python  # noqa: F401 - the engines' parser venvs (fixtures)
+from test_recommend_resolve import sglang_resolve  # noqa: F401 - SGLang 0.5.23's own resolution venv (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "results" / "baselines"
@@ -52,6 +53,16 @@ def test_the_plain_eagle_lines_answer_fits_a_screen_and_all_lists_every_setting(
         assert f" {s.id} " in full.output, s.id
     assert full.output.count("refused by the engine") >= 8  # the reasons, each as the engine gives it
     assert len(cli(*args, "--all").output.splitlines()) > 4 * len(lines)
+    # with the whole step (issue 53): the step and how to get tokens/s in the headline, still a screen
+    for acc in ((), ("--accept-length", "3")):
+        r = cli(*args, "--layers", BASE / "h100-layers-llama3-8b", *acc)
+        assert r.exit_code == 0, r.output
+        lines = r.output.splitlines()
+        assert len(lines) <= 30, f"{len(lines)} lines:\n{r.output}"
+        head = " ".join(r.output.split("sglang 0.5.23 on ")[0].split())
+        assert head.startswith("you run: fa3") and "the whole step 14,614.4 us" in head
+        assert ("tokens/s needs the acceptance" in head) != bool(acc)
+        assert not acc or "tokens/s" in head.split("nothing to change")[0]
 
 
 def test_a_chain_line_on_the_screen_shows_priced_settings_only_and_the_command_whole():
@@ -139,6 +150,66 @@ def test_dp_attention_prices_all_heads_at_the_batch_per_rank_and_keeps_the_flags
     assert to_json(dp)["per_gpu"] == {"heads": "mla:128/512/64/128", "tp_size": 8, "attention_tp": 1,
                                       "dp_attention": 8, "kv_cache_dtype": "auto",
                                       "steps": ["verify", "draft_extend"]}
+
+
+DP_LINE = NEXTN + " --tp-size 8 --enable-dp-attention --dp-size 8"
+
+
+def test_dp_attention_splits_the_cap_as_sglang_does(tmp_path):
+    """SGLang 0.5.23 splits --max-running-requests over the DP-attention ranks, each admitting max(1, cap // dp)
+    (mem_cache/kv_cache_configurator.py:3119-3130) and the controller deals requests round robin, so bs 100 over 8
+    ranks is priced as the busiest rank's 13 and needs a cap of 104, not 100 (100 // 8 = 12 a rank: 96 at once).
+    Before: the line printed --max-running-requests 100 and a user's cap of 100 was taken as running bs 100."""
+    from kbench.recommend.ranks import dp_rank_cap
+
+    r = cli(DS, "--engine", "sglang", "--batch-size", "100", "--kv-len", "4096", "--kv-dtype", "bf16", "--current",
+            DP_LINE, "--json")
+    assert r.exit_code == 0, r.output
+    j = json.loads(r.output)
+    assert j["best"]["command"].split("--max-running-requests ")[1].split()[0] == "104"
+    assert dp_rank_cap(104, 8) == 13 and dp_rank_cap(100, 8) == 12
+    one = cli(DS, "--engine", "sglang", "--batch-size", "13", "--kv-len", "4096", "--kv-dtype", "bf16", "--current",
+              NEXTN, "--json")
+    by = {s["id"]: s["per_step_us"] for s in json.loads(one.output)["settings"] if s["per_step_us"]}
+    assert {s["id"]: s["per_step_us"] for s in j["settings"] if s["per_step_us"]} == pytest.approx(by)
+    r = cli(DS, "--engine", "sglang", "--batch-size", "100", "--kv-len", "4096", "--kv-dtype", "bf16", "--current",
+            DP_LINE + " --max-running-requests 100")
+    assert r.exit_code == 2 and "each rank admits 12, 96 in all" in r.output and "raise it to 104" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    r = cli(DS, "--engine", "sglang", "--batch-size", "96", "--kv-len", "4096", "--kv-dtype", "bf16", "--current",
+            DP_LINE + " --max-running-requests 100")
+    assert r.exit_code == 0, r.output
+
+
+def test_the_dp_cap_rule_is_sglangs_own(sglang_resolve, tmp_path):  # noqa: F811
+    """kbench's per-rank cap against SGLang 0.5.23's own resolve_max_num_reqs (run on the CPU, its schedule cap and
+    DP size set), and the cited lines are those in the wheel."""
+    import subprocess
+
+    from kbench.recommend.ranks import DP_CAP_CITE, dp_rank_cap
+
+    grid = [(cap, dp) for cap in (1, 7, 8, 48, 100, 104, 128, 130, 1000) for dp in (1, 2, 4, 8, 16)]
+    code = ("import json, sys, types\nsys.path.insert(0, sys.argv[1])\nimport sglang_resolve\nsglang_resolve._setup()\n"
+            "import sglang.srt.mem_cache.kv_cache_configurator as m\nout = []\n"
+            "for cap, dp in json.load(sys.stdin):\n"
+            "    m.get_schedule = lambda cap=cap: types.SimpleNamespace(max_running_requests=cap)\n"
+            "    me = types.SimpleNamespace(attn_dp_size=dp, mambaish_config=None,\n"
+            "                               model_config=types.SimpleNamespace(context_len=8192))\n"
+            "    out.append(m.KVCacheConfigurator.resolve_max_num_reqs(me, 10 ** 9))\n"
+            "import os\nprint(json.dumps([out, os.path.dirname(m.__file__)]))\n")
+    p = subprocess.run([str(sglang_resolve), "-c", code, str(ROOT / "tests" / "servers")], input=json.dumps(grid),
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got, where = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got == [dp_rank_cap(cap, dp) for cap, dp in grid]
+    lines = Path(where, "kv_cache_configurator.py").read_text().splitlines()
+    a, b = (int(x) for x in DP_CAP_CITE.split(".py:")[1].split(" ")[0].split("-"))
+    assert "max(1, max_num_reqs // self.attn_dp_size)" in "\n".join(lines[a - 1:b])
+    srt = Path(where).parent
+    rr = (srt / "managers" / "data_parallel_controller.py").read_text().splitlines()
+    assert "def round_robin_scheduler" in rr[879] and "round_robin_counter" in "\n".join(rr[879:894])
+    sv = (srt / "arg_groups" / "serving_hook.py").read_text().splitlines()
+    assert '"round_robin"' in "\n".join(sv[221:235])
 
 
 def test_fp8_is_priced_on_fp8_rows_and_the_line_keeps_the_kv_flag(accepts_spread):

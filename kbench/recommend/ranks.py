@@ -98,8 +98,35 @@ class RankPlan:
     steps: tuple[str, ...] = ("verify", "draft_extend")
     notes: list[str] = field(default_factory=list)
 
-    def rank_batch(self, batch_size: int) -> int:
-        return math.ceil(batch_size / self.dp)
+    def rank_batch(self, batch_size: int, cap: int | None = None) -> int:
+        """The batch one rank runs when the server runs batch_size requests: under DP attention the busiest rank's
+        share, ceil(batch / dp), at most what its scheduler admits (dp_rank_cap; DP_CAP_CITE)."""
+        b = math.ceil(batch_size / self.dp)
+        return b if cap is None or self.dp == 1 else min(b, dp_rank_cap(cap, self.dp))
+
+
+# SGLang 0.5.23 under DP attention: --max-running-requests is the server's cap; each of the attn_dp_size schedulers
+# admits max(1, cap // attn_dp_size) (resolve_max_num_reqs, "per dp worker"), and the DP controller deals requests
+# round robin by default, so B running requests put ceil(B / dp) on the busiest rank.
+DP_CAP_CITE = ("python/sglang/srt/mem_cache/kv_cache_configurator.py:3119-3130 (each DP rank admits "
+               "max(1, --max-running-requests // dp)); arg_groups/serving_hook.py:222-235, "
+               "managers/data_parallel_controller.py:880-894 (requests dealt round robin)")
+
+
+def dp_rank_cap(cap: int, dp: int) -> int:
+    """Running requests one DP-attention rank admits under a server cap of `cap` (SGLang 0.5.23, DP_CAP_CITE)."""
+    return max(1, int(cap) // max(1, int(dp)))
+
+
+def dp_server_cap(cap: int, dp: int) -> int:
+    """What the server runs at once under DP attention: dp ranks x what each admits (<= cap; 1 per rank at least)."""
+    return max(1, int(dp)) * dp_rank_cap(cap, dp)
+
+
+def dp_cap_for(batch_size: int, dp: int) -> int:
+    """The smallest --max-running-requests under which dp ranks run a batch of batch_size (round robin: ceil(B / dp)
+    on the busiest, so dp x that)."""
+    return max(1, int(dp)) * math.ceil(batch_size / max(1, int(dp)))
 
 
 def rank_plan(current, preset: str | None) -> RankPlan:

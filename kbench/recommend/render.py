@@ -89,8 +89,10 @@ def command_or_refusal(rec: Recommendation, r: SettingResult) -> tuple[str | Non
         return None, str(e).replace("'(given)'", repr(r.setting.id))
 
 
-def headline(rec: Recommendation) -> list[str]:
-    """The answer in a few lines (the same words in every format)."""
+def headline(rec: Recommendation, whole=None) -> list[str]:
+    """The answer in a few lines (the same words in every format). whole: the whole step
+    (kbench.recommend.step.StepAnswer, from --layers): the step, its saving and tokens per second are said here;
+    without it, a saving is said to be attention's share only."""
     best = rec.best
     from kbench.recommend.ranks import preset_tp, run_heads_words
 
@@ -118,8 +120,8 @@ def headline(rec: Recommendation) -> list[str]:
         elif mine.total_us is None:
             lines.append(f"you run: {mine.setting.id} ({desc}): not priced: {mine.unpriced}")
         else:
-            lines.append(f"you run: {mine.setting.id} ({desc}): {_us(mine.per_step_us)} us per step{unit}"
-                         + _page_words(rec, mine))
+            lines.append(f"you run: {mine.setting.id} ({desc}): {_us(mine.per_step_us)} us of attention per step"
+                         f"{unit}" + _step_words(whole, mine) + _page_words(rec, mine))
     if best is None:
         bound = next((r for r in rec.results if r.bound_us is not None), None)
         routes_here = any(c.get("kernels_host_us") for g in rec.source.policy.get("groups", []) for c in g["cells"])
@@ -134,7 +136,7 @@ def headline(rec: Recommendation) -> list[str]:
     if rec.current is not None:
         if mine is best and rec.cap_flag is None:
             lines.append("what you run is the best setting here: nothing to change")
-            return lines + _routing_line(rec, eo)
+            return lines + _accept_words(whole) + _routing_line(rec, eo)
         if mine is best:  # its backends stay; only the cap keeps the priced batch from being cut to the engine's
             from kbench.recommend.resolve import CAP_FLAG
 
@@ -144,15 +146,16 @@ def headline(rec: Recommendation) -> list[str]:
                          f"{cur.cap})")
             lines.append(f"set: {line}")
             lines.append("flags: " + "; ".join(f"{k} {', '.join(v)}" for k, v in diff.items() if v))
-            return lines + _routing_line(rec, eo)
+            return lines + _accept_words(whole) + _routing_line(rec, eo)
     lines.append(f"set: {command(rec) or best.setting.flags}")
-    lines.append(f"  -> {_us(best.per_step_us)} us per step{unit} (GPU {_us(_per_step(rec, best.gpu_us))}, host "
-                 f"{_us(_per_step(rec, best.host_us))})" + _page_words(rec, best)
+    lines.append(f"  -> {_us(best.per_step_us)} us of attention per step{unit} (GPU {_us(_per_step(rec, best.gpu_us))}, "
+                 f"host {_us(_per_step(rec, best.host_us))})" + _step_words(whole, best) + _page_words(rec, best)
                  + (f"; tied within the measured noise with {', '.join(best.tied_with)}: the engine's default, then "
                     "the fewest flags, wins a tie" if best.tied_with else ""))
     if rec.current is not None and mine is not None and mine.total_us is not None:
         save = mine.per_step_us - best.per_step_us
-        lines.append(f"  saves {_us(save)} us per step over what you run, {save / mine.per_step_us:.1%}")
+        lines.append(_saving_words(whole, rec) or f"  saves {_us(save)} us per step over what you run, "
+                     f"{save / mine.per_step_us:.1%} of attention alone" + NOT_THE_STEP)
     if rec.current is not None:
         _, diff = edited_line(rec.current, best.setting, rec.cap_flag, page=_moved_page(rec, best))
         lines.append("flags: " + "; ".join(f"{k} {', '.join(v)}" for k, v in diff.items() if v))
@@ -170,7 +173,11 @@ def headline(rec: Recommendation) -> list[str]:
             other = _page_one_default(rec)  # the default moves with the page: say which page's was priced
             at = f" at page {rec.page_size}" if other else ""
             lines.append(f"the default{at} ({default.setting.id}) costs {_us(default.per_step_us)} us per step: "
-                         f"switching saves {_us(save)} us per step, {save / default.per_step_us:.1%}")
+                         f"switching saves {_us(save)} us per step, {save / default.per_step_us:.1%}"
+                         + (" of attention alone" + NOT_THE_STEP if whole is None else ""))
+            said = None if mine is not None and mine.total_us is not None else _saving_words(whole, rec)
+            if said:  # the default's step against the best's (what you run is not priced)
+                lines.append(said)
             lines += other
         else:
             lines.append(f"the default ({default.setting.id}) is not priced: {default.unpriced}")
@@ -178,7 +185,44 @@ def headline(rec: Recommendation) -> list[str]:
         lines.append(f"  the default is what {rec.engine.engine} resolves with no backend flag at page {rec.page_size}, "
                      f"topk {rec.spec.topk}: {dwhy}")
     lines += switch_lines(rec)
-    return lines + _routing_line(rec, eo)
+    return lines + _accept_words(whole) + _routing_line(rec, eo)
+
+
+NOT_THE_STEP = " (whole step: --layers RUN)"  # without --layers a saving is attention's share only: said so
+
+
+def _step_words(whole, r: SettingResult) -> str:
+    """'; the whole step 17,855.6 us, 2,688 tokens/s' for setting r when --layers priced its step; '' otherwise."""
+    s = whole.of(r.setting.id) if whole is not None else None
+    if s is None:
+        return ""
+    tps = s.tokens_per_s(whole.batch_size, whole.accept)
+    return (f"; the whole step {_us(s.total_us)} us" + (" without its draft passes' attention" if s.missing else "")
+            + (f", {tps:,.0f} tokens/s" if tps is not None else ""))
+
+
+def _saving_words(whole, rec: Recommendation) -> str | None:
+    """'  saves 5,656.2 us of a 17,397.2 us step: 32.5% of the whole step (attention alone: 64.2%), 1.48x tokens/s'
+    (switching from what you run, or the default, to the best), when --layers priced both steps."""
+    if whole is None:
+        return None
+    from kbench.recommend.step import compared, switch
+
+    sw = switch(whole, rec)
+    if sw is None:
+        return None
+    a, b = sw
+    ta, tb, left = compared(a, b)
+    save = ta - tb
+    return (f"  saves {_us(save)} us of a {_us(ta)} us step: {save / ta:.1%} of the whole step (attention alone: "
+            f"{(a.attention_us - b.attention_us) / a.attention_us:.1%}), {ta / tb:.2f}x tokens/s"
+            + (" (draft passes' attention left out of both)" if left else ""))
+
+
+def _accept_words(whole) -> list[str]:
+    if whole is None or whole.accept is not None:
+        return []
+    return ["  tokens/s needs the acceptance: --accept-length N, or a server-bench run of this server"]
 
 
 def _rank_words(rec: Recommendation) -> str:
@@ -259,7 +303,7 @@ def switch_lines(rec: Recommendation) -> list[str]:
             continue
         delta, share = v
         out.append(f"  switching from {d.setting.id} to {r.setting.id}: {'saves' if delta < 0 else 'costs'} "
-                   f"{_us(abs(delta))} us per step, {abs(share):.1%} of the default's step")
+                   f"{_us(abs(delta))} us per step, {abs(share):.1%} of the default's attention")
     return out
 
 
@@ -405,8 +449,14 @@ def caveats(rec: Recommendation) -> list[str]:
         from kbench.recommend.resolve import CAP_FLAG, DEFAULT_CAP
 
         cap = rec.current.cap if rec.current is not None else DEFAULT_CAP[rec.engine.engine]
-        out.append(f"the workload's largest batch ({rec.cap_flag}) is above the {cap} running requests "
-                   f"{rec.engine.engine} resolves to: "
+        dp = rec.plan.dp if rec.plan is not None else 1
+        what = f"the workload's largest batch ({rec.cap_flag})"
+        if dp > 1:  # the cap is the server's, split over the DP ranks (kbench.recommend.ranks.DP_CAP_CITE)
+            from kbench.recommend.ranks import DP_CAP_CITE, dp_server_cap
+
+            what = f"the workload's largest batch ({rec.cap_flag // dp} on the busiest of {dp} DP-attention ranks)"
+            cap = f"{dp_server_cap(cap, dp)} ({dp} ranks x {cap} // {dp}: {DP_CAP_CITE.split(' (')[0]})"
+        out.append(f"{what} is above the {cap} running requests {rec.engine.engine} resolves to: "
                    + (f"the command sets {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}" if rec.best is not None else
                       f"a server runs it only with {CAP_FLAG[rec.engine.engine]} {rec.cap_flag}"))
     best = rec.best  # advised fa3 (not what you run) at a page > 1: the line printed runs it there
@@ -486,25 +536,41 @@ def to_json(rec: Recommendation) -> dict:
     }
 
 
-def to_markdown(rec: Recommendation) -> str:
-    best = rec.best
+def to_markdown(rec: Recommendation, whole=None, show_all: bool = False) -> str:
+    """The answer as a PR comment, in the screen's short form: the headline (the line to set as a code block), the
+    priced settings, one line per reason the rest are not priced, the whole step (with --layers), the notes about
+    what you run, the best and the default. show_all (--all): every setting with its flags and reason, every note."""
     lines = [f"### kbench recommend: {md(rec.engine.label)} on {md(rec.source.device_label)}", ""]
-    head = headline(rec)
-    lines += [md(head[0]), ""]
-    if best is not None:
-        lines += ["**Set:**", "```sh", command(rec) or best.setting.flags, "```",
-                  f"{_us(best.per_step_us)} us of attention per step ({_layers(rec)})" + (
-                      f"; per-shape routing would take {_us(_per_step(rec, rec.engine_oracle_us))} us "
-                      f"({_pct(rec.gap_pct())} for one global setting)." if rec.gap_pct() is not None else "."), ""]
-    lines += md_table(*setting_rows(rec)) + [""]
-    if rec.drivers:
+    head = headline(rec, whole)
+    for line in head[2:]:
+        if line.startswith("set: "):
+            lines += ["**Set:**", "```sh", line[len("set: "):], "```"]
+        elif line.startswith("flags: "):
+            lines.append(f"**Flags:** `{line[len('flags: '):]}`  ")
+        else:
+            lines.append(md(line.strip()) + "  ")
+    lines += ["", md(head[0]) + ("  \n" + md(head[1]) if show_all else ""), ""]
+    if show_all:
+        lines += md_table(*setting_rows(rec)) + [""]
+    else:
+        headers, rows, rest = screen_rows(rec)
+        if rows:
+            lines += md_table(headers, rows) + [""]
+        lines += [f"- {md(x)}" for x in rest] + ([""] if rest else [])
+    if whole is not None:
+        from kbench.recommend.step import lines as step_lines
+
+        block = step_lines(whole, rec)
+        lines += [f"**{md(block[0].rstrip(':'))}**", ""] + [f"- {md(x.strip())}" for x in block[1:]] + [""]
+    if rec.drivers and (show_all or rec.gap_pct() is not None and rec.gap_pct() > 0.05):
         lines += ["**Where per-shape routing wins** (the shapes that drive the gap):", ""]
         lines += md_table(*driver_rows(rec)) + [""]
-    cav = caveats(rec)
+    cav = caveats(rec) if show_all else screen_caveats(rec)
     if cav:
         lines += ["**Caveats**", ""] + [f"- {md(c)}" for c in cav] + [""]
     lines.append(f"Kernels per setting: {rec.engine.read_from}; `kbench recommend --settings --engine "
-                 f"{rec.engine.engine}` lists each route's source lines.")
+                 f"{rec.engine.engine}` lists each route's source lines"
+                 + ("." if show_all else "; `--all` lists every setting, its flags and every note."))
     return "\n".join(lines) + "\n"
 
 

@@ -605,14 +605,23 @@ BACKEND_FLAGS = {"sglang": ("--attention-backend", "--prefill-attention-backend"
 
 def check_cap(engine: str, current: Resolved | None, max_batch: int) -> int | None:
     """The cap flag's value when the priced batch exceeds the engine's resolved cap (None: it does not); BadInput
-    when the user gave the cap and the workload is above it."""
+    when the user gave the cap and the workload is above it. Under SGLang's DP attention the cap is split over the
+    ranks (each admits cap // dp: kbench.recommend.ranks.DP_CAP_CITE), so the server runs dp x (cap // dp) at once
+    and the flag printed is the smallest cap that runs the batch, dp x ceil(batch / dp)."""
+    from kbench.recommend.ranks import DP_CAP_CITE, dp_cap_for, dp_rank_cap, dp_server_cap
+
     cap = current.cap if current is not None else DEFAULT_CAP[engine]
-    if max_batch <= cap:
+    dp = max(1, int(getattr(current, "dp_attention", 1) or 1)) if current is not None else 1
+    runs = dp_server_cap(cap, dp) if dp > 1 else cap
+    if max_batch <= runs:
         return None
     if current is not None and current.cap_given:
+        split = (f" (DP attention over {dp}: each rank admits {dp_rank_cap(cap, dp)}, {runs} in all: "
+                 f"{DP_CAP_CITE.split(' (')[0]})" if dp > 1 else "")
         raise BadInput(f"the workload's batch of {max_batch} is above the {CAP_FLAG[engine]} {cap} your server "
-                       "runs with: it never runs that batch (price batches up to the cap, or raise it)")
-    return max_batch
+                       f"runs with{split}: it never runs that batch (price batches up to the cap, or raise it"
+                       + (f" to {dp_cap_for(max_batch, dp)})" if dp > 1 else ")"))
+    return dp_cap_for(max_batch, dp) if dp > 1 else max_batch
 
 
 def _flag_pairs(argv: list[str]) -> list[tuple[str, str | None]]:

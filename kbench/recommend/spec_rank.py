@@ -143,11 +143,98 @@ def lines(runs: list[SpecRun], ranked: list[Ranked]) -> list[str]:
         out.append(f"    flags: {lead.flags()}")
     bests = {rk.order[0][0].label for rk in ranked}
     if len(bests) > 1:
-        note = ("no one config is best at every batch size: SGLang runs one per server (or chooses adaptively, "
-                "--speculative-adaptive)" if runs[0].engine == "sglang" else
-                "no one num_speculative_tokens is best at every batch size: vLLM 0.34 takes a choice per batch size "
-                "(num_speculative_tokens_per_batch_size in --speculative-config, config/speculative.py:570-575); "
-                "kbench has not read that release's source, so it prints the mapping rather than the flag: "
-                + ", ".join(f"bs {rk.batch_size} -> {rk.order[0][0].draft_tokens}" for rk in ranked))
-        out.append("  " + note)
+        out += engine_form_lines(runs, ranked)
     return out
+
+
+# the engines' own per-batch-size forms (read from the released sources)
+VLLM_FORM_CITE = ("vLLM 0.34.0 num_speculative_tokens_per_batch_size, config/speculative.py:570-575: "
+                  "[start, end, tokens] inclusive ranges from 1, checked by v1/spec_decode/dynamic/utils.py:7-74")
+VLLM_DP_CITE = "config/vllm.py:1031-1048"
+SGLANG_FORM_CITE = ("SGLang 0.5.23 --speculative-adaptive: one candidate step count per batch-size slot, a batch takes "
+                    "the slot at or below it (speculative/adaptive_spec_params.py:103-139, 342-358)")
+SGLANG_TOPK_CITE = "speculative/adaptive_spec_params.py:75-79"
+
+
+def schedule(ranked: list[Ranked]) -> list[tuple[int, int, int]]:
+    """vLLM's num_speculative_tokens_per_batch_size from the best config at each measured batch size: each measured
+    size's choice holds up to the next one measured (the first range starts at 1, as vLLM requires; past the last
+    range vLLM carries its value on); adjacent ranges of one value merged."""
+    pts = [(rk.batch_size, int(rk.order[0][0].draft_tokens or 0)) for rk in ranked]
+    out: list[list[int]] = []
+    for i, (bs, k) in enumerate(pts):
+        start = 1 if i == 0 else bs
+        end = pts[i + 1][0] - 1 if i + 1 < len(pts) else bs
+        if out and out[-1][2] == k:
+            out[-1][1] = end
+        else:
+            out.append([start, end, k])
+    return [tuple(x) for x in out]
+
+
+def vllm_config(ranked: list[Ranked]) -> dict:
+    """The --speculative-config keys that choose the draft tokens per batch size (num_speculative_tokens is the
+    largest: vLLM caps each range's value at it, v1/spec_decode/dynamic/utils.py:77-148)."""
+    sched = schedule(ranked)
+    return {"num_speculative_tokens": max(k for *_, k in sched),
+            "num_speculative_tokens_per_batch_size": [list(x) for x in sched]}
+
+
+def sglang_adaptive(ranked: list[Ranked]) -> dict[str, dict] | None:
+    """SGLang's --speculative-adaptive-config JSON pinning the best chain's steps at each measured batch size (one
+    candidate per slot: the acceptance EMA has nothing to move to); None unless every ranked config is a chain
+    (SGLang's adaptive takes topk 1 only)."""
+    if any((r.topk or 0) != 1 for rk in ranked for r, _ in rk.order):
+        return None
+    cfg: dict[str, dict] = {}
+    last = None
+    for rk in ranked:
+        steps = int(rk.order[0][0].steps or 0)
+        if steps != last:
+            cfg[str(rk.batch_size)] = {"candidate_steps": [steps]}
+            last = steps
+    first = ranked[0].batch_size
+    if str(first) in cfg and first != 1:  # a smaller batch takes the smallest slot anyway; said from 1
+        cfg = {("1" if k == str(first) else k): v for k, v in cfg.items()}
+    return cfg
+
+
+def engine_form(runs: list[SpecRun], ranked: list[Ranked]) -> dict | None:
+    """The per-batch-size choice as the engine takes it: {"engine", "flags", "config", "cite"} (SGLang adds the
+    file's JSON), or {"refused": why} where the engine has no form for it; None when one config wins everywhere."""
+    import json
+
+    if len({rk.order[0][0].label for rk in ranked}) < 2:
+        return None
+    if runs[0].engine == "vllm":
+        cfg = vllm_config(ranked)
+        return {"engine": "vllm", "config": cfg, "cite": VLLM_FORM_CITE,
+                "flags": f"--speculative-config '{json.dumps(cfg)}'"}
+    cfg = sglang_adaptive(ranked)
+    if cfg is None:
+        return {"engine": "sglang", "refused": f"SGLang's --speculative-adaptive takes topk 1 only "
+                f"({SGLANG_TOPK_CITE}) and a server runs one tree: no per-batch-size form for these configs"}
+    first = next(iter(cfg.values()))["candidate_steps"][0]
+    return {"engine": "sglang", "config": cfg, "cite": SGLANG_FORM_CITE,
+            "flags": f"--speculative-adaptive --speculative-adaptive-config ADAPTIVE.json --speculative-eagle-topk 1 "
+                     f"--speculative-num-steps {first}"}
+
+
+def engine_form_lines(runs: list[SpecRun], ranked: list[Ranked]) -> list[str]:
+    import json
+
+    form = engine_form(runs, ranked)
+    if form is None:
+        return []
+    if "refused" in form:
+        return [f"  no one config is best at every batch size; {form['refused']}"]
+    if form["engine"] == "vllm":
+        return [f"  no one num_speculative_tokens is best at every batch size: set it per batch size ({form['cite']}; "
+                "each measured size's choice holds up to the next one measured):",
+                f"    flags: {form['flags']}",
+                f"    (put your method and model in the same JSON; vLLM drops the schedule under data parallelism, "
+                f"{VLLM_DP_CITE})"]
+    return [f"  no one config is best at every batch size: set the steps per batch size ({form['cite']}; not "
+            "with DP attention):",
+            f"    ADAPTIVE.json: {json.dumps(form['config'])}",
+            f"    flags: {form['flags']}"]

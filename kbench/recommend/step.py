@@ -190,17 +190,16 @@ def whole_step(rec, r, lt: LayerTimes, dims) -> WholeStep:
         except BadInput as e:
             missing = f"{route}: {e}"
             continue
-        if p.clamped or p.interpolated:
+        c = step_cost(p, route, draft_layers, "sum")
+        if c is None:
+            missing = f"{route} has no rows at q 1 (measure it: kbench sweep --kernels {route} --q-len 1)"
+            continue
+        if p.clamped or p.interpolated:  # said only where the route was priced from that cell
             note = (f"{route} at bs {one.batch_size} q 1 kv {one.kv_len} priced at the measured cell bs "
                     f"{p.used['batch_size']} q {p.used['q_len']} kv {p.used['kv_len']}"
                     + (" (beyond the measured range)" if p.clamped else ""))
             if note not in lt.clamped:
                 lt.clamped.append(note)
-        c = step_cost(p, route, draft_layers, "sum")
-        if c is None:
-            missing = (f"{route} has no rows at q 1 in {rec.source.label} (measure it: kbench sweep --kernels "
-                       f"{route} --q-len 1)")
-            continue
         d_att += w * passes * c.gpu_us
         if c.waits or rec.overlap == "sum":
             d_host += w * passes * c.host_us
@@ -249,39 +248,25 @@ def answer(rec, lt: LayerTimes, accept: Acceptance | None) -> StepAnswer:
 
 
 def lines(ans: StepAnswer, rec) -> list[str]:
-    """The compact block recommend prints: each step whole, the saving as a share of it, tokens per second."""
-    out = [f"the whole step ({ans.layers.model} other layers from {ans.layers.label}, {ans.layers.device}):"]
+    """The block recommend prints under the settings: each step whole, part by part, what is not priced and how
+    tokens per second are taken (the step, its saving and tokens/s are in the headline: kbench.recommend.render)."""
+    out = [f"the whole step, us ({ans.layers.model}'s other layers from {ans.layers.label}, {ans.layers.device}):"]
     mine = rec.you_run
     best = rec.best
     for s in ans.steps:
         tag = " (you run)" if mine is not None and s.setting == mine.setting.id else (
             " (best)" if best is not None and s.setting == best.setting.id else " (default)")
-        draft = (f"draft passes {s.passes} x (attention {_us(s.draft_attention_us / max(s.passes, 1))} on "
-                 f"{s.draft_route} + layer and LM head {_us(s.draft_model_us / max(s.passes, 1))})"
-                 + (f" + host {_us(s.draft_host_us)}" if s.draft_host_us else "")
-                 if not s.missing else f"draft passes' attention not priced: {s.missing}; their layer and LM head "
-                 f"{_us(s.draft_model_us)}")
-        tps = s.tokens_per_s(ans.batch_size, ans.accept)
-        out.append(f"  {s.setting}{tag}: {_us(s.total_us)} us per step = attention {_us(s.attention_us)} + other "
-                   f"layers {_us(s.other_us)} + {draft}"
-                   + (f"; {tps:,.0f} tokens/s" + (" (without the draft passes' attention)" if s.missing else "")
-                      if tps is not None else ""))
-    sw = switch(ans, rec)
-    if sw is not None:
-        a, b = sw
-        ta, tb, left = compared(a, b)
-        save = ta - tb
-        out.append(f"  switching {a.setting} -> {b.setting} saves {_us(save)} us of a {_us(ta)} us step: "
-                   f"{save / ta:.1%} of the whole step (attention alone: "
-                   f"{(a.attention_us - b.attention_us) / a.attention_us:.1%})"
-                   + (f", {ta / tb:.2f}x tokens per second" if save else "")
-                   + (f"; the draft passes' attention is left out of both ({left})" if left else ""))
+        att = "attention not priced" if s.missing else \
+            f"attention {_us(s.draft_attention_us / max(s.passes, 1))} on {s.draft_route}"
+        draft = (f" + {s.passes} draft passes x ({att} + layer and LM head {_us(s.draft_model_us / max(s.passes, 1))})"
+                 if s.passes else "") + (f" + their host {_us(s.draft_host_us)}" if s.draft_host_us else "")
+        out.append(f"  {s.setting}{tag}: {_us(s.total_us)} = attention {_us(s.attention_us)} + other layers "
+                   f"{_us(s.other_us)}{draft}")
+    for why in sorted({s.missing for s in ans.steps if s.missing}):
+        out.append(f"  draft passes' attention not priced: {why}")
     if ans.accept is not None:
         out.append(f"  tokens/s = batch {ans.batch_size:g} x {ans.accept.length:.2f} accepted tokens per step / "
                    f"step time; acceptance {ans.accept.source}")
-    else:
-        out.append("  tokens/s needs the acceptance: give --accept-length N or a server-bench run folder of this "
-                   "server")
     for n in ans.method_notes + ans.layers.clamped:
         out.append(f"  note: {n}")
     return out

@@ -14,7 +14,8 @@ SpeculativeMethod; building it needs the model, so it is not built.
 
 Prints {"ok": true, "version", "model", "speculative_config", "block_size", "attention_backend",
 "backend" (after the merge create_engine_config does), "attention_config": {"backend", "use_trtllm_attention"},
-"async_scheduling", "tensor_parallel_size", "enforce_eager", "kv_cache_dtype", "problems": [...]}; a parser error
+"async_scheduling", "tensor_parallel_size", "enforce_eager", "kv_cache_dtype", "problems": [...],
+"dynamic_sd_lookup": the draft tokens per batch size vLLM's scheduler takes from num_speculative_tokens_per_batch_size}; a parser error
 exits 2 with argparse's message on stderr, as `vllm serve` does. --batch prints one JSON list, an entry
 {"ok": false, "error": ...} for a command vLLM refuses.
 """
@@ -66,6 +67,21 @@ def parse(argv: list[str]) -> dict:
         if spec.get("method") is not None and spec["method"] not in methods:
             problems.append(f"speculative_config: method {spec['method']!r} not in {sorted(methods)}")
     engine_args = AsyncEngineArgs.from_cli_args(args)
+    dynamic = None
+    if spec is not None and spec.get("num_speculative_tokens_per_batch_size") is not None:
+        # the per-batch-size schedule as vLLM reads it: the field's own type (pydantic, as SpeculativeConfig
+        # validates it), then the scheduler's dense lookup (v1/spec_decode/dynamic/utils.py, the same file in 0.32.0
+        # and 0.34.0), index = the batch size, up to --max-num-seqs
+        import pydantic
+        from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+        hint = typing.get_type_hints(sp.SpeculativeConfig)["num_speculative_tokens_per_batch_size"]
+        try:
+            typed = pydantic.TypeAdapter(hint).validate_python(spec["num_speculative_tokens_per_batch_size"])
+            dynamic = build_dynamic_sd_schedule_lookup([list(x) for x in typed], engine_args.max_num_seqs or 256,
+                                                       int(spec["num_speculative_tokens"]))
+        except (ValueError, pydantic.ValidationError) as e:
+            problems.append(f"num_speculative_tokens_per_batch_size: {e}")
     ac = engine_args.attention_config
     backend = getattr(ac, "backend", None)
     if engine_args.attention_backend is not None:
@@ -95,6 +111,7 @@ def parse(argv: list[str]) -> dict:
         "enforce_eager": engine_args.enforce_eager,
         "kv_cache_dtype": engine_args.kv_cache_dtype,
         "problems": problems,
+        "dynamic_sd_lookup": dynamic,  # [unused, K at batch size 1, 2, ...] (None without a schedule)
     }
     return out
 
