@@ -355,7 +355,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
         skip = be.skip_reason(c.batch_size, c.input_len, c.output_len)
         if skip:
             for s in SIDES:
-                row = runners[s]._row(c, "skipped", skip)
+                row = runners[s].row(c, "skipped", skip)
                 runs[s].append(row.to_dict())
                 results[s].rows.append(row)
         else:
@@ -385,7 +385,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                 _warm(runners, (side,), live, config, ls, results)
             if case.case_id in failed or case.case_id in decided:
                 continue
-            one = runners[side]._timed_batch(case, ids[case.case_id], False, profiling=False)
+            one = runners[side].timed_batch(case, ids[case.case_id], False, profiling=False)
             if one.get("reason"):
                 failed[case.case_id] = (side, one)
                 _write_failed(case, runners, runs, results, latest, failed)
@@ -494,6 +494,6 @@ def _write_failed(case, runners, runs, results, latest, failed) -> None:
         if fs == s:
             row = runners[s].failed_row(case, one)
         else:
-            row = runners[s]._row(case, "failed", f"the paired batch on {fs.upper()} failed: {one['reason']}")
+            row = runners[s].row(case, "failed", f"the paired batch on {fs.upper()} failed: {one['reason']}")
         runs[s].append(row.to_dict())
         latest[(case.case_id, s)] = row
