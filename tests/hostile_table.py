@@ -1556,6 +1556,17 @@ def _aot_real_lib(edit=None, cut: int | None = None):
     return setup
 
 
+def _aot_pie_executable(w):
+    """An archive whose module is this Python's own executable (a PIE); skipped where it is none."""
+    import pytest
+    from elf_samples import pie_executable
+
+    exe = pie_executable()
+    if exe is None:
+        pytest.skip("this Python's executable is not a position-independent executable with DF_1_PIE")
+    _aot_archive(w, m1=exe)
+
+
 def _aot_real_modules(dot_slash: bool):
     """A hand-made archive of three real libraries (two of this Python's extension modules, System V, and one of
     GNU/Linux OS ABI this process has loaded, as C++ libraries are), packed with the tar command from a folder
@@ -1640,6 +1651,11 @@ OWN_AND_ELF = [
               _elf_fail(r"is an executable that is not position-independent \(ET_EXEC, e_type 2\), not a shared "
                         r"object \(ET_DYN\)"),
               _aot_real_lib(lambda b: __import__("elf_samples").edited(b, e_type=2)), _aot_untouched, process=True),
+    Situation("prebuild-pie-executable", 6, "prebuild --load: a module that is a position-independent executable "
+              "(this Python's own, ET_DYN like a library; glibc refuses to dlopen it)",
+              "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"is a position-independent executable \(DT_FLAGS_1 has DF_1_PIE\), not a shared object a "
+                        r"program loads"), _aot_pie_executable, _aot_untouched, process=True),
     Situation("prebuild-real-modules-dot-slash", 6, "prebuild --load: real libraries packed by hand with "
               "`tar czf aot.tgz ./aot` (regular files, ./ names)", "kbench prebuild --load aot.tgz", 0,
               r"^\d modules installed, 0 already there", _aot_real_modules(dot_slash=True), _aot_installed,
