@@ -1283,6 +1283,41 @@ def _child_ended(w, out):
     raise AssertionError(f"the switch command's child {pid} still runs after kbench ended")
 
 
+def _switch_script(w):
+    """A switch command that leaves a child (a shell waiting) and a grandchild (its sleep) running in its group;
+    each switch (A, then B) adds their pids to child.pid and grandchild.pid."""
+    _server(w)
+    w.path("switch.sh").write_text("sh -c 'sleep 300 & echo $! >> grandchild.pid; wait' > /dev/null 2>&1 &\n"
+                                   "echo $! >> child.pid\n")
+
+
+def _children_ended(*names: str):
+    """Every process whose pid the files list has ended within 10 s of kbench's end (else killed here, and the
+    check fails)."""
+    def check(w, out):
+        pids = {f"{n}:{i}": int(x) for n in names for i, x in enumerate(w.path(n).read_text().split())}
+        assert len(pids) >= 2 * len(names), pids
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = {n: pid for n, pid in pids.items() if _running(pid)}
+            if not left:
+                return
+            time.sleep(0.1)
+        for pid in left.values():
+            os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"still running 10 s after kbench ended: {left}")
+    return check
+
+
+def _running(pid: int) -> bool:
+    """The process runs (a zombie, ended and waiting for its parent to read its status, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def _old_switch_run(w):
     """A server-bench run whose manifest (as an older kbench wrote it) holds a --switch-command with an API key."""
     _server(w)
@@ -1504,6 +1539,11 @@ ROUND6 = [
               f"kbench server-bench --url {{url}} {SERVER} --repeat 7 --switch-command "
               "\"sh -c 'sleep 300 & echo $! > child.pid'\" --out r", 0, r"^judge it \(PASS, FAIL or INCONCLUSIVE\) with: kbench gate",
               lambda w: _server(w), _child_ended, process=True),
+    Situation("switch-command-children-kill9", 6, "server-bench --switch-command whose command leaves a child and a "
+              "grandchild running; kbench killed (kill -9) after round 1",
+              f"kbench server-bench --url {{url}} {SERVER} --repeat 7 --switch-command 'sh switch.sh' --out r", -9,
+              r"^round 1/7 bs1-in4-out2: ", _switch_script, _children_ended("child.pid", "grandchild.pid"),
+              signal_at=("kbench.server.interleave:_round_finished#1", "after", signal.SIGKILL)),
     *[Situation(f"redirect-unparsable-{name}", 6, f"the server redirects to {what}",
                 f"kbench server-bench --url {{url}} {SERVER} --out r", 1,
                 r"^error: cannot use the server: GET .* redirected( \(307\))? to (a Location that is no URL|another "
