@@ -835,6 +835,24 @@ def _stall(how: str):
     return setup
 
 
+def _stall_on(how: str, *paths: str):
+    """The server stalls (Faults.stall) on these paths only, a byte each 0.5 s; the rest answers."""
+    def setup(w):
+        _server(w, stall=how, drip=0.5, stall_paths=paths)
+        w.vars["t0"] = str(time.monotonic())
+    return setup
+
+
+def _failed_row(reason: str, seconds: float):
+    """Ended within ``seconds``; the run's one row is failed with a reason matching ``reason``."""
+    def check(w, out):
+        _ended_within(seconds)(w, out)
+        rows = journal(next(w.path("r").iterdir()))
+        assert [r["status"] for r in rows] == ["failed"], rows
+        assert re.search(reason, rows[0]["reason"]), rows[0]["reason"]
+    return check
+
+
 def _ended_within(seconds: float):
     def check(w, out):
         took = time.monotonic() - float(w.vars["t0"])
@@ -1210,6 +1228,13 @@ def _line(line: str, file: bool = False):
     return setup
 
 
+def _model_config_fifo(w):
+    """A local model folder whose config.json is a named pipe no one writes (its open would wait for ever)."""
+    w.path("model").mkdir()
+    os.mkfifo(w.path("model/config.json"))
+    _line(f"python -m sglang.launch_server --model-path model {SPEC}")(w)
+
+
 def _set_words(w, out) -> list[str]:
     """The set: line's words as bash itself splits them."""
     line = next((ln for ln in out.splitlines() if ln.startswith("set: ")), None)
@@ -1423,6 +1448,10 @@ ROUND6 = [
     Situation("current-secret-sudo-error", 1, "--current 'sudo HF_TOKEN=... python -m sglang...': the error line",
               ROUTES_REC + " --current {line}", 2, r"^error: --current: `sudo` wraps the server command",
               _line(f"sudo HF_TOKEN={HF_TOK} {SGL}"), _no_secret(HF_TOK)),
+    Situation("current-model-config-fifo", 6, "--current whose --model-path folder's config.json is a named pipe "
+              "(FIFO) no one writes", ROUTES_REC + " --current {line}", 2,
+              r"^error: --current: model/config\.json: a named pipe \(FIFO\), not a regular file$", _model_config_fifo,
+              process=True),
     Situation("current-secret-export-error", 1, "--current 'export HF_TOKEN=...; python -m sglang...': the error",
               ROUTES_REC + " --current {line}", 2, r"^error: --current: a second command after `;`",
               _line(f"export HF_TOKEN={HF_TOK}; {SGL}"), _no_secret(HF_TOK)),
@@ -2038,6 +2067,30 @@ SITUATIONS: list[Situation] = [
               f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 1,
               r"^error: cannot use the server: GET .*: request timeout: no complete answer within 3 s",
               _stall("header-drip"), _ended_within(40), process=True),
+    Situation("server-body-drip", 6, "the server sends a 200 and its headers, then one body byte each 0.5 s for ever",
+              f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 1,
+              r"^error: cannot use the server: GET .*/server_info: request timeout: no complete answer within 3 s",
+              _stall("body-drip"), _ended_within(40), process=True),
+    Situation("server-headers-then-silence", 6, "the server sends a 200 and its headers, then nothing (the connection "
+              "kept open)", f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 1,
+              r"^error: cannot use the server: GET .*/server_info: (read timeout|request timeout)",
+              _stall("headers-silent"), _ended_within(40), process=True),
+    Situation("generate-body-drip", 6, "/generate answers 200 and its headers, then one byte each 0.5 s for ever "
+              "(every read in time)", f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 1,
+              r"^error: 1 of 1 case\(s\) failed; first: bs1-in4-out2: POST http://.*/generate: request timeout: no "
+              r"complete answer within 3 s", _stall_on("body-drip", "/generate"),
+              _failed_row(r"^POST http://.*/generate: request timeout: no complete answer within 3 s", 40),
+              process=True),
+    Situation("flush-body-drip", 6, "/flush_cache answers 200 and its headers, then one byte each 0.5 s for ever",
+              f"kbench server-bench --url {{url}} {SERVER} --flush-timeout 2 --flush-retries 2 --out r", 1,
+              r"^error: 1 of 1 case\(s\) failed; first: .*cache flush failed after 2 attempts: POST /flush_cache"
+              r"\?timeout=2 -> request timeout: no complete answer within 12 s",
+              _stall_on("body-drip", "/flush_cache"), _failed_row(r"cache flush failed after 2 attempts", 60),
+              process=True),
+    Situation("metrics-body-drip", 6, "/metrics answers 200 and its headers, then one byte each 0.5 s for ever (its "
+              "counters are optional: read for at most the small calls' time, then left out)",
+              f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 0,
+              r"^rows: ", _stall_on("body-drip", "/metrics"), _ended_within(40), process=True),
     Situation("sweep-resume-line-quoted", 2, "sweep --out 'res dir $(touch PWNED)' stopped by SIGTERM: the resume line",
               f"kbench sweep {TINY} --out '{PWNED}'", 143, r"finish with: kbench sweep --resume '.*res dir \$\(touch",
               None, _pasted_run(), signal_at=("kbench.runs.store:json_safe", "after", signal.SIGTERM)),

@@ -146,7 +146,7 @@ class ServerClient:
             try:
                 with self._send(method, path, json_body=json_body, params=params, timeout=(min(t, 10.0), t),
                                 deadline=dl) as r:
-                    body = _read_bounded(r, MAX_JSON_BYTES, time.monotonic() + total)
+                    body = _read_bounded(r, MAX_JSON_BYTES, _Due(total, f"{method} {self.url(path)}"))
                     if not dl.expired:
                         return r.status_code, scrub(body.decode("utf-8", errors="replace"))
             except TRANSPORT_ERRORS as e:
@@ -242,7 +242,7 @@ class ServerClient:
 
     def _stream_within(self, path: str, body: dict, timeout: float, max_bytes: int,
                        dl: Deadline) -> Iterator[tuple[float, dict | None]]:
-        deadline = time.monotonic() + timeout
+        deadline = _Due(timeout, f"POST {self.url(path)}")
         try:
             resp = self._send("POST", path, json_body=body, timeout=(min(timeout, 10.0), timeout), deadline=dl)
         except TRANSPORT_ERRORS as e:
@@ -328,17 +328,25 @@ def _raw_chunks(resp: requests.Response) -> Iterator[bytes]:
         yield data
 
 
-def _check_deadline(deadline: float) -> None:
-    if time.monotonic() > deadline:
-        raise StreamError("request timeout: the server did not finish in time")
+class _Due:
+    """An exchange's deadline, checked between the chunks that arrive: ``seconds`` from now, for ``where`` (the
+    method and URL) named in the error line with the seconds."""
+
+    def __init__(self, seconds: float, where: str):
+        self.seconds, self.where = seconds, where
+        self.at = time.monotonic() + seconds
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise StreamError(f"{self.where}: {timed_out(self.seconds)}")
 
 
-def _iter_lines(resp, deadline: float, max_bytes: int) -> Iterator[tuple[float, bytes]]:
+def _iter_lines(resp, deadline: _Due, max_bytes: int) -> Iterator[tuple[float, bytes]]:
     buf = b""
     total = 0
     for data in _raw_chunks(resp):
         t = time.perf_counter()
-        _check_deadline(deadline)
+        deadline.check()
         total += len(data)
         if total > max_bytes:
             raise StreamError(f"stream larger than {max_bytes} bytes")
@@ -355,10 +363,10 @@ def _iter_lines(resp, deadline: float, max_bytes: int) -> Iterator[tuple[float, 
         yield time.perf_counter(), buf.rstrip(b"\r")
 
 
-def _read_bounded(resp, limit: int, deadline: float, truncate: bool = False) -> bytes:
+def _read_bounded(resp, limit: int, deadline: _Due, truncate: bool = False) -> bytes:
     out = b""
     for data in _raw_chunks(resp):
-        _check_deadline(deadline)
+        deadline.check()
         out += data
         if len(out) > limit:
             if truncate:
