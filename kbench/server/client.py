@@ -151,7 +151,7 @@ class ServerClient:
                         return r.status_code, scrub(body.decode("utf-8", errors="replace"))
             except TRANSPORT_ERRORS as e:
                 if not dl.expired or _own_timeout(e):
-                    raise ServerError(scrub(f"{method} {self.url(path)}: {describe_exception(e)}")) from None
+                    raise ServerError(scrub(f"{method} {self.url(path)}: {_waited(e, t)}")) from None
             except ServerError as e:
                 if not dl.expired or _own_timeout(e):
                     msg = str(e) if str(e).startswith(f"{method} {self.url(path)}") else f"{method} {self.url(path)}: {e}"
@@ -236,7 +236,7 @@ class ServerClient:
                 if not dl.expired or _own_timeout(e):
                     if isinstance(e, ServerError):
                         raise
-                    raise StreamError(f"POST {self.url(path)}: {describe_exception(e)}") from None
+                    raise StreamError(f"POST {self.url(path)}: {_waited(e, timeout)}") from None
             if dl.expired:  # whatever the library made of the socket shut under it
                 raise StreamError(f"POST {self.url(path)}: {timed_out(timeout)}")
 
@@ -246,7 +246,7 @@ class ServerClient:
         try:
             resp = self._send("POST", path, json_body=body, timeout=(min(timeout, 10.0), timeout), deadline=dl)
         except TRANSPORT_ERRORS as e:
-            raise StreamError(f"POST {self.url(path)}: {describe_exception(e)}") from None
+            raise StreamError(f"POST {self.url(path)}: {_waited(e, timeout)}") from None
         with resp:
             if dl.expired:
                 return
@@ -278,7 +278,7 @@ class ServerClient:
                         raise StreamError(f"server sent an error chunk: {snippet(json.dumps(chunk['error']), 200)}")
                     yield t, chunk
             except TRANSPORT_ERRORS as e:
-                raise StreamError(f"stream from {path} broke after {n_lines} lines: {describe_exception(e)}") from None
+                raise StreamError(f"stream from {path} broke after {n_lines} lines: {_waited(e, timeout)}") from None
             raise StreamError(f"stream from {path} ended before [DONE] after {n_lines} lines")
 
 
@@ -291,6 +291,12 @@ def _connects_to(url: str) -> str:
     if origin(url) is not None:
         return ""
     return f" (read by the HTTP library as host {u.host}, port {u.port or 'default'})"
+
+
+def _waited(e: BaseException, read_s: float) -> str:
+    """describe_exception, with the seconds a read waited where that was the failure."""
+    said = describe_exception(e)
+    return f"{said} (nothing for {read_s:g} s)" if said == "read timeout" else said
 
 
 def _own_timeout(e: BaseException) -> bool:
