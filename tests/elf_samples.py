@@ -70,3 +70,35 @@ def byte_swapped(lib: bytes) -> bytes:
     struct.pack_into(other + fmt, b, 16, *vals)
     b[5] = 2 if b[5] == 1 else 1
     return bytes(b)
+
+
+def pie_executable() -> bytes | None:
+    """This Python's own executable when it is a position-independent executable (ELF type ET_DYN and DT_FLAGS_1
+    with DF_1_PIE, as Debian's and pyenv's are); None otherwise."""
+    import os
+    import sys
+
+    data = Path(os.path.realpath(sys.executable)).read_bytes()
+    if data[:4] != b"\x7fELF" or struct.unpack_from("<H" if data[5] == 1 else ">H", data, 16)[0] != 3:
+        return None
+    at = flags_1_at(data)
+    return data if at is not None and struct.unpack_from("<Q", data, at)[0] & 0x08000000 else None
+
+
+def flags_1_at(data: bytes) -> int | None:
+    """Where DT_FLAGS_1's value lies in a 64-bit little-endian ELF file (None: it has none), found independently
+    of kbench.engine.elf."""
+    if data[4] != 2 or data[5] != 1:
+        return None
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    for i in range(phnum):
+        typ, _, off, _, _, filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
+        if typ == 2:  # PT_DYNAMIC
+            for at in range(off, off + filesz, 16):
+                tag, = struct.unpack_from("<q", data, at)
+                if tag == 0:
+                    return None
+                if tag == 0x6FFFFFFB:
+                    return at + 8
+    return None

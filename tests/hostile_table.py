@@ -835,6 +835,24 @@ def _stall(how: str):
     return setup
 
 
+def _stall_on(how: str, *paths: str):
+    """The server stalls (Faults.stall) on these paths only, a byte each 0.5 s; the rest answers."""
+    def setup(w):
+        _server(w, stall=how, drip=0.5, stall_paths=paths)
+        w.vars["t0"] = str(time.monotonic())
+    return setup
+
+
+def _failed_row(reason: str, seconds: float):
+    """Ended within ``seconds``; the run's one row is failed with a reason matching ``reason``."""
+    def check(w, out):
+        _ended_within(seconds)(w, out)
+        rows = journal(next(w.path("r").iterdir()))
+        assert [r["status"] for r in rows] == ["failed"], rows
+        assert re.search(reason, rows[0]["reason"]), rows[0]["reason"]
+    return check
+
+
 def _ended_within(seconds: float):
     def check(w, out):
         took = time.monotonic() - float(w.vars["t0"])
@@ -1210,6 +1228,13 @@ def _line(line: str, file: bool = False):
     return setup
 
 
+def _model_config_fifo(w):
+    """A local model folder whose config.json is a named pipe no one writes (its open would wait for ever)."""
+    w.path("model").mkdir()
+    os.mkfifo(w.path("model/config.json"))
+    _line(f"python -m sglang.launch_server --model-path model {SPEC}")(w)
+
+
 def _set_words(w, out) -> list[str]:
     """The set: line's words as bash itself splits them."""
     line = next((ln for ln in out.splitlines() if ln.startswith("set: ")), None)
@@ -1281,6 +1306,41 @@ def _child_ended(w, out):
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
     raise AssertionError(f"the switch command's child {pid} still runs after kbench ended")
+
+
+def _switch_script(w):
+    """A switch command that leaves a child (a shell waiting) and a grandchild (its sleep) running in its group;
+    each switch (A, then B) adds their pids to child.pid and grandchild.pid."""
+    _server(w)
+    w.path("switch.sh").write_text("sh -c 'sleep 300 & echo $! >> grandchild.pid; wait' > /dev/null 2>&1 &\n"
+                                   "echo $! >> child.pid\n")
+
+
+def _children_ended(*names: str):
+    """Every process whose pid the files list has ended within 10 s of kbench's end (else killed here, and the
+    check fails)."""
+    def check(w, out):
+        pids = {f"{n}:{i}": int(x) for n in names for i, x in enumerate(w.path(n).read_text().split())}
+        assert len(pids) >= 2 * len(names), pids
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = {n: pid for n, pid in pids.items() if _running(pid)}
+            if not left:
+                return
+            time.sleep(0.1)
+        for pid in left.values():
+            os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"still running 10 s after kbench ended: {left}")
+    return check
+
+
+def _running(pid: int) -> bool:
+    """The process runs (a zombie, ended and waiting for its parent to read its status, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def _old_switch_run(w):
@@ -1388,6 +1448,10 @@ ROUND6 = [
     Situation("current-secret-sudo-error", 1, "--current 'sudo HF_TOKEN=... python -m sglang...': the error line",
               ROUTES_REC + " --current {line}", 2, r"^error: --current: `sudo` wraps the server command",
               _line(f"sudo HF_TOKEN={HF_TOK} {SGL}"), _no_secret(HF_TOK)),
+    Situation("current-model-config-fifo", 6, "--current whose --model-path folder's config.json is a named pipe "
+              "(FIFO) no one writes", ROUTES_REC + " --current {line}", 2,
+              r"^error: --current: model/config\.json: a named pipe \(FIFO\), not a regular file$", _model_config_fifo,
+              process=True),
     Situation("current-secret-export-error", 1, "--current 'export HF_TOKEN=...; python -m sglang...': the error",
               ROUTES_REC + " --current {line}", 2, r"^error: --current: a second command after `;`",
               _line(f"export HF_TOKEN={HF_TOK}; {SGL}"), _no_secret(HF_TOK)),
@@ -1504,6 +1568,11 @@ ROUND6 = [
               f"kbench server-bench --url {{url}} {SERVER} --repeat 7 --switch-command "
               "\"sh -c 'sleep 300 & echo $! > child.pid'\" --out r", 0, r"^judge it \(PASS, FAIL or INCONCLUSIVE\) with: kbench gate",
               lambda w: _server(w), _child_ended, process=True),
+    Situation("switch-command-children-kill9", 6, "server-bench --switch-command whose command leaves a child and a "
+              "grandchild running; kbench killed (kill -9) after round 1",
+              f"kbench server-bench --url {{url}} {SERVER} --repeat 7 --switch-command 'sh switch.sh' --out r", -9,
+              r"^round 1/7 bs1-in4-out2: ", _switch_script, _children_ended("child.pid", "grandchild.pid"),
+              signal_at=("kbench.server.interleave:_round_finished#1", "after", signal.SIGKILL)),
     *[Situation(f"redirect-unparsable-{name}", 6, f"the server redirects to {what}",
                 f"kbench server-bench --url {{url}} {SERVER} --out r", 1,
                 r"^error: cannot use the server: GET .* redirected( \(307\))? to (a Location that is no URL|another "
@@ -1554,6 +1623,17 @@ def _aot_real_lib(edit=None, cut: int | None = None):
         lib = edit(lib) if edit else lib
         _aot_archive(w, m1=lib[:cut] if cut else lib)
     return setup
+
+
+def _aot_pie_executable(w):
+    """An archive whose module is this Python's own executable (a PIE); skipped where it is none."""
+    import pytest
+    from elf_samples import pie_executable
+
+    exe = pie_executable()
+    if exe is None:
+        pytest.skip("this Python's executable is not a position-independent executable with DF_1_PIE")
+    _aot_archive(w, m1=exe)
 
 
 def _aot_real_modules(dot_slash: bool):
@@ -1640,6 +1720,11 @@ OWN_AND_ELF = [
               _elf_fail(r"is an executable that is not position-independent \(ET_EXEC, e_type 2\), not a shared "
                         r"object \(ET_DYN\)"),
               _aot_real_lib(lambda b: __import__("elf_samples").edited(b, e_type=2)), _aot_untouched, process=True),
+    Situation("prebuild-pie-executable", 6, "prebuild --load: a module that is a position-independent executable "
+              "(this Python's own, ET_DYN like a library; glibc refuses to dlopen it)",
+              "kbench prebuild --load aot.tgz", 2,
+              _elf_fail(r"is a position-independent executable \(DT_FLAGS_1 has DF_1_PIE\), not a shared object a "
+                        r"program loads"), _aot_pie_executable, _aot_untouched, process=True),
     Situation("prebuild-real-modules-dot-slash", 6, "prebuild --load: real libraries packed by hand with "
               "`tar czf aot.tgz ./aot` (regular files, ./ names)", "kbench prebuild --load aot.tgz", 0,
               r"^\d modules installed, 0 already there", _aot_real_modules(dot_slash=True), _aot_installed,
@@ -1982,6 +2067,30 @@ SITUATIONS: list[Situation] = [
               f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 1,
               r"^error: cannot use the server: GET .*: request timeout: no complete answer within 3 s",
               _stall("header-drip"), _ended_within(40), process=True),
+    Situation("server-body-drip", 6, "the server sends a 200 and its headers, then one body byte each 0.5 s for ever",
+              f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 1,
+              r"^error: cannot use the server: GET .*/server_info: request timeout: no complete answer within 3 s",
+              _stall("body-drip"), _ended_within(40), process=True),
+    Situation("server-headers-then-silence", 6, "the server sends a 200 and its headers, then nothing (the connection "
+              "kept open)", f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 1,
+              r"^error: cannot use the server: GET http://.*/server_info: read timeout \(nothing for 3 s\)$",
+              _stall("headers-silent"), _ended_within(40), process=True),
+    Situation("generate-body-drip", 6, "/generate answers 200 and its headers, then one byte each 0.5 s for ever "
+              "(every read in time)", f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 1,
+              r"^error: 1 of 1 case\(s\) failed; first: bs1-in4-out2: POST http://.*/generate: request timeout: no "
+              r"complete answer within 3 s", _stall_on("body-drip", "/generate"),
+              _failed_row(r"^POST http://.*/generate: request timeout: no complete answer within 3 s", 40),
+              process=True),
+    Situation("flush-body-drip", 6, "/flush_cache answers 200 and its headers, then one byte each 0.5 s for ever",
+              f"kbench server-bench --url {{url}} {SERVER} --flush-timeout 2 --flush-retries 2 --out r", 1,
+              r"^error: 1 of 1 case\(s\) failed; first: .*cache flush failed after 2 attempts: POST /flush_cache"
+              r"\?timeout=2 -> request timeout: no complete answer within 12 s",
+              _stall_on("body-drip", "/flush_cache"), _failed_row(r"cache flush failed after 2 attempts", 60),
+              process=True),
+    Situation("metrics-body-drip", 6, "/metrics answers 200 and its headers, then one byte each 0.5 s for ever (its "
+              "counters are optional: read for at most the small calls' time, then left out)",
+              f"kbench server-bench --url {{url}} {SERVER} --request-timeout 3 --out r", 0,
+              r"^rows: ", _stall_on("body-drip", "/metrics"), _ended_within(40), process=True),
     Situation("sweep-resume-line-quoted", 2, "sweep --out 'res dir $(touch PWNED)' stopped by SIGTERM: the resume line",
               f"kbench sweep {TINY} --out '{PWNED}'", 143, r"finish with: kbench sweep --resume '.*res dir \$\(touch",
               None, _pasted_run(), signal_at=("kbench.runs.store:json_safe", "after", signal.SIGTERM)),

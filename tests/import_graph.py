@@ -27,6 +27,10 @@ lower one; layers on one rank are peers and may not import each other):
   server   kbench.server.*      the live-server benchmark: above the gate, whose rule (kbench.gate.sequential,
                                 paired) decides when `--repeat auto` has rounds enough
   cli      kbench.cli.*         the command line
+Server sits above gate, not beside it, because `server-bench --repeat auto` stops when the gate's own rule
+(kbench.gate.sequential.decide_case, through compare_metric) has decided: one rule, defined in the gate; nothing in
+gate or recommend imports server (the gate reads server runs as run folders). Across modules only public names
+are used (private_uses below): the seams are named where they are defined.
 """
 from __future__ import annotations
 
@@ -184,6 +188,47 @@ def report() -> tuple[list[list[str]], list[tuple[str, str]], str]:
     lines += [f"accepted subpackage cycle: {' <-> '.join(c)}: {ALLOWED_SIBLING_CYCLES[tuple(c)]}" for c in allowed]
     lines.append(f"upward imports: {len(up)}" + "".join(f"\n  {a} -> {b}" for a, b in up))
     return cyc, up, "\n".join(lines)
+
+
+# The seams between modules are public names: a module that takes another module's `_private` function, class or
+# method (`from kbench.gate.compare import _compare_metric`, `runner._row(...)`) depends on what its owner may change
+# without notice. The owner names it publicly instead (one definition, every caller). Names Python's own types make
+# public with an underscore (a namedtuple's _asdict, os._exit) are not private. Known uses, each with its reason
+# (a new one fails the check):
+PUBLIC_UNDERSCORE = {"_asdict", "_make", "_replace", "_fields", "_exit"}
+ALLOWED_PRIVATE: dict[tuple[str, str], str] = {
+    ("kbench.shell", "_CONTROL"): "kbench.text's control-character class, shared by the two core text modules",
+    ("kbench.server.interleave", "_Runner"): "the runner class (to be named Runner; kept while interleave is reworked)",
+    ("kbench.server.interleave", "_append_lines"): "the result-file appender (ditto; a signal test pauses at it)",
+    ("kbench.recommend.step", "_locate"): "kbench.recommend.price's lookup, within recommend",
+    ("kbench.recommend.render", "_backends_of_setting"): "kbench.recommend.resolve's, within recommend",
+    ("kbench.recommend.price", "_backends_of_setting"): "kbench.recommend.resolve's, within recommend",
+    ("kbench.recommend.resolve", "_option"): "kbench.recommend.flags's, within recommend",
+    ("kbench.timing.power", "_handle"): "kbench.timing.hardware's NVML handle, within timing",
+    ("kbench.timing.power", "_nvml"): "kbench.timing.hardware's NVML module, within timing",
+}
+# modules whose private reads are of another library's objects, not of kbench's modules
+ALLOWED_PRIVATE_MODULES = {"kbench.kernels.routes.sglang": "a FlashInfer wrapper's private state, set as SGLang's "
+                                                           "own backend sets it (the route replays SGLang's code)"}
+
+
+def private_uses() -> list[tuple[str, int, str]]:
+    """(module, line, name) of each use of another module's private name: imported from a kbench module, or read as
+    an attribute of anything but self/cls."""
+    out = []
+    for mod, path in modules().items():
+        if mod in ALLOWED_PRIVATE_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kbench"):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name)
+                                                          and node.value.id in ("self", "cls")):
+                names = [node.attr]
+            out += [(mod, node.lineno, n) for n in names
+                    if n.startswith("_") and not n.startswith("__") and n not in PUBLIC_UNDERSCORE]
+    return sorted(out)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,57 @@ def test_a_python_of_another_os_abi_takes_only_its_own():
     own = elf.header(edited(LIB, {7: 9}))  # a FreeBSD Python
     assert why(edited(LIB, {7: 9}), own) is None
     assert "this Python's loader takes FreeBSD (9)" in why(LIB, own)
+
+
+def test_a_position_independent_executable_is_refused_by_its_dt_flags_1():
+    """A PIE is ET_DYN like a shared object; glibc (2.30 on) refuses to dlopen it by DT_FLAGS_1's DF_1_PIE, and
+    so does the check, reaching the dynamic section by reading on (as from an archive's compressed stream)."""
+    import ctypes
+    import os
+    import sys
+    import tempfile
+
+    from elf_samples import flags_1_at, pie_executable
+
+    exe = pie_executable()
+    if exe is None:
+        pytest.skip("this Python's executable is not a position-independent executable with DF_1_PIE")
+    assert elf.header(exe).type == elf.ET_DYN  # what the e_type check alone let through
+    got = why(exe)
+    assert got == ("is a position-independent executable (DT_FLAGS_1 has DF_1_PIE), not a shared object a "
+                   "program loads: the loader refuses to dlopen it"), got
+    reads = []
+    stream = io.BytesIO(exe)
+
+    def small_reads(n):  # the check never asks for more than it needs in one read
+        reads.append(n)
+        return stream.read(min(n, 4096))
+    assert elf.problem(small_reads, len(exe)) == got and max(reads) <= elf.HEAD_MAX
+    with pytest.raises(OSError, match="position-independent executable"):  # the loader agrees
+        ctypes.CDLL(os.path.realpath(sys.executable))
+    # the same bytes without the mark (a PIE linked before DF_1_PIE existed): the loader takes it, so does the check
+    b = bytearray(exe)
+    at = flags_1_at(exe)
+    struct.pack_into("<Q", b, at, struct.unpack_from("<Q", exe, at)[0] & ~elf.DF_1_PIE)
+    assert why(bytes(b)) is None
+    with tempfile.NamedTemporaryFile(suffix=".so") as f:
+        f.write(bytes(b))
+        f.flush()
+        ctypes.CDLL(f.name)
+
+
+def test_a_library_with_an_interpreter_segment_loads_and_passes():
+    """libc.so.6 has PT_INTERP (it runs as a program too) and every program loads it: PT_INTERP alone is no PIE."""
+    import ctypes.util
+    import os
+
+    name = ctypes.util.find_library("c")
+    path = next((p for p in ("/lib/x86_64-linux-gnu/" + str(name), "/usr/lib/x86_64-linux-gnu/" + str(name))
+                 if os.path.isfile(p)), None)
+    if path is None:
+        pytest.skip("no libc.so.6 found at a Debian path")
+    data = open(path, "rb").read()
+    h = elf.header(data)
+    interp = [i for i in range(h.phnum) if struct.unpack_from("<I", data, h.phoff + i * h.phentsize)[0] == 3]
+    assert interp, "libc has no PT_INTERP here"
+    assert why(data) is None

@@ -16,6 +16,21 @@ def test_the_check_sees_a_lazy_cycle_and_an_upward_import():
     assert len(import_graph.graph()) > 50  # every module of kbench, kbench.cli and kbench.kernels was read
 
 
+def test_no_module_uses_another_modules_private_name(tmp_path, monkeypatch):
+    """The seams are public names (import_graph.ALLOWED_PRIVATE lists the known exceptions with their reason);
+    the check sees an imported private function and a private method called on another object."""
+    got = {(m, n) for m, _, n in import_graph.private_uses()}
+    assert got <= set(import_graph.ALLOWED_PRIVATE), sorted(got - set(import_graph.ALLOWED_PRIVATE))
+    assert set(import_graph.ALLOWED_PRIVATE) <= got, "listed but no longer used: drop it from ALLOWED_PRIVATE"
+    (tmp_path / "kbench" / "gate").mkdir(parents=True)
+    for f in ("kbench/__init__.py", "kbench/gate/__init__.py"):
+        (tmp_path / f).write_text("")
+    (tmp_path / "kbench" / "gate" / "seq.py").write_text(
+        "from kbench.gate.compare import _compare_metric\n\ndef f(runner):\n    return runner._row(), self._ok()\n")
+    monkeypatch.setattr(import_graph, "FOLDERS", {"kbench": tmp_path / "kbench"})
+    assert [n for _, _, n in import_graph.private_uses()] == ["_compare_metric", "_row"]
+
+
 def test_every_python_api_named_in_the_docs_imports():
     """The 'from Python, without the CLI' lines of kbench/__init__.py, the README and docs/ name importable things."""
     import importlib

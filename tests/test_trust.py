@@ -483,3 +483,30 @@ def test_prebuild_archive_total_is_capped_before_anything_is_written(tmp_path, m
     with aot_archive.opened(_archive(tmp_path / "a.tgz", mods)) as tar:
         with pytest.raises(BadInput, match=r"its modules need \d+ bytes, .* has 100 bytes free: nothing installed"):
             aot_archive.Archive(tar, "a.tgz").check_room(tmp_path)
+
+
+def test_the_group_guard_ends_listed_groups_at_end_of_file_and_only_those():
+    """kbench.server.group_guard: at end of file (kbench died) the guard ends each group still listed, a grandchild
+    too, and leaves a group kbench said it had ended itself (its number may belong to another group by then)."""
+    import time
+
+    from kbench.server.group_guard import GroupGuard, group_alive
+
+    def group():  # a shell in a session of its own, with a sleep of its own (a grandchild of this test)
+        return subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
+
+    kept, ended = group(), group()
+    guard = GroupGuard()
+    guard.add(kept.pid)
+    guard.add(ended.pid)
+    guard.forget(kept.pid)
+    guard._proc.stdin.close()  # as when kbench dies: the pipe's only writer is gone
+    assert guard._proc.wait(timeout=10) == 0
+    assert ended.wait(timeout=5) == -signal.SIGTERM
+    t0 = time.monotonic()
+    while group_alive(ended.pid) and time.monotonic() - t0 < 5:  # its sleep too (a zombie until init reaps it)
+        time.sleep(0.05)
+    assert not group_alive(ended.pid)
+    assert kept.poll() is None
+    os.killpg(kept.pid, signal.SIGKILL)
+    kept.wait(timeout=5)

@@ -43,8 +43,8 @@ CHUNK = 1 << 20
 
 def check_library(read, size: int, name: str, archive) -> None:
     """BadInput unless the module (``read(n)``: its first bytes, in order; ``size``: its length) is a whole shared
-    library this Python can load (kbench.engine.elf: class, byte order, ELF version, OS ABI, type, machine, its
-    tables inside the file), naming the field that differs."""
+    library this Python can load (kbench.engine.elf: class, byte order, ELF version, OS ABI, type, machine, no
+    position-independent executable, its tables inside the file), naming the field that differs."""
     why = elf.problem(read, size)
     if why is not None:
         raise BadInput(f"{archive}: {member_name(name)} {why}: nothing installed")

@@ -9,13 +9,19 @@ A library passes when it is what the dynamic loader of this machine takes:
   python is marked System V);
 - of type ET_DYN (a shared object; an executable that is not position-independent, ET_EXEC, is not loadable
   with dlopen; neither is an object file, ET_REL, or a core dump);
+- not a position-independent executable: a PIE is ET_DYN too, and glibc's loader (2.30 on) refuses to dlopen one
+  ("cannot dynamically load position-independent executable"); it tells one by its dynamic section's DT_FLAGS_1
+  holding DF_1_PIE, and so does this check. A PT_INTERP segment alone does not make a file unloadable (libc.so.6
+  has one and is loaded by every program), so it is not refused; a PIE linked before DF_1_PIE existed (binutils
+  before 2.26) carries no mark, and the loader takes it, as this check does;
 - for this interpreter's machine (e_machine);
 - whole: the header, program header and section header tables have ELF's sizes and lie inside the file, it
   has a loadable segment, and every loadable segment's bytes lie inside the file (a copy cut short fails here).
 
 `problem(read, size)` says, in a few words naming the field that differs, why a file is not such a library, or
-None. It reads only the first bytes (the header and, where it lies in the first HEAD_MAX bytes, the program
-header table), so an archive's members are checked before any is written.
+None. It reads the header, the program header table where it lies in the first HEAD_MAX bytes, and the dynamic
+section's entries (at most DYNAMIC_MAX bytes of them, reached by reading on and discarding, since ``read`` goes
+on in order: an archive member is a compressed stream), so an archive's members are checked before any is written.
 """
 from __future__ import annotations
 
@@ -28,6 +34,11 @@ MAGIC = b"\x7fELF"
 EV_CURRENT = 1
 ET_DYN = 3
 PT_LOAD = 1
+PT_DYNAMIC = 2
+DT_NULL = 0
+DT_FLAGS_1 = 0x6FFFFFFB
+DF_1_PIE = 0x08000000
+DYNAMIC_MAX = 1 << 20  # bytes of dynamic section entries read (a real one holds tens of 16-byte entries)
 PN_XNUM = 0xFFFF
 HEAD_MAX = 64 << 10  # the program header table is read when it lies within the first 64 KiB (it follows the header)
 CLASSES = {1: "32-bit", 2: "64-bit"}
@@ -44,6 +55,7 @@ LINUX_ABIS = (0, 3)  # glibc's loader takes both (VALID_ELF_OSABI)
 SIZES = {1: (52, 32, 40), 2: (64, 56, 64)}
 LAYOUT = {1: "HHIIIIIHHHHHH", 2: "HHIQQQIHHHHHH"}
 PHDR = {1: ("IIIIIIII", 0, 1, 4), 2: ("IIQQQQQQ", 0, 2, 5)}  # format, index of p_type, p_offset, p_filesz
+DYN = {1: "iI", 2: "qQ"}  # a dynamic section entry: d_tag, d_val
 
 
 @dataclass(frozen=True)
@@ -175,8 +187,11 @@ def _whole(h: Header, head: bytes, read: Callable[[int], bytes], size: int) -> s
         return f"is cut short inside its program header table ({len(table):,} of {ph_end:,} bytes)"
     fmt, t_i, off_i, filesz_i = PHDR[h.cls]
     loads = 0
+    dynamic = None  # (offset, size) of the dynamic section (PT_DYNAMIC)
     for i in range(h.phnum):
         ph = struct.unpack_from(h.endian + fmt, table, h.phoff + i * h.phentsize)
+        if ph[t_i] == PT_DYNAMIC:
+            dynamic = (ph[off_i], ph[filesz_i])
         if ph[t_i] != PT_LOAD:
             continue
         loads += 1
@@ -186,4 +201,39 @@ def _whole(h: Header, head: bytes, read: Callable[[int], bytes], size: int) -> s
                     f"file has {size:,} bytes (a truncated copy)")
     if not loads:
         return "has no loadable segment (PT_LOAD): nothing a loader can map"
+    if dynamic is not None and _flags_1(h, table, read, size, *dynamic) & DF_1_PIE:
+        return ("is a position-independent executable (DT_FLAGS_1 has DF_1_PIE), not a shared object a program "
+                "loads: the loader refuses to dlopen it")
     return None
+
+
+def _flags_1(h: Header, seen: bytes, read: Callable[[int], bytes], size: int, offset: int, length: int) -> int:
+    """DT_FLAGS_1 of the dynamic section at ``offset`` (0 where it has none, or lies outside the file). ``seen``:
+    the file's first bytes, read already; the bytes up to ``offset`` are read on and discarded."""
+    length = min(length, DYNAMIC_MAX)
+    if offset + length > size or length <= 0:
+        return 0
+    if offset + length <= len(seen):
+        entries = seen[offset:offset + length]
+    else:
+        pos = len(seen)
+        while pos < offset:
+            got = read(min(offset - pos, 1 << 20))
+            if not got:
+                return 0
+            pos += len(got)
+        entries = seen[offset:] if offset < len(seen) else b""
+        while len(entries) < length:
+            got = read(length - len(entries))
+            if not got:
+                break
+            entries += got
+    fmt = h.endian + DYN[h.cls]
+    step = struct.calcsize(fmt)
+    for at in range(0, len(entries) - step + 1, step):
+        tag, val = struct.unpack_from(fmt, entries, at)
+        if tag == DT_NULL:
+            break
+        if tag == DT_FLAGS_1:
+            return val
+    return 0

@@ -466,10 +466,11 @@ def agrees(value: float, samples: list[float], role: str, rec: dict, metric: Met
                    f"its samples, so the table was edited or written by another tool; measure the run again")
 
 
-def _compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: float,
-                    noise: "RunNoise | None" = None, k: float = DEFAULT_RUN_SPREAD_K,
-                    defer: list | None = None, paired: bool = False, power: float = DEFAULT_POWER) -> RowResult:
-    """defer: a list to which the noise test is appended (as a function that completes the result) instead of
+def compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: float,
+                   noise: "RunNoise | None" = None, k: float = DEFAULT_RUN_SPREAD_K,
+                   defer: list | None = None, paired: bool = False, power: float = DEFAULT_POWER) -> RowResult:
+    """One metric of one row pair, compared by the gate's rule: the one definition of it, used by compare_rows and
+    by kbench.gate.sequential's per-round decision (`--repeat auto`). defer: a list to which the noise test is appended (as a function that completes the result) instead of
     being run, so that compare_rows reads the samples of every row to test in one pass. paired: the two rows are
     the sides of one interleaved run (kbench.gate.paired): the change and the test are the rounds' pairs'.
     Every row gets the smallest change its noise lets the test see (``detectable``, kbench.gate.power) and one of
@@ -560,7 +561,7 @@ def _needed(scale: float, n: int, worse: float, band: float, metric: Metric, alp
 
 def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: Metric, alpha: float,
                     power: float = DEFAULT_POWER) -> RowResult:
-    """The rule of _compare_metric on paired samples (kbench.gate.paired): the change is the rounds' median ratio,
+    """The rule of compare_metric on paired samples (kbench.gate.paired): the change is the rounds' median ratio,
     the noise test the signed-rank test of the ratios, the detectable change the ratios' own spread; the band is
     the threshold (the pairs carry the noise). The row's values are each side's median; the change is the paired
     one, and where the two disagree in sign the note says so."""
@@ -642,7 +643,7 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
         key = dict(zip(key_cols, k_))
         kernel, case_id = k_[at_kernel] if at_kernel is not None else "", str(b_case[i])
         j = cand_at(k_)
-        # the common row, ok on both sides and within the threshold on every metric: passed as _compare_metric
+        # the common row, ok on both sides and within the threshold on every metric: passed as compare_metric
         # passes it, without the general path's dicts (most of a 300,000-row gate's rows)
         if j is not None and b_state[i] == "ok" and c_state[j] == "ok" and not paired and not metric_noise:
             passed = []
@@ -703,7 +704,7 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
                 continue
             n = metric_noise[m.name][i] if m.name in metric_noise else (noise[i] if noise else None)
             a_ = case_alpha.get(case_id, alpha) if case_alpha else alpha  # --repeat auto: the look that decided it
-            results.append(_compare_metric(key, rb, rc, m, threshold, a_, n, k, tests, paired, power))
+            results.append(compare_metric(key, rb, rc, m, threshold, a_, n, k, tests, paired, power))
     for k_, j in cand_recs.index.items():
         if k_ not in base_recs.index:
             key = dict(zip(key_cols, k_))

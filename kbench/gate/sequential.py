@@ -53,15 +53,15 @@ def looks(alpha: float, up_to: int) -> list[int]:
 
 def decide_case(row_a: dict, row_b: dict, threshold: float, alpha: float, power: float) -> str:
     """pass | fail | open: the gate's rule (kbench.gate.compare, paired) on one case's two rows at ``alpha``."""
-    from kbench.gate.compare import _compare_metric
+    from kbench.gate.compare import compare_metric
     from kbench.gate.metrics import metrics_for
 
     if row_a.get("status") != "ok" or row_b.get("status") != "ok":
         return "fail"
     outcomes = []
     for m in metrics_for("server-bench", row_a.keys(), row_b.keys()):
-        r = _compare_metric({"case_id": row_a.get("case_id")}, row_a, row_b, m, threshold, alpha, paired=True,
-                            power=power)
+        r = compare_metric({"case_id": row_a.get("case_id")}, row_a, row_b, m, threshold, alpha, paired=True,
+                           power=power)
         outcomes.append(r.outcome)
     if "regression" in outcomes or "invalid" in outcomes:
         return "fail"

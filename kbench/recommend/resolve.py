@@ -226,12 +226,13 @@ def model_config(model: str) -> dict | None:
     if not model or not folder.is_dir():
         return None
     cfg = folder / "config.json"
-    try:
-        data = files.loads(cfg.read_text())
-    except FileNotFoundError:
+    if not cfg.exists() and not cfg.is_symlink():
         raise BadInput(f"--current: the model folder {model} has no config.json (the engine reads the architecture "
-                       "there)") from None
-    except (OSError, ValueError, UnicodeDecodeError):
+                       "there)")
+    text = files.read_text(cfg, f"--current: {cfg}")  # bounded: a FIFO, a device, a huge file is one line
+    try:
+        data = files.loads(text)
+    except files.JSONProblem:
         raise BadInput(f"--current: {cfg} is not a readable model config") from None
     if not isinstance(data, dict):
         raise BadInput(f"--current: {cfg} is not a readable model config (not a JSON object)")

@@ -309,7 +309,10 @@ class _Runner:
             facts.vocab_size, facts.vocab_source = FALLBACK_VOCAB, "fallback"
         return name, facts
 
-    def _row(self, case: ServerCase, status: str, reason: str = "", **kw) -> ServerBenchRow:
+    def row(self, case: ServerCase, status: str, reason: str = "", **kw) -> ServerBenchRow:
+        """The case's row with this run's fields (name, backend, URL, model, sampling) and ``status``/``reason``; kw:
+        the measured columns. The one maker of a server-bench row: run_case here, an interleaved A/B's rounds
+        (kbench.server.interleave) too."""
         warmup = kw.pop("warmup", False)
         return ServerBenchRow(case_id=case.case_id, run_name=self.cfg.run_name, backend=self.backend.name,
                               url=self.cfg.url, model=self.backend.facts.model, batch_size=case.batch_size,
@@ -327,7 +330,7 @@ class _Runner:
         reps = 1 if warmup else cfg.repeat
         done: list[dict] = []
         for rep in range(reps):
-            one = self._timed_batch(case, ids, warmup, profiling=cfg.profile and not warmup and rep == 0)
+            one = self.timed_batch(case, ids, warmup, profiling=cfg.profile and not warmup and rep == 0)
             if one.get("reason"):
                 return self.failed_row(case, one, warmup), one.get("trace")
             done.append(one)
@@ -340,14 +343,14 @@ class _Runner:
         return pattern.ids(random.Random(seed_key), case.batch_size, case.input_len, self.vocab)
 
     def failed_row(self, case: ServerCase, one: dict, warmup: bool = False) -> ServerBenchRow:
-        """The row of a case whose batch ``one`` (a _timed_batch result) failed."""
-        return self._row(case, "failed", one["reason"], warmup=warmup,
-                         prompt_pattern=str(parse_prompt_pattern(self.cfg.prompt_pattern)),
-                         **one["fkw"], **one.get("per_req", {}))
+        """The row of a case whose batch ``one`` (a timed_batch result) failed."""
+        return self.row(case, "failed", one["reason"], warmup=warmup,
+                        prompt_pattern=str(parse_prompt_pattern(self.cfg.prompt_pattern)),
+                        **one["fkw"], **one.get("per_req", {}))
 
     def case_row(self, case: ServerCase, done: list[dict], warmup: bool = False,
                  rounds: list[int] | None = None) -> ServerBenchRow:
-        """The ok row of a case from its timed batches (_timed_batch results, in the order they ran): each metric's
+        """The ok row of a case from its timed batches (timed_batch results, in the order they ran): each metric's
         median and, with more than one batch, every batch's value. rounds: an interleaved A/B's round of each."""
         pattern = parse_prompt_pattern(self.cfg.prompt_pattern)
         reps = len(done)
@@ -357,25 +360,25 @@ class _Runner:
         out_tp = med["output_throughput"]
         samples = {f"{k}_samples": v for k, v in vals.items()} if reps > 1 or rounds is not None else {}
         rates = [d["counters"].cache_hit_rate for d in done if d["counters"].cache_hit_rate is not None]
-        row = self._row(case, "ok", warmup=warmup, prompt_pattern=str(pattern), repeats=reps,
-                        latency=med["latency"], last_ttft=med["last_ttft"],
-                        input_throughput=med["input_throughput"], output_throughput=out_tp,
-                        overall_throughput=med["overall_throughput"],
-                        itl_ms=(1000.0 * case.batch_size / out_tp) if out_tp else None,
-                        last_gen_throughput=last["gen"], acc_length=last["acc"],
-                        cache_hit_rate=statistics.median(rates) if rates else None,
-                        spec_drafts=_sum(d["counters"].spec_drafts for d in done),
-                        spec_draft_tokens=_sum(d["counters"].spec_draft_tokens for d in done),
-                        spec_accepted_tokens=_sum(d["counters"].spec_accepted_tokens for d in done),
-                        **samples, **last["fkw"], **last["per_req"],
-                        **({"sample_rounds": [float(r) for r in rounds]} if rounds is not None else {}))
+        row = self.row(case, "ok", warmup=warmup, prompt_pattern=str(pattern), repeats=reps,
+                       latency=med["latency"], last_ttft=med["last_ttft"],
+                       input_throughput=med["input_throughput"], output_throughput=out_tp,
+                       overall_throughput=med["overall_throughput"],
+                       itl_ms=(1000.0 * case.batch_size / out_tp) if out_tp else None,
+                       last_gen_throughput=last["gen"], acc_length=last["acc"],
+                       cache_hit_rate=statistics.median(rates) if rates else None,
+                       spec_drafts=_sum(d["counters"].spec_drafts for d in done),
+                       spec_draft_tokens=_sum(d["counters"].spec_draft_tokens for d in done),
+                       spec_accepted_tokens=_sum(d["counters"].spec_accepted_tokens for d in done),
+                       **samples, **last["fkw"], **last["per_req"],
+                       **({"sample_rounds": [float(r) for r in rounds]} if rounds is not None else {}))
         if row.spec_drafts and row.spec_accepted_tokens is not None:  # over all the case's batches
             agg = ctr.CaseCounters(spec_drafts=row.spec_drafts, spec_draft_tokens=row.spec_draft_tokens,
                                    spec_accepted_tokens=row.spec_accepted_tokens)
             row.acc_length, row.acceptance_rate = agg.acc_length, agg.acceptance_rate
         return row
 
-    def _timed_batch(self, case: ServerCase, ids: list[list[int]], warmup: bool, profiling: bool) -> dict:
+    def timed_batch(self, case: ServerCase, ids: list[list[int]], warmup: bool, profiling: bool) -> dict:
         """Flush, warm the prefix cache (--cache-hit-rate), snapshot /metrics, stream one batch, snapshot again."""
         cfg, be = self.cfg, self.backend
         flush = self.client.flush_with_retry(
@@ -497,7 +500,7 @@ def _run_cases(config: ServerBenchConfig, runner: _Runner, ls: Listener, run: Ru
     for case in cases:
         skip = runner.backend.skip_reason(case.batch_size, case.input_len, case.output_len)
         if skip:
-            row, trace = runner._row(case, "skipped", skip), None
+            row, trace = runner.row(case, "skipped", skip), None
         else:
             if not config.skip_warmup and case.batch_size not in warmed:
                 warmed.add(case.batch_size)

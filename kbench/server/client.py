@@ -146,12 +146,12 @@ class ServerClient:
             try:
                 with self._send(method, path, json_body=json_body, params=params, timeout=(min(t, 10.0), t),
                                 deadline=dl) as r:
-                    body = _read_bounded(r, MAX_JSON_BYTES, time.monotonic() + total)
+                    body = _read_bounded(r, MAX_JSON_BYTES, _Due(total, f"{method} {self.url(path)}"))
                     if not dl.expired:
                         return r.status_code, scrub(body.decode("utf-8", errors="replace"))
             except TRANSPORT_ERRORS as e:
                 if not dl.expired or _own_timeout(e):
-                    raise ServerError(scrub(f"{method} {self.url(path)}: {describe_exception(e)}")) from None
+                    raise ServerError(scrub(f"{method} {self.url(path)}: {_waited(e, t)}")) from None
             except ServerError as e:
                 if not dl.expired or _own_timeout(e):
                     msg = str(e) if str(e).startswith(f"{method} {self.url(path)}") else f"{method} {self.url(path)}: {e}"
@@ -236,17 +236,17 @@ class ServerClient:
                 if not dl.expired or _own_timeout(e):
                     if isinstance(e, ServerError):
                         raise
-                    raise StreamError(f"POST {self.url(path)}: {describe_exception(e)}") from None
+                    raise StreamError(f"POST {self.url(path)}: {_waited(e, timeout)}") from None
             if dl.expired:  # whatever the library made of the socket shut under it
                 raise StreamError(f"POST {self.url(path)}: {timed_out(timeout)}")
 
     def _stream_within(self, path: str, body: dict, timeout: float, max_bytes: int,
                        dl: Deadline) -> Iterator[tuple[float, dict | None]]:
-        deadline = time.monotonic() + timeout
+        deadline = _Due(timeout, f"POST {self.url(path)}")
         try:
             resp = self._send("POST", path, json_body=body, timeout=(min(timeout, 10.0), timeout), deadline=dl)
         except TRANSPORT_ERRORS as e:
-            raise StreamError(f"POST {self.url(path)}: {describe_exception(e)}") from None
+            raise StreamError(f"POST {self.url(path)}: {_waited(e, timeout)}") from None
         with resp:
             if dl.expired:
                 return
@@ -278,7 +278,7 @@ class ServerClient:
                         raise StreamError(f"server sent an error chunk: {snippet(json.dumps(chunk['error']), 200)}")
                     yield t, chunk
             except TRANSPORT_ERRORS as e:
-                raise StreamError(f"stream from {path} broke after {n_lines} lines: {describe_exception(e)}") from None
+                raise StreamError(f"stream from {path} broke after {n_lines} lines: {_waited(e, timeout)}") from None
             raise StreamError(f"stream from {path} ended before [DONE] after {n_lines} lines")
 
 
@@ -291,6 +291,12 @@ def _connects_to(url: str) -> str:
     if origin(url) is not None:
         return ""
     return f" (read by the HTTP library as host {u.host}, port {u.port or 'default'})"
+
+
+def _waited(e: BaseException, read_s: float) -> str:
+    """describe_exception, with the seconds a read waited where that was the failure."""
+    said = describe_exception(e)
+    return f"{said} (nothing for {read_s:g} s)" if said == "read timeout" else said
 
 
 def _own_timeout(e: BaseException) -> bool:
@@ -328,17 +334,25 @@ def _raw_chunks(resp: requests.Response) -> Iterator[bytes]:
         yield data
 
 
-def _check_deadline(deadline: float) -> None:
-    if time.monotonic() > deadline:
-        raise StreamError("request timeout: the server did not finish in time")
+class _Due:
+    """An exchange's deadline, checked between the chunks that arrive: ``seconds`` from now, for ``where`` (the
+    method and URL) named in the error line with the seconds."""
+
+    def __init__(self, seconds: float, where: str):
+        self.seconds, self.where = seconds, where
+        self.at = time.monotonic() + seconds
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise StreamError(f"{self.where}: {timed_out(self.seconds)}")
 
 
-def _iter_lines(resp, deadline: float, max_bytes: int) -> Iterator[tuple[float, bytes]]:
+def _iter_lines(resp, deadline: _Due, max_bytes: int) -> Iterator[tuple[float, bytes]]:
     buf = b""
     total = 0
     for data in _raw_chunks(resp):
         t = time.perf_counter()
-        _check_deadline(deadline)
+        deadline.check()
         total += len(data)
         if total > max_bytes:
             raise StreamError(f"stream larger than {max_bytes} bytes")
@@ -355,10 +369,10 @@ def _iter_lines(resp, deadline: float, max_bytes: int) -> Iterator[tuple[float, 
         yield time.perf_counter(), buf.rstrip(b"\r")
 
 
-def _read_bounded(resp, limit: int, deadline: float, truncate: bool = False) -> bytes:
+def _read_bounded(resp, limit: int, deadline: _Due, truncate: bool = False) -> bytes:
     out = b""
     for data in _raw_chunks(resp):
-        _check_deadline(deadline)
+        deadline.check()
         out += data
         if len(out) > limit:
             if truncate:

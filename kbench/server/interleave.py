@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import time
 import uuid
@@ -46,6 +45,7 @@ from kbench.text import recorded
 from kbench import redact, shell
 from kbench.errors import BadInput, KbenchError
 from kbench.runs.session import RunSession
+from kbench.server.group_guard import GroupGuard, end_groups
 from kbench.server.bench import (RESULT_JSONL, Listener, ServerBenchConfig, ServerBenchInterrupted,
                                  ServerBenchResult, ServerCase, _append_lines, _Runner, check_outputs, run_manifest)
 from kbench.server.rows import ServerBenchRow
@@ -157,16 +157,16 @@ class _Switcher:
     """Runs the switch command for a side, then waits until the server answers with the same model. Each command
     runs in a process group of its own (a session), so what it leaves running (the server it started in the
     background) is ended with kbench: close() (the end of the run, an error, Ctrl-C, SIGTERM) sends the groups
-    SIGTERM, then SIGKILL to what is left after ``GRACE_S``. The command is shown and recorded redacted
-    (kbench.redact.line: an --api-key in it is ***)."""
-
-    GRACE_S = 5.0
+    SIGTERM, then SIGKILL to what is left after group_guard.GRACE_S; a kill -9 of kbench, which no handler sees, is
+    covered by a guard process (kbench.server.group_guard) that ends the groups when kbench dies. The command is
+    shown and recorded redacted (kbench.redact.line: an --api-key in it is ***)."""
 
     def __init__(self, config: ServerBenchConfig, ls: Listener, sleep: Callable[[float], None]):
         self.config, self.ls, self.sleep = config, ls, sleep
         self.side: str | None = None
         self.count = 0
         self.groups: list[int] = []
+        self.guard = GroupGuard()
 
     def to(self, side: str, runner: _Runner) -> None:
         if side == self.side:
@@ -180,6 +180,7 @@ class _Switcher:
             raise KbenchError(f"--switch-command for side {side.upper()} cannot run {redact.text(argv[0])!r}: "
                               f"{e.strerror or e}") from None
         self.groups.append(p.pid)
+        self.guard.add(p.pid)
         try:
             p.wait(timeout=self.config.switch_timeout)
         except subprocess.TimeoutExpired:
@@ -206,35 +207,9 @@ class _Switcher:
     def close(self) -> None:
         """End every process the switch commands started (their process groups): SIGTERM, then SIGKILL."""
         groups, self.groups = self.groups, []
-        alive = []
+        end_groups(groups)
         for g in groups:
-            try:
-                os.killpg(g, signal.SIGTERM)
-                alive.append(g)
-            except (ProcessLookupError, PermissionError):
-                pass
-        end = time.monotonic() + self.GRACE_S
-        while alive and time.monotonic() < end:
-            alive = [g for g in alive if _group_alive(g)]
-            if alive:
-                time.sleep(0.05)
-        for g in alive:
-            try:
-                os.killpg(g, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.waitpid(pgid, os.WNOHANG)  # reap the leader if it is our child (a zombie still counts as alive)
-    except ChildProcessError:
-        pass
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+            self.guard.forget(g)
 
 
 def _same_model(a: str | None, b: str | None, where: str) -> None:
@@ -355,7 +330,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
         skip = be.skip_reason(c.batch_size, c.input_len, c.output_len)
         if skip:
             for s in SIDES:
-                row = runners[s]._row(c, "skipped", skip)
+                row = runners[s].row(c, "skipped", skip)
                 runs[s].append(row.to_dict())
                 results[s].rows.append(row)
         else:
@@ -385,7 +360,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                 _warm(runners, (side,), live, config, ls, results)
             if case.case_id in failed or case.case_id in decided:
                 continue
-            one = runners[side]._timed_batch(case, ids[case.case_id], False, profiling=False)
+            one = runners[side].timed_batch(case, ids[case.case_id], False, profiling=False)
             if one.get("reason"):
                 failed[case.case_id] = (side, one)
                 _write_failed(case, runners, runs, results, latest, failed)
@@ -494,6 +469,6 @@ def _write_failed(case, runners, runs, results, latest, failed) -> None:
         if fs == s:
             row = runners[s].failed_row(case, one)
         else:
-            row = runners[s]._row(case, "failed", f"the paired batch on {fs.upper()} failed: {one['reason']}")
+            row = runners[s].row(case, "failed", f"the paired batch on {fs.upper()} failed: {one['reason']}")
         runs[s].append(row.to_dict())
         latest[(case.case_id, s)] = row

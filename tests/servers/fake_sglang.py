@@ -50,10 +50,13 @@ class Faults:
     # its secret (a Basic password decoded, or a Bearer key) raw, HTML-escaped, percent-encoded and JSON-escaped,
     # as an error page or a gateway's log line may
     echo_auth: tuple | None = None
-    # every path but /health never finishes its answer: "continue" sends `100 Continue` interim responses for ever,
-    # "header-drip" the status line, then one header byte every drip seconds for ever
+    # every path but /health (or only those in stall_paths) never finishes its answer: "continue" sends `100
+    # Continue` interim responses for ever, "header-drip" the status line, then one header byte every drip seconds
+    # for ever, "body-drip" a 200 and its headers (a body of 1 MB said), then one body byte every drip seconds for
+    # ever, "headers-silent" a 200 and its headers, then nothing while the connection stays open
     stall: str | None = None
     drip: float = 0.5
+    stall_paths: tuple | None = None
 
 
 @dataclass
@@ -175,7 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
         f = self.server_obj.faults
         if path == "/health":
             return False
-        if f.stall:
+        if f.stall and (f.stall_paths is None or path in f.stall_paths):
             self._stall(f.stall, f.drip)
             return True
         if f.echo_auth and path == f.echo_auth[0]:
@@ -201,7 +204,13 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if how == "header-drip":
                 self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            elif how in ("body-drip", "headers-silent"):
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 1000000\r\n\r\n")
             for _ in range(100_000):  # hours: far beyond any test
+                if how == "headers-silent":
+                    self.wfile.flush()
+                    time.sleep(drip)
+                    continue
                 self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n" if how == "continue" else b"X")
                 self.wfile.flush()
                 time.sleep(drip)
