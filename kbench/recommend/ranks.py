@@ -5,8 +5,9 @@ A launch line spreads the model over GPUs: under tensor parallelism (SGLang `--t
 one each); under SGLang's DP attention (`--enable-dp-attention --dp-size D`) the attention runs at TP T / D, so with
 D = T every rank runs all heads on its share of the batch (batch / D). The KV-cache dtype picks the rows (fp8 rows
 for an fp8 cache: kbench's fp8 rows are e4m3), `--disable-cuda-graph` / `--enforce-eager` runs the layers eagerly
-(no run measures that), and the speculative algorithm says which steps have a draft model of the target's heads
-(EAGLE, EAGLE3, NEXTN/MTP: both steps; STANDALONE drafts with its own model and NGRAM with none: verify only).
+(priced on the eager routes' rows: kbench.kernels.routes.eager), and the speculative algorithm says which steps
+have a draft model of the target's heads (EAGLE, EAGLE3, NEXTN/MTP: both steps; STANDALONE drafts with its own
+model and NGRAM with none: verify only).
 
     plan = rank_plan(resolved, preset="deepseek-v3")        # heads per rank, batch divisor, kv rows, steps
     plan.heads, plan.batch_divisor, plan.kv_rows, plan.steps
@@ -97,6 +98,8 @@ class RankPlan:
     kv_rows: str | None = None  # the kv_dtype rows that price it (None: the model's dtype)
     steps: tuple[str, ...] = ("verify", "draft_extend")
     notes: list[str] = field(default_factory=list)
+    eager: bool = False  # --disable-cuda-graph / --enforce-eager: priced on the eager routes (`<route>-eager` rows)
+    eager_flag: str = ""
 
     def rank_batch(self, batch_size: int) -> int:
         return math.ceil(batch_size / self.dp)
@@ -104,7 +107,7 @@ class RankPlan:
 
 def rank_plan(current, preset: str | None) -> RankPlan:
     """The plan of one rank for a resolved line (kbench.recommend.resolve.Resolved); BadInput for what no run of
-    kbench can price: eager layers, an architecture kbench has no route for (gpt-oss's sinks and window, V3.2's dsa),
+    kbench can price: an architecture kbench has no route for (gpt-oss's sinks and window, V3.2's dsa),
     a TP spread of a model whose heads kbench does not know."""
     arch = current.arch or ""
     algo = str(current.fields.get("speculative_algorithm") or current.fields.get("method") or "EAGLE").upper()
@@ -118,12 +121,8 @@ def rank_plan(current, preset: str | None) -> RankPlan:
                        f"alternating ones, on {'/'.join(sorted(backends))} (model_overrides/gpt_oss.py:24-45); no "
                        "committed run has engine routes with sinks and a window, so kbench does not price it "
                        "(measure them: kbench sweep -s engine-routes --model gpt-oss, on the GPU)")
-    if not getattr(current, "cuda_graph", True):
-        flag = "--disable-cuda-graph" if current.engine == "sglang" else "--enforce-eager"
-        raise BadInput(f"--current: your line runs {flag}: every layer is launched eagerly, and kbench's routes are "
-                       "timed as CUDA-graph replays; no run measures the eager launch and host work per layer, so "
-                       "pricing it as graphs would understate every step: not priced (measure the routes eagerly on "
-                       "the GPU: no committed run has eager rows)")
+    eager = not getattr(current, "cuda_graph", True)
+    eager_flag = ("--disable-cuda-graph" if current.engine == "sglang" else "--enforce-eager") if eager else ""
     tp = max(1, int(getattr(current, "tp_size", 1) or 1))
     dp = max(1, int(getattr(current, "dp_attention", 1) or 1))
     if tp % dp:
@@ -154,6 +153,12 @@ def rank_plan(current, preset: str | None) -> RankPlan:
         raise BadInput(f"--current: your line splits the attention over {attn_tp} GPUs, and kbench does not know "
                        "the model's heads: give --model PRESET (or a local model folder with its config.json)")
     notes = []
+    if eager:
+        notes.append(f"your line runs {eager_flag}: no CUDA graphs, every layer's attention launched from Python; "
+                     "every setting is priced on its eager routes (`<route>-eager` rows: each layer's call timed as "
+                     "launched back to back, so a call whose host work outlasts its kernel costs its host work) plus "
+                     "the per-step host work added, not overlapped (the same Python thread issues both); the other "
+                     "layers' eager launches are not in the price")
     steps = ("verify", "draft_extend")
     if algo in DRAFT_OWN_HEADS:
         steps = ("verify",)
@@ -165,4 +170,4 @@ def rank_plan(current, preset: str | None) -> RankPlan:
                      + (f" (the model's heads over TP{attn_tp})" if attn_tp > 1 else " (all the model's heads)")
                      + (f", DP attention: each of {dp} ranks runs its share of the batch (batch / {dp}, rounded up)"
                         if dp > 1 else ""))
-    return RankPlan(heads, counts, tp, attn_tp, dp, kv_engine, KV_ROWS[kv_engine], steps, notes)
+    return RankPlan(heads, counts, tp, attn_tp, dp, kv_engine, KV_ROWS[kv_engine], steps, notes, eager, eager_flag)
