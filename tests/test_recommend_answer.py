@@ -209,6 +209,8 @@ def test_gpt_oss_and_v32_are_refused_with_the_reason_never_another_backend(arch,
     with pytest.raises(BadInput) as e:  # never answered with another backend's price
         recommend(load_source(DS), wl, load_table().engine("sglang"), current=r)
     assert says in str(e.value) and "not price" in str(e.value)
+    if arch == "GptOssForCausalLM":  # the exact reason: routes exist and are checked; the mixed-layer step is not
+        assert "gpt-oss-routes" in str(e.value) and "half sliding and half full layers" in str(e.value)
 
 
 # ---- items 10-16 on the committed baselines, through the CLI ------------------------------------------------------

@@ -31,6 +31,15 @@ KV_ROWS = {"fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2", "auto": None
 DRAFT_OWN_HEADS = ("STANDALONE", "NGRAM")  # verify only: the draft is another model's attention, or none
 SGLANG_E5M2 = ("python/sglang/srt/arg_groups/overrides.py:1263-1270: with --kv-cache-dtype fp8_e5m2 SGLang runs "
                "fa3 as triton (MHA and MLA)")
+# why a gpt-oss line is not priced (issue 52): the routes take sinks and window and are checked, the step is not
+GPT_OSS_REFUSAL = (
+    "--current: gpt-oss runs learned attention sinks on every layer and a 128-token window on alternating ones, on "
+    "{backends} (model_overrides/gpt_oss.py:24-45). kbench's routes of those backends take both (sglang-fa3: FA3 "
+    "with window_size and bf16 s_aux; sglang-trtllm-mha: xqa with window_left and sinks; scenario gpt-oss-routes, "
+    "checked against the float32 reference with sinks and window), but recommend does not price a step of half "
+    "sliding and half full layers, nor the EAGLE3 draft of gpt-oss, so kbench does not price it (another model's "
+    "price would not be this server's): not priced; compare the routes' rows with kbench report on a gpt-oss-routes "
+    "run")
 DSA_CITE = ("python/sglang/srt/arg_groups/model_overrides/deepseek_v2.py:98-103; "
             "python/sglang/srt/configs/model_config.py:191-211")
 
@@ -117,10 +126,7 @@ def rank_plan(current, preset: str | None) -> RankPlan:
                        f"top-k tokens, page 64: {DSA_CITE}); kbench has no dsa route, and another backend's price "
                        "would not be this server's: not priced")
     if arch == "GptOssForCausalLM":
-        raise BadInput("--current: gpt-oss runs learned attention sinks on every layer and a 128-token window on "
-                       f"alternating ones, on {'/'.join(sorted(backends))} (model_overrides/gpt_oss.py:24-45); no "
-                       "committed run has engine routes with sinks and a window, so kbench does not price it "
-                       "(measure them: kbench sweep -s engine-routes --model gpt-oss, on the GPU)")
+        raise BadInput(GPT_OSS_REFUSAL.format(backends="/".join(sorted(backends))))
     eager = not getattr(current, "cuda_graph", True)
     eager_flag = ("--disable-cuda-graph" if current.engine == "sglang" else "--enforce-eager") if eager else ""
     tp = max(1, int(getattr(current, "tp_size", 1) or 1))
