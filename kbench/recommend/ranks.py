@@ -36,10 +36,10 @@ GPT_OSS_REFUSAL = (
     "--current: gpt-oss runs learned attention sinks on every layer and a 128-token window on alternating ones, on "
     "{backends} (model_overrides/gpt_oss.py:24-45). kbench's routes of those backends take both (sglang-fa3: FA3 "
     "with window_size and bf16 s_aux; sglang-trtllm-mha: xqa with window_left and sinks; scenario gpt-oss-routes, "
-    "checked against the float32 reference with sinks and window), but recommend does not price a step of half "
-    "sliding and half full layers, nor the EAGLE3 draft of gpt-oss, so kbench does not price it (another model's "
-    "price would not be this server's): not priced; compare the routes' rows with kbench report on a gpt-oss-routes "
-    "run")
+    "checked against the float32 reference with sinks and window: results/baselines/h100-gpt-oss-routes-kv4096), "
+    "but recommend does not price a step of half sliding and half full layers, nor the EAGLE3 draft of gpt-oss, so "
+    "kbench does not price it (another model's price would not be this server's): not priced; compare the routes' "
+    "rows with kbench report on a gpt-oss-routes run")
 DSA_CITE = ("python/sglang/srt/arg_groups/model_overrides/deepseek_v2.py:98-103; "
             "python/sglang/srt/configs/model_config.py:191-211")
 
