@@ -619,6 +619,7 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
             raise BadInput(f"--current: your line runs {mine} heads per GPU ({tp}); {source.label} has rows of {have} "
                            f"only" + (f" ({words})" if words else "") + ": not priced from them"
                            + which_run_answers(source, {"heads": mine if plan.heads else None,
+                                                        "counts": None if plan.heads else plan.counts,
                                                         "kv_dtype": plan.kv_rows if plan.kv_rows
                                                         not in (None, "fp8_e5m2") else None}))
         want["heads"] = mine
@@ -632,6 +633,17 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
                            f"{', '.join(sorted(map(str, kvs)))} KV caches only: not priced"
                            + which_run_answers(source, {"heads": want.get("heads"), "kv_dtype": kv}))
         want["kv_dtype"] = kv
+    if plan.layer_mix:  # gpt-oss: rows of every layer kind, or the run that has them named
+        from kbench.cases.models import heads_text
+        from kbench.recommend.ranks import GPT_OSS_REFUSAL
+        from kbench.report.policy import LATER_KEYS
+
+        for kind, _, words in plan.layer_mix:
+            if not any(all(str(g.get(k, LATER_KEYS.get(k))) == str(v) for k, v in kind)
+                       and ("heads" not in want or heads_text(g) == want["heads"]) for g in groups):
+                raise BadInput(GPT_OSS_REFUSAL.split(", on {backends}")[0] + f"; {source.label} has no rows of its "
+                               f"{words} (sinks on" + (", window 128" if "window" in words else "") + "): not "
+                               "priced" + which_run_answers(source, {**dict(kind), "heads": want.get("heads")}))
     batches = []
     for b in workload.batches:
         f = b.filters
@@ -644,7 +656,13 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
         nb = dataclasses.replace(b, batch_size=bs, group=group, steps=steps)
         if bs != b.batch_size or group != b.group:
             nb = dataclasses.replace(nb, label=nb.describe() if b.label == b.describe() else b.label)
-        batches.append(nb)
+        if not plan.layer_mix:
+            batches.append(nb)
+            continue
+        for kind, share, words in plan.layer_mix:  # one batch a layer kind, its share of the layers as its weight
+            g = tuple(sorted({**dict(group), **dict(kind)}.items()))
+            batches.append(dataclasses.replace(nb, group=g, weight=nb.weight * share,
+                                               label=f"{nb.label or nb.describe()} ({words})"))
     return Workload(batches, workload.source, workload.header), plan
 
 
@@ -820,8 +838,8 @@ def has_eager_rows(groups) -> bool:
 
 def runs_that_answer(source, want: dict, limit: int = 3) -> list[str]:
     """The runs beside the source's (its folder's other runs: results/baselines/ for a committed one) that have a
-    group matching the filters `want` (heads, kv_dtype, tree, page_size; eager: True for runs with eager routes'
-    rows): their paths, at most `limit`."""
+    group matching the filters `want` (heads, kv_dtype, tree, page_size; counts: (q heads, KV heads) where the heads'
+    widths are not known; eager: True for runs with eager routes' rows): their paths, at most `limit`."""
     if source.kind != "run":
         return []
     first = Path(str(source.label).split(", ")[0])
@@ -834,8 +852,8 @@ def runs_that_answer(source, want: dict, limit: int = 3) -> list[str]:
         return []
     from kbench.cases.models import heads_text
 
-    eager = bool(want.get("eager"))
-    want = {k: str(v) for k, v in want.items() if v is not None and k != "eager"}
+    eager, counts = bool(want.get("eager")), want.get("counts")
+    want = {k: str(v) for k, v in want.items() if v is not None and k not in ("eager", "counts")}
     for p in siblings:
         try:
             src = load_source(p)
@@ -845,6 +863,7 @@ def runs_that_answer(source, want: dict, limit: int = 3) -> list[str]:
             continue
         hits = [g for g in src.policy.get("groups", [])
                 if all((heads_text(g) if k == "heads" else str(g.get(k))) == v for k, v in want.items())
+                and (counts is None or (int(g.get("num_qo_heads", 0)), int(g.get("num_kv_heads", 0))) == tuple(counts))
                 and any(c.get("kernels_host_us") for c in g["cells"])]  # engine routes: a plain run prices nothing
         if not hits:
             continue
