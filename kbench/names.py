@@ -30,6 +30,16 @@ ROUTE_KERNEL = {"sglang-fi-verify": ("fa2-prefill", "sglang"), "sglang-fi-extend
                 "sglang-fa3-draft": ("vllm-fa3-sgl-call", "sglang")}
 
 
+# each route's eager twin (kbench.kernels.routes.eager: the engines without CUDA graphs), after the kernels above in
+# the registry's order; SGLang's capture-only fast verify plan has none
+EAGER_ROUTES = tuple(r + "-eager" for r in ROUTE_KERNEL if r != "sglang-fi-verify-hostplan")
+_REGISTRY_ROUTES = tuple(n for n in KERNEL_NAMES if n in ROUTE_KERNEL)
+KERNEL_NAMES = (KERNEL_NAMES[:KERNEL_NAMES.index("reference")]
+                + tuple(r + "-eager" for r in _REGISTRY_ROUTES if r + "-eager" in EAGER_ROUTES)
+                + KERNEL_NAMES[KERNEL_NAMES.index("reference"):])
+ROUTE_KERNEL.update({r + "-eager": ROUTE_KERNEL[r] for r in _REGISTRY_ROUTES if r + "-eager" in EAGER_ROUTES})
+
+
 def kernel_of(name: str) -> str:
     """The kernel a kernel or route name runs ('vllm-flashmla' -> 'flashmla'; a kernel is its own)."""
     return ROUTE_KERNEL.get(name, (name, ""))[0]

@@ -213,9 +213,11 @@ def _paging(lengths, pages_of, page: int):
 
 def sink_logits(num_qo_heads: int, seed: int = 0) -> torch.Tensor:
     """Seeded float32 sink logits per q head, large enough to matter next to the scores of a few
-    thousand keys (a kernel that ignores them fails the check), as learned sinks do."""
+    thousand keys (a kernel that ignores them fails the check), as learned sinks do. Values a bf16 holds exactly:
+    gpt-oss keeps its sinks in bf16, and FA3 takes them only so (s_aux), so every kernel and the reference see the
+    same sinks."""
     gen = torch.Generator(device="cpu").manual_seed(seed + 7)
-    return torch.rand(num_qo_heads, generator=gen, dtype=torch.float32) * 8.0
+    return (torch.rand(num_qo_heads, generator=gen, dtype=torch.float32) * 8.0).to(torch.bfloat16).float()
 
 
 def build_inputs(case: Case, device="cpu", copies: int = 1, seed: int = 0) -> Inputs:

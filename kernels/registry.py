@@ -50,13 +50,14 @@ def get_kernel(name: str, where: str = "") -> Kernel:
     _load()
     if name not in _REGISTRY:
         raise BadInput(f"{where + ': kernels: ' if where else ''}unknown kernel {name!r} (known: {', '.join(_REGISTRY)}; "
-                       "groups: all, routes)")
+                       "groups: all, routes, eager-routes)")
     return _REGISTRY[name]
 
 
 def select(names: list[str], where: str = "") -> list[Kernel]:
     """'all' means every registered kernel but the routes and the test-only ones; 'routes' every route (kernels as
-    the engines call them, kbench.kernels.routes); otherwise the named ones (a test-only kernel too, added to 'all'
+    the engines call them under CUDA graphs, kbench.kernels.routes); 'eager-routes' their eager twins
+    (kbench.kernels.routes.eager: the engines without CUDA graphs); otherwise the named ones (a test-only kernel too, added to 'all'
     when named beside it), in registry order. where: the scenario's source, named in the error for an unknown name."""
     _load()
     for n in names:
@@ -64,10 +65,16 @@ def select(names: list[str], where: str = "") -> list[Kernel]:
             get_kernel(n, where)
     return [k for k in _REGISTRY.values()
             if k.name in names or ("all" in names and not k.test_only and not is_route(k))
-            or ("routes" in names and is_route(k))]
+            or ("routes" in names and is_route(k) and not is_eager(k))
+            or ("eager-routes" in names and is_eager(k))]
 
 
-GROUPS = ("all", "routes")  # names that select several kernels
+GROUPS = ("all", "routes", "eager-routes")  # names that select several kernels
+
+
+def is_eager(kernel: Kernel) -> bool:
+    """An eager route (kbench.kernels.routes.eager): its own group, timed without CUDA graphs."""
+    return bool(getattr(kernel, "eager", False))
 
 
 def is_route(kernel: Kernel) -> bool:

@@ -112,7 +112,7 @@ def scheduler_metadata(inputs: Inputs):
     c = inputs.case
     args = (c.batch_size, inputs.max_q, inputs.max_kv, c.num_qo_heads, c.num_kv_heads, c.head_dim, c.head_dim,
             torch_dtype(c.kv_dtype), inputs.seq_lens, inputs.qo_indptr, None, None, None, None, c.page_size, 0,
-            True, -1, -1, False, vllm_splits(inputs), None, 0)
+            True, *((c.window_left, 0) if c.window_left >= 0 else (-1, -1)), False, vllm_splits(inputs), None, 0)
     return lambda: ops.get_scheduler_metadata(*args)
 
 
@@ -142,12 +142,12 @@ class VllmFa3(Kernel):
                     "SGLang's fa3 runs a topk > 1 verify as a prefix call and a draft call merged by LSE: the route "
                     "sglang-fa3-tree)")
         reason = realistic_reason(
-            case, window=f"sliding window: not wired for {self.name} yet (FA3 takes window_size; kbench passes none)",
-            sinks=f"sinks: not wired for {self.name} yet (vLLM passes s_aux; kbench passes none)",
-            skip_softmax=f"skip-softmax: {self.name} has no such option",
+            case, skip_softmax=f"skip-softmax: {self.name} has no such option",
             q_fp8=f"q_dtype fp8: kbench runs {self.name} with a bf16/fp16 query only")
         if reason:
             return reason
+        if case.sinks == "on" and case.dtype != "bf16":
+            return f"sinks with a {case.dtype} query: FA3 takes bf16 sinks (s_aux) only (flash_api.cpp:1250)"
         if case.kv_dtype != case.dtype:
             return (f"{self.name} takes a KV dtype equal to the query's (FA3's fp8 path wants an e4m3 query and "
                     f"descales; not wired), got {case.dtype} with {case.kv_dtype}")
@@ -167,6 +167,11 @@ class VllmFa3(Kernel):
         bs, out = c.batch_size, launch.out
         cu_q, seq_lens, table = inputs.qo_indptr, inputs.seq_lens, inputs.block_tables
         max_q, scale = inputs.max_q, inputs.sm_scale
+        # gpt-oss: a sliding window as FA3's (left, right) = (window_left, 0) and the learned sinks as s_aux, bf16
+        # per q head (FA3's mha_fwd takes bf16 s_aux only: flash_api.cpp:1250; gpt-oss holds them in bf16) (vLLM: flash_attn.py passes window (sliding_window - 1, 0) and s_aux=self.sinks; SGLang 0.5.23:
+        # flashattention_backend.py passes window_size=(sliding_window_size, 0) and sinks=)
+        left, right = (c.window_left, 0) if c.window_left >= 0 else (-1, -1)
+        s_aux = None if inputs.sinks is None else inputs.sinks.to(torch.bfloat16).contiguous()
 
         def kv_views(kv):
             """K and V as FA3's paged cache [pages, page, Hkv, d] (last dim contiguous, the rest by strides)."""
@@ -183,15 +188,15 @@ class VllmFa3(Kernel):
             def call(q, kv):
                 k, v = kv_views(kv)
                 return ops.fwd(q, k, v, None, None, None, out, cu_q, None, None, None, seq_lens, max_q, max_k, table,
-                               None, None, None, None, None, one, one, one, scale, True, -1, -1, 0.0, True, meta,
-                               splits, None, 0, None, 1, 0, None)[0]
+                               None, None, None, None, None, one, one, one, scale, True, left, right, 0.0, True, meta,
+                               splits, None, 0, s_aux, 1, 0, None)[0]
         else:
             cu_k = inputs.cum_seq_lens_kv
 
             def call(q, kv):
                 k, v = kv_views(kv)
                 return ops.fwd(q, k, v, None, None, None, out, cu_q, None, cu_k, None, seq_lens, max_q, None, table,
-                               None, None, None, None, None, None, None, None, scale, True, -1, -1, 0.0, True, None,
-                               0, None, 0, None, 1, 0, None)[0]
+                               None, None, None, None, None, None, None, None, scale, True, left, right, 0.0, True, None,
+                               0, None, 0, s_aux, 1, 0, None)[0]
 
         return each_copy(inputs, call)

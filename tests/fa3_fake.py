@@ -49,8 +49,17 @@ class FakeFa3Ops:
             assert n_q <= a["max_seqlen_q"]
             s, vv = self.scores(a, rows, table[b, : math.ceil(n_k / page)].long(), n_k)
             qpos = n_k - n_q + torch.arange(n_q).unsqueeze(1)
-            s = s.masked_fill(torch.arange(n_k).unsqueeze(0) > qpos, float("-inf"))  # bottom-right causal
-            out[rows] = torch.einsum("hqk,khd->qhd", s.softmax(-1), vv).to(out.dtype)
+            kpos = torch.arange(n_k).unsqueeze(0)
+            hidden = kpos > qpos  # bottom-right causal
+            if a["window_size_left"] >= 0:  # FA3's local window: keys qpos - left .. qpos + right
+                hidden |= kpos < qpos - a["window_size_left"]
+            s = s.masked_fill(hidden, float("-inf"))
+            if a["s_aux"] is not None:  # a learned sink per q head: exp(s_h) joins the softmax's denominator
+                sink = a["s_aux"].float().view(-1, 1, 1).expand(-1, n_q, 1)
+                p = torch.cat([s, sink], -1).softmax(-1)[..., :-1]
+            else:
+                p = s.softmax(-1)
+            out[rows] = torch.einsum("hqk,khd->qhd", p, vv).to(out.dtype)
         return [out, None, None, None]
 
 

@@ -62,9 +62,23 @@ ROUTES = tuple(ROUTE_OF)
 HOST_CPU = {"cpus": 16, "cpu": "Synthetic Xeon"}
 
 
+# an eager route (kbench.kernels.routes.eager: `<route>-eager`) costs per layer the larger of its kernel and the
+# Python call that launches it (flat per route); its per-step host work and wait are its graph route's
+EAGER = "-eager"
+EAGER_LAUNCH = {"sglang-fi-verify": 20.0, "sglang-fi-extend": 20.0, "sglang-trtllm-mha": 80.0, "sglang-fa3": 90.0,
+                "vllm-fi-decode": 85.0, "vllm-fi-prefill": 24.0, "vllm-flash-attn": 80.0}
+for _r in list(ROUTE_OF):
+    if _r != "sglang-fi-verify-hostplan":
+        ROUTE_OF[_r + EAGER] = ROUTE_OF[_r]
+        HOST[_r + EAGER] = HOST[_r]
+WAITS |= {r + EAGER for r in WAITS}
+FENCED |= {r + EAGER for r in FENCED}
+
+
 def t_route(route: str, bs: int, q: int, kv: int) -> float:
     kernel, factor = ROUTE_OF[route]
-    return factor * TIMES[kernel](bs, q, kv)
+    t = factor * TIMES[kernel](bs, q, kv)
+    return max(t, EAGER_LAUNCH.get(route.removesuffix(EAGER), 50.0)) if route.endswith(EAGER) else t
 
 
 def step_price(route: str, bs: int, q: int, kv: int, layers: int = 1, overlap: str = "max") -> float:
@@ -110,6 +124,7 @@ def known_rows(bss=BS, qs=QS, kvs=KVS, kernels=None, **case_kw):
 
 PATHS_OF = {DECODE: "decode", FA2: "context", FA3: "context", VFA3: "decode", VFA3_SGL: "decode", FLASHMLA: "decode",
             FI_MLA: "context", FA3_MLA: "decode", FA3_MLA_SGL: "decode"}
+EAGER_GQA = tuple(r + EAGER for r in EAGER_LAUNCH)
 GQA_KERNELS = (DECODE, FA2, FA3, VFA3, VFA3_SGL, "sglang-fi-verify", "sglang-fi-extend", "sglang-trtllm-mha",
                "sglang-fa3", "vllm-fi-decode", "vllm-fi-prefill", "vllm-flash-attn")
 MLA_KERNELS = (FLASHMLA, FI_MLA, FA3_MLA, FA3_MLA_SGL, "sglang-flashmla", "sglang-fi-mla", "sglang-fi-mla-extend",

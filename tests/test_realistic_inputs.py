@@ -54,6 +54,7 @@ CASES = {
     "window": dict(window_left=20),
     "window-smaller-than-q": dict(window_left=2),
     "sinks": dict(sinks="on"),
+    "gpt-oss-sliding": dict(window_left=128, sinks="on", kv_dist="uniform:100..300"),  # its window, bf16 sinks
     "all": dict(kv_dist="uniform:40..300", q_dist="accept:0.7", window_left=33, sinks="on",
                 max_seq_len="context:1024"),
 }

@@ -192,15 +192,17 @@ def test_recommend_current_resolves_with_the_same_rules(folders, tmp_path):
 
 
 def test_recommend_current_refuses_what_it_would_misprice_by_name(folders, tmp_path):
-    """gpt-oss (sinks, sliding window) and DeepSeek-V3.2 (dsa) resolve, but the settings table prices neither: the
-    line's own model name wins over the run's model (a Llama run), and recommend says what it does not price."""
+    """gpt-oss (sinks, sliding window) and DeepSeek-V3.2 (dsa) resolve; the line's own model name wins over the run's
+    model (a Llama run): gpt-oss's heads are not that run's (it is priced on gpt-oss-routes rows), and V3.2's dsa is
+    refused by name."""
     from recommend_synth import known_run, recommend_cli
 
     synth = known_run(tmp_path / "run")
     oss = ("python -m sglang.launch_server --model-path openai/gpt-oss-120b --speculative-algorithm EAGLE3 "
            "--speculative-draft-model-path D")
     r = recommend_cli(synth, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--current", oss)
-    assert r.exit_code == 2 and "gpt-oss runs learned attention sinks" in r.output
+    # a Llama run has no rows of gpt-oss's heads (it is priced on gpt-oss-routes rows: tests/test_recommend_gptoss.py)
+    assert r.exit_code == 2 and "64 q / 8 KV heads per GPU" in r.output
     assert resolved(oss)["architecture"] == "GptOssForCausalLM"
     v32 = SG.format(m=folders["deepseek-v3.2"]) + "--speculative-algorithm NEXTN"
     r = recommend_cli(synth, "--engine", "sglang", "--batch-size", "8", "--kv-len", "4096", "--current", v32)

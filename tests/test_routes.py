@@ -27,7 +27,8 @@ from kbench.kernels.routes import fa3_tree, sglang_host_plan
 from kbench.kernels.routes.base import Route, sglang_kv_pool, token_slots
 from kbench.recommend.settings import load_table
 
-ROUTES = [k for k in registry.all_kernels() if registry.is_route(k)]
+ROUTES = [k for k in registry.all_kernels() if registry.is_route(k) and not registry.is_eager(k)]
+EAGER = [k for k in registry.all_kernels() if registry.is_eager(k)]
 
 
 def test_routes_are_registered_apart_from_all():
@@ -43,6 +44,24 @@ def test_routes_are_registered_apart_from_all():
     for k in ROUTES:
         assert k.engine in ("sglang", "vllm") and k.runs in registry.kernel_names() and k.host_work and k.source
         assert k.path == registry.get_kernel(k.runs).path  # a route competes on the path of the kernel it runs
+
+
+def test_every_graph_route_but_the_capture_only_plan_has_an_eager_twin_in_its_own_group():
+    names = {k.name for k in ROUTES}
+    eager = {k.name: k for k in EAGER}
+    assert set(eager) == {n + "-eager" for n in names - {"sglang-fi-verify-hostplan"}}
+    assert {k.name for k in registry.select(["eager-routes"])} == set(eager)
+    assert not set(eager) & {k.name for k in registry.select(["routes"])}
+    by = {k.name: k for k in ROUTES}
+    for name, k in eager.items():
+        g = by[name.removesuffix("-eager")]
+        assert registry.is_route(k) and k.eager and not getattr(g, "eager", False)
+        # the same kernel, steps, per-step host work and wait as the graph route: only the launch differs
+        assert (k.runs, k.steps, k.host_waits_for_gpu, k.engine, k.path) == (g.runs, g.steps, g.host_waits_for_gpu,
+                                                                             g.engine, g.path)
+    # FlashInfer's eager wrapper has no CUDA-graph buffers; the graph route keeps its own
+    assert not eager["sglang-fi-verify-eager"].cuda_graph and by["sglang-fi-verify"].cuda_graph
+    assert eager["sglang-fa3-eager"]._kernel is not by["sglang-fa3"]._kernel
 
 
 def test_the_settings_table_names_routes_that_run_its_kernel_at_its_step():

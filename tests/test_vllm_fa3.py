@@ -72,6 +72,50 @@ def test_both_calls_compute_the_reference_from_the_engines_arguments(fake_ops, n
         assert not fake_ops.metas
 
 
+GPT_OSS = [Case(3, 4, 300, 16, 2, 64, 16, window_left=128, sinks="on"), Case(2, 4, 90, 16, 2, 64, 1, sinks="on"),
+           Case(2, 8, 200, 8, 2, 64, 64, window_left=32)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("case", GPT_OSS, ids=lambda c: c.case_id)
+def test_gpt_oss_sinks_and_window_reach_fa3_as_the_engines_pass_them(fake_ops, name, case):
+    """gpt-oss: FA3 gets the window as (window_left, 0) and the sinks as bf16 s_aux (vLLM and SGLang both pass
+    them); the fake applies FA3's semantics, so the output matches kbench's reference with sinks and window."""
+    assert get_kernel(name).supports(H200, case) is None
+    assert _check(name, case) < 1e-2
+    a = fake_ops.fwds[-1]
+    want = (case.window_left, 0) if case.window_left >= 0 else (-1, -1)
+    assert (a["window_size_left"], a["window_size_right"]) == want
+    assert (a["s_aux"] is not None) == (case.sinks == "on")
+    if a["s_aux"] is not None:
+        assert a["s_aux"].dtype == torch.bfloat16 and a["s_aux"].shape == (case.num_qo_heads,)
+    if name == "vllm-fa3":  # the schedule is made for the same window
+        m = fake_ops.metas[-1]
+        assert (m["window_size_left"], m["window_size_right"]) == want
+
+
+def test_a_window_or_sinks_left_out_fails_the_check(fake_ops, monkeypatch):
+    """The check can tell: FA3 called without them misses kbench's reference with sinks and window."""
+    case = GPT_OSS[0]
+    real = fake_ops.fwd
+
+    def without(*args):
+        a = list(args)
+        a[vllm_fa3_args().index("window_size_left")] = -1
+        a[vllm_fa3_args().index("s_aux")] = None
+        return real(*a)
+
+    monkeypatch.setattr(fake_ops, "fwd", without)
+    with pytest.raises(AssertionError, match="copy"):
+        _check("vllm-fa3-sgl-call", case)
+
+
+def vllm_fa3_args():
+    from fa3_fake import FWD_ARGS
+
+    return FWD_ARGS
+
+
 def test_vllm_call_leaves_the_split_count_to_the_kernel_past_its_cuda_graphs(fake_ops):
     case = Case(65, 8, 40, 8, 2, 64, 16)  # 520 tokens > 512: vLLM runs it eagerly, num_splits 0
     get_kernel("vllm-fa3").prepare(build_inputs(case))(0)
@@ -92,9 +136,8 @@ REFUSED = [
     (CPU, {}, "needs a CUDA GPU"),
     (B200, {}, "needs SM90"),
     (H200, dict(tree="topk:2"), "tree: FA3's fwd takes causal and windows only"),
-    (H200, dict(window_left=128), "sliding window"),
-    (H200, dict(sinks="on"), "sinks"),
     (H200, dict(kv_dtype="fp8"), "KV dtype fp8 not supported"),
+    (H200, dict(dtype="fp16", kv_dtype="fp16", sinks="on"), "FA3 takes bf16 sinks"),
     (H200, dict(dtype="fp16", kv_dtype="bf16"), "KV dtype equal to the query's"),
 ]
 

@@ -345,7 +345,7 @@ class CaseMeasurer:
         """Time fn in the case's timing state (kbench.timing.states); None once a failed row is out."""
         t0 = time.perf_counter()
         try:
-            timed = self.timers.time(case.power, fn, copies)
+            timed = self.timers.time(case.power, fn, copies, eager=getattr(k, "eager", False))
         except Exception as e:
             self.wall.timing_s += time.perf_counter() - t0
             self._failed(emit, self.row(k, case, "failed", reason="timing: " + first_line(e), **errs))

@@ -420,6 +420,10 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     if not max_extrapolation >= 1:
         raise BadInput(f"--max-extrapolation {max_extrapolation}: must be >= 1 (1: no extrapolation)")
     mode, mode_from = check_overlap(engine, overlap)
+    eager = plan is not None and plan.eager
+    if eager:  # one Python thread issues the step's plan and every layer's launch: nothing overlaps
+        mode, mode_from = "sum", (f"{plan.eager_flag} (eager: the host work that plans a step and the layers' "
+                                  "launches come from one Python thread, one after the other)")
     fam = check_gpu(source, gpu)
     wl_gpu = workload.header.get("gpu") if isinstance(workload.header, dict) else None
     if wl_gpu:
@@ -504,7 +508,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
         placed[s.id] = (runs_at, *at_page(runs_at, why, engine.engine))
     for s in chosen:
         runs_at, s_priced, note = placed[s.id]
-        r = _price_setting(s, s_priced, fam, fi, layers, mode, engine, spec, kv)
+        r = _price_setting(s, s_priced, fam, fi, layers, mode, engine, spec, kv, eager)
         r.page_size = s_priced[0].page_size if s_priced else page
         r.runs_at = runs_at
         r.notes += [note] if note and (r.total_us is not None or r.missing) else []  # where its page mattered
@@ -525,7 +529,7 @@ def recommend(source: Source, workload: Workload, engine: Engine, *, settings: l
     whole = {r.setting.id: r for r in results}
     for s in engine.valid_on(fam, attention):
         if s.id not in whole:
-            whole[s.id] = _price_setting(s, placed[s.id][1], fam, fi, layers, mode, engine, spec, kv)
+            whole[s.id] = _price_setting(s, placed[s.id][1], fam, fi, layers, mode, engine, spec, kv, eager)
     eng_total, kb_total = 0.0, 0.0
     oracle_of: dict[tuple[int, str], StepCost] = {}
     oracle_kernels: dict[str, dict[str, float]] = {step: {} for step in STEPS}
@@ -589,6 +593,11 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
 
     plan = rank_plan(current, preset)
     groups = source.policy.get("groups", [])
+    if plan.eager and not has_eager_rows(groups):
+        raise BadInput(f"--current: your line runs {plan.eager_flag} (no CUDA graphs: every layer launched from "
+                       f"Python), and {source.label} has no eager rows (`<route>-eager`, timed as launched), only "
+                       "routes timed as CUDA-graph replays, which would understate every step: not priced"
+                       + which_run_answers(source, {"eager": True}))
     want: dict = {}
     if plan.counts is not None:
         from kbench.cases.models import heads_text
@@ -610,6 +619,7 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
             raise BadInput(f"--current: your line runs {mine} heads per GPU ({tp}); {source.label} has rows of {have} "
                            f"only" + (f" ({words})" if words else "") + ": not priced from them"
                            + which_run_answers(source, {"heads": mine if plan.heads else None,
+                                                        "counts": None if plan.heads else plan.counts,
                                                         "kv_dtype": plan.kv_rows if plan.kv_rows
                                                         not in (None, "fp8_e5m2") else None}))
         want["heads"] = mine
@@ -623,6 +633,17 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
                            f"{', '.join(sorted(map(str, kvs)))} KV caches only: not priced"
                            + which_run_answers(source, {"heads": want.get("heads"), "kv_dtype": kv}))
         want["kv_dtype"] = kv
+    if plan.layer_mix:  # gpt-oss: rows of every layer kind, or the run that has them named
+        from kbench.cases.models import heads_text
+        from kbench.recommend.ranks import GPT_OSS_REFUSAL
+        from kbench.report.policy import LATER_KEYS
+
+        for kind, _, words in plan.layer_mix:
+            if not any(all(str(g.get(k, LATER_KEYS.get(k))) == str(v) for k, v in kind)
+                       and ("heads" not in want or heads_text(g) == want["heads"]) for g in groups):
+                raise BadInput(GPT_OSS_REFUSAL.split(", on {backends}")[0] + f"; {source.label} has no rows of its "
+                               f"{words} (sinks on" + (", window 128" if "window" in words else "") + "): not "
+                               "priced" + which_run_answers(source, {**dict(kind), "heads": want.get("heads")}))
     batches = []
     for b in workload.batches:
         f = b.filters
@@ -635,7 +656,13 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
         nb = dataclasses.replace(b, batch_size=bs, group=group, steps=steps)
         if bs != b.batch_size or group != b.group:
             nb = dataclasses.replace(nb, label=nb.describe() if b.label == b.describe() else b.label)
-        batches.append(nb)
+        if not plan.layer_mix:
+            batches.append(nb)
+            continue
+        for kind, share, words in plan.layer_mix:  # one batch a layer kind, its share of the layers as its weight
+            g = tuple(sorted({**dict(group), **dict(kind)}.items()))
+            batches.append(dataclasses.replace(nb, group=g, weight=nb.weight * share,
+                                               label=f"{nb.label or nb.describe()} ({words})"))
     return Workload(batches, workload.source, workload.header), plan
 
 
@@ -657,13 +684,23 @@ def _setting_backends(engine: Engine, s: Setting) -> dict[str, str]:
 
 
 def _price_setting(s: Setting, priced: list[Priced], fam: str, fi: str | None, layers: dict[str, int], mode: str,
-                   engine: Engine, spec, kv_dtype: str | None = None) -> SettingResult:
+                   engine: Engine, spec, kv_dtype: str | None = None, eager: bool = False) -> SettingResult:
+    """eager: the line runs without CUDA graphs: each step on its route's eager twin (kbench.kernels.routes.eager)."""
     from kbench.recommend.flags import check_spec
 
     routes = {step: s.route(step, fam, fi) for step in STEPS}
     tree = spec is not None and not spec.is_chain
     # only verify sees the tree: the draft extend after it runs a chain's shape (TREE_DRAFT_EXTEND)
     kernels = {step: _kernel_for(s, step, fam, fi, tree=tree and step == "verify") for step in STEPS}
+    if eager:
+        from kbench.kernels.routes.eager import eager_route_name
+
+        no_route = sorted(STEP_LABEL[st] for st in STEPS if kernels[st] and not routes[st].route)
+        kernels = {st: eager_route_name(k) if k and routes[st].route else None for st, k in kernels.items()}
+        if no_route:
+            why = f"kbench has no engine route for its {' and '.join(no_route)}, so none launched eagerly"
+            return SettingResult(s, kernels, None, None, unpriced=why, default=False, overlap=mode,
+                                 reason="no eager route (kbench times this step as a plain kernel only)")
     notes = sorted({r.note for r in routes.values() if r.note})
     default = False  # set by recommend(): what the engine resolves with no backend flag (kbench.recommend.resolve)
     fenced = engine.engine == "sglang" and bool(set(engine.fenced_by) & set(_setting_backends(engine, s).values()))
@@ -792,9 +829,17 @@ def describe_beyond(p: Priced) -> str:
     return "; ".join(parts)
 
 
+def has_eager_rows(groups) -> bool:
+    """Whether a run's policy groups hold times of eager routes (kbench.kernels.routes.eager)."""
+    from kbench.kernels.routes.eager import SUFFIX
+
+    return any(k.endswith(SUFFIX) for g in groups for c in g["cells"] for k in (c.get("kernels_us") or {}))
+
+
 def runs_that_answer(source, want: dict, limit: int = 3) -> list[str]:
     """The runs beside the source's (its folder's other runs: results/baselines/ for a committed one) that have a
-    group matching the filters `want` (heads, kv_dtype, tree, page_size): their paths, at most `limit`."""
+    group matching the filters `want` (heads, kv_dtype, tree, page_size; counts: (q heads, KV heads) where the heads'
+    widths are not known; eager: True for runs with eager routes' rows): their paths, at most `limit`."""
     if source.kind != "run":
         return []
     first = Path(str(source.label).split(", ")[0])
@@ -807,14 +852,18 @@ def runs_that_answer(source, want: dict, limit: int = 3) -> list[str]:
         return []
     from kbench.cases.models import heads_text
 
-    want = {k: str(v) for k, v in want.items() if v is not None}
+    eager, counts = bool(want.get("eager")), want.get("counts")
+    want = {k: str(v) for k, v in want.items() if v is not None and k not in ("eager", "counts")}
     for p in siblings:
         try:
             src = load_source(p)
         except (BadInput, OSError, ValueError, KeyError):
             continue
+        if eager and not has_eager_rows(src.policy.get("groups", [])):
+            continue
         hits = [g for g in src.policy.get("groups", [])
                 if all((heads_text(g) if k == "heads" else str(g.get(k))) == v for k, v in want.items())
+                and (counts is None or (int(g.get("num_qo_heads", 0)), int(g.get("num_kv_heads", 0))) == tuple(counts))
                 and any(c.get("kernels_host_us") for c in g["cells"])]  # engine routes: a plain run prices nothing
         if not hits:
             continue

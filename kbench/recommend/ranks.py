@@ -5,8 +5,10 @@ A launch line spreads the model over GPUs: under tensor parallelism (SGLang `--t
 one each); under SGLang's DP attention (`--enable-dp-attention --dp-size D`) the attention runs at TP T / D, so with
 D = T every rank runs all heads on its share of the batch (batch / D). The KV-cache dtype picks the rows (fp8 rows
 for an fp8 cache: kbench's fp8 rows are e4m3), `--disable-cuda-graph` / `--enforce-eager` runs the layers eagerly
-(no run measures that), and the speculative algorithm says which steps have a draft model of the target's heads
-(EAGLE, EAGLE3, NEXTN/MTP: both steps; STANDALONE drafts with its own model and NGRAM with none: verify only).
+(priced on the eager routes' rows: kbench.kernels.routes.eager), and the speculative algorithm says which steps
+have a draft model of the target's heads (EAGLE, EAGLE3, NEXTN/MTP: both steps; STANDALONE drafts with its own
+model and NGRAM with none: verify only). gpt-oss (sinks on every layer, a 128-token window on every other one) is
+priced on rows with sinks and window, half its layers on each (`layer_mix`), verify only.
 
     plan = rank_plan(resolved, preset="deepseek-v3")        # heads per rank, batch divisor, kv rows, steps
     plan.heads, plan.batch_divisor, plan.kv_rows, plan.steps
@@ -30,6 +32,22 @@ KV_ROWS = {"fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2", "auto": None
 DRAFT_OWN_HEADS = ("STANDALONE", "NGRAM")  # verify only: the draft is another model's attention, or none
 SGLANG_E5M2 = ("python/sglang/srt/arg_groups/overrides.py:1263-1270: with --kv-cache-dtype fp8_e5m2 SGLang runs "
                "fa3 as triton (MHA and MLA)")
+# gpt-oss (issue 52): its layers alternate a 128-token sliding window and full attention, every one with learned
+# sinks (config.json layer_types; model_overrides/gpt_oss.py:24-45 picks fa3 on SM90, trtllm_mha on SM100): its
+# target verify is priced on rows of both groups (window_left -1 and 128, sinks on), half of its layers each
+GPT_OSS_LAYERS = (((("window_left", -1), ("sinks", "on")), 0.5, "full layers"),
+                  ((("window_left", 128), ("sinks", "on")), 0.5, "sliding layers, window 128"))
+GPT_OSS_ROUTED = {"fa3", "trtllm_mha"}  # the backends whose routes take sinks and a window (gpt-oss-routes)
+GPT_OSS_NOTE = ("gpt-oss: its target verify is priced as half full and half sliding (window 128) layers, each with "
+                "its learned sinks, on rows with sinks and window (scenario gpt-oss-routes); its EAGLE3 draft (a "
+                "model of its own) is not priced")
+# why a gpt-oss line is not priced on a backend kbench has no sinks/window route of
+GPT_OSS_REFUSAL = (
+    "--current: gpt-oss runs learned attention sinks on every layer and a 128-token window on alternating ones, on "
+    "{backends} (model_overrides/gpt_oss.py:24-45). kbench's routes of those backends take both (sglang-fa3: FA3 "
+    "with window_size and bf16 s_aux; sglang-trtllm-mha: xqa with window_left and sinks; scenario gpt-oss-routes, "
+    "checked against the float32 reference with sinks and window: results/baselines/h100-gpt-oss-routes-kv4096); "
+    "kbench has no such route of {backends}, and another backend's price would not be this server's: not priced")
 DSA_CITE = ("python/sglang/srt/arg_groups/model_overrides/deepseek_v2.py:98-103; "
             "python/sglang/srt/configs/model_config.py:191-211")
 
@@ -97,6 +115,9 @@ class RankPlan:
     kv_rows: str | None = None  # the kv_dtype rows that price it (None: the model's dtype)
     steps: tuple[str, ...] = ("verify", "draft_extend")
     notes: list[str] = field(default_factory=list)
+    eager: bool = False  # --disable-cuda-graph / --enforce-eager: priced on the eager routes (`<route>-eager` rows)
+    eager_flag: str = ""
+    layer_mix: tuple = ()  # (group filters, share of the layers, words): a model of several layer kinds (gpt-oss)
 
     def rank_batch(self, batch_size: int, cap: int | None = None) -> int:
         """The batch one rank runs when the server runs batch_size requests: under DP attention the busiest rank's
@@ -131,7 +152,7 @@ def dp_cap_for(batch_size: int, dp: int) -> int:
 
 def rank_plan(current, preset: str | None) -> RankPlan:
     """The plan of one rank for a resolved line (kbench.recommend.resolve.Resolved); BadInput for what no run of
-    kbench can price: eager layers, an architecture kbench has no route for (gpt-oss's sinks and window, V3.2's dsa),
+    kbench can price: an architecture kbench has no route for (gpt-oss's sinks and window, V3.2's dsa),
     a TP spread of a model whose heads kbench does not know."""
     arch = current.arch or ""
     algo = str(current.fields.get("speculative_algorithm") or current.fields.get("method") or "EAGLE").upper()
@@ -140,17 +161,13 @@ def rank_plan(current, preset: str | None) -> RankPlan:
         raise BadInput(f"--current: DeepSeek-V3.2 runs SGLang's dsa backend (sparse attention over the indexer's "
                        f"top-k tokens, page 64: {DSA_CITE}); kbench has no dsa route, and another backend's price "
                        "would not be this server's: not priced")
+    layer_mix: tuple = ()
     if arch == "GptOssForCausalLM":
-        raise BadInput("--current: gpt-oss runs learned attention sinks on every layer and a 128-token window on "
-                       f"alternating ones, on {'/'.join(sorted(backends))} (model_overrides/gpt_oss.py:24-45); no "
-                       "committed run has engine routes with sinks and a window, so kbench does not price it "
-                       "(measure them: kbench sweep -s engine-routes --model gpt-oss, on the GPU)")
-    if not getattr(current, "cuda_graph", True):
-        flag = "--disable-cuda-graph" if current.engine == "sglang" else "--enforce-eager"
-        raise BadInput(f"--current: your line runs {flag}: every layer is launched eagerly, and kbench's routes are "
-                       "timed as CUDA-graph replays; no run measures the eager launch and host work per layer, so "
-                       "pricing it as graphs would understate every step: not priced (measure the routes eagerly on "
-                       "the GPU: no committed run has eager rows)")
+        if not backends <= GPT_OSS_ROUTED:
+            raise BadInput(GPT_OSS_REFUSAL.format(backends="/".join(sorted(backends))))
+        layer_mix = GPT_OSS_LAYERS
+    eager = not getattr(current, "cuda_graph", True)
+    eager_flag = ("--disable-cuda-graph" if current.engine == "sglang" else "--enforce-eager") if eager else ""
     tp = max(1, int(getattr(current, "tp_size", 1) or 1))
     dp = max(1, int(getattr(current, "dp_attention", 1) or 1))
     if tp % dp:
@@ -181,8 +198,17 @@ def rank_plan(current, preset: str | None) -> RankPlan:
         raise BadInput(f"--current: your line splits the attention over {attn_tp} GPUs, and kbench does not know "
                        "the model's heads: give --model PRESET (or a local model folder with its config.json)")
     notes = []
+    if eager:
+        notes.append(f"your line runs {eager_flag}: no CUDA graphs, every layer's attention launched from Python; "
+                     "every setting is priced on its eager routes (`<route>-eager` rows: each layer's call timed as "
+                     "launched back to back, so a call whose host work outlasts its kernel costs its host work) plus "
+                     "the per-step host work added, not overlapped (the same Python thread issues both); the other "
+                     "layers' eager launches are not in the price")
     steps = ("verify", "draft_extend")
-    if algo in DRAFT_OWN_HEADS:
+    if layer_mix:
+        steps = ("verify",)
+        notes.append(GPT_OSS_NOTE)
+    elif algo in DRAFT_OWN_HEADS:
         steps = ("verify",)
         notes.append(f"{algo} drafts " + ("with its own model (its heads and layers are not the target's)"
                                           if algo == "STANDALONE" else "from n-grams of the context, no model")
@@ -192,4 +218,5 @@ def rank_plan(current, preset: str | None) -> RankPlan:
                      + (f" (the model's heads over TP{attn_tp})" if attn_tp > 1 else " (all the model's heads)")
                      + (f", DP attention: each of {dp} ranks runs its share of the batch (batch / {dp}, rounded up)"
                         if dp > 1 else ""))
-    return RankPlan(heads, counts, tp, attn_tp, dp, kv_engine, KV_ROWS[kv_engine], steps, notes)
+    return RankPlan(heads, counts, tp, attn_tp, dp, kv_engine, KV_ROWS[kv_engine], steps, notes, eager, eager_flag,
+                    layer_mix)

@@ -114,7 +114,9 @@ def headline(rec: Recommendation, whole=None) -> list[str]:
         desc = (f"{cur.backends['verify']} verify / {cur.backends['draft_extend']} draft extend, page "
                 f"{cur.page_size}, topk {cur.spec.topk}, {cur.spec.steps} steps, {cur.spec.q_len} draft tokens"
                 + _rank_words(rec) + f", cap {cur.cap}, host work "
-                + ("overlapped" if cur.overlap == "max" else "not overlapped"))
+                + ("overlapped" if cur.overlap == "max" and not getattr(rec.plan, "eager", False) else "not overlapped")
+                + (f"; eager ({rec.plan.eager_flag}): no CUDA graphs, priced on eager routes"
+                   if getattr(rec.plan, "eager", False) else ""))
         if mine is None:
             lines.append(f"you run: {desc}: no setting of kbench's table is that configuration, so it is not priced")
         elif mine.total_us is None:

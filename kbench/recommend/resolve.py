@@ -594,7 +594,8 @@ def engine_default(eng, family: str, attention: str, spec, page: int, argv: list
 # ---- layers of a model preset, the cap flag, and the diff against the user's own line ---------------------------
 # attention layers of the target (verify) and of its draft (EAGLE head or MTP layer: one) per kbench model preset
 MODEL_LAYERS = {"llama3-8b": (32, 1), "llama3-70b-tp8": (80, 1), "llama3.2-1b": (16, 1), "qwen3-30b-a3b": (48, 1),
-                "qwen2.5-7b": (28, 1), "gemma2-9b": (42, 1), "deepseek-v3": (61, 1), "deepseek-v3-tp8": (61, 1),
+                "qwen2.5-7b": (28, 1), "gemma2-9b": (42, 1), "gpt-oss": (36, 1),  # gpt-oss-120b (model_dims)
+                "deepseek-v3": (61, 1), "deepseek-v3-tp8": (61, 1),
                 "kimi-k2": (61, 1), "kimi-k2-tp8": (61, 1)}
 CAP_FLAG = {"sglang": "--max-running-requests", "vllm": "--max-num-seqs"}
 DEFAULT_CAP = {"sglang": rules_for("sglang").rule("eagle_cap").set["max_running_requests"],

@@ -39,7 +39,8 @@ class TimingState:
     def __init__(self, timing, device_index: int = 0, progress: Callable[[str], None] | None = None):
         """timing: the scenario's [timing] table (kbench.cases.scenario.Timing: stop_rule(), warmup_ms, duty)."""
 
-    def time(self, fn: Callable[[int], object], copies: int) -> Timed:
+    def time(self, fn: Callable[[int], object], copies: int, eager: bool = False) -> Timed:
+        """eager: the calls launched from Python one after the other, no CUDA graph (an eager route's timing)."""
         raise NotImplementedError
 
 
@@ -52,8 +53,8 @@ class WallClock(TimingState):
 
         self.timer = WallClockTimer(timing.stop_rule())
 
-    def time(self, fn, copies: int) -> Timed:
-        return Timed(self.timer.measure(fn, copies))
+    def time(self, fn, copies: int, eager: bool = False) -> Timed:
+        return Timed(self.timer.measure(fn, copies))  # the host clock around each call: eager either way
 
 
 class Unthrottled(TimingState):
@@ -69,17 +70,17 @@ class Unthrottled(TimingState):
         self.timer = GraphTimer(timing.stop_rule(), warmup_ms=timing.warmup_ms, duty=timing.duty,
                                 settle_ms=timing.settle_ms)
 
-    def time(self, fn, copies: int) -> Timed:
+    def time(self, fn, copies: int, eager: bool = False) -> Timed:
         from kbench.timing.power import BackgroundSampler, NvmlSampler, PowerSummary
 
         with BackgroundSampler(NvmlSampler(self.index)) as bg:
-            m, clock, note = self._unthrottled(fn, copies)
+            m, clock, note = self._unthrottled(fn, copies, eager)
         return Timed(m, clock, note, PowerSummary.of(bg.samples).columns())
 
-    def _unthrottled(self, fn, copies: int):
+    def _unthrottled(self, fn, copies: int, eager: bool = False):
         from kbench.timing.hardware import clocks
 
-        m = self.timer.measure(fn, copies)
+        m = self.timer.measure(fn, copies, **({"eager": True} if eager else {}))
         for attempt in range(THROTTLE_RETRIES + 1):
             c = clocks(self.index)
             clock, top = c.get("sm_mhz"), c.get("sm_max_mhz")
@@ -88,7 +89,7 @@ class Unthrottled(TimingState):
             if attempt == THROTTLE_RETRIES:
                 break
             time.sleep(THROTTLE_PAUSE_S)
-            m = self.timer.measure(fn, copies)
+            m = self.timer.measure(fn, copies, **({"eager": True} if eager else {}))
         return m, clock, f"SM clock {clock:.0f} MHz < {THROTTLE_FRAC:.0%} of max {top:.0f} MHz: throttled"
 
 
@@ -106,9 +107,11 @@ class Sustained(TimingState):
         (progress or (lambda text: None))("sustained state: heat soak (the GPU under load until its temperature "
                                           "is steady)")
 
-    def time(self, fn, copies: int) -> Timed:
+    def time(self, fn, copies: int, eager: bool = False) -> Timed:
         from kbench.timing import power
 
+        if eager:
+            raise ValueError("eager routes are timed in the unthrottled state only (power unthrottled)")
         first, self.soaked = not self.soaked, True
         r = power.measure_sustained(self.timer, fn, copies, self.sampler, soak_first=first)
         note = "; ".join(x for x in (r.soak.line if r.soak else "", r.settle.note) if x)
@@ -145,5 +148,5 @@ class Timers:
             self._made[kind.name] = kind(self.timing, self.index, self.progress)
         return self._made[kind.name]
 
-    def time(self, power: str, fn: Callable[[int], object], copies: int) -> Timed:
-        return self.state(power).time(fn, copies)
+    def time(self, power: str, fn: Callable[[int], object], copies: int, eager: bool = False) -> Timed:
+        return self.state(power).time(fn, copies, eager=eager)

@@ -182,9 +182,12 @@ class GraphTimer:
         # zeroing memory a later case had been given (illegal memory accesses on the H200, December 2026)
         self._fences: dict[int, object] = {}
 
-    def measure(self, fn: Callable[[int], object], copies: int = 1, sampling=None) -> Measurement:
+    def measure(self, fn: Callable[[int], object], copies: int = 1, sampling=None, eager: bool = False) -> Measurement:
         """sampling: a context manager factory the sampling phase runs inside (validate-timer's CUPTI profile
-        of the very replays the events time); None: none."""
+        of the very replays the events time); None: none. eager: no graph, no fences: the calls launched one after
+        the other from Python, as an engine without CUDA graphs runs its layers (SGLang --disable-cuda-graph, vLLM
+        --enforce-eager), each sample the events' time of `calls` launches / calls, so a call whose host work
+        (the Python wrapper, the launch) outlasts its kernel is priced at its host work (timer "eager")."""
         import torch
 
         clock = PhaseClock()
@@ -204,18 +207,20 @@ class GraphTimer:
         # enough calls per replay that the replay dwarfs the graph launch, a multiple of the copies
         calls = max(copies, min(self.max_calls, math.ceil(self.target_replay_us / max(eager_us, 1.0))))
         calls = math.ceil(calls / copies) * copies
-        fence = self.fence_tensor(torch.cuda.current_device()) if self.fence else None
+        fence = self.fence_tensor(torch.cuda.current_device()) if self.fence and not eager else None
         try:
+            if eager:
+                raise _Eager
             graph = self._capture(fn, calls, copies, fence)
             run, timer = graph.replay, "cuda-graph"
-        except Exception:
+        except Exception as e:
             # some ops refuse capture; fall back to a timed loop (host overhead included: label it)
             torch.cuda.synchronize()
 
             def run():
                 _fenced_calls(fn, calls, copies, fence)
 
-            timer = "cuda-events"
+            timer = "eager" if isinstance(e, _Eager) else "cuda-events"
         clock.mark("capture")
         fence_run = self.fence_run(fence, calls, timer == "cuda-graph") if fence is not None else None
         clock.mark("fence")
@@ -294,6 +299,10 @@ class GraphTimer:
             _fenced_calls(fn, calls, copies, fence)
         torch.cuda.synchronize()
         return graph
+
+
+class _Eager(Exception):
+    """Not an error: the eager timer's way past the capture to the timed loop of launches."""
 
 
 def _fenced_calls(fn, calls: int, copies: int, fence) -> None:

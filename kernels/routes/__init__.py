@@ -8,6 +8,8 @@ from __future__ import annotations
 
 
 def all_routes() -> tuple:
-    from kbench.kernels.routes import draft_decode, sglang, vllm
+    """The graph routes, then their eager twins (kbench.kernels.routes.eager)."""
+    from kbench.kernels.routes import draft_decode, eager, sglang, vllm
 
-    return sglang.ROUTES + vllm.ROUTES + draft_decode.ROUTES
+    graph = sglang.ROUTES + vllm.ROUTES + draft_decode.ROUTES
+    return graph + eager.eager_routes(graph)
