@@ -8,6 +8,8 @@ scheduler does, and `kbench recommend` adds it to the GPU time instead of overla
 """
 from __future__ import annotations
 
+import copy
+
 from typing import TYPE_CHECKING, Callable
 
 from kbench.kernels.base import Kernel, KernelFn, fa2_batch_prefill_spec, realistic_reason
@@ -252,6 +254,10 @@ class KernelRoute(Route):
         self.metadata, self.description, self.host_work = metadata, description, host_work
         self._kernel, self.runs, self.path, self.takes_trees = kernel, kernel.name, kernel.path, takes_trees
         self.kv_dtypes, self.attentions = kernel.kv_dtypes, kernel.attentions
+
+    def with_own_kernel(self) -> None:
+        """Give this route (a copy of another) its own kernel object, whose prepare() state it then keeps."""
+        self._kernel = copy.copy(self._kernel)
 
     def backend(self, device) -> str:
         return self._kernel.backend(device)

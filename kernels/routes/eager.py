@@ -60,8 +60,8 @@ def eager_twin(route: Route) -> Route:
     r.eager = True
     if isinstance(r, PagedPrefillRoute):
         r.cuda_graph = False
-    if hasattr(route, "_kernel"):
-        r._kernel = copy.copy(route._kernel)
+    if hasattr(r, "with_own_kernel"):
+        r.with_own_kernel()
     r.description = (route.description + "; run eagerly (no CUDA graph): every layer's call launched from Python, "
                      "timed as launched back to back")
     r.host_work = route.host_work + " (once per step, as under graphs)"
