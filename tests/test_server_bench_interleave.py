@@ -256,3 +256,24 @@ def test_each_finished_round_is_in_both_journals_as_it_is_measured(two, tmp_path
         assert [len(x["latency_samples"]) for x in lines] == [1, 2, 3, 4, 5, 6, 7]
         assert lines[-1]["sample_rounds"] == [0, 1, 2, 3, 4, 5, 6]
         assert len(load_run(side.run_dir).rows) == 1  # one row per case when read
+
+
+def test_a_round_of_k_batches_counts_the_server_counters_of_all_k():
+    """#54: with --batches-per-round K > 1 a round's latency is the median of its K batches, but its draft and cache
+    counters were the last batch's alone (1 of K batches' drafts: an acceptance rate and a cache-hit rate of a third
+    of the round); they are summed over the K batches."""
+    from kbench.server.counters import CaseCounters
+    from kbench.server.interleave import _round_value
+
+    def batch(lat, drafts, tokens, accepted, cached, prompt):
+        return {"m": {"latency": lat, "last_ttft": lat / 4}, "gen": -1.0, "acc": -1.0,
+                "counters": CaseCounters(cached_tokens=cached, prompt_tokens=prompt, spec_drafts=drafts,
+                                         spec_draft_tokens=tokens, spec_accepted_tokens=accepted)}
+
+    r = _round_value([batch(0.10, 4, 12, 9, 0, 64), batch(0.30, 5, 15, 6, 32, 64), batch(0.12, 3, 9, 3, 64, 64)])
+    c = r["counters"]
+    assert (c.spec_drafts, c.spec_draft_tokens, c.spec_accepted_tokens) == (12, 36, 18)
+    assert (c.cached_tokens, c.prompt_tokens) == (96, 192) and c.cache_hit_rate == pytest.approx(0.5)
+    assert r["m"]["latency"] == pytest.approx(0.12)  # the median of the three: one slow batch decides nothing
+    none = _round_value([batch(0.1, None, None, None, None, None), batch(0.2, None, None, None, None, None)])
+    assert none["counters"].spec_drafts is None  # a server that counts nothing: nothing, not 0

@@ -476,15 +476,31 @@ def _round_order(n_cases: int, r: int, mode: str, k: int = 1) -> list[tuple[int,
 
 def _round_value(batches: list[dict]) -> dict:
     """A round's batches on one side as one: each metric the median of its batches (one burst on a busy machine
-    does not decide the round), the rest the last batch's; one batch is itself."""
+    does not decide the round), the server's counters (drafts, accepted tokens, cached and prompt tokens) summed
+    over all of them (each batch's are its own: kbench.server.counters), the rest the last batch's; one batch is
+    itself."""
     if len(batches) == 1:
         return batches[0]
+    from dataclasses import fields
+
+    from kbench.server.counters import CaseCounters
+
     out = dict(batches[-1])
     out["m"] = {}
     for key in batches[-1]["m"]:
         vals = [b["m"][key] for b in batches if b["m"][key] is not None]
         out["m"][key] = median(vals) if vals else None
+    counted = [b["counters"] for b in batches if b.get("counters") is not None]
+    if counted:
+        out["counters"] = CaseCounters(**{f.name: _sum_known(getattr(c, f.name) for c in counted)
+                                          for f in fields(CaseCounters)})
     return out
+
+
+def _sum_known(values) -> float | None:
+    """The sum of the counts a server reported (None when it reported none)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _write_failed(case, runners, runs, results, latest, failed) -> None:
