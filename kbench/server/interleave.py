@@ -295,7 +295,7 @@ def _interleaved(config: ServerBenchConfig, listener: Listener | None, sleep: Ca
         m = run_manifest(cfg[s], runners[s].backend.name if runners[s].backend else backend, f)
         m["interleave"] = {"id": pair_id, "side": s, "order": ORDER, "rounds": rounds, "mode": mode,
                            "batches_per_round": config.batches_per_round,
-                           **({"repeat": "auto", "rule": "alpha spending (kbench.gate.sequential)",
+                           **({"repeat": "auto", "rule": "alpha spending over the planned rounds (kbench.gate.sequential)",
                                "threshold": config.threshold, "alpha": config.alpha, "power": config.power,
                                "budget_s": config.budget} if config.repeat_auto else {}),
                            "url_a": cfg["a"].recorded()["url"], "url_b": cfg["b"].recorded()["url"],
@@ -372,7 +372,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     k = config.batches_per_round
     _warm(runners, SIDES if mode == "two-servers" else ("a",), live, config, ls, results)  # (switch: A is on)
     auto = config.repeat_auto
-    look, look_at, alpha_spent = 0, sequential.first_look(config.alpha), None
+    look, look_at, alpha_spent, plan = 0, sequential.first_look(config.alpha), None, None
     started, stop = time.monotonic(), "rounds"
     round_times: list[float] = []
     for r in range(rounds):
@@ -408,29 +408,34 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
             raise BadInput(f"--budget {config.budget:g} s cannot reach the {look_at} rounds the first look needs: a "
                            f"round took {round_times[0]:.1f} s here (about {round_times[0] * look_at:.0f} s for "
                            f"{look_at}); give a larger --budget, fewer cases or --batches-per-round 1")
-        if auto and n == look_at:
+        per_round = median(round_times[-5:])
+        out_of_time = auto and time.monotonic() - started + per_round > config.budget
+        if auto and (n == look_at or (out_of_time and plan is not None) or n == rounds):
+            if plan is None:  # the first look plans the rounds the budget fits (kbench.gate.sequential)
+                plan = sequential.Plan(config.alpha, sequential.planned_rounds(config.budget, round_times, rounds))
             look += 1
-            alpha_spent = sequential.alpha_at(look, config.alpha)
+            alpha_spent = plan.test_alpha(n, last=out_of_time or n == rounds)
             for c in live:
                 if c.case_id in failed or c.case_id in decided:
                     continue
                 ra, rb = latest.get((c.case_id, "a")), latest.get((c.case_id, "b"))
-                if ra is not None and rb is not None:
+                if ra is not None and rb is not None and plan.can_decide(n, alpha_spent):
                     v = sequential.decide_case(ra.to_dict(), rb.to_dict(), config.threshold, alpha_spent,
                                                config.power)
                     if v != "open":
                         decided[c.case_id] = v
                         case_alpha[c.case_id] = alpha_spent  # its rows stop here: the gate tests them at this
             ls.ab_look(look, n, alpha_spent, decided, len(live))
-            look_at = sequential.next_look(n)
+            look_at = plan.next_look(n)
             if all(c.case_id in decided or c.case_id in failed for c in live):
                 stop = "decided"
                 break
-        if auto:
-            per_round = median(round_times[-5:])
-            if time.monotonic() - started + per_round > config.budget:
-                stop = "budget"
+            if plan.is_last(n):
+                stop = "planned-rounds"
                 break
+        if out_of_time:
+            stop = "budget"
+            break
     else:
         stop = "max-rounds" if auto else "rounds"
     for c in live:
@@ -445,6 +450,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     out = {"rounds_run": max((len(v) for v in rounds_of.values()), default=0), "stopped": stop}
     if auto:
         out.update(looks=look, alpha_spent=alpha_spent, rule=sequential.RULE, threshold=config.threshold,
+                   planned_rounds=plan.planned if plan else None,
                    alpha=config.alpha, power=config.power, budget_s=config.budget,
                    decided={c: v for c, v in decided.items()},
                    case_alpha={c.case_id: case_alpha.get(c.case_id, alpha_spent) for c in live
