@@ -280,3 +280,24 @@ def test_a_round_of_k_batches_counts_the_server_counters_of_all_k():
     assert r["m"]["latency"] == pytest.approx(0.12)  # the median of the three: one slow batch decides nothing
     none = _round_value([batch(0.1, None, None, None, None, None), batch(0.2, None, None, None, None, None)])
     assert none["counters"].spec_drafts is None  # a server that counts nothing: nothing, not 0
+
+
+def test_two_server_processes_are_read_for_counters_once_a_side_and_round(two, tmp_path):
+    """#54: a round's wall was half flushes and /metrics reads (vLLM took ~50 ms a read on a busy 2-core machine,
+    two reads a batch: a third of the round). With K batches per round on two server processes (different
+    process_start_time_seconds), each side's counters are read before its first batch of the case and after its
+    last: 2 reads a side and round instead of 2 K, and the counters still cover all K batches (the cache-hit rate
+    of every prompt token). One server behind both URLs (the same start time) is read around each batch as
+    before, where nothing else runs on it."""
+    a, b = two
+    a.faults.metrics_start_time, b.faults.metrics_start_time = 1000.0, 2000.0
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=8, batches_per_round=3))
+    assert ab.exit_code == 0
+    assert len(a.seen("/metrics")) == len(b.seen("/metrics")) == 1 + 2 * 8  # who is who, then 2 a round
+    for side in (ab.a, ab.b):
+        row = load_run(side.run_dir).rows.to_dict("records")[0]
+        assert row["cache_hit_rate"] == pytest.approx(0.25)  # the fake caches a quarter of every prompt token
+    b.faults.metrics_start_time = 1000.0  # the same process, as far as its /metrics says
+    a.requests.clear(), b.requests.clear()
+    run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=8, batches_per_round=3, run_name="same"))
+    assert len(a.seen("/metrics")) == 1 + 2 * 3 * 8

@@ -48,6 +48,7 @@ from kbench.errors import BadInput, KbenchError
 from kbench.runs.session import RunSession
 from kbench.server.bench import (RESULT_JSONL, Listener, ServerBenchConfig, ServerBenchInterrupted,
                                  ServerBenchResult, ServerCase, _append_lines, _Runner, check_outputs, run_manifest)
+from kbench.server import counters as ctr
 from kbench.server.rows import ServerBenchRow
 from kbench.server.workload import write_workload
 
@@ -371,6 +372,8 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     case_alpha: dict[str, float] = {}
     k = config.batches_per_round
     _warm(runners, SIDES if mode == "two-servers" else ("a",), live, config, ls, results)  # (switch: A is on)
+    read_per_round = k > 1 and mode == "two-servers" and _distinct_servers(runners)  # counters once a round
+    opened: dict[tuple[str, str], dict | None] = {}  # (case, side) -> the /metrics snapshot before its batches
     auto = config.repeat_auto
     look, look_at, alpha_spent, plan = 0, sequential.first_look(config.alpha), None, None
     started, stop = time.monotonic(), "rounds"
@@ -385,13 +388,19 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                 _warm(runners, (side,), live, config, ls, results)
             if case.case_id in failed or case.case_id in decided:
                 continue
-            one = runners[side]._timed_batch(case, ids[case.case_id], False, profiling=False)
+            if read_per_round and not batches.get((case.case_id, side)):
+                opened[(case.case_id, side)] = ctr.snapshot(runners[side].client)
+            one = runners[side]._timed_batch(case, ids[case.case_id], False, profiling=False,
+                                             counters=not read_per_round)
             if one.get("reason"):
                 failed[case.case_id] = (side, one)
                 _write_failed(case, runners, runs, results, latest, failed)
                 ls.ab_batch(case, side, r, rounds, None, one["reason"])
                 continue
             batches.setdefault((case.case_id, side), []).append(one)
+            if read_per_round and len(batches[(case.case_id, side)]) == k:  # its K batches: the counters over them all
+                one["counters"] = _round_counters(runners[side], opened.pop((case.case_id, side), None),
+                                                  k * case.batch_size)
             ls.ab_batch(case, side, r, rounds, one["m"]["latency"], "")
             if all(len(batches.get((case.case_id, s), [])) >= k for s in SIDES):  # the case's round is done
                 for s in SIDES:
@@ -456,6 +465,25 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                    case_alpha={c.case_id: case_alpha.get(c.case_id, alpha_spent) for c in live
                                if alpha_spent is not None})
     return out
+
+
+def _distinct_servers(runners: dict) -> bool:
+    """A and B are two server processes, so that A's /metrics counts only A's batches: both export
+    process_start_time_seconds and the two differ. Otherwise (one server behind two URLs, no such metric, no
+    /metrics) the counters are read around each batch, where nothing else runs on either server."""
+    starts = []
+    for s in SIDES:
+        snap = ctr.snapshot(runners[s].client)
+        starts.append(snap.get("process_start_time_seconds") if snap else None)
+    return None not in starts and starts[0] != starts[1]
+
+
+def _round_counters(runner, before: dict | None, requests: int):
+    """The server's counters over a side's K batches of a case in one round: the snapshot before the first, and one
+    after the last once the server counted its ``requests`` (two /metrics reads a round instead of 2 K: on a busy
+    2-core machine vLLM took about 50 ms to answer each, a third of a round's wall; docs/gate.md)."""
+    after = ctr.settled_snapshot(runner.client, runner.backend.name, before, requests, runner.sleep) if before else None
+    return ctr.case_counters(runner.backend.name, before, after)
 
 
 def _round_finished(runs: dict, n: int) -> None:
