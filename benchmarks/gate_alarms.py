@@ -282,7 +282,7 @@ def table(results: list[dict], procedures) -> str:
                 s10 = [r for r in slow if r["condition"].endswith("-10%")]
                 s25 = [r for r in slow if r["condition"].endswith("-25%")]
                 secs = [r["seconds"] for r in rows]
-                loads = [r["load_avg"] for r in rows]
+                loads = [x for r in rows for x in (r.get("load_start", r["load_avg"]), r["load_avg"])]
                 ratios = [x for r in aa for x in r.get("ratios", [])]
                 spread = f"{_pct(ratios, 0.1):.2f} to {_pct(ratios, 0.9):.2f}" if ratios else "-"
                 lines.append(
@@ -310,6 +310,10 @@ def main(argv=None) -> int:
     ap.add_argument("--pythonpath", default=None, help="import kbench from this folder")
     ap.add_argument("--keep-first", action="store_true", help="keep the first pair's run folders of each")
     a = ap.parse_args(argv)
+    import signal
+
+    # SIGTERM (a time limit) ends the run as Ctrl-C does: the servers it started are stopped, the table is kept
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if a.pythonpath:
         sys.path.insert(0, a.pythonpath)
     import kbench
@@ -346,6 +350,7 @@ def main(argv=None) -> int:
             for cond in conditions:
                 for proc in procedures:
                     pb.set(cond, lat)
+                    load_start = os.getloadavg()[0]  # `uptime`'s 1-minute figure, at the start and the end
                     d = Path(tempfile.mkdtemp(prefix=f"{proc}-{cond}-", dir=work))
                     ld = load if cond == "aa-load" else None
                     if proc == "plain":
@@ -363,6 +368,10 @@ def main(argv=None) -> int:
                     rec = {"procedure": proc, "servers": a.servers, "condition": cond, "pair": i,
                            "verdict_word": verdict_word(res), "passed": res.passed, "verdict": res.summary_line(),
                            "seconds": round(secs, 1), "load_avg": round(os.getloadavg()[0], 2),
+                           "load_start": round(load_start, 2),
+                           "stopped": (res.paired or {}).get("stopped") if getattr(res, "paired", None) else None,
+                           "planned_rounds": ((res.paired or {}).get("planned_rounds")
+                                              if getattr(res, "paired", None) else None),
                            "rounds": (res.paired or {}).get("rounds_run") if getattr(res, "paired", None) else None,
                            "regressions": [f"{r.case_id} {r.metric} {r.change:+.1%} ({r.note})"
                                            for r in res.rows if r.outcome == "regression"],
@@ -370,8 +379,10 @@ def main(argv=None) -> int:
                     results.append(rec)
                     log.write(json.dumps(rec) + "\n")
                     log.flush()
+                    (out / "table.md").write_text(table(results, procedures) + "\n")  # a run cut short keeps it
                     print(f"{proc:14s} {cond:11s} {i + 1:2d}/{a.pairs} {rec['verdict_word']:12s} {secs:5.1f} s "
-                          f"load {rec['load_avg']:.1f}  {rec['verdict'][:120]}", flush=True)
+                          f"{rec['rounds']} rounds, load {load_start:.1f} -> {rec['load_avg']:.1f}  "
+                          f"{rec['verdict'][:120]}", flush=True)
                     if i > 0 or not a.keep_first:
                         shutil.rmtree(d, ignore_errors=True)  # (the first pair's run folders: --keep-first)
     finally:

@@ -3,6 +3,7 @@ and a gate that never passes vacuously (nothing compared fails)."""
 from __future__ import annotations
 
 import shutil
+import numpy as np
 
 from gate_synth import (BASE_TIMES, CASE_A, CASE_B, CONTEXT, DECODE, gate_cli, gate_json, outcomes, sweep_rows,
                         with_time, write_run)
@@ -224,3 +225,34 @@ def test_gate_with_no_row_compared_fails(tmp_path):
     r = gate_cli("--baseline", base, "--candidate", cand)
     assert r.exit_code == 1, r.output
     assert "FAIL: nothing compared" in r.output
+
+
+def _aa_times(moved: float, seed: int, flip: tuple[float, float]) -> dict:
+    """Eight cases of a decode and a context kernel; every row moved by up to ``moved`` (relative, seeded: an A/A
+    sweep's run-to-run noise), case 0's decode and context times ``flip`` (decode, context)."""
+    from kbench.cases.case import Case
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in range(8):
+        case = Case(batch_size=4 * (i + 1), q_len=4, kv_len=4096, num_qo_heads=32, num_kv_heads=8, head_dim=128)
+        d, c = flip if i == 0 else (10.0 + i, 14.0 + i)
+        out[(DECODE, "decode", case)] = d * (1 + (rng.uniform(-moved, moved) if i else 0.0))
+        out[(CONTEXT, "context", case)] = c * (1 + (rng.uniform(-moved, moved) if i else 0.0))
+    return out
+
+
+def test_a_winner_flip_within_the_pairs_own_run_to_run_movement_is_a_tie(tmp_path):
+    """#54 (H100 A/A, single-run baseline: `FAIL: 0 of 96 rows fail, 1 winner change(s)`): a decode and a context
+    kernel 0.6% apart swap places between two sweeps in which every row moves by up to 1% (tight samples: each
+    side's order is beyond its own confidence intervals). The flip is smaller than the rows' own movement between
+    the two runs: a tie, listed, and the gate passes. A flip beyond that movement (context 14 -> 8 us, the rows
+    still within 1%) still fails."""
+    base = write_run(tmp_path / "base", sweep_rows(_aa_times(0.01, 1, (10.0, 10.06)), seed=1, sd=0.002))
+    cand = write_run(tmp_path / "cand", sweep_rows(_aa_times(0.01, 2, (10.06, 10.0)), seed=2, sd=0.002))
+    res, data = gate_json(tmp_path, base, cand)
+    assert res.exit_code == 0, res.output
+    assert data["winner_changes"] == [] and len(data["winner_ties"]) == 1
+    real = write_run(tmp_path / "real", sweep_rows(_aa_times(0.01, 2, (10.0, 8.0)), seed=2, sd=0.002))
+    res2, data2 = gate_json(tmp_path, base, real)
+    assert res2.exit_code == 1 and [w["cand_path"] for w in data2["winner_changes"]] == ["context"]

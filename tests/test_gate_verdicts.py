@@ -94,13 +94,17 @@ def test_the_kernel_gate_gets_the_same_three_verdicts_from_its_own_noise(tmp_pat
 
 
 # ---- the sequential rule: false alarms and power on simulated pairs ----------------------------------------------
-def _simulate(effect: float, sd: float, seed: int, max_rounds: int, threshold=0.05, alpha=0.01, power=0.8) -> str:
-    """One --repeat auto run on simulated pairs (log-normal round noise, heavy-tailed bursts on either side):
-    the looks of kbench.gate.sequential until a decision or max_rounds."""
+def _simulate(effect: float, sd: float, seed: int, max_rounds: int, threshold=0.05, alpha=0.01, power=0.8,
+              rule: str = "plan") -> tuple[str, int]:
+    """One --repeat auto run on simulated pairs (log-normal round noise, heavy-tailed bursts on either side): the
+    looks of kbench.gate.sequential until a decision or ``max_rounds`` (the rounds the budget fits: the plan's N).
+    rule: "plan" (the run's: O'Brien-Fleming spending over N), "bonferroni" (the earlier rule: 6 alpha / (pi^2
+    k^2) at look k, unbounded), "naive" (every look at alpha). Returns (pass | fail | open, rounds run)."""
     from kbench.gate import sequential
 
     rng = np.random.default_rng(seed)
     a, b = [], []
+    plan = sequential.Plan(alpha, max_rounds)
     look, at = 0, sequential.first_look(alpha)
     for n in range(1, max_rounds + 1):
         drift = math.exp(rng.normal(0, 0.3))
@@ -108,40 +112,59 @@ def _simulate(effect: float, sd: float, seed: int, max_rounds: int, threshold=0.
         burst_b = math.exp(abs(rng.standard_t(3)) * sd) if rng.random() < 0.1 else 1.0
         a.append(0.1 * drift * math.exp(rng.normal(0, sd)) * burst_a)
         b.append(0.1 * drift * math.exp(rng.normal(0, sd)) * burst_b * (1 + effect))
-        if n == at:
+        if n == at or (rule == "plan" and n == max_rounds):
             look += 1
             row_a = {"case_id": "bs1-in64-out16", "status": "ok", "latency": float(np.median(a)),
                      "latency_samples": list(a), "repeats": n}
             row_b = {"case_id": "bs1-in64-out16", "status": "ok", "latency": float(np.median(b)),
                      "latency_samples": list(b), "repeats": n}
-            v = sequential.decide_case(row_a, row_b, threshold, sequential.alpha_at(look, alpha), power)
+            al = {"plan": lambda: plan.test_alpha(n), "bonferroni": lambda: sequential.alpha_at(look, alpha),
+                  "naive": lambda: alpha}[rule]()
+            v = sequential.decide_case(row_a, row_b, threshold, al, power) if plan.can_decide(n, al) else "open"
             if v != "open":
-                return v
-            at = sequential.next_look(n)
-    return "open"
+                return v, n
+            at = plan.next_look(n) if rule == "plan" else sequential.next_look(n)
+    return "open", max_rounds
 
 
-def test_alpha_spending_keeps_the_false_alarm_rate_under_repeated_looks(monkeypatch):
+def test_alpha_spending_keeps_the_false_alarm_rate_under_repeated_looks():
     """B exactly the threshold (5%) slower, the hardest case where nothing should fail (H0: a change of at most the
-    threshold): 400 simulated --repeat auto runs of up to 120 rounds (up to 14 looks). Alpha spending raises at
-    most alpha (0.01) of false alarms, within the simulation's margin (measured on 1000 runs: 0.4%); the naive
-    rule, every look at alpha, raises about five times alpha on the same pairs (measured: 5.2%)."""
+    threshold): 400 simulated --repeat auto runs planned at 120 rounds (14 looks). The run's spending (O'Brien-
+    Fleming over the plan, union bound) raises at most alpha (0.01) of false alarms, within the simulation's
+    margin; the naive rule, every look at alpha, raises about five times alpha on the same pairs (measured
+    before: 5.2% over 1000 runs)."""
     from kbench.gate import sequential
 
-    spent = [_simulate(0.05, 0.05, 9000 + s, 120) for s in range(400)]
+    spent = [_simulate(0.05, 0.05, 9000 + s, 120)[0] for s in range(400)]
     assert spent.count("fail") <= 8, spent.count("fail")  # 1% of 400 is 4
-    monkeypatch.setattr(sequential, "alpha_at", lambda k, a: a)
-    naive = [_simulate(0.05, 0.05, 9000 + s, 120) for s in range(400)]
+    naive = [_simulate(0.05, 0.05, 9000 + s, 120, rule="naive")[0] for s in range(400)]
     assert naive.count("fail") >= 12, naive.count("fail")
-    monkeypatch.undo()
-    assert sum(sequential.alpha_at(k, 0.01) for k in range(1, 10_000)) < 0.01
-    quiet_aa = [_simulate(0.0, 0.05, s, 120) for s in range(100)]
+    plan = sequential.Plan(0.01, 120)
+    looks = plan.schedule()
+    assert looks[0] == 8 and looks[-1] == 120 and looks[-2] <= 0.8 * 120 and len(looks) >= 10
+    steps = [plan.test_alpha(n) for n in plan.schedule()]
+    assert sum(steps) == pytest.approx(0.01) and all(s >= 0 for s in steps)  # what all looks spend: alpha
+    assert steps[-1] > 0.005  # most of it kept for the last look (a fixed sample's power)
+    quiet_aa = [_simulate(0.0, 0.05, s, 120)[0] for s in range(100)]
     assert quiet_aa.count("fail") == 0 and quiet_aa.count("pass") >= 95  # and A/A runs end decided
 
 
 def test_alpha_spending_finds_a_25pct_slowdown():
-    outcomes = [_simulate(0.25, 0.15, 1000 + s, 120) for s in range(200)]
+    outcomes = [_simulate(0.25, 0.15, 1000 + s, 120)[0] for s in range(200)]
     assert outcomes.count("fail") >= 190 and outcomes.count("pass") == 0
+
+
+def test_spending_over_the_plan_finds_more_than_the_bonferroni_split_in_the_same_rounds():
+    """#54: the earlier rule (6 alpha / (pi^2 k^2) at look k) tested late looks at 1e-5 to 1e-4. Where a 25%
+    slowdown needs most of the budget's rounds (round noise of SD 0.6 in logs, 80 rounds: the two-server CPU pairs
+    of docs/gate.md), spending over the planned rounds fails it more often, and the A/A rate (B at the 5%
+    threshold) stays within alpha."""
+    new = [_simulate(0.25, 0.6, 3000 + s, 80)[0] for s in range(150)]
+    old = [_simulate(0.25, 0.6, 3000 + s, 80, rule="bonferroni")[0] for s in range(150)]
+    assert new.count("fail") >= old.count("fail") + 15, (new.count("fail"), old.count("fail"))
+    assert new.count("pass") == 0
+    aa = [_simulate(0.05, 0.6, 7000 + s, 80)[0] for s in range(300)]
+    assert aa.count("fail") <= 6, aa.count("fail")  # 1% of 300 is 3
 
 
 # ---- the seven defects ----------------------------------------------------------------------------------------
@@ -276,3 +299,35 @@ def test_defect7_docs_and_the_benchmark_give_the_same_figures():
     import re
 
     assert not re.search(r"\d+ (min|minutes|s a pair)", doc), doc
+
+
+def test_the_gate_tests_each_case_at_the_alpha_its_run_recorded(tmp_path):
+    """--repeat auto records each case's alpha (``case_alpha``: the look that decided it, else the last look's) and
+    the gate tests the case at it (commit a2a870a). 10 rounds, B 30% slower in every round: the signed-rank p of
+    the latency is 1/1024. At the run's last look's alpha (0.005) that is a regression (FAIL); the case recorded
+    at 1e-4 (decided at an early look) cannot be failed by it, and is INCONCLUSIVE (10 rounds cannot reach 1e-4).
+    A gate that ignored the recorded per-case alpha would FAIL both."""
+    rng = np.random.default_rng(3)
+    drift = np.exp(rng.normal(0, 0.2, 10))
+
+    def pair(where, case_alpha):
+        a, b = interleaved(tmp_path / where, [paired_rows(1, 10, drift=drift)],
+                           [paired_rows(2, 10, drift=drift, scale=1.3)], rounds=10)
+        for p in (a, b):
+            m = json.loads((p / "manifest.json").read_text())
+            m["interleave"].update(repeat="auto", looks=5, alpha_spent=0.005, rounds_run=10,
+                                   **({"case_alpha": case_alpha} if case_alpha is not None else {}))
+            (p / "manifest.json").write_text(json.dumps(m))
+        return a, b
+
+    cid = paired_rows(1, 10)["case_id"]
+    a, b = pair("last", None)
+    res = gate_cli("--baseline", a, "--candidate", b, "--json", tmp_path / "last.json")
+    assert res.exit_code == 1, res.output
+    lat = next(r for r in json.loads((tmp_path / "last.json").read_text())["rows"] if r["metric"] == "latency")
+    assert lat["outcome"] == "regression" and lat["p_value"] == pytest.approx(1 / 1024)
+    a, b = pair("early", {cid: 1e-4})
+    res = gate_cli("--baseline", a, "--candidate", b, "--json", tmp_path / "early.json")
+    assert res.exit_code == 3, res.output
+    lat = next(r for r in json.loads((tmp_path / "early.json").read_text())["rows"] if r["metric"] == "latency")
+    assert lat["outcome"] == "inconclusive"

@@ -186,22 +186,25 @@ def test_an_interleaved_half_is_not_resumed(two, tmp_path):
 
 
 def test_repeat_auto_stops_once_every_case_is_decided_and_the_gate_agrees(two, tmp_path):
-    """--repeat auto (kbench.gate.sequential): B 300 ms slower is decided FAIL at the first look (8 rounds), far
-    before the budget; the manifests record the looks and the alpha of the last one, and the gate, testing at
-    that alpha, gives the same answer."""
+    """--repeat auto (kbench.gate.sequential): B 300 ms slower, at most 16 rounds (--repeat 16: the plan's N, the
+    budget fitting more). O'Brien-Fleming spending over the plan looks at 8, 10 and 16 rounds; the first two
+    test at 2.7e-4 and 8.5e-4, which 8 and 10 rounds of an exact signed-rank test cannot reach (1/256, 1/1024),
+    and the last at 0.0089 decides FAIL; the manifests record the plan, the looks and the alpha of the last one,
+    and the gate, testing at that alpha, gives the same answer."""
     a, b = two
     b.faults.first_token_delay = 0.3
-    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), alpha=0.01, repeat=400, repeat_auto=True,
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), alpha=0.01, repeat=16, repeat_auto=True,
                              budget=120, batches_per_round=2))
     m = json.loads((ab.a.run_dir / "manifest.json").read_text())["interleave"]
-    assert m["stopped"] == "decided" and m["looks"] == 1 and m["rounds_run"] == 8 == ab.rounds
+    assert m["stopped"] == "decided" and m["looks"] == 3 and m["rounds_run"] == 16 == ab.rounds
+    assert m["planned_rounds"] == 16 and m["alpha_spent"] == pytest.approx(0.01 - 0.0011212334, rel=1e-4)
     assert m["decided"] == {"bs1-in16-out4": "fail"} and m["batches_per_round"] == 2
-    assert len(a.seen("/generate")) == len(b.seen("/generate")) == 16  # 8 rounds x 2 batches a side
+    assert len(a.seen("/generate")) == len(b.seen("/generate")) == 32  # 16 rounds x 2 batches a side
     from kbench.gate import run_gate
 
     res = run_gate(ab.a.run_dir, ab.b.run_dir)
     assert res.verdict == "FAIL" and res.alpha == pytest.approx(m["alpha_spent"])
-    assert any("looked at its rounds 1 times" in w for w in res.warnings)
+    assert any("looked at its rounds 3 times" in w for w in res.warnings)
 
 
 def test_repeat_auto_ends_at_the_budget_undecided_and_the_gate_says_inconclusive(two, tmp_path):
@@ -209,12 +212,12 @@ def test_repeat_auto_ends_at_the_budget_undecided_and_the_gate_says_inconclusive
     ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), alpha=0.01, repeat=400, repeat_auto=True,
                              budget=3))
     m = json.loads((ab.a.run_dir / "manifest.json").read_text())["interleave"]
-    assert m["stopped"] in ("budget", "decided")
+    assert m["stopped"] in ("budget", "decided", "planned-rounds")  # planned: the rounds 3 s fit at their pace
     from kbench.gate import run_gate
 
     res = run_gate(ab.a.run_dir, ab.b.run_dir)
     assert res.verdict in ("PASS", "INCONCLUSIVE")  # an A/A: never FAIL
-    if m["stopped"] == "budget":
+    if m["stopped"] != "decided":
         assert res.verdict == "INCONCLUSIVE" or m["decided"]
 
 
@@ -256,3 +259,45 @@ def test_each_finished_round_is_in_both_journals_as_it_is_measured(two, tmp_path
         assert [len(x["latency_samples"]) for x in lines] == [1, 2, 3, 4, 5, 6, 7]
         assert lines[-1]["sample_rounds"] == [0, 1, 2, 3, 4, 5, 6]
         assert len(load_run(side.run_dir).rows) == 1  # one row per case when read
+
+
+def test_a_round_of_k_batches_counts_the_server_counters_of_all_k():
+    """#54: with --batches-per-round K > 1 a round's latency is the median of its K batches, but its draft and cache
+    counters were the last batch's alone (1 of K batches' drafts: an acceptance rate and a cache-hit rate of a third
+    of the round); they are summed over the K batches."""
+    from kbench.server.counters import CaseCounters
+    from kbench.server.interleave import _round_value
+
+    def batch(lat, drafts, tokens, accepted, cached, prompt):
+        return {"m": {"latency": lat, "last_ttft": lat / 4}, "gen": -1.0, "acc": -1.0,
+                "counters": CaseCounters(cached_tokens=cached, prompt_tokens=prompt, spec_drafts=drafts,
+                                         spec_draft_tokens=tokens, spec_accepted_tokens=accepted)}
+
+    r = _round_value([batch(0.10, 4, 12, 9, 0, 64), batch(0.30, 5, 15, 6, 32, 64), batch(0.12, 3, 9, 3, 64, 64)])
+    c = r["counters"]
+    assert (c.spec_drafts, c.spec_draft_tokens, c.spec_accepted_tokens) == (12, 36, 18)
+    assert (c.cached_tokens, c.prompt_tokens) == (96, 192) and c.cache_hit_rate == pytest.approx(0.5)
+    assert r["m"]["latency"] == pytest.approx(0.12)  # the median of the three: one slow batch decides nothing
+    none = _round_value([batch(0.1, None, None, None, None, None), batch(0.2, None, None, None, None, None)])
+    assert none["counters"].spec_drafts is None  # a server that counts nothing: nothing, not 0
+
+
+def test_two_server_processes_are_read_for_counters_once_a_side_and_round(two, tmp_path):
+    """#54: a round's wall was half flushes and /metrics reads (vLLM took ~50 ms a read on a busy 2-core machine,
+    two reads a batch: a third of the round). With K batches per round on two server processes (different
+    process_start_time_seconds), each side's counters are read before its first batch of the case and after its
+    last: 2 reads a side and round instead of 2 K, and the counters still cover all K batches (the cache-hit rate
+    of every prompt token). One server behind both URLs (the same start time) is read around each batch as
+    before, where nothing else runs on it."""
+    a, b = two
+    a.faults.metrics_start_time, b.faults.metrics_start_time = 1000.0, 2000.0
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=8, batches_per_round=3))
+    assert ab.exit_code == 0
+    assert len(a.seen("/metrics")) == len(b.seen("/metrics")) == 1 + 2 * 8  # who is who, then 2 a round
+    for side in (ab.a, ab.b):
+        row = load_run(side.run_dir).rows.to_dict("records")[0]
+        assert row["cache_hit_rate"] == pytest.approx(0.25)  # the fake caches a quarter of every prompt token
+    b.faults.metrics_start_time = 1000.0  # the same process, as far as its /metrics says
+    a.requests.clear(), b.requests.clear()
+    run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=8, batches_per_round=3, run_name="same"))
+    assert len(a.seen("/metrics")) == 1 + 2 * 3 * 8

@@ -36,7 +36,10 @@ Decision rule (the same text is in ``kbench gate --help``):
   best decode and best context times tie (within their within-run spreads, winners.py's path_verdict,
   or within the run-to-run band of each other: |decode - context| / min(decode, context) <=
   max(k * run_noise, run_spread) of either of the two best rows in the baseline) has no winner, so no
-  change: such cases are listed as ties (``winner_ties``), not failures.
+  change: such cases are listed as ties (``winner_ties``), not failures. So is a flip whose two gaps (the old
+  winner's lead in the baseline plus the new winner's in the candidate) add up to at most twice the pair's own
+  run-to-run movement (pair_movement: the 90th percentile of how far the passing kernel rows moved, a common
+  shift removed): noise a single-run baseline cannot know, shown by the other rows of the same two runs.
 """
 from __future__ import annotations
 
@@ -739,6 +742,38 @@ def _run_tie(rec: dict, noise_by_kernel_case: dict, k: float) -> bool:
     return rn > 0 and abs(d - c) / min(d, c) <= rn
 
 
+MOVEMENT_MIN_ROWS = 8  # a pair's run-to-run movement is estimated from at least this many passing kernel rows
+
+
+def pair_movement(rows: list["RowResult"]) -> float | None:
+    """How far this pair's kernel rows moved between the two runs when nothing changed: the 90th percentile of
+    ``|change - median change|`` over the rows that pass (a common shift of every row moves no winner). None with
+    fewer than MOVEMENT_MIN_ROWS such rows. A single-run baseline knows no run-to-run noise; the pair's own rows
+    show it (two H100 sweeps of one card: rows moved 0.4% median, 1.1% p95)."""
+    ch = [r.change for r in rows if r.outcome in ("pass", "within-noise") and r.change is not None
+          and r.metric == "median_us" and math.isfinite(r.change)]
+    if len(ch) < MOVEMENT_MIN_ROWS:
+        return None
+    mid = float(np.median(ch))
+    return float(np.percentile([abs(c - mid) for c in ch], 90))
+
+
+def _flip_within_movement(b: dict, c: dict, movement: float | None) -> bool:
+    """A flip whose two gaps (the old winner's lead in the baseline, the new one's in the candidate, relative)
+    add up to no more than two rows' movement between these runs (pair_movement): the decode-context order moved
+    by less than the two kernels' own times move between runs of nothing changed, so it is not told apart from
+    noise: a tie, not a change of winner."""
+    if movement is None:
+        return False
+    gaps = []
+    for r in (b, c):
+        d, x = finite(r.get("decode_us")), finite(r.get("context_us"))
+        if d is None or x is None or min(d, x) <= 0:
+            return False
+        gaps.append(abs(d - x) / min(d, x))
+    return sum(gaps) <= 2 * movement
+
+
 def _winner_records(w: pd.DataFrame) -> list[dict]:
     """case_winners() lines as dicts of the columns compare_winners reads."""
     cols = ["case_id", "decode_us", "context_us", "path_verdict", "winner_path", "winner", "best_decode",
@@ -748,11 +783,13 @@ def _winner_records(w: pd.DataFrame) -> list[dict]:
 
 def compare_winners(wb: pd.DataFrame, wc: pd.DataFrame, ignore: bool,
                     noise_by_kernel_case: dict | None = None, k: float = DEFAULT_RUN_SPREAD_K,
-                    ties: list[str] | None = None) -> tuple[list[WinnerChange], list[str]]:
+                    ties: list[str] | None = None,
+                    movement: float | None = None) -> tuple[list[WinnerChange], list[str]]:
     """Winner path changes between decode and context, per case measured on both paths in both runs (wb, wc: the
     case_winners() of the baseline's and the candidate's rows).
     A tie (best decode and best context within their spreads, winners.py's path_verdict, or within
-    the run-to-run band) is not a change; flips that only the run-to-run tie turned into ties go to ``ties``."""
+    the run-to-run band, or within this pair's own run-to-run movement: _flip_within_movement) is not a change;
+    flips that only the run-to-run tie or the movement turned into ties go to ``ties``."""
     noise_by_kernel_case = noise_by_kernel_case or {}
     if wb.empty or wc.empty:
         return [], []
@@ -768,7 +805,8 @@ def compare_winners(wb: pd.DataFrame, wc: pd.DataFrame, ignore: bool,
         compared.append(str(b["case_id"]))
         if pb not in ("decode", "context") or pc not in ("decode", "context"):
             continue  # a tie on either side (or one path gone) is not a change of winner
-        if pb != pc and (_run_tie(b, noise_by_kernel_case, k) or _run_tie(c, noise_by_kernel_case, k)):
+        if pb != pc and (_run_tie(b, noise_by_kernel_case, k) or _run_tie(c, noise_by_kernel_case, k)
+                         or _flip_within_movement(b, c, movement)):
             if ties is not None:
                 ties.append(str(b["case_id"]))
             continue
@@ -902,7 +940,8 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
             kc = (str(b_kernel[i]), str(b_case[i]))
             by_kc[kc] = max(by_kc.get(kc, 0.0), noise[i].band(run_spread_k))
         del base_recs, noise
-        changes, compared = compare_winners(*winners, ignore_winner_change, by_kc, run_spread_k, ties)
+        changes, compared = compare_winners(*winners, ignore_winner_change, by_kc, run_spread_k, ties,
+                                            pair_movement(rows))
     else:
         changes, compared = [], []
     used = _noise_used(kind, pair, metric_noise, n_runs, threshold, alpha, run_spread_k, noise_floor, power)

@@ -132,4 +132,6 @@ def paired_verdict(base: list[float], cand: list[float], higher_is_better: bool,
 def min_rounds(alpha: float) -> int:
     """The fewest rounds with which the exact one-sided signed-rank test can give p < alpha (its smallest p, every
     ratio one way, is 1 / 2**n): 7 for alpha 0.01."""
-    return next(n for n in range(2, 64) if 0.5 ** n < alpha)
+    if not alpha > 0:
+        return 10 ** 9  # no number of rounds reaches it
+    return max(2, math.floor(-math.log2(alpha)) + 1)

@@ -54,9 +54,9 @@ def _quantiles(alpha: float, power: float, dof: int | None) -> float:
     if dof is not None and dof >= 1:
         from scipy.stats import t  # imported here: scipy.stats takes most of a second to import
 
-        return float(t.ppf(1 - alpha, dof) + t.ppf(power, dof))
+        return float(t.isf(alpha, dof) + t.ppf(power, dof))  # isf: exact for the tiny alphas of early looks
     nd = NormalDist()
-    return nd.inv_cdf(1 - alpha) + nd.inv_cdf(power)
+    return -nd.inv_cdf(alpha) + nd.inv_cdf(power)
 
 
 def _to_fraction(delta_log: float, higher_is_better: bool) -> float:

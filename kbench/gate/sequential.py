@@ -2,33 +2,52 @@
 
 An interleaved A/B that looks at its rounds after every few and stops once the gate can decide would raise false
 alarms far more often than alpha if each look tested at alpha (every look is another chance for noise to cross
-the line). The rule here is **alpha spending with a Bonferroni split**: look k (k = 1, 2, ...) tests at
+the line). The rule here is **alpha spending over the budget's rounds** (Lan-DeMets, with the O'Brien-Fleming
+spending function, and a union bound): at the first look the run plans ``N`` rounds, the most its budget fits at
+the pace of its rounds so far (at most ``--repeat``); a look at ``n`` rounds has spent
 
-    alpha_k = alpha * 6 / (pi^2 k^2)          (sum over all k = alpha)
+    f(t) = 2 - 2 Phi(z_{1 - alpha/2} / sqrt(t)),   t = n / N          (f(1) = alpha)
 
-so the chance that any look raises a false alarm is at most alpha whatever the dependence between looks (the
-union bound), with no cap on the number of looks; the same alpha_k sets the detectable change a PASS needs at
-that look (kbench.gate.power), so a PASS is no easier to reach by looking often either. Looks come at
-``first_look(alpha)`` rounds (the fewest with which the exact signed-rank test can reach alpha_1) and then every
-quarter more rounds (8, 10, 13, 16, 20, 25, ... at alpha 0.01). The run records the number of looks and the last
-look's alpha in its manifest (``interleave.looks``, ``interleave.alpha_spent``) and the gate tests at that alpha,
-so the gate's answer is the last look's. tests/test_gate_sequential.py checks the false-alarm rate and the power
-on simulated pairs.
+and tests at what its step added, ``alpha_k = f(t_k) - f(t_{k-1})``; the last look (at N rounds, or when the
+budget ends first) tests at all that is left, ``alpha - f(t_{k-1})``. The alphas of all looks sum to at most
+alpha, so the chance that any look raises a false alarm is at most alpha whatever the dependence between looks
+(the union bound; no joint distribution is assumed). O'Brien-Fleming spends almost nothing early (a look at a
+fifth of N tests at 1e-8) and keeps most for the end (the last look tests at 0.006 to 0.009 of 0.01), so a run that needs all its rounds has nearly a fixed sample's power, while a large change still
+stops the run at about half of N. The earlier rule, a Bonferroni split over unbounded looks (alpha_k = 6 alpha /
+(pi^2 k^2)), tested its 12th look at 4e-5: the same 25% needed about twice the rounds (docs/gate.md).
+
+N comes from the rounds' times, not from their B/A ratios; a look's alpha depends on the ratios only through
+when the budget ends, which is what the machine's pace decides. Looks come at ``first_look(alpha)`` rounds and
+then every quarter more (8, 10, 13, 16, 20, 25, ... at alpha 0.01) up to 80% of N, then at N. The run records the plan, the
+looks and each case's alpha in its manifest (``interleave.planned_rounds``, ``looks``, ``alpha_spent``,
+``case_alpha``) and the gate tests each case at its alpha, so the gate's answer is the run's last one.
+tests/test_gate_verdicts.py checks the false-alarm rate and the power on simulated pairs.
 
 A case is decided when none of its metrics is inconclusive (each passes, improves or regresses: kbench.gate.compare
-decides them, from the rows the run writes); the run stops when every case is decided, or when the next round would
-not fit in the budget (then the gate says INCONCLUSIVE for the undecided cases, with the rounds that would decide
-them).
+decides them, from the rows the run writes); the run stops when every case is decided, or at the last look (then
+the gate says INCONCLUSIVE for the undecided cases, with the rounds that would decide them).
 """
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
-RULE = "alpha spending, Bonferroni split alpha_k = 6 alpha / (pi^2 k^2)"
+RULE = "alpha spending over the planned rounds, Lan-DeMets O'Brien-Fleming, union bound"
+
+
+def spent(t: float, alpha: float) -> float:
+    """The O'Brien-Fleming spending function: the alpha spent by information fraction ``t`` (0..1)."""
+    if t <= 0:
+        return 0.0
+    if t >= 1:
+        return alpha
+    nd = NormalDist()
+    return 2.0 * nd.cdf(nd.inv_cdf(alpha / 2.0) / math.sqrt(t))  # = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t))
 
 
 def alpha_at(look: int, alpha: float) -> float:
-    """The alpha of look ``look`` (1-based)."""
+    """The earlier rule's alpha of look ``look`` (1-based): a Bonferroni split over unbounded looks, 6 alpha /
+    (pi^2 k^2). Kept for comparison (tests, benchmarks/gate_round_time.py); the run spends by Plan."""
     return alpha * 6.0 / (math.pi ** 2 * look * look)
 
 
@@ -49,6 +68,55 @@ def looks(alpha: float, up_to: int) -> list[int]:
         out.append(n)
         n = next_look(n)
     return out
+
+
+class Plan:
+    """The looks of one run: ``Plan(alpha, planned_rounds)``; ``test_alpha(n, last)`` is the alpha of a look at
+    ``n`` rounds (last: all that is left), called once per look in round order."""
+
+    def __init__(self, alpha: float, planned_rounds: int):
+        self.alpha, self.planned = alpha, max(int(planned_rounds), first_look(alpha))
+        self.used = 0.0
+        self.looks = 0
+
+    def is_last(self, rounds: int) -> bool:
+        return rounds >= self.planned
+
+    def next_look(self, rounds: int) -> int:
+        """The next look: every quarter more rounds, none between 80% of the plan and its end (the last look keeps
+        at least alpha - f(0.8), 0.006 of 0.01)."""
+        n = next_look(rounds)
+        return self.planned if n > 0.8 * self.planned else n
+
+    def schedule(self) -> list[int]:
+        """The rounds of every look, the last at the plan's end."""
+        out, n = [], min(first_look(self.alpha), self.planned)
+        while True:
+            out.append(n)
+            if n >= self.planned:
+                return out
+            n = self.next_look(n)
+
+    @staticmethod
+    def can_decide(rounds: int, alpha: float) -> bool:
+        """Whether a look at ``alpha`` can decide anything with ``rounds`` rounds: the exact signed-rank test's
+        smallest p is 1 / 2**rounds, and a PASS needs a test that could reach alpha too (kbench.gate.power)."""
+        return 0.5 ** rounds < alpha
+
+    def test_alpha(self, rounds: int, last: bool = False) -> float:
+        now = self.alpha if last or self.is_last(rounds) else spent(rounds / self.planned, self.alpha)
+        step, self.used = max(now - self.used, 0.0), max(now, self.used)
+        self.looks += 1
+        return step
+
+
+def planned_rounds(budget_s: float, round_times: list[float], max_rounds: int) -> int:
+    """The rounds the budget fits at the pace of the rounds so far (their median), at most ``max_rounds``."""
+    from statistics import median
+
+    per = median(round_times) if round_times else 0.0
+    fits = int(budget_s / per) if per > 0 else max_rounds
+    return max(1, min(fits, max_rounds))
 
 
 def decide_case(row_a: dict, row_b: dict, threshold: float, alpha: float, power: float) -> str:

@@ -378,8 +378,11 @@ class _Runner:
             row.acc_length, row.acceptance_rate = agg.acc_length, agg.acceptance_rate
         return row
 
-    def timed_batch(self, case: ServerCase, ids: list[list[int]], warmup: bool, profiling: bool) -> dict:
-        """Flush, warm the prefix cache (--cache-hit-rate), snapshot /metrics, stream one batch, snapshot again."""
+    def timed_batch(self, case: ServerCase, ids: list[list[int]], warmup: bool, profiling: bool,
+                    counters: bool = True) -> dict:
+        """Flush, warm the prefix cache (--cache-hit-rate), snapshot /metrics, stream one batch, snapshot again.
+        counters=False: no snapshots (the caller reads the counters around several batches: kbench.server.interleave),
+        the batch's counters all None."""
         cfg, be = self.cfg, self.backend
         flush = self.client.flush_with_retry(
             be.flush_path, attempts=cfg.flush_retries, wait=cfg.flush_retry_wait,
@@ -396,7 +399,7 @@ class _Runner:
             status, body = self._post_quiet("/start_profile")
             if status != 200:
                 return {"reason": f"POST /start_profile -> {status} {body!r}", "fkw": fkw}
-        before = ctr.snapshot(self.client) if not warmup else None
+        before = ctr.snapshot(self.client) if not warmup and counters else None
         path, body = be.batch_request(ids, case.output_len, cfg.temperature, cfg.seed, cfg.return_logprob,
                                       cfg.client_stream_interval)
         trace = BatchTrace.empty(case.batch_size)

@@ -48,6 +48,7 @@ from kbench.runs.session import RunSession
 from kbench.server.group_guard import GroupGuard, end_groups
 from kbench.server.bench import (RESULT_JSONL, Listener, ServerBenchConfig, ServerBenchInterrupted,
                                  ServerBenchResult, ServerCase, _append_lines, _Runner, check_outputs, run_manifest)
+from kbench.server import counters as ctr
 from kbench.server.rows import ServerBenchRow
 from kbench.server.workload import write_workload
 
@@ -270,7 +271,7 @@ def _interleaved(config: ServerBenchConfig, listener: Listener | None, sleep: Ca
         m = run_manifest(cfg[s], runners[s].backend.name if runners[s].backend else backend, f)
         m["interleave"] = {"id": pair_id, "side": s, "order": ORDER, "rounds": rounds, "mode": mode,
                            "batches_per_round": config.batches_per_round,
-                           **({"repeat": "auto", "rule": "alpha spending (kbench.gate.sequential)",
+                           **({"repeat": "auto", "rule": "alpha spending over the planned rounds (kbench.gate.sequential)",
                                "threshold": config.threshold, "alpha": config.alpha, "power": config.power,
                                "budget_s": config.budget} if config.repeat_auto else {}),
                            "url_a": cfg["a"].recorded()["url"], "url_b": cfg["b"].recorded()["url"],
@@ -346,8 +347,10 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     case_alpha: dict[str, float] = {}
     k = config.batches_per_round
     _warm(runners, SIDES if mode == "two-servers" else ("a",), live, config, ls, results)  # (switch: A is on)
+    read_per_round = k > 1 and mode == "two-servers" and _distinct_servers(runners)  # counters once a round
+    opened: dict[tuple[str, str], dict | None] = {}  # (case, side) -> the /metrics snapshot before its batches
     auto = config.repeat_auto
-    look, look_at, alpha_spent = 0, sequential.first_look(config.alpha), None
+    look, look_at, alpha_spent, plan = 0, sequential.first_look(config.alpha), None, None
     started, stop = time.monotonic(), "rounds"
     round_times: list[float] = []
     for r in range(rounds):
@@ -360,13 +363,19 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                 _warm(runners, (side,), live, config, ls, results)
             if case.case_id in failed or case.case_id in decided:
                 continue
-            one = runners[side].timed_batch(case, ids[case.case_id], False, profiling=False)
+            if read_per_round and not batches.get((case.case_id, side)):
+                opened[(case.case_id, side)] = ctr.snapshot(runners[side].client)
+            one = runners[side].timed_batch(case, ids[case.case_id], False, profiling=False,
+                                            counters=not read_per_round)
             if one.get("reason"):
                 failed[case.case_id] = (side, one)
                 _write_failed(case, runners, runs, results, latest, failed)
                 ls.ab_batch(case, side, r, rounds, None, one["reason"])
                 continue
             batches.setdefault((case.case_id, side), []).append(one)
+            if read_per_round and len(batches[(case.case_id, side)]) == k:  # its K batches: the counters over them all
+                one["counters"] = _round_counters(runners[side], opened.pop((case.case_id, side), None),
+                                                  k * case.batch_size)
             ls.ab_batch(case, side, r, rounds, one["m"]["latency"], "")
             if all(len(batches.get((case.case_id, s), [])) >= k for s in SIDES):  # the case's round is done
                 for s in SIDES:
@@ -383,29 +392,34 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
             raise BadInput(f"--budget {config.budget:g} s cannot reach the {look_at} rounds the first look needs: a "
                            f"round took {round_times[0]:.1f} s here (about {round_times[0] * look_at:.0f} s for "
                            f"{look_at}); give a larger --budget, fewer cases or --batches-per-round 1")
-        if auto and n == look_at:
+        per_round = median(round_times[-5:])
+        out_of_time = auto and time.monotonic() - started + per_round > config.budget
+        if auto and (n == look_at or (out_of_time and plan is not None) or n == rounds):
+            if plan is None:  # the first look plans the rounds the budget fits (kbench.gate.sequential)
+                plan = sequential.Plan(config.alpha, sequential.planned_rounds(config.budget, round_times, rounds))
             look += 1
-            alpha_spent = sequential.alpha_at(look, config.alpha)
+            alpha_spent = plan.test_alpha(n, last=out_of_time or n == rounds)
             for c in live:
                 if c.case_id in failed or c.case_id in decided:
                     continue
                 ra, rb = latest.get((c.case_id, "a")), latest.get((c.case_id, "b"))
-                if ra is not None and rb is not None:
+                if ra is not None and rb is not None and plan.can_decide(n, alpha_spent):
                     v = sequential.decide_case(ra.to_dict(), rb.to_dict(), config.threshold, alpha_spent,
                                                config.power)
                     if v != "open":
                         decided[c.case_id] = v
                         case_alpha[c.case_id] = alpha_spent  # its rows stop here: the gate tests them at this
             ls.ab_look(look, n, alpha_spent, decided, len(live))
-            look_at = sequential.next_look(n)
+            look_at = plan.next_look(n)
             if all(c.case_id in decided or c.case_id in failed for c in live):
                 stop = "decided"
                 break
-        if auto:
-            per_round = median(round_times[-5:])
-            if time.monotonic() - started + per_round > config.budget:
-                stop = "budget"
+            if plan.is_last(n):
+                stop = "planned-rounds"
                 break
+        if out_of_time:
+            stop = "budget"
+            break
     else:
         stop = "max-rounds" if auto else "rounds"
     for c in live:
@@ -420,11 +434,31 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     out = {"rounds_run": max((len(v) for v in rounds_of.values()), default=0), "stopped": stop}
     if auto:
         out.update(looks=look, alpha_spent=alpha_spent, rule=sequential.RULE, threshold=config.threshold,
+                   planned_rounds=plan.planned if plan else None,
                    alpha=config.alpha, power=config.power, budget_s=config.budget,
                    decided={c: v for c, v in decided.items()},
                    case_alpha={c.case_id: case_alpha.get(c.case_id, alpha_spent) for c in live
                                if alpha_spent is not None})
     return out
+
+
+def _distinct_servers(runners: dict) -> bool:
+    """A and B are two server processes, so that A's /metrics counts only A's batches: both export
+    process_start_time_seconds and the two differ. Otherwise (one server behind two URLs, no such metric, no
+    /metrics) the counters are read around each batch, where nothing else runs on either server."""
+    starts = []
+    for s in SIDES:
+        snap = ctr.snapshot(runners[s].client)
+        starts.append(snap.get("process_start_time_seconds") if snap else None)
+    return None not in starts and starts[0] != starts[1]
+
+
+def _round_counters(runner, before: dict | None, requests: int):
+    """The server's counters over a side's K batches of a case in one round: the snapshot before the first, and one
+    after the last once the server counted its ``requests`` (two /metrics reads a round instead of 2 K: on a busy
+    2-core machine vLLM took about 50 ms to answer each, a third of a round's wall; docs/gate.md)."""
+    after = ctr.settled_snapshot(runner.client, runner.backend.name, before, requests, runner.sleep) if before else None
+    return ctr.case_counters(runner.backend.name, before, after)
 
 
 def _round_finished(runs: dict, n: int) -> None:
@@ -451,15 +485,31 @@ def _round_order(n_cases: int, r: int, mode: str, k: int = 1) -> list[tuple[int,
 
 def _round_value(batches: list[dict]) -> dict:
     """A round's batches on one side as one: each metric the median of its batches (one burst on a busy machine
-    does not decide the round), the rest the last batch's; one batch is itself."""
+    does not decide the round), the server's counters (drafts, accepted tokens, cached and prompt tokens) summed
+    over all of them (each batch's are its own: kbench.server.counters), the rest the last batch's; one batch is
+    itself."""
     if len(batches) == 1:
         return batches[0]
+    from dataclasses import fields
+
+    from kbench.server.counters import CaseCounters
+
     out = dict(batches[-1])
     out["m"] = {}
     for key in batches[-1]["m"]:
         vals = [b["m"][key] for b in batches if b["m"][key] is not None]
         out["m"][key] = median(vals) if vals else None
+    counted = [b["counters"] for b in batches if b.get("counters") is not None]
+    if counted:
+        out["counters"] = CaseCounters(**{f.name: _sum_known(getattr(c, f.name) for c in counted)
+                                          for f in fields(CaseCounters)})
     return out
+
+
+def _sum_known(values) -> float | None:
+    """The sum of the counts a server reported (None when it reported none)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _write_failed(case, runners, runs, results, latest, failed) -> None:

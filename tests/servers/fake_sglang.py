@@ -57,6 +57,10 @@ class Faults:
     stall: str | None = None
     drip: float = 0.5
     stall_paths: tuple | None = None
+    # /metrics (SGLang --enable-metrics): None answers 404; a number is the process_start_time_seconds it exports,
+    # beside sglang:prompt_tokens_total (every /generate prompt's tokens so far) and sglang:cached_tokens_total
+    # (a quarter of them)
+    metrics_start_time: float | None = None
 
 
 @dataclass
@@ -258,6 +262,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"object": "list", "data": [{"id": f.model_path, "owned_by": "sglang"}]})
         elif path == "/health":
             self._send(200, "")
+        elif path == "/metrics" and f.metrics_start_time is not None:
+            prompt = sum(len(ids) for r in self.server_obj.seen("/generate") if isinstance(r.body, dict)
+                         for ids in (r.body.get("input_ids") or []))
+            self._send(200, f"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds "
+                            f"{f.metrics_start_time}\nsglang:prompt_tokens_total {float(prompt)}\n"
+                            f"sglang:cached_tokens_total {prompt / 4}\n", "text/plain")
         else:
             self._send(404, {"detail": "Not Found"})
 
