@@ -13,7 +13,24 @@ def cuda_available() -> bool:
         return False
 
 
+# The real vLLM CPU servers (tests/servers/vllm_fixture.py) are session fixtures: under pytest-xdist each worker
+# would start its own. Every test that uses one is put in one xdist group, so that `--dist loadgroup` (README
+# command 2) runs them all on one worker and the servers start once per run, as without xdist. The group (about
+# 6 minutes that cannot be split) is collected first, so that one worker starts it at once while the others share
+# every other test, rather than one worker running it alone at the end.
+VLLM_SERVER_FIXTURES = {"vllm_server", "vllm_spec_server"}
+
+
+def uses_a_vllm_server(item) -> bool:
+    return bool(VLLM_SERVER_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if uses_a_vllm_server(item):
+            item.add_marker(pytest.mark.xdist_group("vllm-cpu-server"))
+    items.sort(key=lambda item: not uses_a_vllm_server(item))  # stable: the order within each part is kept
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none here)")
