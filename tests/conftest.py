@@ -14,10 +14,13 @@ def cuda_available() -> bool:
 
 
 # The real vLLM CPU servers (tests/servers/vllm_fixture.py) are session fixtures: under pytest-xdist each worker
-# would start its own. Every test that uses one is put in one xdist group, so that `--dist loadgroup` (README
-# command 2) runs them all on one worker and the servers start once per run, as without xdist. The group (about
-# 6 minutes that cannot be split) is collected first, so that one worker starts it at once while the others share
-# every other test, rather than one worker running it alone at the end.
+# would start its own. README command 2 runs `--dist loadfile` (each file on one worker) and every test that uses
+# one lives in tests/test_server_bench_vllm.py, so the servers start once per run, as without xdist
+# (tests/test_suite_parallel.py checks it). (Not `--dist loadgroup` with xdist_group marks: pytest-xdist 3.8
+# cannot rename pytest 9's node ids, so its groups are silently ignored: measured, both workers started servers.)
+# The server tests are collected first: they are about 6 minutes that cannot be split (the README server block
+# alone 2 min), so one worker starts them at once while the other takes the other files, rather than running them
+# alone at the end.
 VLLM_SERVER_FIXTURES = {"vllm_server", "vllm_spec_server"}
 
 
@@ -25,11 +28,7 @@ def uses_a_vllm_server(item) -> bool:
     return bool(VLLM_SERVER_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if uses_a_vllm_server(item):
-            item.add_marker(pytest.mark.xdist_group("vllm-cpu-server"))
     items.sort(key=lambda item: not uses_a_vllm_server(item))  # stable: the order within each part is kept
     if cuda_available():
         return
