@@ -13,7 +13,23 @@ def cuda_available() -> bool:
         return False
 
 
+# The real vLLM CPU servers (tests/servers/vllm_fixture.py) are session fixtures: under pytest-xdist each worker
+# would start its own. README command 2 runs `--dist loadfile` (each file on one worker) and every test that uses
+# one lives in tests/test_server_bench_vllm.py, so the servers start once per run, as without xdist
+# (tests/test_suite_parallel.py checks it). (Not `--dist loadgroup` with xdist_group marks: pytest-xdist 3.8
+# cannot rename pytest 9's node ids, so its groups are silently ignored: measured, both workers started servers.)
+# The server tests are collected first: they are about 6 minutes that cannot be split (the README server block
+# alone 2 min), so one worker starts them at once while the other takes the other files, rather than running them
+# alone at the end.
+VLLM_SERVER_FIXTURES = {"vllm_server", "vllm_spec_server"}
+
+
+def uses_a_vllm_server(item) -> bool:
+    return bool(VLLM_SERVER_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not uses_a_vllm_server(item))  # stable: the order within each part is kept
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none here)")

@@ -28,7 +28,7 @@ from kbench.runs.outputs import given_path, writable_dir
 from kbench.report import crossovers as xo
 from kbench.report import html as html_out
 from kbench.report import markdown as md_out
-from kbench.report import plots, power_states
+from kbench.report import power_states
 from kbench.report.document import build_document
 from kbench.report.policy import REPORT_JSON, build_policy, policy_of, save_policy
 from kbench.report.regret import Regret, holdout_split, regret
@@ -122,6 +122,8 @@ def build_report(runs: list[Run | str | Path] | Run | str | Path, out_dir: str |
 
 def _plot(result: ReportResult, out: Path, ok: pd.DataFrame, plot_points, plot_groups) -> None:
     """The report's plots into ``out``, listed in result.plots with their captions."""
+    from kbench.report import plots  # matplotlib (0.5 s of CPU a call): only a report draws
+
     cases, rs = result.cases, result.runset
     only, n_groups = plots.plot_groups(cases, plot_groups)
     if only is not None:
