@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbench import shell
 from kbench.errors import BadInput
 
 
@@ -192,7 +193,8 @@ def whole_step(rec, r, lt: LayerTimes, dims) -> WholeStep:
             continue
         c = step_cost(p, route, draft_layers, "sum")
         if c is None:
-            missing = f"{route} has no rows at q 1 (measure it: kbench sweep --kernels {route} --q-len 1)"
+            sweep = shell.kbench("sweep", "--kernels", route, "--q-len", "1")
+            missing = f"{route} has no rows at q 1 (measure it: {sweep})"
             continue
         if p.clamped or p.interpolated:  # said only where the route was priced from that cell
             note = (f"{route} at bs {one.batch_size} q 1 kv {one.kv_len} priced at the measured cell bs "
