@@ -233,6 +233,18 @@ def test_fp8_e5m2_is_not_priced_and_never_told_to_drop_the_flag(accepts_spread):
     assert "triton" in text and "1263-1270" in text and "e4m3" in text and "drop" not in text
 
 
+def test_fp8_e5m2_on_a_bf16_run_is_refused_without_telling_to_measure_it():
+    """No kbench run of any kind measures an e5m2 cache (its fp8 rows are e4m3, SGLang's fa3 turns into triton): the
+    refusal says so in one line, never "measure them on the GPU" (which no sweep could)."""
+    r = cli(str(ROUTES), "--engine", "sglang", "--batch-size", "16", "--kv-len", "4096", "--model", "llama3-8b",
+            "--current", EAGLE + " --kv-cache-dtype fp8_e5m2")
+    assert r.exit_code == 2, r.output
+    line = r.output.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "fp8_e5m2" in line and "e4m3" in line and "triton" in line and "1263-1270" in line
+    assert "measure them" not in line and "not priced" in line
+
+
 @pytest.mark.parametrize("fields, says", [
     ({"cuda_graph": False}, "--disable-cuda-graph"),
 ])
