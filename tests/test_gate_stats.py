@@ -20,6 +20,17 @@ def test_mann_whitney_one_sided():
     assert v3.beyond_noise
 
 
+def test_rows_with_a_thousand_samples_a_side_are_tested_not_a_traceback():
+    """Rows of long sweeps keep over 500 samples a side (the committed H200 power sweeps): the exact test's smallest
+    p, 1 / C(n + m, n), is beyond a float there; a gate between two such runs raised OverflowError."""
+    base = GateValue(10.0, [10.0 + 0.001 * i for i in range(1000)])
+    slow = GateValue(11.0, [11.0 + 0.001 * i for i in range(1000)])
+    v = is_worse(base, slow, higher_is_better=False, alpha=0.01, direction="worse")
+    assert v.method == "mann-whitney" and v.beyond_noise
+    same = is_worse(base, GateValue(10.0, list(base.samples)), higher_is_better=False, alpha=0.01, direction="worse")
+    assert not same.beyond_noise
+
+
 def test_mann_whitney_p_is_scipys():
     """The gate calls scipy's Mann-Whitney test below its NaN-policy wrapper: each p must be the public call's, for
     sizes where the auto method is asymptotic (over 8 a side, ties or not) and where it is exact, both

@@ -41,8 +41,12 @@ class NoiseVerdict:
 
 
 def _min_p(n: int, m: int) -> float:
-    """The smallest one-sided p the exact test can give: every sample of one side below every other."""
-    return 1.0 / math.comb(n + m, n)
+    """The smallest one-sided p the exact test can give: every sample of one side below every other. In logs: the
+    binomial coefficient of two sides of 500 samples each is beyond a float (1 / it underflows to 0.0)."""
+    try:
+        return 1.0 / math.comb(n + m, n)
+    except OverflowError:
+        return 0.0
 
 
 def mann_whitney_p(x: list[float], y: list[float], alternative: str) -> float:
