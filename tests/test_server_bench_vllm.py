@@ -296,15 +296,18 @@ def test_recommend_check_on_two_real_runs_of_one_setting(vllm_spec_server, tmp_p
     one setting run twice. Each run writes RUN/workload.jsonl (its batches: q from the server's draft counters);
     kbench recommend prices them on the committed H100 engine-routes baseline (its routes, kv 4096; the runs' KV
     priced at that edge) and puts the gate's A/B beside it: predicted no change (A and B run the same route),
-    measured by the gate on the two runs."""
-    runs = []
-    for name in ("a", "b"):
-        res = run_server_bench(ServerBenchConfig(
-            url=vllm_spec_server.url, backend="vllm", batch_sizes=(1,), input_lens=(600, 1200), output_lens=(64,),
-            prompt_pattern="repeat:5", repeat=5, run_name=name, out_dir=tmp_path / "r", skip_warmup=True,
-            credentials=Credentials(api_key=vllm_spec_server.api_key)))
+    measured by the gate on the two runs. The two runs are the halves of one interleaved A/A (the same server as A
+    and B, 7 ABBA rounds): two runs one after the other are not an A/A on a shared CPU (a neighbour's burst during
+    B's case read as "B is slower ... ttft +627%" under the parallel test run), adjacent rounds are."""
+    from kbench.server.interleave import run_interleaved
+
+    ab = run_interleaved(ServerBenchConfig(
+        url=vllm_spec_server.url, url_b=vllm_spec_server.url, backend="vllm", batch_sizes=(1,),
+        input_lens=(600, 1200), output_lens=(64,), prompt_pattern="repeat:5", repeat=7, run_name="aa",
+        out_dir=tmp_path / "r", skip_warmup=True, credentials=Credentials(api_key=vllm_spec_server.api_key)))
+    runs = [ab.a, ab.b]
+    for res in runs:
         assert [r.status for r in res.rows] == ["ok"] * 2
-        runs.append(res)
     from kbench.recommend.workload import read_workload
 
     wl = read_workload(runs[0].run_dir / "workload.jsonl")
