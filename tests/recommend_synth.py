@@ -2,6 +2,8 @@
 the tests compute the expected prices independently of kbench's code."""
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -140,6 +142,13 @@ def recommend_cli(*args):
     from kbench.cli.recommend_cmd import recommend_cmd
 
     return CliRunner().invoke(recommend_cmd, [str(a) for a in args], env={"COLUMNS": "250"})
+
+
+def recommend_json(*args) -> dict:
+    """recommend's --json answer (it must exit 0)."""
+    r = recommend_cli(*args, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
 
 
 def export_cli(*args):

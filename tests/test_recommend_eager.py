@@ -4,10 +4,9 @@ on a run without any. Expected prices are computed here from recommend_synth's f
 costs max(its kernel, its launch), its host work is added, never overlapped)."""
 from __future__ import annotations
 
-import json
 
 import pytest
-from recommend_synth import EAGER_GQA, GQA_KERNELS, batch_price, known_rows, known_run, recommend_cli
+from recommend_synth import EAGER_GQA, GQA_KERNELS, batch_price, known_rows, known_run, recommend_cli, recommend_json
 
 LINE = ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE "
         "--speculative-draft-model-path yuhuili/EAGLE-LLaMA3.1-Instruct-8B --speculative-eagle-topk 1 "
@@ -28,14 +27,8 @@ def runs(tmp_path_factory):
     return graph, eager
 
 
-def _json(*args):
-    r = recommend_cli(*args, "--json")
-    assert r.exit_code == 0, r.output
-    return json.loads(r.output)
-
-
 def _sglang(run, line, bs=16):
-    return _json(run, "--engine", "sglang", "--batch-size", bs, "--kv-len", 4096, "--model", "llama3-8b",
+    return recommend_json(run, "--engine", "sglang", "--batch-size", bs, "--kv-len", 4096, "--model", "llama3-8b",
                  "--current", line)
 
 
@@ -101,7 +94,7 @@ def test_a_run_without_eager_rows_refuses_and_names_the_run_that_has_them(runs):
 def test_vllm_enforce_eager_is_priced_on_vllms_eager_routes(runs):
     _, eager = runs
     rows = known_rows(bss=(16,), qs=(4,), kvs=(4096,), kernels=GQA_KERNELS + EAGER_GQA, page_size=64)
-    j = _json(known_run(eager.parent / "eager64", rows), "--engine", "vllm", "--batch-size", 16, "--kv-len", 4096,
+    j = recommend_json(known_run(eager.parent / "eager64", rows), "--engine", "vllm", "--batch-size", 16, "--kv-len", 4096,
               "--model", "llama3-8b", "--current", VLLM + " --enforce-eager")
     priced = {x["id"]: x for x in j["settings"] if x["per_step_us"]}
     assert priced and all(r.endswith("-eager") for x in priced.values() for r in x["routes"].values() if r)

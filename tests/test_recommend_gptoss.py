@@ -4,10 +4,9 @@ without those rows is refused with the reason and the run beside it that has the
 window route is refused, never priced as another. Expected prices from recommend_synth's formulas."""
 from __future__ import annotations
 
-import json
 
 import pytest
-from recommend_synth import DECODE, VFA3_SGL, known_rows, known_run, recommend_cli, t_route
+from recommend_synth import DECODE, VFA3_SGL, known_rows, known_run, recommend_cli, recommend_json, t_route
 
 OSS = ("python -m sglang.launch_server --model-path openai/gpt-oss-120b --speculative-algorithm EAGLE3 "
        "--speculative-draft-model-path nvidia/gpt-oss-120b-Eagle3 --speculative-eagle-topk 1 "
@@ -38,15 +37,9 @@ def runs(tmp_path_factory):
     return oss, llama
 
 
-def _json(*args):
-    r = recommend_cli(*args, "--json")
-    assert r.exit_code == 0, r.output
-    return json.loads(r.output)
-
-
 def test_gpt_oss_verify_is_half_full_and_half_sliding_layers_with_sinks(runs):
     oss, _ = runs
-    j = _json(oss, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "gpt-oss", "--current", OSS)
+    j = recommend_json(oss, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "gpt-oss", "--current", OSS)
     s = {x["id"]: x for x in j["settings"]}
     full, slide = t_route("sglang-fa3", 16, 4, 4096), SLIDING * t_route("sglang-fa3", 16, 4, 4096)
     # SGLang's overlap: each layer kind's half of the step is max(host, its GPU work), weighted by its share

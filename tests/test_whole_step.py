@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from layers_synth import t_part, write_layers_run
-from recommend_synth import GQA_KERNELS, HOST, batch_price, known_rows, known_run, recommend_cli, t_route
+from recommend_synth import (GQA_KERNELS, HOST, batch_price, known_rows, known_run, recommend_cli, recommend_json,
+                             t_route)
 from test_recommend_resolve import sglang_resolve  # noqa: F401 - SGLang 0.5.23's own resolution venv (fixture)
 
 DRAFT_ROUTES = ("sglang-fi-draft-decode", "sglang-trtllm-mha-draft", "sglang-fa3-draft")
@@ -40,15 +41,9 @@ def expected(setting_routes: dict, draft_route: str, bs: int, q: int, kv: int, w
                 total=att + other + d_model + d_att + d_host)
 
 
-def _json(*args):
-    r = recommend_cli(*args, "--json")
-    assert r.exit_code == 0, r.output
-    return json.loads(r.output)
-
-
 def test_whole_step_arithmetic_against_the_formulas(runs):
     routes, layers = runs
-    j = _json(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current", LINE,
+    j = recommend_json(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current", LINE,
               "--layers", layers, "--accept-length", "2.5")
     steps = {s["setting"]: s for s in j["whole_step"]["steps"]}
     fi = expected({"verify": "sglang-fi-verify", "draft_extend": "sglang-fi-extend"}, "sglang-fi-draft-decode",
@@ -83,7 +78,7 @@ def test_the_answer_prints_the_step_and_tokens_per_second(runs):
     assert "acceptance --accept-length 2.5" in out
     # the headline (the lines before the dim context line) carries the step, its saving and tokens per second
     head = " ".join(" ".join(r.output.split("sglang 0.5.23 on ")[0].split()).split())
-    j = _json(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current",
+    j = recommend_json(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current",
               LINE, "--layers", layers, "--accept-length", "2.5")
     steps = {s["setting"]: s for s in j["whole_step"]["steps"]}
     sw = j["whole_step"]["switch"]
@@ -148,7 +143,7 @@ def test_unmeasured_draft_route_is_left_out_of_both_sides(runs, tmp_path):
     rows = known_rows(bss=(1, 16, 64), qs=(1, 4), kvs=(4096,), kernels=GQA_KERNELS + ("sglang-fi-draft-decode",),
                       page_size=1)
     routes = known_run(tmp_path / "routes", rows)  # fa3's draft decode not measured
-    j = _json(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current", LINE,
+    j = recommend_json(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current", LINE,
               "--layers", layers)
     steps = {s["setting"]: s for s in j["whole_step"]["steps"]}
     sw = j["whole_step"]["switch"]
@@ -197,7 +192,7 @@ def _server_run(path, backend="sglang", model="meta-llama/Llama-3.1-8B-Instruct"
 def test_acceptance_from_a_server_bench_run(runs, tmp_path):
     routes, layers = runs
     sb = _server_run(tmp_path / "sb")
-    j = _json(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current", LINE,
+    j = recommend_json(routes, "--engine", "sglang", "--batch-size", 16, "--kv-len", 4096, "--model", "llama3-8b", "--current", LINE,
               "--layers", layers, "--accept-length", sb)
     assert j["whole_step"]["accept_length"] == pytest.approx(2.5)  # the mean of the run's two cases
     assert "measured by server-bench" in j["whole_step"]["accept_from"]
@@ -385,7 +380,7 @@ def test_tree_draft_passes_run_batch_times_topk_rows(tmp_path):
     rows = (known_rows(bss=(4, 16, 64), qs=(1, 8), kvs=(4096,), kernels=GQA_KERNELS + DRAFT_ROUTES, page_size=1)
             + known_rows(bss=(4, 16, 64), qs=(8,), kvs=(4096,), kernels=GQA_KERNELS, page_size=1, tree="topk:4"))
     routes = known_run(tmp_path / "routes", rows)
-    j = _json(routes, "--engine", "sglang", "--setting", "flashinfer", "--batch-size", 16, "--q-len", 8,
+    j = recommend_json(routes, "--engine", "sglang", "--setting", "flashinfer", "--batch-size", 16, "--q-len", 8,
               "--kv-len", 4096, "--tree", "topk:4", "--model", "llama3-8b", "--layers", layers)
     (got,) = j["whole_step"]["steps"]
     passes = draft_steps(8, 4) - 1
