@@ -628,16 +628,16 @@ def _per_rank(source: Source, workload: Workload, current, preset: str | None):
     if kv is None and len(kvs) > 1:
         kv = "bf16" if "bf16" in kvs else None  # the line's cache is the model's dtype (auto)
     if kv is not None:
-        if kv not in kvs and plan.kv_rows == "fp8_e5m2":  # no run of any kind measures e5m2: never "measure them"
-            raise BadInput(f"--current: your line runs an fp8_e5m2 KV cache, which no kbench run measures (kbench's "
-                           f"fp8 rows are e4m3; {source.label} has {', '.join(sorted(map(str, kvs)))} rows)"
-                           + (", and SGLang runs its fa3 on triton for it (python/sglang/srt/arg_groups/"
-                              "overrides.py:1263-1270), not a kbench kernel" if current.engine == "sglang" else "")
-                           + ": not priced")
         if kv not in kvs:
+            from kbench.recommend.ranks import SGLANG_E5M2
+
+            # no run of any kind measures e5m2 (kbench's fp8 rows are e4m3): say why rather than "measure them"
+            why = ("; no kbench run measures fp8_e5m2 (kbench's fp8 rows are e4m3)"
+                   + (f" ({SGLANG_E5M2}, not a kbench kernel)" if current.engine == "sglang" else "")
+                   if plan.kv_rows == "fp8_e5m2" else
+                   which_run_answers(source, {"heads": want.get("heads"), "kv_dtype": kv}))
             raise BadInput(f"--current: your line runs a {plan.kv_engine} KV cache; {source.label} has rows of "
-                           f"{', '.join(sorted(map(str, kvs)))} KV caches only: not priced"
-                           + which_run_answers(source, {"heads": want.get("heads"), "kv_dtype": kv}))
+                           f"{', '.join(sorted(map(str, kvs)))} KV caches only: not priced" + why)
         want["kv_dtype"] = kv
     if plan.layer_mix:  # gpt-oss: rows of every layer kind, or the run that has them named
         from kbench.cases.models import heads_text
