@@ -361,8 +361,10 @@ class _ABListener(Listener):
 
     def ab_look(self, look, rounds, alpha, decided, cases):
         fails = sum(v == "fail" for v in decided.values())
-        self.console.print(f"  look {look} after {rounds} rounds (alpha {alpha:.2g}): {len(decided)} of {cases} "
-                           f"case(s) decided ({len(decided) - fails} pass, {fails} fail)", highlight=False)
+        gone = sum(v == "out-of-reach" for v in decided.values())
+        self.console.print(f"  look {look} after {rounds} rounds (alpha {alpha:.2g}): {len(decided) - gone} of {cases} "
+                           f"case(s) decided ({len(decided) - fails - gone} pass, {fails} fail)"
+                           + (f", {gone} out of the budget's reach (INCONCLUSIVE)" if gone else ""), highlight=False)
 
     def ab_switch(self, side, command):
         self.console.print(f"  switching the server to {side.upper()}: {command}", highlight=False, markup=False)
@@ -390,8 +392,11 @@ def _run_ab(cfg, result_filename):
                         *(("--threshold", f"{cfg.threshold:.6g}", "--alpha", f"{cfg.alpha:g}", "--power",
                            f"{cfg.power:g}") if cfg.repeat_auto else ()))
     ended = ab.ended or {}
+    gone = ended.get("out_of_reach") or {}
     how = {"decided": "every case decided", "budget": f"the --budget of {cfg.budget:g} s ended",
-           "max-rounds": "the most rounds ran"}.get(ended.get("stopped"), "")
+           "max-rounds": "the most rounds ran", "planned-rounds": "the planned rounds ran",
+           "out-of-reach": (f"every case decided or out of the budget's reach ({len(gone)} case(s) stopped "
+                            f"undecided: {', '.join(gone)})")}.get(ended.get("stopped"), "")
     console.print(escape(f"A: {ab.a.run_dir}\nB: {ab.b.run_dir}\n{ab.rounds} round(s)"
                          + (f", {ended.get('looks')} look(s): {how}" if cfg.repeat_auto else "")
                          + f"\njudge it (PASS, FAIL or INCONCLUSIVE) with: {gate}"), highlight=False, soft_wrap=True)

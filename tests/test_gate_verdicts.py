@@ -95,11 +95,12 @@ def test_the_kernel_gate_gets_the_same_three_verdicts_from_its_own_noise(tmp_pat
 
 # ---- the sequential rule: false alarms and power on simulated pairs ----------------------------------------------
 def _simulate(effect: float, sd: float, seed: int, max_rounds: int, threshold=0.05, alpha=0.01, power=0.8,
-              rule: str = "plan") -> tuple[str, int]:
+              rule: str = "plan", reach: bool = True) -> tuple[str, int]:
     """One --repeat auto run on simulated pairs (log-normal round noise, heavy-tailed bursts on either side): the
     looks of kbench.gate.sequential until a decision or ``max_rounds`` (the rounds the budget fits: the plan's N).
     rule: "plan" (the run's: O'Brien-Fleming spending over N), "bonferroni" (the earlier rule: 6 alpha / (pi^2
-    k^2) at look k, unbounded), "naive" (every look at alpha). Returns (pass | fail | open, rounds run)."""
+    k^2) at look k, unbounded), "naive" (every look at alpha). reach: a case the plan cannot decide stops
+    (sequential's out-of-reach rule; "plan" only). Returns (pass | fail | open | out-of-reach, rounds run)."""
     from kbench.gate import sequential
 
     rng = np.random.default_rng(seed)
@@ -120,7 +121,9 @@ def _simulate(effect: float, sd: float, seed: int, max_rounds: int, threshold=0.
                      "latency_samples": list(b), "repeats": n}
             al = {"plan": lambda: plan.test_alpha(n), "bonferroni": lambda: sequential.alpha_at(look, alpha),
                   "naive": lambda: alpha}[rule]()
-            v = sequential.decide_case(row_a, row_b, threshold, al, power) if plan.can_decide(n, al) else "open"
+            v = (sequential.decide_case(row_a, row_b, threshold, al, power,
+                                        plan=plan if (reach and rule == "plan") else None)
+                 if plan.can_decide(n, al) else "open")
             if v != "open":
                 return v, n
             at = plan.next_look(n) if rule == "plan" else sequential.next_look(n)
@@ -152,6 +155,29 @@ def test_alpha_spending_keeps_the_false_alarm_rate_under_repeated_looks():
 def test_alpha_spending_finds_a_25pct_slowdown():
     outcomes = [_simulate(0.25, 0.15, 1000 + s, 120)[0] for s in range(200)]
     assert outcomes.count("fail") >= 190 and outcomes.count("pass") == 0
+
+
+def test_a_case_out_of_the_budgets_reach_stops_early_and_costs_few_detections():
+    """#54, out of reach (kbench.gate.sequential): A/A pairs whose noise no plan of 137 rounds can PASS (round
+    noise SD 0.6 in logs, the two-server CPU pairs at load 10 to 16) mostly stop at under half of the plan,
+    INCONCLUSIVE, instead of running the whole budget; the rule never adds a FAIL (the same seeds without it fail
+    as often); 25% and 10% slowdowns fail as often as without it (measured: 98 and 98, 35 and 36, 7 and 7 of 100);
+    quiet A/A pairs still PASS. Before the rule every A/A pair ran its whole plan."""
+    aa = [_simulate(0.0, 0.6, 5000 + s, 137) for s in range(60)]
+    stopped = sorted(n for v, n in aa if v == "out-of-reach")
+    assert len(stopped) >= 40 and stopped[len(stopped) // 2] <= 0.45 * 137, [v for v, _ in aa]
+    assert min(stopped) >= 137 / 3, stopped
+    plain = [_simulate(0.0, 0.6, 5000 + s, 137, reach=False) for s in range(60)]
+    assert all(n == 137 for v, n in plain if v == "open")  # before: the whole plan
+    assert sum(v == "fail" for v, _ in aa) <= sum(v == "fail" for v, _ in plain)
+    for effect, sd in ((0.25, 0.3), (0.25, 0.6), (0.10, 0.3)):
+        with_ = [_simulate(effect, sd, 3000 + s, 137)[0] for s in range(100)]
+        without = [_simulate(effect, sd, 3000 + s, 137, reach=False)[0] for s in range(100)]
+        assert with_.count("fail") >= without.count("fail") - 3, (effect, sd, with_.count("fail"),
+                                                                  without.count("fail"))
+        assert with_.count("pass") == 0
+    quiet = [_simulate(0.0, 0.05, 100 + s, 120)[0] for s in range(40)]
+    assert quiet.count("pass") >= 38, quiet
 
 
 def test_spending_over_the_plan_finds_more_than_the_bonferroni_split_in_the_same_rounds():

@@ -212,13 +212,38 @@ def test_repeat_auto_ends_at_the_budget_undecided_and_the_gate_says_inconclusive
     ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), alpha=0.01, repeat=400, repeat_auto=True,
                              budget=3))
     m = json.loads((ab.a.run_dir / "manifest.json").read_text())["interleave"]
-    assert m["stopped"] in ("budget", "decided", "planned-rounds")  # planned: the rounds 3 s fit at their pace
+    assert m["stopped"] in ("budget", "decided", "planned-rounds", "out-of-reach")  # planned: what 3 s fit
     from kbench.gate import run_gate
 
     res = run_gate(ab.a.run_dir, ab.b.run_dir)
     assert res.verdict in ("PASS", "INCONCLUSIVE")  # an A/A: never FAIL
     if m["stopped"] != "decided":
         assert res.verdict == "INCONCLUSIVE" or m["decided"]
+
+
+def test_repeat_auto_stops_a_case_out_of_the_plans_reach_and_the_gate_says_inconclusive(two, tmp_path,
+                                                                                         monkeypatch):
+    """#54 out of reach: a case the rule calls out of the plan's reach (kbench.gate.sequential._out_of_reach, here
+    made to say so at every look; the rule itself is checked on the simulated pairs of tests/test_gate_verdicts.py)
+    stops being measured at that look: the run ends there, not at the plan's end, records the case and its
+    rounds, and the gate, testing it at that look's alpha, says INCONCLUSIVE with the rounds that would decide it."""
+    from kbench.gate import run_gate, sequential
+
+    seen = []
+    monkeypatch.setattr(sequential, "_out_of_reach", lambda *a: seen.append(a[-1]) or True)
+    a, b = two
+    a.faults.first_token_jitter = b.faults.first_token_jitter = 0.03  # A/A through noise: nothing decides early
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), alpha=0.01, repeat=40, repeat_auto=True,
+                             budget=600))
+    m = json.loads((ab.a.run_dir / "manifest.json").read_text())["interleave"]
+    assert m["planned_rounds"] == 40 and seen and set(seen) == {40}
+    # looks at 8, 10, 13, 17: the first three test at alphas 16 rounds of a signed-rank test cannot reach
+    assert m["stopped"] == "out-of-reach" and m["rounds_run"] == 17 == ab.rounds and m["looks"] == 4
+    assert m["out_of_reach"] == {"bs1-in16-out4": 17} and m["decided"] == {}
+    assert len(a.seen("/generate")) == len(b.seen("/generate")) == 17  # nothing measured after it
+    res = run_gate(ab.a.run_dir, ab.b.run_dir)
+    assert res.verdict == "INCONCLUSIVE" and res.passed is False
+    assert any(r.outcome == "inconclusive" and r.rounds_needed for r in res.rows)
 
 
 def test_a_budget_that_cannot_reach_the_first_look_is_bad_input(two, tmp_path):

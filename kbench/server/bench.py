@@ -237,7 +237,7 @@ class Listener:
         """An interleaved A/B of one server runs its switch command to side ``side`` (a or b)."""
 
     def ab_look(self, look: int, rounds: int, alpha: float, decided: dict, cases: int) -> None:
-        """--repeat auto looked at its rounds (kbench.gate.sequential): ``decided`` maps case -> pass | fail."""
+        """--repeat auto looked at its rounds (kbench.gate.sequential): ``decided`` maps case -> pass | fail | out-of-reach (undecided, stopped: the plan cannot decide it)."""
 
 
 @dataclass

@@ -344,6 +344,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     latest: dict[tuple[str, str], ServerBenchRow] = {}
     failed: dict[str, tuple[str, dict]] = {}
     decided: dict[str, str] = {}
+    out_of_reach: dict[str, int] = {}  # case -> the rounds at which the plan could not decide it (sequential)
     case_alpha: dict[str, float] = {}
     k = config.batches_per_round
     _warm(runners, SIDES if mode == "two-servers" else ("a",), live, config, ls, results)  # (switch: A is on)
@@ -361,7 +362,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                 switcher.to(side, runners[side])
                 _same_model(results["a"].facts.model, runners[side].backend.facts.model, " after the switch")
                 _warm(runners, (side,), live, config, ls, results)
-            if case.case_id in failed or case.case_id in decided:
+            if case.case_id in failed or case.case_id in decided or case.case_id in out_of_reach:
                 continue
             if read_per_round and not batches.get((case.case_id, side)):
                 opened[(case.case_id, side)] = ctr.snapshot(runners[side].client)
@@ -400,19 +401,22 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
             look += 1
             alpha_spent = plan.test_alpha(n, last=out_of_time or n == rounds)
             for c in live:
-                if c.case_id in failed or c.case_id in decided:
+                if c.case_id in failed or c.case_id in decided or c.case_id in out_of_reach:
                     continue
                 ra, rb = latest.get((c.case_id, "a")), latest.get((c.case_id, "b"))
                 if ra is not None and rb is not None and plan.can_decide(n, alpha_spent):
                     v = sequential.decide_case(ra.to_dict(), rb.to_dict(), config.threshold, alpha_spent,
-                                               config.power)
-                    if v != "open":
+                                               config.power, plan=plan)
+                    if v == "out-of-reach":
+                        out_of_reach[c.case_id] = n
+                    elif v != "open":
                         decided[c.case_id] = v
+                    if v != "open":
                         case_alpha[c.case_id] = alpha_spent  # its rows stop here: the gate tests them at this
-            ls.ab_look(look, n, alpha_spent, decided, len(live))
+            ls.ab_look(look, n, alpha_spent, {**decided, **{c: "out-of-reach" for c in out_of_reach}}, len(live))
             look_at = plan.next_look(n)
-            if all(c.case_id in decided or c.case_id in failed for c in live):
-                stop = "decided"
+            if all(c.case_id in decided or c.case_id in failed or c.case_id in out_of_reach for c in live):
+                stop = "out-of-reach" if out_of_reach else "decided"
                 break
             if plan.is_last(n):
                 stop = "planned-rounds"
@@ -436,7 +440,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
         out.update(looks=look, alpha_spent=alpha_spent, rule=sequential.RULE, threshold=config.threshold,
                    planned_rounds=plan.planned if plan else None,
                    alpha=config.alpha, power=config.power, budget_s=config.budget,
-                   decided={c: v for c, v in decided.items()},
+                   decided={c: v for c, v in decided.items()}, out_of_reach=dict(out_of_reach),
                    case_alpha={c.case_id: case_alpha.get(c.case_id, alpha_spent) for c in live
                                if alpha_spent is not None})
     return out

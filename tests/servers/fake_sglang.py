@@ -7,6 +7,7 @@ It speaks the parts of SGLang's native API that server-bench uses (/flush_cache,
 from __future__ import annotations
 
 import json
+import random
 import socket
 import threading
 import time
@@ -27,6 +28,7 @@ class Faults:
     stream_plan: list = field(default_factory=list)  # modes for the first /generate calls, then stream_mode
     truncate_after: int = 3  # chunks sent before a truncate / error chunk / malformed line
     first_token_delay: float = 0.0  # seconds before the first chunk (prefill)
+    first_token_jitter: float = 0.0  # and a random 0 to this many seconds more (a noisy machine), each request
     step_delay: float = 0.0  # seconds between decode steps
     # server info
     max_running_requests: int = 64
@@ -332,6 +334,8 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(30)  # far beyond any test's --request-timeout
             if f.first_token_delay:
                 time.sleep(f.first_token_delay)
+            if f.first_token_jitter:
+                time.sleep(random.uniform(0, f.first_token_jitter))
             for step in range(1, n_out + 1):
                 if step > 1 and f.step_delay:
                     time.sleep(f.step_delay)
