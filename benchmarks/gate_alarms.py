@@ -8,8 +8,13 @@ processes (``--servers two``), each behind its own proxy.
 
     python benchmarks/gate_alarms.py [--pairs 20] [--procedures interleaved-40,auto] [--servers one|two]
         [--conditions aa-quiet,aa-load,stretch-10%,stretch-25%,delay-10%,delay-25%] [--out DIR]
+        [--neighbour none|spin|bursty]   # a CPU neighbour through every pair (a CI machine's other job)
         [--url URL [--url-b URL]]        # running vLLM servers (default: start the tests' CPU server(s))
         [--pythonpath DIR]               # import kbench from DIR (e.g. a checkout of the commit before)
+
+The neighbour runs from the first pair to the last: ``spin`` one process busy on one core, ``bursty`` one process
+busy for 0.3 to 1.2 s, then idle for 0.3 to 1.2 s, again and again (the bursts of issue #54; seeded), ``none``
+nothing (the aa-load condition still adds its own spinner to the second half of its pairs).
 
 Procedures: ``interleaved-N`` (one run, N ABBA rounds, one batch per side a round), ``auto`` (``--repeat auto``:
 rounds until the gate decides every case or ``--budget`` s, ``--batches-per-round`` K), ``plain`` (two runs one
@@ -137,15 +142,27 @@ class Proxy:
 DelayProxy = Proxy  # the name the earlier benchmark used
 
 
-class Load:
-    """One process spinning on one core (a CI neighbour), started and stopped by pid."""
+BURSTY = """
+import random, time
+rng = random.Random(54)
+while True:
+    end = time.monotonic() + rng.uniform(0.3, 1.2)
+    while time.monotonic() < end:
+        pass
+    time.sleep(rng.uniform(0.3, 1.2))
+"""
 
-    def __init__(self):
+
+class Load:
+    """One process on one core (a CI neighbour), started and stopped by pid: spinning, or in bursts (BURSTY)."""
+
+    def __init__(self, kind: str = "spin"):
         self.proc = None
+        self.code = BURSTY if kind == "bursty" else "while True: pass"
 
     def start(self):
         if self.proc is None:
-            self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            self.proc = subprocess.Popen([sys.executable, "-c", self.code])
 
     def stop(self):
         if self.proc is not None:
@@ -267,12 +284,14 @@ def _pct(xs: list[float], q: float) -> float:
 def table(results: list[dict], procedures) -> str:
     """Per procedure and slowdown kind: pairs, A/A alarms, P(FAIL | 10%), P(FAIL | 25%), P(PASS | 25%),
     INCONCLUSIVE (all pairs), wall per pair (median, max), load average (min to max), B/A ratio spread (A/A)."""
-    head = ("| procedure | servers | slowdown | pairs | A/A alarms | P(FAIL \\| 10%) | P(FAIL \\| 25%) | P(PASS \\| 25%) "
+    head = ("| procedure | servers | neighbour | slowdown | pairs | A/A alarms | P(FAIL \\| 10%) | P(FAIL \\| 25%) | P(PASS \\| 25%) "
             "| INCONCLUSIVE | wall per pair (A/A / slowed, median) | load | A/A B/A ratio p10-p90 |")
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     for p in procedures:
-        for servers in sorted({r["servers"] for r in results if r["procedure"] == p}):
-            mine = [r for r in results if r["procedure"] == p and r["servers"] == servers]
+        for servers, nb in sorted({(r["servers"], r.get("neighbour", "-")) for r in results
+                                   if r["procedure"] == p}):
+            mine = [r for r in results if r["procedure"] == p and r["servers"] == servers
+                    and r.get("neighbour", "-") == nb]
             aa = [r for r in mine if r["condition"].startswith("aa-")]
             for kind in ("stretch", "delay"):
                 slow = [r for r in mine if r["condition"].startswith(kind)]
@@ -286,7 +305,7 @@ def table(results: list[dict], procedures) -> str:
                 ratios = [x for r in aa for x in r.get("ratios", [])]
                 spread = f"{_pct(ratios, 0.1):.2f} to {_pct(ratios, 0.9):.2f}" if ratios else "-"
                 lines.append(
-                    f"| {p} | {servers} | {kind} | {len(rows)} | {_rate(aa, 'FAIL')} | {_rate(s10, 'FAIL')} | "
+                    f"| {p} | {servers} | {nb} | {kind} | {len(rows)} | {_rate(aa, 'FAIL')} | {_rate(s10, 'FAIL')} | "
                     f"{_rate(s25, 'FAIL')} | {_rate(s25, 'PASS')} | {_rate(rows, 'INCONCLUSIVE')} | "
                     + " / ".join(f"{statistics.median(x):.0f} s" if x else "-" for x in
                                  ([r["seconds"] for r in aa], [r["seconds"] for r in slow])) + " | "
@@ -304,6 +323,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat-plain", type=int, default=5, help="repeats per run of the plain procedure")
     ap.add_argument("--budget", type=float, default=300, help="auto: seconds of rounds per pair")
     ap.add_argument("--batches-per-round", type=int, default=3, help="auto: batches per side per round")
+    ap.add_argument("--neighbour", choices=("none", "spin", "bursty"), default="none",
+                    help="a CPU neighbour through every pair")
     ap.add_argument("--url", default=None, help="a running vLLM server (default: start the tests' CPU server)")
     ap.add_argument("--url-b", default=None, help="--servers two: B's running server")
     ap.add_argument("--out", default="/tmp/kbench-gate-alarms")
@@ -336,11 +357,14 @@ def main(argv=None) -> int:
     pa = Proxy(urls[0])
     pb = Proxy(urls[1] if a.servers == "two" else urls[0])
     load = Load()
+    neighbour = Load(a.neighbour) if a.neighbour != "none" else None
     results = []
     t_start = time.monotonic()
     print(f"kbench from {Path(kbench.__file__).parent}; servers {urls}; load average {os.getloadavg()[0]:.1f}",
           flush=True)
     try:
+        if neighbour:
+            neighbour.start()
         work = Path(tempfile.mkdtemp(prefix="runs-", dir=out))
         lat = calibrate(pa, work)
         print(f"A's latency per (batch, output): {json.dumps({str(k): round(v, 4) for k, v in lat.items()})}",
@@ -365,7 +389,8 @@ def main(argv=None) -> int:
                         res, secs = interleaved_pair(pa, pb, d, ld, int(proc.split("-")[1]), est.get(proc, 60.0))
                     est[proc] = secs if proc not in est else 0.7 * est[proc] + 0.3 * secs
                     smp = samples(res)
-                    rec = {"procedure": proc, "servers": a.servers, "condition": cond, "pair": i,
+                    rec = {"procedure": proc, "servers": a.servers, "neighbour": a.neighbour, "condition": cond,
+                           "pair": i,
                            "verdict_word": verdict_word(res), "passed": res.passed, "verdict": res.summary_line(),
                            "seconds": round(secs, 1), "load_avg": round(os.getloadavg()[0], 2),
                            "load_start": round(load_start, 2),
@@ -387,6 +412,8 @@ def main(argv=None) -> int:
                         shutil.rmtree(d, ignore_errors=True)  # (the first pair's run folders: --keep-first)
     finally:
         load.stop()
+        if neighbour:
+            neighbour.stop()
         pa.close()
         pb.close()
         for srv in started:
