@@ -67,8 +67,8 @@ def main(argv=None) -> int:
     from kbench.server.interleave import run_interleaved
 
     tm = Timers()
-    tm.wrap(bench._Runner, "timed_batch", "batch (all)")
-    tm.wrap(bench._Runner, "_stream", "stream")
+    tm.wrap(bench.Runner, "timed_batch", "batch (all)")
+    tm.wrap(bench.Runner, "_stream", "stream")
     tm.wrap(client.ServerClient, "flush_with_retry", "flush")
     tm.wrap(counters, "snapshot", "metrics GETs")
     tm.wrap(counters, "settled_snapshot", "metrics after (settled)")

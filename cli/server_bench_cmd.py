@@ -231,8 +231,8 @@ _RESUME_OK = {"url", "resume", "api_key", "api_key_file", "header", "header_file
               help="Timed batches per case (a flush before each): the row holds the medians and every value, "
                    "which the gate's noise test uses. Interleaved A/B: the rounds (7 or more); auto: rounds are "
                    "added until the gate's rule decides every case (PASS or FAIL) or --budget ends (then the gate "
-                   "says INCONCLUSIVE), tested with O'Brien-Fleming alpha spending over the rounds the budget fits "
-                   "(docs/gate.md).")
+                   "says INCONCLUSIVE), tested with O'Brien-Fleming alpha spending over the rounds the budget fits; "
+                   "a case the budget cannot decide stops early, INCONCLUSIVE (docs/gate.md).")
 @click.option("--budget", "budget", default="300", metavar="SECONDS", show_default=True,
               help="--repeat auto: wall-clock seconds for the rounds (a round that would not fit is not started).")
 @click.option("--batches-per-round", "batches_per_round", default="1", metavar="K", show_default=True,

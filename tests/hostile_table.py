@@ -2097,7 +2097,7 @@ SITUATIONS: list[Situation] = [
     Situation("server-bench-resume-line-quoted", 2, "server-bench --out 'res dir $(touch PWNED)' stopped by SIGTERM",
               f"kbench server-bench --url {{url}} {SERVER} --out '{PWNED}'", 143,
               r"finish with: kbench server-bench --resume '.*res dir \$\(touch", lambda w: _server(w),
-              _pasted_run(), signal_at=("kbench.server.bench:_append_lines", "before", signal.SIGTERM)),
+              _pasted_run(), signal_at=("kbench.server.bench:append_lines", "before", signal.SIGTERM)),
     Situation("baseline-finish-line-quoted", 2, "baseline of an interrupted run in 'my runs/x $(touch PWNED)'",
               "kbench baseline {qrun} --name b --out bl", 2,
               r"^error: .* is 'interrupted', not complete: finish it \(kbench sweep --resume '.*my runs/x \$\(touch",

@@ -198,8 +198,6 @@ def report() -> tuple[list[list[str]], list[tuple[str, str]], str]:
 PUBLIC_UNDERSCORE = {"_asdict", "_make", "_replace", "_fields", "_exit"}
 ALLOWED_PRIVATE: dict[tuple[str, str], str] = {
     ("kbench.shell", "_CONTROL"): "kbench.text's control-character class, shared by the two core text modules",
-    ("kbench.server.interleave", "_Runner"): "the runner class (to be named Runner; kept while interleave is reworked)",
-    ("kbench.server.interleave", "_append_lines"): "the result-file appender (ditto; a signal test pauses at it)",
     ("kbench.recommend.step", "_locate"): "kbench.recommend.price's lookup, within recommend",
     ("kbench.recommend.render", "_backends_of_setting"): "kbench.recommend.resolve's, within recommend",
     ("kbench.recommend.price", "_backends_of_setting"): "kbench.recommend.resolve's, within recommend",

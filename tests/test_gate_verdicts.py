@@ -161,11 +161,11 @@ def test_a_case_out_of_the_budgets_reach_stops_early_and_costs_few_detections():
     """#54, out of reach (kbench.gate.sequential): A/A pairs whose noise no plan of 137 rounds can PASS (round
     noise SD 0.6 in logs, the two-server CPU pairs at load 10 to 16) mostly stop at under half of the plan,
     INCONCLUSIVE, instead of running the whole budget; the rule never adds a FAIL (the same seeds without it fail
-    as often); 25% and 10% slowdowns fail as often as without it (measured: 98 and 98, 35 and 36, 7 and 7 of 100);
-    quiet A/A pairs still PASS. Before the rule every A/A pair ran its whole plan."""
+    as often); 25% and 10% slowdowns fail nearly as often as without it (measured with / without: 95 / 98, 33 /
+    36, 7 / 7 of 100); quiet A/A pairs still PASS. Before the rule every A/A pair ran its whole plan."""
     aa = [_simulate(0.0, 0.6, 5000 + s, 137) for s in range(60)]
     stopped = sorted(n for v, n in aa if v == "out-of-reach")
-    assert len(stopped) >= 40 and stopped[len(stopped) // 2] <= 0.45 * 137, [v for v, _ in aa]
+    assert len(stopped) >= 54 and stopped[len(stopped) // 2] <= 0.45 * 137, [v for v, _ in aa]
     assert min(stopped) >= 137 / 3, stopped
     plain = [_simulate(0.0, 0.6, 5000 + s, 137, reach=False) for s in range(60)]
     assert all(n == 137 for v, n in plain if v == "open")  # before: the whole plan
@@ -173,7 +173,7 @@ def test_a_case_out_of_the_budgets_reach_stops_early_and_costs_few_detections():
     for effect, sd in ((0.25, 0.3), (0.25, 0.6), (0.10, 0.3)):
         with_ = [_simulate(effect, sd, 3000 + s, 137)[0] for s in range(100)]
         without = [_simulate(effect, sd, 3000 + s, 137, reach=False)[0] for s in range(100)]
-        assert with_.count("fail") >= without.count("fail") - 3, (effect, sd, with_.count("fail"),
+        assert with_.count("fail") >= without.count("fail") - 4, (effect, sd, with_.count("fail"),
                                                                   without.count("fail"))
         assert with_.count("pass") == 0
     quiet = [_simulate(0.0, 0.05, 100 + s, 120)[0] for s in range(40)]

@@ -375,7 +375,6 @@ def _names(ids: list[str], most: int = 3) -> str:
     if len(ids) <= most:
         return ", ".join(ids)
     return ", ".join(ids[:most]) + ", ...; `--all` lists them"
-    return headers, rows, rest
 
 
 def screen_caveats(rec: Recommendation) -> list[str]:

@@ -280,7 +280,10 @@ def random_ids(rng: random.Random, batch_size: int, input_len: int, vocab: int) 
     return PromptPattern().ids(rng, batch_size, input_len, vocab)
 
 
-class _Runner:
+class Runner:
+    """One server's side of a run: its client, its cases' prompts, warm-ups and timed batches (run_case for a
+    plain run's case, timed_batch for one batch of an interleaved round), and the rows they make."""
+
     def __init__(self, cfg: ServerBenchConfig, listener: Listener, sleep: Callable[[float], None],
                  session: requests.Session | None):
         self.cfg = cfg
@@ -480,7 +483,7 @@ def _sum(values) -> float | None:
     return float(sum(vals)) if vals else None
 
 
-def _append_lines(paths: list[Path], line: dict) -> None:
+def append_lines(paths: list[Path], line: dict) -> None:
     """Adds one JSON line to each file, atomically: the file is rewritten whole (temporary file + rename), so a
     full disk or a kill leaves the old file, never a truncated line. The first path is the run's own file (never
     through a link); the others were named by the user (--result-filename, a regular file: check_outputs): a link
@@ -494,7 +497,7 @@ def _append_lines(paths: list[Path], line: dict) -> None:
         write_text(p, old + text, named=named)
 
 
-def _run_cases(config: ServerBenchConfig, runner: _Runner, ls: Listener, run: RunSession, cases: list[ServerCase],
+def _run_cases(config: ServerBenchConfig, runner: Runner, ls: Listener, run: RunSession, cases: list[ServerCase],
                result: ServerBenchResult) -> None:
     """Each case not yet in the run (and, before the first case of a batch size, its warm-up), a row each."""
     line_files = [run.dir / RESULT_JSONL] + ([Path(config.result_filename)] if config.result_filename else [])
@@ -520,7 +523,7 @@ def _run_cases(config: ServerBenchConfig, runner: _Runner, ls: Listener, run: Ru
         if trace is not None:
             result.traces[case.case_id] = trace
         if row.status == "ok":
-            _append_lines(line_files, row.result_line())
+            append_lines(line_files, row.result_line())
         ls.case_finished(case, row, False)
         if row.status == "failed" and config.fail_fast:
             run.status = "stopped"
@@ -538,7 +541,7 @@ def run_server_bench(config: ServerBenchConfig, listener: Listener | None = None
     config.validate()
     check_outputs(config)
     ls = listener or Listener()
-    runner = _Runner(config, ls, sleep, session)
+    runner = Runner(config, ls, sleep, session)
     backend, facts = runner.connect()
     if config.client_stream_interval != 1 and backend == "vllm":
         ls.warning("--client-stream-interval: vLLM has no per-request stream interval (it is the server's "

@@ -47,7 +47,7 @@ from kbench.errors import BadInput, KbenchError
 from kbench.runs.session import RunSession
 from kbench.server.group_guard import GroupGuard, end_groups
 from kbench.server.bench import (RESULT_JSONL, Listener, ServerBenchConfig, ServerBenchInterrupted,
-                                 ServerBenchResult, ServerCase, _append_lines, _Runner, check_outputs, run_manifest)
+                                 ServerBenchResult, ServerCase, append_lines, Runner, check_outputs, run_manifest)
 from kbench.server import counters as ctr
 from kbench.server.rows import ServerBenchRow
 from kbench.server.workload import write_workload
@@ -169,7 +169,7 @@ class _Switcher:
         self.groups: list[int] = []
         self.guard = GroupGuard()
 
-    def to(self, side: str, runner: _Runner) -> None:
+    def to(self, side: str, runner: Runner) -> None:
         if side == self.side:
             return
         argv = switch_argv(self.config.switch_command, side)
@@ -241,7 +241,7 @@ def _interleaved(config: ServerBenchConfig, listener: Listener | None, sleep: Ca
     check_outputs(config)
     ls = listener or Listener()
     cfg = {"a": replace(config, url_b=None), "b": replace(config, url=config.url_b or config.url, url_b=None)}
-    runners = {s: _Runner(cfg[s], ls, sleep, session) for s in SIDES}
+    runners = {s: Runner(cfg[s], ls, sleep, session) for s in SIDES}
     switcher = _Switcher(config, ls, sleep) if mode == "switch" else None
     if switcher:
         switchers.append(switcher)
@@ -433,7 +433,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                 continue
             results[s].rows.append(row)
             if row.status == "ok":
-                _append_lines(line_files[s], row.result_line())
+                append_lines(line_files[s], row.result_line())
             ls.case_finished(c, row, False)
     out = {"rounds_run": max((len(v) for v in rounds_of.values()), default=0), "stopped": stop}
     if auto:
