@@ -123,7 +123,13 @@ class Proxy:
                     self.wfile.flush()
                 conn.close()
 
-            do_GET = do_POST = _forward
+            def _forward_quietly(self):
+                try:
+                    self._forward()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client went away (a run stopped mid-batch): nothing to forward to
+
+            do_GET = do_POST = _forward_quietly
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -342,6 +342,30 @@ def test_unknown_vocab_falls_back_with_warning(fake, tmp_path):
     assert max(map(max, ids)) < 1000 and res.facts.vocab_source == "fallback"
 
 
+def test_a_metrics_page_that_fails_is_said_once_not_dropped_silently(fake, tmp_path):
+    """A /metrics read that fails (a 503 here; a timeout alike) loses that batch's server counters (cache hits,
+    acceptance). Before, kbench dropped them without a word, and a row without a cache hit rate read as a server
+    that exports none. Now the first failure is a warning naming the URL and why; the batches whose reads
+    answered keep their counters; a server without /metrics (404) is not warned about."""
+    fake.faults.metrics_start_time = 1000.0
+    fake.faults.metrics_plan = [503, 503]  # the first batch's before and after snapshots
+    warnings = []
+
+    class L(Listener):
+        def warning(self, m):
+            warnings.append(m)
+
+    res = run_server_bench(cfg(fake.url, tmp_path, repeat=3), L(), sleep=Sleeps())
+    said = [w for w in warnings if "/metrics" in w]
+    assert len(said) == 1 and said[0].startswith(f"{fake.url}/metrics did not answer (GET /metrics -> 503)"), warnings
+    assert "counters of that batch" in said[0]
+    assert res.rows[0].cache_hit_rate == pytest.approx(0.25)  # the other two batches' counters
+    fake.faults.metrics_start_time = None  # no /metrics at all: nothing to warn about
+    warnings.clear()
+    run_server_bench(cfg(fake.url, tmp_path, run_name="plain"), L(), sleep=Sleeps())
+    assert not [w for w in warnings if "/metrics" in w]
+
+
 def test_fail_fast_stops(fake, tmp_path):
     fake.faults.stream_plan = ["truncate"]
     res = run_server_bench(cfg(fake.url, tmp_path, batch_sizes=(1, 2), fail_fast=True), sleep=Sleeps())

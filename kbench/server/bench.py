@@ -289,6 +289,7 @@ class Runner:
         self.cfg = cfg
         self.ls = listener
         self.sleep = sleep
+        self.metrics_unread: str | None = None  # the first /metrics read that failed (said once: _unread)
         self.client = ServerClient(cfg.url, timeout=min(30.0, cfg.request_timeout), session=session,
                                    credentials=cfg.credentials)
         self.backend: Backend | None = None
@@ -402,7 +403,7 @@ class Runner:
             status, body = self._post_quiet("/start_profile")
             if status != 200:
                 return {"reason": f"POST /start_profile -> {status} {body!r}", "fkw": fkw}
-        before = ctr.snapshot(self.client) if not warmup and counters else None
+        before = self.snapshot() if not warmup and counters else None
         path, body = be.batch_request(ids, case.output_len, cfg.temperature, cfg.seed, cfg.return_logprob,
                                       cfg.client_stream_interval)
         trace = BatchTrace.empty(case.batch_size)
@@ -419,10 +420,30 @@ class Runner:
         if reason:
             return {"reason": reason, "fkw": fkw, "per_req": per_req, "trace": trace}
         m = metrics_from_trace(trace, case.input_len, case.output_len)
-        after = ctr.settled_snapshot(self.client, be.name, before, case.batch_size, self.sleep) if before else None
+        after = self.settled_snapshot(before, case.batch_size) if before else None
         gen, acc = be.after_case() if not warmup else (-1.0, -1.0)
         return {"m": {k: getattr(m, k) for k in SAMPLED}, "gen": gen, "acc": acc, "fkw": fkw, "per_req": per_req,
                 "trace": trace, "counters": ctr.case_counters(be.name, before, after)}
+
+    def snapshot(self) -> dict | None:
+        """The server's counters now (kbench.server.counters.snapshot); a /metrics that does not answer is said
+        once per run (the rows then lack the counters: acceptance, cache hits), not dropped silently."""
+        unread: list[str] = []
+        snap = ctr.snapshot(self.client, unread)
+        self._unread(unread)
+        return snap
+
+    def settled_snapshot(self, before: dict | None, requests: int) -> dict | None:
+        unread: list[str] = []
+        snap = ctr.settled_snapshot(self.client, self.backend.name, before, requests, self.sleep, unread=unread)
+        self._unread(unread)
+        return snap
+
+    def _unread(self, unread: list[str]) -> None:
+        if unread and not self.metrics_unread:
+            self.metrics_unread = unread[0]
+            self.ls.warning(f"{self.cfg.url}/metrics did not answer ({unread[0]}): the server's counters of that "
+                            f"batch (acceptance, cache hits) are not recorded; later misses are not repeated")
 
     def _stream(self, case: ServerCase, path: str, body: dict, trace: BatchTrace,
                  output_len: int | None = None) -> str:

@@ -53,13 +53,19 @@ def parse_counters(text: str) -> dict[str, float]:
     return out
 
 
-def snapshot(client: ServerClient) -> dict[str, float] | None:
-    """The counters now, or None when the server exports none (SGLang without --enable-metrics)."""
+def snapshot(client: ServerClient, unread: list | None = None) -> dict[str, float] | None:
+    """The counters now, or None: the server exports none (404, as SGLang without --enable-metrics, or a page
+    without counters), or its /metrics did not answer; then why is appended to ``unread`` (a timeout, a refused
+    connection, a 5xx), so the caller can say that the counters it shows are missing, not absent."""
     try:
         status, text = client.request("GET", "/metrics")
-    except ServerError:
+    except ServerError as e:
+        if unread is not None:
+            unread.append(str(e))
         return None
     if status != 200:
+        if unread is not None and status != 404:
+            unread.append(f"GET /metrics -> {status}")
         return None
     counters = parse_counters(text)
     return counters or None
@@ -112,10 +118,10 @@ def case_counters(backend: str, before: dict | None, after: dict | None) -> Case
 
 
 def settled_snapshot(client: ServerClient, backend: str, before: dict | None, requests: int,
-                     sleep, tries: int = 20, wait: float = 0.1) -> dict | None:
+                     sleep, tries: int = 20, wait: float = 0.1, unread: list | None = None) -> dict | None:
     """The after-snapshot, re-read (up to ``tries`` x ``wait`` s) until the server counted the batch's
     ``requests`` finished requests, so a counter update racing the stream's end is not lost."""
-    after = snapshot(client)
+    after = snapshot(client, unread)
     name = FINISHED.get(backend)
     if before is None or after is None or name is None or name not in after:
         return after

@@ -365,7 +365,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
             if case.case_id in failed or case.case_id in decided or case.case_id in out_of_reach:
                 continue
             if read_per_round and not batches.get((case.case_id, side)):
-                opened[(case.case_id, side)] = ctr.snapshot(runners[side].client)
+                opened[(case.case_id, side)] = runners[side].snapshot()
             one = runners[side].timed_batch(case, ids[case.case_id], False, profiling=False,
                                             counters=not read_per_round)
             if one.get("reason"):
@@ -461,7 +461,7 @@ def _round_counters(runner, before: dict | None, requests: int):
     """The server's counters over a side's K batches of a case in one round: the snapshot before the first, and one
     after the last once the server counted its ``requests`` (two /metrics reads a round instead of 2 K: on a busy
     2-core machine vLLM took about 50 ms to answer each, a third of a round's wall; docs/gate.md)."""
-    after = ctr.settled_snapshot(runner.client, runner.backend.name, before, requests, runner.sleep) if before else None
+    after = runner.settled_snapshot(before, requests) if before else None
     return ctr.case_counters(runner.backend.name, before, after)
 
 

@@ -63,6 +63,7 @@ class Faults:
     # beside sglang:prompt_tokens_total (every /generate prompt's tokens so far) and sglang:cached_tokens_total
     # (a quarter of them)
     metrics_start_time: float | None = None
+    metrics_plan: list = field(default_factory=list)  # statuses of the first /metrics reads (then 200)
 
 
 @dataclass
@@ -264,6 +265,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"object": "list", "data": [{"id": f.model_path, "owned_by": "sglang"}]})
         elif path == "/health":
             self._send(200, "")
+        elif path == "/metrics" and f.metrics_start_time is not None and f.metrics_plan:
+            self._send(f.metrics_plan.pop(0), {"detail": "metrics exporter failed"})
         elif path == "/metrics" and f.metrics_start_time is not None:
             prompt = sum(len(ids) for r in self.server_obj.seen("/generate") if isinstance(r.body, dict)
                          for ids in (r.body.get("input_ids") or []))
