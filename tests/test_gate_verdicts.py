@@ -180,6 +180,27 @@ def test_a_case_out_of_the_budgets_reach_stops_early_and_costs_few_detections():
     assert quiet.count("pass") >= 38, quiet
 
 
+def test_the_rounds_that_would_decide_a_row_are_projected_at_the_runs_alpha_not_a_looks():
+    """#54: a --repeat auto case stopped at an early look is tested at that look's alpha (5e-5 here), but a rerun
+    given more rounds tests its last look at nearly the whole alpha: the "about N rounds would decide it" of its
+    INCONCLUSIVE row is projected at the run's alpha (before: at the look's, 2.2 times as many)."""
+    from kbench.gate.compare import compare_metric
+    from kbench.gate.metrics import SERVER_METRICS
+
+    rng = np.random.default_rng(4)
+    a = [float(x) for x in 0.1 * np.exp(rng.normal(0, 0.5, 55))]
+    b = [float(x) for x in 0.1 * np.exp(rng.normal(0, 0.5, 55))]
+    rows = [{"case_id": "bs1", "status": "ok", "latency": float(np.median(v)), "latency_samples": v, "repeats": 55}
+            for v in (a, b)]
+    lat = SERVER_METRICS[0]
+    look = compare_metric({"case_id": "bs1"}, *rows, lat, 0.05, 4.8e-5, paired=True, plan_alpha=0.01)
+    whole = compare_metric({"case_id": "bs1"}, *rows, lat, 0.05, 0.01, paired=True)
+    before = compare_metric({"case_id": "bs1"}, *rows, lat, 0.05, 4.8e-5, paired=True)
+    assert look.outcome == whole.outcome == before.outcome == "inconclusive"
+    assert look.rounds_needed == whole.rounds_needed and before.rounds_needed > 2 * whole.rounds_needed
+    assert look.detectable == before.detectable > whole.detectable  # what the look's own test could see
+
+
 def test_spending_over_the_plan_finds_more_than_the_bonferroni_split_in_the_same_rounds():
     """#54: the earlier rule (6 alpha / (pi^2 k^2) at look k) tested late looks at 1e-5 to 1e-4. Where a 25%
     slowdown needs most of the budget's rounds (round noise of SD 0.6 in logs, 80 rounds: the two-server CPU pairs

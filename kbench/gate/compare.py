@@ -471,13 +471,16 @@ def agrees(value: float, samples: list[float], role: str, rec: dict, metric: Met
 
 def compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: float,
                    noise: "RunNoise | None" = None, k: float = DEFAULT_RUN_SPREAD_K,
-                   defer: list | None = None, paired: bool = False, power: float = DEFAULT_POWER) -> RowResult:
+                   defer: list | None = None, paired: bool = False, power: float = DEFAULT_POWER,
+                   plan_alpha: float | None = None) -> RowResult:
     """One metric of one row pair, compared by the gate's rule: the one definition of it, used by compare_rows and
     by kbench.gate.sequential's per-round decision (`--repeat auto`). defer: a list to which the noise test is appended (as a function that completes the result) instead of
     being run, so that compare_rows reads the samples of every row to test in one pass. paired: the two rows are
     the sides of one interleaved run (kbench.gate.paired): the change and the test are the rounds' pairs'.
-    Every row gets the smallest change its noise lets the test see (``detectable``, kbench.gate.power) and one of
-    three answers (_decide)."""
+    plan_alpha: the run's whole alpha where ``alpha`` is one look's share of it (--repeat auto): the rounds that
+    would decide an inconclusive row are projected at it, as a run given those rounds would test its last look at
+    nearly all of it (at a look's 5e-5 they read about twice too many). Every row gets the smallest change its
+    noise lets the test see (``detectable``, kbench.gate.power) and one of three answers (_decide)."""
     noise = noise or NO_NOISE
     band = max(threshold, noise.band(k))
     base = RowResult(key, str(key.get("kernel", "")), str(rec_b.get("case_id")), metric.name, "pass", False,
@@ -496,7 +499,7 @@ def compare_metric(key, rec_b, rec_c, metric: Metric, threshold: float, alpha: f
         agrees(mc.value, samples_of(rec_c, metric), "candidate", rec_c, metric)
         sb, sc, why = round_pairs(rec_b, rec_c, metric)
         if why is None and len(sb) >= 2:
-            return _compare_paired(base, sb, sc, metric, alpha, power)
+            return _compare_paired(base, sb, sc, metric, alpha, power, plan_alpha)
         # a metric some rounds lack (vLLM's output throughput of a batch whose tokens came in one chunk): which
         # rounds a value belongs to is not known, and an unpaired test would compare two moments again
         base.outcome = "not-compared" if why else "inconclusive"
@@ -563,7 +566,7 @@ def _needed(scale: float, n: int, worse: float, band: float, metric: Metric, alp
 
 
 def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: Metric, alpha: float,
-                    power: float = DEFAULT_POWER) -> RowResult:
+                    power: float = DEFAULT_POWER, plan_alpha: float | None = None) -> RowResult:
     """The rule of compare_metric on paired samples (kbench.gate.paired): the change is the rounds' median ratio,
     the noise test the signed-rank test of the ratios, the detectable change the ratios' own spread; the band is
     the threshold (the pairs carry the noise). The row's values are each side's median; the change is the paired
@@ -576,7 +579,8 @@ def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: M
     worse = -base.change if metric.higher_is_better else base.change
     direction = "worse" if worse > 0 else "better"
     det = detectable_paired(sb, sc, metric.higher_is_better, alpha, power, min_rounds(alpha))
-    rounds = _needed(robust_scale(paired_logs(sb, sc)), len(sb), worse, base.band, metric, alpha, power, True)
+    rounds = _needed(robust_scale(paired_logs(sb, sc)), len(sb), worse, base.band, metric,
+                     max(alpha, plan_alpha or alpha), power, True)
     if len(sb) < min_rounds(alpha):
         rounds = max(rounds or 0, min_rounds(alpha))
     verdict = None
@@ -629,7 +633,7 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
                  alpha: float, allow_missing: bool, noise: list | None = None,
                  k: float = DEFAULT_RUN_SPREAD_K, paired: bool = False,
                  metric_noise: dict | None = None, power: float = DEFAULT_POWER,
-                 case_alpha: dict | None = None) -> list[RowResult]:
+                 case_alpha: dict | None = None, plan_alpha: float | None = None) -> list[RowResult]:
     """noise: run_noise_of(base_recs). paired: the runs are the two sides of one interleaved run. metric_noise:
     server_run_noise(base_recs, ...), which replaces noise for the metrics it holds."""
     metric_noise = metric_noise or {}
@@ -707,7 +711,8 @@ def compare_rows(base_recs: Records, cand_recs: Records, key_cols, metrics: list
                 continue
             n = metric_noise[m.name][i] if m.name in metric_noise else (noise[i] if noise else None)
             a_ = case_alpha.get(case_id, alpha) if case_alpha else alpha  # --repeat auto: the look that decided it
-            results.append(compare_metric(key, rb, rc, m, threshold, a_, n, k, tests, paired, power))
+            results.append(compare_metric(key, rb, rc, m, threshold, a_, n, k, tests, paired, power,
+                                          plan_alpha=plan_alpha or alpha))
     for k_, j in cand_recs.index.items():
         if k_ not in base_recs.index:
             key = dict(zip(key_cols, k_))
@@ -872,7 +877,7 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
     # the winners first, while the rows are all the gate holds (their temporaries took 250 MB at 300,000 rows)
     winners = (case_winners(base.rows), case_winners(cand.rows)) if kind == "sweep" else None
     release_memory()
-    pair, case_alpha = None, {}
+    pair, case_alpha, plan_alpha = None, {}, alpha
     if kind == "server-bench":
         from kbench.gate.paired import halves, min_rounds
 
@@ -928,7 +933,7 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
                         "of several runs (kbench baseline RUN1 RUN2 RUN3 --name NAME)")
     rows = compare_rows(base_recs, cand_recs, key_cols, metrics, threshold, alpha, allow_missing, noise,
                         run_spread_k, paired=bool(pair), metric_noise=metric_noise, power=power,
-                        case_alpha=case_alpha)
+                        case_alpha=case_alpha, plan_alpha=plan_alpha)
     if pair:
         _check_paired(rows)
     del cand_recs  # a row's record per row of each run: let go of them before the winners are compared
