@@ -364,6 +364,7 @@ class Runner:
         out_tp = med["output_throughput"]
         samples = {f"{k}_samples": v for k, v in vals.items()} if reps > 1 or rounds is not None else {}
         rates = [d["counters"].cache_hit_rate for d in done if d["counters"].cache_hit_rate is not None]
+        tot = ctr.CaseCounters.total(d["counters"] for d in done)
         row = self.row(case, "ok", warmup=warmup, prompt_pattern=str(pattern), repeats=reps,
                        latency=med["latency"], last_ttft=med["last_ttft"],
                        input_throughput=med["input_throughput"], output_throughput=out_tp,
@@ -371,15 +372,12 @@ class Runner:
                        itl_ms=(1000.0 * case.batch_size / out_tp) if out_tp else None,
                        last_gen_throughput=last["gen"], acc_length=last["acc"],
                        cache_hit_rate=statistics.median(rates) if rates else None,
-                       spec_drafts=_sum(d["counters"].spec_drafts for d in done),
-                       spec_draft_tokens=_sum(d["counters"].spec_draft_tokens for d in done),
-                       spec_accepted_tokens=_sum(d["counters"].spec_accepted_tokens for d in done),
+                       spec_drafts=tot.spec_drafts, spec_draft_tokens=tot.spec_draft_tokens,
+                       spec_accepted_tokens=tot.spec_accepted_tokens,
                        **samples, **last["fkw"], **last["per_req"],
                        **({"sample_rounds": [float(r) for r in rounds]} if rounds is not None else {}))
-        if row.spec_drafts and row.spec_accepted_tokens is not None:  # over all the case's batches
-            agg = ctr.CaseCounters(spec_drafts=row.spec_drafts, spec_draft_tokens=row.spec_draft_tokens,
-                                   spec_accepted_tokens=row.spec_accepted_tokens)
-            row.acc_length, row.acceptance_rate = agg.acc_length, agg.acceptance_rate
+        if tot.spec_drafts and tot.spec_accepted_tokens is not None:  # over all the case's batches
+            row.acc_length, row.acceptance_rate = tot.acc_length, tot.acceptance_rate
         return row
 
     def timed_batch(self, case: ServerCase, ids: list[list[int]], warmup: bool, profiling: bool,
@@ -497,11 +495,6 @@ class Runner:
         fits = [c for c in self.cfg.cases() if c.batch_size == bs
                 and self.backend.skip_reason(bs, c.input_len, c.output_len) is None]
         return min(fits, key=lambda c: (c.input_len + c.output_len)) if fits else None
-
-
-def _sum(values) -> float | None:
-    vals = [v for v in values if v is not None]
-    return float(sum(vals)) if vals else None
 
 
 def append_lines(paths: list[Path], line: dict) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from kbench.server.client import ServerClient, ServerError
 
@@ -97,6 +97,17 @@ class CaseCounters:
         if not self.spec_draft_tokens or self.spec_accepted_tokens is None:
             return None
         return self.spec_accepted_tokens / self.spec_draft_tokens
+
+    @classmethod
+    def total(cls, counted) -> "CaseCounters":
+        """What several batches' counters add up to: each count summed over the batches that reported it (None
+        where none did)."""
+        counted = list(counted)
+        out = cls()
+        for f in fields(cls):
+            known = [v for v in (getattr(c, f.name) for c in counted) if v is not None]
+            setattr(out, f.name, float(sum(known)) if known else None)
+        return out
 
 
 def _delta(before: dict | None, after: dict | None, name: str) -> float | None:

@@ -347,6 +347,10 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     out_of_reach: dict[str, int] = {}  # case -> the rounds at which the plan could not decide it (sequential)
     case_alpha: dict[str, float] = {}
     k = config.batches_per_round
+
+    def settled(case_id: str) -> bool:  # no longer measured: failed, decided, or out of the plan's reach
+        return case_id in failed or case_id in decided or case_id in out_of_reach
+
     _warm(runners, SIDES if mode == "two-servers" else ("a",), live, config, ls, results)  # (switch: A is on)
     read_per_round = k > 1 and mode == "two-servers" and _distinct_servers(runners)  # counters once a round
     opened: dict[tuple[str, str], dict | None] = {}  # (case, side) -> the /metrics snapshot before its batches
@@ -362,7 +366,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                 switcher.to(side, runners[side])
                 _same_model(results["a"].facts.model, runners[side].backend.facts.model, " after the switch")
                 _warm(runners, (side,), live, config, ls, results)
-            if case.case_id in failed or case.case_id in decided or case.case_id in out_of_reach:
+            if settled(case.case_id):
                 continue
             if read_per_round and not batches.get((case.case_id, side)):
                 opened[(case.case_id, side)] = runners[side].snapshot()
@@ -401,7 +405,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
             look += 1
             alpha_spent = plan.test_alpha(n, last=out_of_time or n == rounds)
             for c in live:
-                if c.case_id in failed or c.case_id in decided or c.case_id in out_of_reach:
+                if settled(c.case_id):
                     continue
                 ra, rb = latest.get((c.case_id, "a")), latest.get((c.case_id, "b"))
                 if ra is not None and rb is not None and plan.can_decide(n, alpha_spent):
@@ -415,7 +419,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                         case_alpha[c.case_id] = alpha_spent  # its rows stop here: the gate tests them at this
             ls.ab_look(look, n, alpha_spent, {**decided, **{c: "out-of-reach" for c in out_of_reach}}, len(live))
             look_at = plan.next_look(n)
-            if all(c.case_id in decided or c.case_id in failed or c.case_id in out_of_reach for c in live):
+            if all(settled(c.case_id) for c in live):
                 stop = "out-of-reach" if out_of_reach else "decided"
                 break
             if plan.is_last(n):
@@ -494,10 +498,6 @@ def _round_value(batches: list[dict]) -> dict:
     itself."""
     if len(batches) == 1:
         return batches[0]
-    from dataclasses import fields
-
-    from kbench.server.counters import CaseCounters
-
     out = dict(batches[-1])
     out["m"] = {}
     for key in batches[-1]["m"]:
@@ -505,15 +505,8 @@ def _round_value(batches: list[dict]) -> dict:
         out["m"][key] = median(vals) if vals else None
     counted = [b["counters"] for b in batches if b.get("counters") is not None]
     if counted:
-        out["counters"] = CaseCounters(**{f.name: _sum_known(getattr(c, f.name) for c in counted)
-                                          for f in fields(CaseCounters)})
+        out["counters"] = ctr.CaseCounters.total(counted)
     return out
-
-
-def _sum_known(values) -> float | None:
-    """The sum of the counts a server reported (None when it reported none)."""
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
 
 
 def _write_failed(case, runners, runs, results, latest, failed) -> None:
