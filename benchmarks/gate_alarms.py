@@ -74,7 +74,6 @@ class Proxy:
                 pass
 
             def _forward(self):
-                t0 = time.monotonic()
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else None
                 completion = bool(body) and self.path.startswith("/v1/completions")
@@ -306,7 +305,6 @@ def table(results: list[dict], procedures) -> str:
                 rows = aa + slow
                 s10 = [r for r in slow if r["condition"].endswith("-10%")]
                 s25 = [r for r in slow if r["condition"].endswith("-25%")]
-                secs = [r["seconds"] for r in rows]
                 loads = [x for r in rows for x in (r.get("load_start", r["load_avg"]), r["load_avg"])]
                 ratios = [x for r in aa for x in r.get("ratios", [])]
                 spread = f"{_pct(ratios, 0.1):.2f} to {_pct(ratios, 0.9):.2f}" if ratios else "-"
