@@ -434,3 +434,36 @@ def test_result_filename_in_a_kernel_file_system_says_so(tmp_path, path, fs):
         f"error: --result-filename {path}: {Path(path).parent} is on a {fs} file system (the kernel's own entries), "
         f"where no file can be created; give a path on a disk"], r.output
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def _trace(chunks_per_request):
+    """A BatchTrace from, per request, [(seconds since the batch was sent, tokens so far), ...]; [DONE] at the
+    last chunk's time."""
+    from kbench.server.backends import TokenEvent
+    from kbench.server.metrics import BatchTrace
+
+    tr = BatchTrace.empty(len(chunks_per_request))
+    for i, chunks in enumerate(chunks_per_request):
+        for t, k in chunks:
+            tr.add(t, TokenEvent(i, k, "length" if k == 16 else None))
+    tr.end_s = max(t for chunks in chunks_per_request for t, _ in chunks)
+    return tr
+
+
+def test_output_throughput_of_a_batch_whose_tokens_came_in_one_late_chunk_is_not_a_measurement():
+    """#54's second A/A alarm: a starved vLLM frontend sent one request's 16 tokens in one chunk just before the end,
+    so latency - last_ttft (SGLang's decode window) held almost none of the decode and bs x out / window read up to
+    37x high. Such a batch has no output throughput (nor ITL); a batch streamed token by token keeps SGLang's
+    formula, and one whose first chunk folds two tokens too."""
+    from kbench.server.metrics import metrics_from_trace
+
+    steady = [[(0.010 + 0.002 * j, j + 1) for j in range(16)] for _ in range(2)]
+    m = metrics_from_trace(_trace(steady), 64, 16)
+    assert m.output_throughput == pytest.approx(2 * 16 / (0.040 - 0.010))
+    assert m.itl_ms == pytest.approx(1000 * 0.030 / 16)
+    late = [steady[0], [(0.039, 15), (0.040, 16)]]  # request 1: nothing, then 15 tokens at once
+    m = metrics_from_trace(_trace(late), 64, 16)
+    assert m.output_throughput is None and m.itl_ms is None
+    assert m.latency == pytest.approx(0.040) and m.last_ttft == pytest.approx(0.039)  # the rest still measured
+    folded = [[(0.012, 2)] + [(0.012 + 0.002 * j, j + 2) for j in range(1, 15)] for _ in range(2)]
+    assert metrics_from_trace(_trace(folded), 64, 16).output_throughput is not None

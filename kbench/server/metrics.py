@@ -7,6 +7,11 @@ Definitions (SGLang's bench_one_batch_server, kept so the numbers compare):
     output_throughput  = bs * output_len / (latency - last_ttft)
     overall_throughput = bs * (input_len + output_len) / latency
     itl_ms             = 1000 * bs / output_throughput   (= 1000 * (latency - last_ttft) / output_len)
+
+except that output_throughput (and itl_ms) of a batch is not a measurement (None) when fewer than half of its
+decode tokens, bs x (output_len - 1), arrived after last_ttft: the window then holds a fraction of the decode
+that the formula credits with all of it. A server whose frontend is starved (vLLM on a busy CPU) sends a
+request's tokens in one late chunk, and the formula read up to 37x high (issue #54: an A/A gate failed on it).
 """
 from __future__ import annotations
 
@@ -111,4 +116,16 @@ def metrics_from_trace(trace: BatchTrace, input_len: int, output_len: int) -> Me
     if trace.end_s is None:
         raise StreamError("stream did not end with [DONE]")
     last_ttft = max(r.first_token_s for r in trace.requests)
-    return compute_metrics(trace.batch_size, input_len, output_len, trace.end_s, last_ttft)
+    m = compute_metrics(trace.batch_size, input_len, output_len, trace.end_s, last_ttft)
+    if 2 * tokens_after(trace, last_ttft) < trace.batch_size * (output_len - 1):
+        m.output_throughput = m.itl_ms = None  # the window misses most of the decode (module docstring)
+    return m
+
+
+def tokens_after(trace: BatchTrace, t: float) -> int:
+    """The batch's completion tokens that arrived after ``t`` (seconds since the batch was sent)."""
+    n = 0
+    for r in trace.requests:
+        before = max((k for ct, k in zip(r.chunk_times, r.tokens_at) if ct <= t), default=0)
+        n += r.completion_tokens - before
+    return n
