@@ -576,14 +576,14 @@ def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: M
     the threshold (the pairs carry the noise). The row's values are each side's median; the change is the paired
     one, and where the two disagree in sign the note says so."""
     from kbench.gate.paired import min_rounds, paired_change, paired_verdict
-    from kbench.gate.power import paired_logs, robust_scale
+    from kbench.gate.power import paired_logs, paired_scale
 
     change = paired_change(sb, sc)
     base.change = change if change is not None else base.change
     worse = -base.change if metric.higher_is_better else base.change
     direction = "worse" if worse > 0 else "better"
     det = detectable_paired(sb, sc, metric.higher_is_better, alpha, power, min_rounds(alpha))
-    rounds = _needed(robust_scale(paired_logs(sb, sc)), len(sb), worse, base.band, metric,
+    rounds = _needed(paired_scale(paired_logs(sb, sc)), len(sb), worse, base.band, metric,
                      max(alpha, plan_alpha or alpha), power, True)
     if len(sb) < min_rounds(alpha):
         rounds = max(rounds or 0, min_rounds(alpha))

@@ -8,7 +8,10 @@ Per case and metric:
     beyond noise: one-sided Wilcoxon signed-rank test (scipy.stats.wilcoxon, exact for the few rounds kbench
                   runs) that the log ratios exceed log(1 + threshold): p < alpha. H0 is "changed by at most
                   the threshold", so an A/A pair whose rounds scatter around 1 cannot fail by chance as easily
-                  as with H0 "no change"
+                  as with H0 "no change". Rounds next to each other that are alike (a drift: kbench.gate.power.
+                  serial_factor f > 1) count as fewer: the exact test's p, as a normal score, is divided by
+                  sqrt(f), as the signed-rank sum's variance grows by f (serial_p; never smaller than the exact
+                  p; on two server processes of a busy 2-core machine f is 1 to 2, on one server about 1)
 
 and the rest of the rule is the gate's (kbench.gate.compare): regression iff worse than the threshold and beyond
 noise. With n rounds the exact test cannot go below 1 / 2**n, so alpha 0.01 needs 7 rounds or more (the gate
@@ -126,7 +129,24 @@ def paired_verdict(base: list[float], cand: list[float], higher_is_better: bool,
     if len(d) < 2 or not any(d):
         return NoiseVerdict("wilcoxon", False, 1.0)
     p = float(wilcoxon(d, alternative="greater" if cand_larger else "less").pvalue)
-    return NoiseVerdict("wilcoxon", p < alpha, p)
+    return NoiseVerdict("wilcoxon", serial_p(p, d) < alpha, serial_p(p, d))
+
+
+def serial_p(p: float, d: list[float]) -> float:
+    """The signed-rank test's p with the rounds counted as fewer when they drift together: its normal score divided
+    by sqrt(serial_factor(d)) (kbench.gate.power), as the sum's variance grows by that factor; p itself when the
+    factor is 1 or p is not below one half (never smaller than the exact test's)."""
+    from statistics import NormalDist
+
+    from kbench.gate.power import serial_factor
+
+    if not 0 < p < 0.5:
+        return p
+    f = serial_factor(d)
+    if f <= 1.0:
+        return p
+    nd = NormalDist()
+    return max(p, nd.cdf(nd.inv_cdf(p) / math.sqrt(f)))
 
 
 def min_rounds(alpha: float) -> int:

@@ -13,15 +13,22 @@ change is inside the band, FAIL where the change beyond the band is significant,
 How the spread is measured, per kind of row (all on log values, so a 2x slower and a 2x faster batch weigh alike):
 
 - paired rounds (the halves of one interleaved server-bench run): d_i = log(b_i / a_i); scale s = 1.4826 MAD(d)
-  (a robust standard deviation: one burst does not widen it); detectable log change
-  ``delta = (t_{1-alpha} + t_{power}) * sqrt(pi / 3) * s / sqrt(n)`` (Student t with n - 1 degrees of freedom;
-  sqrt(pi / 3): the signed-rank test's efficiency against the t test on normal data, 3 / pi);
+  (a robust standard deviation: one burst does not widen it) times sqrt(f), f the rounds' serial factor (below);
+  detectable log change ``delta = (t_{1-alpha} + t_{power}) * sqrt(pi / 3) * s / sqrt(n)`` (Student t with n - 1
+  degrees of freedom; sqrt(pi / 3): the signed-rank test's efficiency against the t test on normal data, 3 / pi);
 - two independent samples (a server run's repeats, Mann-Whitney): the same with s the pooled robust scale of the
   two sides' logs and ``sqrt(1/n1 + 1/n2)`` for ``1/sqrt(n)``;
 - a kernel row's confidence interval of the median (``rel_spread``, the timer's 95% CI half-width): the change at
   which the two rows' intervals stop overlapping, ``rel_spread_base + rel_spread_cand`` (the gate's rule for such
   rows);
 - nothing (no samples, no spread): unknown, and the row cannot pass.
+
+**Rounds next to each other are alike** on a machine whose processes drift for tens of seconds (two server
+processes on two busy cores: one side slower for half a minute, then the other), and n such rounds hold less than
+n independent ones. ``serial_factor(d)`` measures how much less: the long-run variance of the rounds' centred
+signed ranks (Newey-West, Bartlett weights up to lag ``floor(sqrt(n))``) over their plain variance, at least 1.
+Rounds that are independent give about 1 (nothing changes); a drift gives more, and the test (kbench.gate.paired)
+and the detectable change count the rounds as ``n / f``.
 
 A test whose smallest possible p is not below alpha (the exact signed-rank test with fewer than 7 rounds at 0.01)
 detects nothing: detectable is infinite. ``rounds_to_decide`` inverts the formula (normal quantiles): the rounds at
@@ -77,6 +84,56 @@ def paired_logs(base: list[float], cand: list[float]) -> list[float]:
     return [math.log(c / b) for b, c in zip(base, cand) if b > 0 and c > 0]
 
 
+def serial_lag(n: int) -> int:
+    """The truncation lag for n rounds: floor(sqrt(n)) (5 at 27 rounds, 8 at 64, 11 at 125), longer than
+    Newey-West's usual n ** (1/3): a server's drift lasts tens of rounds, and a short lag misses most of it."""
+    return max(1, int(math.sqrt(n)))
+
+
+def signed_ranks(values: list[float]) -> list[float]:
+    """Each value's rank by absolute size among the non-zero values (ties: their average rank), with its sign; 0
+    for a zero (the signed-rank test drops zeros, as scipy's wilcoxon does by default)."""
+    nz = sorted((abs(v), i) for i, v in enumerate(values) if v != 0)
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(nz):
+        j = i
+        while j + 1 < len(nz) and nz[j + 1][0] == nz[i][0]:
+            j += 1
+        for k in range(i, j + 1):
+            out[nz[k][1]] = math.copysign((i + j) / 2 + 1, values[nz[k][1]])
+        i = j + 1
+    return out
+
+
+def serial_factor(d: list[float]) -> float:
+    """How many independent rounds one round of ``d`` is worth, inverted (module docstring): the Bartlett-weighted
+    long-run variance of the centred signed ranks of ``d - median(d)`` over their variance; at least 1 (a
+    negative autocorrelation never makes the rounds count more), 1 below 4 rounds (too few to tell)."""
+    n = len(d)
+    if n < 4:
+        return 1.0
+    m = median(d)
+    x = signed_ranks([v - m for v in d])
+    mean = sum(x) / n
+    xc = [v - mean for v in x]
+    g0 = sum(v * v for v in xc) / n
+    if g0 <= 0:
+        return 1.0
+    lag = serial_lag(n)
+    lrv = g0 + 2 * sum((1 - k / (lag + 1)) * sum(xc[i] * xc[i + k] for i in range(n - k)) / n
+                       for k in range(1, min(lag, n - 1) + 1))
+    # Bartlett's estimate scatters by about sqrt(4 lag / 3n) around 1 on independent rounds: only what is beyond
+    # that counts (else independent rounds would count as fewer about half the time, and cost power for nothing)
+    return max(1.0, lrv / g0 - math.sqrt(4 * lag / (3 * n)))
+
+
+def paired_scale(d: list[float]) -> float:
+    """The spread of one round's log ratio that the paired test and its power count: robust_scale(d) x
+    sqrt(serial_factor(d)) (module docstring)."""
+    return robust_scale(d) * math.sqrt(serial_factor(d))
+
+
 def detectable_paired(base: list[float], cand: list[float], higher_is_better: bool, alpha: float,
                       power: float = DEFAULT_POWER, min_n: int = 2) -> float:
     """The smallest change the paired test detects (module docstring), as a fraction; inf below ``min_n`` rounds."""
@@ -84,7 +141,7 @@ def detectable_paired(base: list[float], cand: list[float], higher_is_better: bo
     n = len(d)
     if n < max(min_n, 2):
         return math.inf
-    s = robust_scale(d)
+    s = paired_scale(d)
     delta = _quantiles(alpha, power, n - 1) * math.sqrt(1 / WILCOXON_EFFICIENCY) * s / math.sqrt(n)
     return _to_fraction(delta, higher_is_better)
 
