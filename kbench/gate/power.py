@@ -27,8 +27,8 @@ How the spread is measured, per kind of row (all on log values, so a 2x slower a
 processes on two busy cores: one side slower for half a minute, then the other), and n such rounds hold less than
 n independent ones. ``serial_factor(d)`` measures how much less: the long-run variance of the rounds' centred
 signed ranks (Newey-West, Bartlett weights up to lag ``floor(sqrt(n))``) over their plain variance, at least 1.
-Rounds that are independent give about 1 (nothing changes); a drift gives more, and the test (kbench.gate.paired)
-and the detectable change count the rounds as ``n / f``.
+Rounds that are independent give about 1 (and fewer than 20 rounds count as independent); a drift gives more,
+and the test (kbench.gate.paired) and the detectable change count the rounds as ``n / f``.
 
 A test whose smallest possible p is not below alpha (the exact signed-rank test with fewer than 7 rounds at 0.01)
 detects nothing: detectable is infinite. ``rounds_to_decide`` inverts the formula (normal quantiles): the rounds at
@@ -84,6 +84,9 @@ def paired_logs(base: list[float], cand: list[float]) -> list[float]:
     return [math.log(c / b) for b, c in zip(base, cand) if b > 0 and c > 0]
 
 
+SERIAL_MIN_ROUNDS = 20  # serial_factor: fewer rounds count as independent
+
+
 def serial_lag(n: int) -> int:
     """The truncation lag for n rounds: floor(sqrt(n)) (5 at 27 rounds, 8 at 64, 11 at 125), longer than
     Newey-West's usual n ** (1/3): a server's drift lasts tens of rounds, and a short lag misses most of it."""
@@ -109,9 +112,10 @@ def signed_ranks(values: list[float]) -> list[float]:
 def serial_factor(d: list[float]) -> float:
     """How many independent rounds one round of ``d`` is worth, inverted (module docstring): the Bartlett-weighted
     long-run variance of the centred signed ranks of ``d - median(d)`` over their variance; at least 1 (a
-    negative autocorrelation never makes the rounds count more), 1 below 4 rounds (too few to tell)."""
+    negative autocorrelation never makes the rounds count more), 1 below SERIAL_MIN_ROUNDS rounds (too few to
+    estimate a dependence: 8 independent rounds read 1.2 now and then)."""
     n = len(d)
-    if n < 4:
+    if n < SERIAL_MIN_ROUNDS:
         return 1.0
     m = median(d)
     x = signed_ranks([v - m for v in d])
