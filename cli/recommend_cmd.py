@@ -175,11 +175,8 @@ def recommend_cmd(sources, engine, engine_version, batch_size, q_len, kv_len, wo
         if workload_file:
             raise BadInput("--current and --workload: the server's spec config comes from --current; give the shape "
                            "as --batch-size and --kv-len")
-        if not sources:
-            raise BadInput("give a run folder or a policy file (RUN_OR_POLICY)")
-        from kbench.recommend.price import check_gpu, load_source
-
         from kbench.recommend.line import scrubbed
+        from kbench.recommend.price import check_gpu
 
         src = load_source(list(sources))
         with scrubbed(current):  # a message about the line never shows a secret of it
