@@ -218,6 +218,29 @@ def test_rounds_that_drift_together_count_as_fewer():
     assert v.p_value > 10 * exact and not v.beyond_noise, (v.p_value, exact)
 
 
+def test_the_gate_says_when_drifting_rounds_counted_as_fewer(tmp_path, monkeypatch):
+    """A gate row whose rounds drift together (B's speed against A's in slow waves over 60 rounds) says how many
+    independent rounds they were worth, and its detectable change is larger than the same rounds' without the
+    factor; rounds without a drift say nothing of it."""
+    def latency_row(a, b, name):
+        gate_cli("--baseline", a, "--candidate", b, "--json", tmp_path / name)
+        return next(r for r in json.loads((tmp_path / name).read_text())["rows"] if r["metric"] == "latency")
+
+    waves = np.exp(0.25 * np.sin(np.arange(60) / 5))
+    a, b = interleaved(tmp_path / "drift", [paired_rows(1, 60)], [paired_rows(2, 60, drift=waves, scale=1.02)],
+                       rounds=60)
+    lat = latency_row(a, b, "drift.json")
+    assert "drift together: worth about" in lat["note"], lat["note"]
+    worth = int(lat["note"].split("worth about ")[1].split()[0])
+    assert 3 <= worth < 40, lat["note"]
+    with monkeypatch.context() as m:
+        _without_serial(m)
+        plain = latency_row(a, b, "plain.json")
+    assert lat["detectable"] > 1.5 * plain["detectable"], (lat["detectable"], plain["detectable"])
+    a, b = interleaved(tmp_path / "iid", [paired_rows(1, 60)], [paired_rows(2, 60, scale=1.02)], rounds=60)
+    assert "drift together" not in latency_row(a, b, "iid.json")["note"]
+
+
 def test_a_drift_between_the_two_servers_raises_fewer_false_alarms(monkeypatch):
     """#54's two-server A/A alarms: on two vLLM processes of a busy 2-core machine one side is slower for tens of
     seconds, then the other (the per-quarter B/A medians of one A/A pair: +63%, +7%, +35%, +72%). Simulated: B

@@ -576,7 +576,7 @@ def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: M
     the threshold (the pairs carry the noise). The row's values are each side's median; the change is the paired
     one, and where the two disagree in sign the note says so."""
     from kbench.gate.paired import min_rounds, paired_change, paired_verdict
-    from kbench.gate.power import paired_logs, paired_scale
+    from kbench.gate.power import paired_logs, paired_scale, serial_factor
 
     change = paired_change(sb, sc)
     base.change = change if change is not None else base.change
@@ -591,6 +591,9 @@ def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: M
     if abs(worse) > base.band:
         verdict = paired_verdict(sb, sc, metric.higher_is_better, alpha, direction, base.band)
     test = f"paired Wilcoxon p={verdict.p_value:.2g} over {len(sb)} rounds" if verdict else f"paired, {len(sb)} rounds"
+    f = serial_factor(paired_logs(sb, sc))
+    if f > 1:  # kbench.gate.power: the test and the detectable change counted them as fewer
+        test += f" (they drift together: worth about {len(sb) / f:.0f} independent ones)"
     _decide(base, worse, base.band, base.band, det, rounds, verdict, direction, f"{base.band:.1%}", test, "rounds")
     medians = (base.cand_value - base.base_value) / base.base_value if base.base_value else 0.0
     if medians * base.change < 0 and abs(medians) > 1e-9:
