@@ -582,16 +582,17 @@ def _compare_paired(base: RowResult, sb: list[float], sc: list[float], metric: M
     base.change = change if change is not None else base.change
     worse = -base.change if metric.higher_is_better else base.change
     direction = "worse" if worse > 0 else "better"
-    det = detectable_paired(sb, sc, metric.higher_is_better, alpha, power, min_rounds(alpha))
-    rounds = _needed(paired_scale(paired_logs(sb, sc)), len(sb), worse, base.band, metric,
-                     max(alpha, plan_alpha or alpha), power, True)
+    logs = paired_logs(sb, sc)
+    f = serial_factor(logs)  # once for the row: the test, the detectable change and the rounds all count it
+    det = detectable_paired(sb, sc, metric.higher_is_better, alpha, power, min_rounds(alpha), factor=f)
+    rounds = _needed(paired_scale(logs, f), len(sb), worse, base.band, metric, max(alpha, plan_alpha or alpha),
+                     power, True)
     if len(sb) < min_rounds(alpha):
         rounds = max(rounds or 0, min_rounds(alpha))
     verdict = None
     if abs(worse) > base.band:
-        verdict = paired_verdict(sb, sc, metric.higher_is_better, alpha, direction, base.band)
+        verdict = paired_verdict(sb, sc, metric.higher_is_better, alpha, direction, base.band, factor=f)
     test = f"paired Wilcoxon p={verdict.p_value:.2g} over {len(sb)} rounds" if verdict else f"paired, {len(sb)} rounds"
-    f = serial_factor(paired_logs(sb, sc))
     if f > 1:  # kbench.gate.power: the test and the detectable change counted them as fewer
         test += f" (they drift together: worth about {len(sb) / f:.0f} independent ones)"
     _decide(base, worse, base.band, base.band, det, rounds, verdict, direction, f"{base.band:.1%}", test, "rounds")

@@ -116,10 +116,11 @@ def paired_change(base: list[float], cand: list[float]) -> float | None:
 
 
 def paired_verdict(base: list[float], cand: list[float], higher_is_better: bool, alpha: float,
-                   direction: str, threshold: float = 0.0) -> NoiseVerdict:
+                   direction: str, threshold: float = 0.0, factor: float | None = None) -> NoiseVerdict:
     """Is ``cand`` worse (direction="worse") or better than ``base`` by more than ``threshold``, beyond noise, round
     by round? The signed-rank test of the log ratios shifted by the threshold: H0 is a change of at most the
-    threshold, not of zero, so a difference the threshold allows is never what the test finds."""
+    threshold, not of zero, so a difference the threshold allows is never what the test finds. factor: the
+    rounds' serial factor when the caller has it (else computed; the shift does not change it)."""
     from scipy.stats import wilcoxon  # imported here: scipy.stats takes most of a second to import
 
     cand_larger = (direction == "worse") != higher_is_better
@@ -129,24 +130,24 @@ def paired_verdict(base: list[float], cand: list[float], higher_is_better: bool,
     if len(d) < 2 or not any(d):
         return NoiseVerdict("wilcoxon", False, 1.0)
     p = float(wilcoxon(d, alternative="greater" if cand_larger else "less").pvalue)
-    return NoiseVerdict("wilcoxon", serial_p(p, d) < alpha, serial_p(p, d))
+    if factor is None:
+        from kbench.gate.power import serial_factor
+
+        factor = serial_factor(d)
+    p = serial_p(p, factor)
+    return NoiseVerdict("wilcoxon", p < alpha, p)
 
 
-def serial_p(p: float, d: list[float]) -> float:
+def serial_p(p: float, factor: float) -> float:
     """The signed-rank test's p with the rounds counted as fewer when they drift together: its normal score divided
-    by sqrt(serial_factor(d)) (kbench.gate.power), as the sum's variance grows by that factor; p itself when the
-    factor is 1 or p is not below one half (never smaller than the exact test's)."""
+    by sqrt(factor), the rounds' serial factor (kbench.gate.power.serial_factor), as the sum's variance grows by
+    that factor; p itself when the factor is 1 or p is not below one half (never smaller than the exact test's)."""
     from statistics import NormalDist
 
-    from kbench.gate.power import serial_factor
-
-    if not 0 < p < 0.5:
-        return p
-    f = serial_factor(d)
-    if f <= 1.0:
+    if factor <= 1.0 or not 0 < p < 0.5:
         return p
     nd = NormalDist()
-    return max(p, nd.cdf(nd.inv_cdf(p) / math.sqrt(f)))
+    return max(p, nd.cdf(nd.inv_cdf(p) / math.sqrt(factor)))
 
 
 def min_rounds(alpha: float) -> int:

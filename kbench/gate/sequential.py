@@ -166,8 +166,9 @@ def decide_case(row_a: dict, row_b: dict, threshold: float, alpha: float, power:
 def _out_of_reach(row_a: dict, row_b: dict, results: list, alpha: float, power: float, planned: int) -> bool:
     """Whether a case none of whose metrics failed is out of the plan's reach, at ``REACH_FROM`` of the plan or
     later: some inconclusive metric's PASS needs more than ``REACH x planned`` rounds, and no metric measured
-    worse than its band would FAIL within ``REACH_FAIL x planned``. The scale is the rounds' own (compare_metric
-    computes it too but keeps only the detectable change, at the look's alpha, not the plan's)."""
+    worse than its band would FAIL within ``REACH_FAIL x planned``. The scale is the rounds' plain robust scale,
+    not compare_metric's (which grows with the rounds' serial factor, kbench.gate.power): a drift makes the case
+    slower to decide, and giving it up sooner for that would cost detections the plan could still make."""
     from kbench.gate.paired import round_pairs
     from kbench.gate.power import paired_logs, robust_scale, rounds_to_decide
 
