@@ -325,7 +325,7 @@ def main(argv=None) -> int:
     ap.add_argument("--servers", choices=("one", "two"), default="one",
                     help="one server behind two proxies, or two server processes")
     ap.add_argument("--repeat-plain", type=int, default=5, help="repeats per run of the plain procedure")
-    ap.add_argument("--budget", type=float, default=300, help="auto: seconds of rounds per pair")
+    ap.add_argument("--budget", type=float, default=300, help="auto: server-bench --budget, the run's wall-clock seconds per pair")
     ap.add_argument("--batches-per-round", type=int, default=3, help="auto: batches per side per round")
     ap.add_argument("--neighbour", choices=("none", "spin", "bursty"), default="none",
                     help="a CPU neighbour through every pair")

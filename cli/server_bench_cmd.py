@@ -234,7 +234,8 @@ _RESUME_OK = {"url", "resume", "api_key", "api_key_file", "header", "header_file
                    "says INCONCLUSIVE), tested with O'Brien-Fleming alpha spending over the rounds the budget fits; "
                    "a case the budget cannot decide stops early, INCONCLUSIVE (docs/gate.md).")
 @click.option("--budget", "budget", default="300", metavar="SECONDS", show_default=True,
-              help="--repeat auto: wall-clock seconds for the rounds (a round that would not fit is not started).")
+              help="--repeat auto: wall-clock seconds of the whole run, connecting and warm-up included (a round that "
+                   "would not fit is not started).")
 @click.option("--batches-per-round", "batches_per_round", default="1", metavar="K", show_default=True,
               help="Interleaved A/B: K adjacent A/B batch pairs per case and round; the round's value on each side "
                    "is the median of its K batches, so one burst of a busy machine does not decide a round (3 on "

@@ -95,20 +95,23 @@ def test_the_kernel_gate_gets_the_same_three_verdicts_from_its_own_noise(tmp_pat
 
 # ---- the sequential rule: false alarms and power on simulated pairs ----------------------------------------------
 def _simulate(effect: float, sd: float, seed: int, max_rounds: int, threshold=0.05, alpha=0.01, power=0.8,
-              rule: str = "plan", reach: bool = True, drift_sd: float = 0.0, drift_rho: float = 0.9
-              ) -> tuple[str, int]:
+              rule: str = "plan", reach: bool = True, drift_sd: float = 0.0, drift_rho: float = 0.9,
+              first_plan: int | None = None, replan: bool = True) -> tuple[str, int]:
     """One --repeat auto run on simulated pairs (log-normal round noise, heavy-tailed bursts on either side): the
     looks of kbench.gate.sequential until a decision or ``max_rounds`` (the rounds the budget fits: the plan's N).
     rule: "plan" (the run's: O'Brien-Fleming spending over N), "bonferroni" (the earlier rule: 6 alpha / (pi^2
     k^2) at look k, unbounded), "naive" (every look at alpha). reach: a case the plan cannot decide stops
     (sequential's out-of-reach rule; "plan" only). drift_sd: B's speed against A's also drifts, an AR(1) of the
     log ratio with that stationary SD and lag-1 correlation drift_rho (two server processes on a busy machine:
-    one side slower for tens of seconds). Returns (pass | fail | open | out-of-reach, rounds run)."""
+    one side slower for tens of seconds). first_plan: the first look plans this many rounds (a slow start: its
+    first rounds met a burst), later looks see the pace that fits ``max_rounds`` and, with ``replan``, extend the
+    plan to it (kbench.gate.sequential.Plan.extend; without, the run ends at the first plan). Returns (pass |
+    fail | open | out-of-reach, rounds run)."""
     from kbench.gate import sequential
 
     rng = np.random.default_rng(seed)
     a, b = [], []
-    plan = sequential.Plan(alpha, max_rounds)
+    plan = sequential.Plan(alpha, first_plan or max_rounds)
     look, at = 0, sequential.first_look(alpha)
     side = rng.normal(0, drift_sd)
     for n in range(1, max_rounds + 1):
@@ -118,8 +121,10 @@ def _simulate(effect: float, sd: float, seed: int, max_rounds: int, threshold=0.
         burst_b = math.exp(abs(rng.standard_t(3)) * sd) if rng.random() < 0.1 else 1.0
         a.append(0.1 * drift * math.exp(rng.normal(0, sd)) * burst_a)
         b.append(0.1 * drift * math.exp(rng.normal(0, sd) + side) * burst_b * (1 + effect))
-        if n == at or (rule == "plan" and n == max_rounds):
+        if n == at or (rule == "plan" and n == plan.planned):
             look += 1
+            if replan and look > 1:
+                plan.extend(max_rounds)
             row_a = {"case_id": "bs1-in64-out16", "status": "ok", "latency": float(np.median(a)),
                      "latency_samples": list(a), "repeats": n}
             row_b = {"case_id": "bs1-in64-out16", "status": "ok", "latency": float(np.median(b)),
@@ -131,6 +136,8 @@ def _simulate(effect: float, sd: float, seed: int, max_rounds: int, threshold=0.
                  if plan.can_decide(n, al) else "open")
             if v != "open":
                 return v, n
+            if rule == "plan" and plan.is_last(n):
+                return "open", n
             at = plan.next_look(n) if rule == "plan" else sequential.next_look(n)
     return "open", max_rounds
 
@@ -160,6 +167,35 @@ def test_alpha_spending_keeps_the_false_alarm_rate_under_repeated_looks():
 def test_alpha_spending_finds_a_25pct_slowdown():
     outcomes = [_simulate(0.25, 0.15, 1000 + s, 120)[0] for s in range(200)]
     assert outcomes.count("fail") >= 190 and outcomes.count("pass") == 0
+
+
+def test_a_plan_made_during_a_slow_start_grows_when_the_pace_picks_up():
+    """#54: the plan's N came from the first 8 rounds' pace only; a two-server pair whose first rounds met a burst
+    planned 78 to 96 rounds and stopped there INCONCLUSIVE after 181 to 222 s of a 300 s budget (3 of the 20
+    25%-slower pairs on the CPU servers, docs/gate.md). Now each look plans again (Plan.extend): simulated, a
+    first plan of 70 rounds where the budget fits 137, round noise 0.6: a 25% slowdown fails more often than when
+    the run ends at its first plan, and B exactly at the threshold raises at most alpha of false alarms (the
+    looks' alphas still sum to alpha: a look whose n / N fell below an earlier one's tests at 0)."""
+    from kbench.gate import sequential
+
+    grown = [_simulate(0.25, 0.6, 3000 + s, 137, first_plan=70) for s in range(150)]
+    stuck = [_simulate(0.25, 0.6, 3000 + s, 137, first_plan=70, replan=False) for s in range(150)]
+    assert max(n for _, n in stuck) == 70 and max(n for _, n in grown) == 137
+    found, before = [v for v, _ in grown].count("fail"), [v for v, _ in stuck].count("fail")
+    assert found >= before + 10, (found, before)
+    assert [v for v, _ in grown].count("pass") == 0
+    aa = [_simulate(0.05, 0.6, 7000 + s, 137, first_plan=70)[0] for s in range(300)]
+    assert aa.count("fail") <= 6, aa.count("fail")  # 1% of 300 is 3
+    plan, steps = sequential.Plan(0.01, 70), []
+    n = 8
+    while True:
+        if n > 8:
+            plan.extend(137)
+        steps.append(plan.test_alpha(n))
+        if plan.is_last(n):
+            break
+        n = plan.next_look(n)
+    assert sum(steps) == pytest.approx(0.01) and all(x >= 0 for x in steps) and plan.planned == 137
 
 
 def test_a_case_out_of_the_budgets_reach_stops_early_and_costs_few_detections():

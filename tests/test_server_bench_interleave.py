@@ -246,6 +246,37 @@ def test_repeat_auto_stops_a_case_out_of_the_plans_reach_and_the_gate_says_incon
     assert any(r.outcome == "inconclusive" and r.rounds_needed for r in res.rows)
 
 
+def test_the_budget_is_the_runs_wall_clock_warm_up_included(two, tmp_path, monkeypatch):
+    """--budget is wall-clock seconds of the whole run: a warm-up of 1.5 s (made slow here) spends it too, so a
+    budget of 5 s leaves about 3.5 s of rounds and the run ends within about 5 s, not 1.5 + 5 (before, the
+    budget counted only the rounds); the manifest records the seconds before the rounds. An A/A through noise
+    that the out-of-reach stop is told not to end early: only the budget ends it."""
+    import time
+
+    from kbench.gate import sequential
+    from kbench.server import interleave
+
+    monkeypatch.setattr(interleave, "_warm", lambda *a: time.sleep(1.5))
+    monkeypatch.setattr(sequential, "_out_of_reach", lambda *a: False)
+    a, b = two
+    a.faults.first_token_jitter = b.faults.first_token_jitter = 0.03
+    t0 = time.monotonic()
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), alpha=0.01, repeat=4000, repeat_auto=True,
+                             budget=5))
+    wall = time.monotonic() - t0
+    m = json.loads((ab.a.run_dir / "manifest.json").read_text())["interleave"]
+    assert m["before_rounds_s"] >= 1.5 and m["stopped"] in ("budget", "planned-rounds"), m
+    assert wall < 5 + 0.9, (wall, m)
+    # a warm-up that spends the whole budget leaves no rounds for the first look: bad input, saying so
+    monkeypatch.setattr(interleave, "_warm", lambda *a: time.sleep(1.0))
+    res = cli("--url", a.url, "--url-b", b.url, "--backend", "sglang", "--batch-size", "1", "--input-len", "16",
+              "--output-len", "4", "--repeat", "auto", "--budget", "0.9", "--out", tmp_path / "r")
+    assert res.exit_code == 2, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last.startswith("error: --budget 0.9 s cannot reach the 8 rounds the first look needs") and \
+        "of connecting and warm-up" in last, last
+
+
 def test_a_budget_that_cannot_reach_the_first_look_is_bad_input(two, tmp_path):
     a, b = two
     a.faults.first_token_delay = 0.2

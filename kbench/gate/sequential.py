@@ -4,7 +4,9 @@ An interleaved A/B that looks at its rounds after every few and stops once the g
 alarms far more often than alpha if each look tested at alpha (every look is another chance for noise to cross
 the line). The rule here is **alpha spending over the budget's rounds** (Lan-DeMets, with the O'Brien-Fleming
 spending function, and a union bound): at the first look the run plans ``N`` rounds, the most its budget fits at
-the pace of its rounds so far (at most ``--repeat``); a look at ``n`` rounds has spent
+the pace of its rounds so far (at most ``--repeat``), and each later look plans again at the pace by then, keeping
+the larger N (``Plan.extend``: a slow start does not end the run with its budget unused); a look at ``n`` rounds
+has spent
 
     f(t) = 2 - 2 Phi(z_{1 - alpha/2} / sqrt(t)),   t = n / N          (f(1) = alpha)
 
@@ -97,6 +99,14 @@ class Plan:
         self.used = 0.0
         self.looks = 0
 
+    def extend(self, planned_rounds: int) -> None:
+        """Re-plan at a later look: a plan made while the first rounds ran slowly grows when the pace picks up
+        (before, a run whose first 8 rounds met a burst stopped at its plan with a third of its budget unused).
+        N only grows, and what earlier looks spent stays spent: a look whose ``n / N`` fell below an earlier one's
+        tests at 0, so all looks together still spend at most alpha. The new N comes from the rounds' times,
+        never from their ratios, as the first one does."""
+        self.planned = max(self.planned, int(planned_rounds))
+
     def is_last(self, rounds: int) -> bool:
         return rounds >= self.planned
 
@@ -128,13 +138,15 @@ class Plan:
         return step
 
 
-def planned_rounds(budget_s: float, round_times: list[float], max_rounds: int) -> int:
-    """The rounds the budget fits at the pace of the rounds so far (their median), at most ``max_rounds``."""
+def planned_rounds(seconds_left: float, round_times: list[float], max_rounds: int) -> int:
+    """The rounds a run fits: those it ran (``round_times``) and as many more as the seconds left of its budget
+    fit at their pace (their median), at most ``max_rounds``."""
     from statistics import median
 
+    done = len(round_times)
     per = median(round_times) if round_times else 0.0
-    fits = int(budget_s / per) if per > 0 else max_rounds
-    return max(1, min(fits, max_rounds))
+    more = int(max(seconds_left, 0.0) / per) if per > 0 else max_rounds
+    return max(1, min(done + more, max_rounds))
 
 
 def decide_case(row_a: dict, row_b: dict, threshold: float, alpha: float, power: float,

@@ -237,6 +237,7 @@ def run_interleaved(config: ServerBenchConfig, listener: Listener | None = None,
 def _interleaved(config: ServerBenchConfig, listener: Listener | None, sleep: Callable[[float], None],
                  session: requests.Session | None, switchers: list) -> InterleavedResult:
     config.validate()
+    began = time.monotonic()  # --budget is the run's wall clock from here: connecting and the warm-up count
     mode = check_config(config)
     check_outputs(config)
     ls = listener or Listener()
@@ -286,7 +287,7 @@ def _interleaved(config: ServerBenchConfig, listener: Listener | None, sleep: Ca
             for s in SIDES:
                 runs[s].update_manifest(interleave={**runs[s].manifest.get("interleave"),
                                                     "other": sessions["b" if s == "a" else "a"].dir.name})
-            ended = _run(config, mode, cases, rounds, runners, switcher, ls, runs, results)
+            ended = _run(config, mode, cases, rounds, runners, switcher, ls, runs, results, began)
             for s in SIDES:
                 runs[s].update_manifest(interleave={**runs[s].manifest.get("interleave"), **ended})
     except KeyboardInterrupt as e:
@@ -315,12 +316,13 @@ def _warm(runners: dict, sides, cases: list[ServerCase], config: ServerBenchConf
 
 
 def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: int, runners: dict, switcher,
-         ls: Listener, runs: dict, results: dict) -> dict:
+         ls: Listener, runs: dict, results: dict, began: float) -> dict:
     """The rounds. After each round of a case (its batches on both sides), both halves' rows of that case are
     written again with every finished round (the journal's last row of a case is its row: kbench.runs.store), so
     a kill keeps every finished round. With ``repeat_auto``, the rounds go on until the gate's rule decides every
-    case (kbench.gate.sequential) or the next round would not fit in the budget. Returns what the manifest's
-    interleave entry records of how it ended."""
+    case (kbench.gate.sequential) or the next round would not fit in the budget, which counts from ``began`` (the
+    run's start: connecting and the warm-up spend it too, so a --budget of 300 ends the run within about 300 s).
+    Returns what the manifest's interleave entry records of how it ended."""
     from kbench.gate import sequential
 
     line_files = {s: [runs[s].dir / RESULT_JSONL] + ([Path(config.result_filename)] if config.result_filename
@@ -355,8 +357,8 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     read_per_round = k > 1 and mode == "two-servers" and _distinct_servers(runners)  # counters once a round
     opened: dict[tuple[str, str], dict | None] = {}  # (case, side) -> the /metrics snapshot before its batches
     auto = config.repeat_auto
-    look, look_at, alpha_spent, plan = 0, sequential.first_look(config.alpha), None, None
-    started, stop = time.monotonic(), "rounds"
+    look, look_at, alpha_spent, plan, first_plan = 0, sequential.first_look(config.alpha), None, None, None
+    stop, before_rounds = "rounds", time.monotonic() - began  # connecting and the warm-up
     round_times: list[float] = []
     for r in range(rounds):
         t0 = time.monotonic()
@@ -393,15 +395,20 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
         round_times.append(time.monotonic() - t0)
         n = r + 1
         _round_finished(runs, n)
-        if auto and n == 1 and round_times[0] * look_at > config.budget:
+        if auto and n == 1 and before_rounds + round_times[0] * look_at > config.budget:
             raise BadInput(f"--budget {config.budget:g} s cannot reach the {look_at} rounds the first look needs: a "
                            f"round took {round_times[0]:.1f} s here (about {round_times[0] * look_at:.0f} s for "
-                           f"{look_at}); give a larger --budget, fewer cases or --batches-per-round 1")
+                           f"{look_at}, after {before_rounds:.1f} s of connecting and warm-up); give a larger "
+                           f"--budget, fewer cases or --batches-per-round 1")
         per_round = median(round_times[-5:])
-        out_of_time = auto and time.monotonic() - started + per_round > config.budget
+        out_of_time = auto and time.monotonic() - began + per_round > config.budget
         if auto and (n == look_at or (out_of_time and plan is not None) or n == rounds):
-            if plan is None:  # the first look plans the rounds the budget fits (kbench.gate.sequential)
-                plan = sequential.Plan(config.alpha, sequential.planned_rounds(config.budget, round_times, rounds))
+            # the rounds the budget fits at the pace so far: the first look's plan, which later looks extend
+            fits = sequential.planned_rounds(config.budget - (time.monotonic() - began), round_times, rounds)
+            if plan is None:  # (kbench.gate.sequential)
+                plan, first_plan = sequential.Plan(config.alpha, fits), fits
+            else:
+                plan.extend(fits)
             look += 1
             alpha_spent = plan.test_alpha(n, last=out_of_time or n == rounds)
             for c in live:
@@ -442,8 +449,9 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     out = {"rounds_run": max((len(v) for v in rounds_of.values()), default=0), "stopped": stop}
     if auto:
         out.update(looks=look, alpha_spent=alpha_spent, rule=sequential.RULE, threshold=config.threshold,
-                   planned_rounds=plan.planned if plan else None,
+                   planned_rounds=plan.planned if plan else None, first_plan=first_plan,
                    alpha=config.alpha, power=config.power, budget_s=config.budget,
+                   before_rounds_s=round(before_rounds, 2),
                    decided={c: v for c, v in decided.items()}, out_of_reach=dict(out_of_reach),
                    case_alpha={c.case_id: case_alpha.get(c.case_id, alpha_spent) for c in live
                                if alpha_spent is not None})
