@@ -246,6 +246,55 @@ def test_repeat_auto_stops_a_case_out_of_the_plans_reach_and_the_gate_says_incon
     assert any(r.outcome == "inconclusive" and r.rounds_needed for r in res.rows)
 
 
+def _prefills_since_flush(server) -> tuple[int, int, list]:
+    """(flushes, batches, repeats) in the order one fake server got them: a repeat is a batch whose prompts the
+    server had prefilled since its last /flush_cache (a prefix-cache hit on a real server)."""
+    flushes, batches, repeats, seen = 0, 0, [], set()
+    for r in server.requests:
+        if r.path == "/flush_cache":
+            flushes, seen = flushes + 1, set()
+        elif r.path == "/generate":
+            batches += 1
+            key = json.dumps(r.body["input_ids"])
+            if key in seen:
+                repeats.append(batches)
+            seen.add(key)
+    return flushes, batches, repeats
+
+
+@pytest.mark.parametrize("distinct", [True, False])
+def test_k_batches_a_round_flush_only_before_prompts_the_server_has_seen(two, tmp_path, distinct):
+    """#54, fewer flushes (a flush took about 49 ms on the 2-core CPU machine, 12 a round a quarter of its
+    wall): with --batches-per-round 3 a side's 3 batches of a case in a round have their own prompts (the same
+    on both sides), and a server is flushed only before prompts it has prefilled since its last flush. Two
+    server processes (told apart by /metrics' process_start_time_seconds): one flush a side and round, before
+    the first of its 6 batches of 2 cases (before: 6), so the first case's row says 1 flush and the second's 0.
+    Not told apart (no /metrics): tracked as one server, so B's batch after A's same prompts is flushed too (13
+    of the 24 batches of 4 rounds on each, by this order). Either way no batch repeats prompts its server has
+    prefilled since its last flush, and each round's prompts are the same on both sides."""
+    a, b = two
+    if distinct:
+        a.faults.metrics_start_time, b.faults.metrics_start_time = 1.0, 2.0
+    ab = run_interleaved(cfg(a, b, tmp_path, repeat=4, batches_per_round=3))
+    assert ab.exit_code == 0 and all(r.status == "ok" for r in ab.a.rows + ab.b.rows)
+    for srv in (a, b):
+        flushes, batches, repeats = _prefills_since_flush(srv)
+        assert batches == 4 * 2 * 3 and repeats == [], (batches, repeats)
+        assert flushes == 4 if distinct else 4 < flushes < batches, flushes
+    prompts = {s: sorted(json.dumps(r.body["input_ids"]) for r in srv.seen("/generate")) for s, srv in
+               (("a", a), ("b", b))}
+    assert prompts["a"] == prompts["b"] and len(set(prompts["a"])) == 2 * 3  # 3 sets a case, both sides
+    if distinct:  # a row's flushes: those before its batches in its last round
+        assert [(r.case_id, r.flush_attempts) for r in ab.a.rows] == [("bs1-in16-out4", 1), ("bs2-in16-out4", 0)]
+
+
+def test_one_batch_a_round_is_flushed_as_before(two, tmp_path):
+    a, b = two
+    a.faults.metrics_start_time, b.faults.metrics_start_time = 1.0, 2.0
+    run_interleaved(cfg(a, b, tmp_path, repeat=4))
+    assert len(a.seen("/flush_cache")) == len(a.seen("/generate")) == 4 * 2
+
+
 def test_the_budget_is_the_runs_wall_clock_warm_up_included(two, tmp_path, monkeypatch):
     """--budget is wall-clock seconds of the whole run: a warm-up of 1.5 s (made slow here) spends it too, so a
     budget of 5 s leaves about 3.5 s of rounds and the run ends within about 5 s, not 1.5 + 5 (before, the

@@ -257,6 +257,28 @@ def test_ab_spec_off_vs_on_interleaved(vllm_server, vllm_spec_server, tmp_path):
     print(f"\n[ab] {verdict}\n" + md.read_text(), file=sys.stderr)
 
 
+def test_ab_rounds_flush_once_a_side_and_still_hit_nothing(vllm_server, vllm_spec_server, tmp_path):
+    """#54, fewer flushes: with --batches-per-round 3 each of a side's 3 batches of a case in a round has its own
+    prompts (the same on both sides), so each server is flushed once a round, before the batch whose prompts it
+    has seen, not before each of its 3 batches. On two real vLLM servers with prefix caching (prompts of 300
+    tokens: two whole 128-token blocks each, which a repeat would hit): no batch of the 7 rounds hits the cache
+    (neither server's hit counter moves, every row's cached tokens 0), and a round's row says 1 flush a side.
+    The fewer flushes themselves are counted on the test server (test_server_bench_interleave.py); here, that
+    skipping them is safe on a real prefix cache (the same prompts in a side's 3 batches would hit it)."""
+    from kbench.server.interleave import run_interleaved
+
+    h0 = [prefix_counters(s.url)[1] for s in (vllm_server, vllm_spec_server)]
+    ab = run_interleaved(ServerBenchConfig(
+        url=vllm_server.url, url_b=vllm_spec_server.url, backend="vllm", batch_sizes=(2,), input_lens=(300,),
+        output_lens=(4,), repeat=7, batches_per_round=3, skip_warmup=True, run_name="ab", out_dir=tmp_path / "r",
+        credentials=Credentials(api_key=vllm_spec_server.api_key)))
+    rows = ab.a.rows + ab.b.rows
+    assert [r.status for r in rows] == ["ok"] * 2 and all(len(r.latency_samples) == 7 for r in rows)
+    assert [prefix_counters(s.url)[1] for s in (vllm_server, vllm_spec_server)] == h0
+    assert all(r.cached_tokens == 0 and r.flush_attempts == 1 for r in rows), [(r.cached_tokens, r.flush_attempts)
+                                                                                for r in rows]
+
+
 def test_the_readme_server_block_runs_as_written(vllm_server, tmp_path):
     """The README's server block: its kbench lines, as written, against the tests' vLLM server (A and B both this
     server: an A/A), from a fresh folder; the interleaved A/B writes its two run folders and the gate reads them as

@@ -340,10 +340,12 @@ class Runner:
             done.append(one)
         return self.case_row(case, done, warmup), done[-1]["trace"]
 
-    def case_ids(self, case: ServerCase, warmup: bool = False) -> list[list[int]]:
-        """The case's prompts (the same for every repeat, and for both sides of an interleaved A/B)."""
+    def case_ids(self, case: ServerCase, warmup: bool = False, variant: int = 0) -> list[list[int]]:
+        """The case's prompts (the same for every repeat, and for both sides of an interleaved A/B). variant > 0:
+        another set of prompts of the same shape (an interleaved round's k-th batch of a side: prompts its server
+        has not seen since its last flush, so that batch needs no flush of its own; kbench.server.interleave)."""
         pattern = parse_prompt_pattern(self.cfg.prompt_pattern)
-        seed_key = f"{self.cfg.seed}-{'warmup-' if warmup else ''}{case.case_id}"
+        seed_key = f"{self.cfg.seed}-{'warmup-' if warmup else ''}{case.case_id}" + (f"-v{variant}" if variant else "")
         return pattern.ids(random.Random(seed_key), case.batch_size, case.input_len, self.vocab)
 
     def failed_row(self, case: ServerCase, one: dict, warmup: bool = False) -> ServerBenchRow:
@@ -381,18 +383,21 @@ class Runner:
         return row
 
     def timed_batch(self, case: ServerCase, ids: list[list[int]], warmup: bool, profiling: bool,
-                    counters: bool = True) -> dict:
+                    counters: bool = True, flush: bool = True) -> dict:
         """Flush, warm the prefix cache (--cache-hit-rate), snapshot /metrics, stream one batch, snapshot again.
         counters=False: no snapshots (the caller reads the counters around several batches: kbench.server.interleave),
-        the batch's counters all None."""
+        the batch's counters all None. flush=False: no flush (the caller knows the server has not seen these
+        prompts since its last one: kbench.server.interleave); the row's flush_attempts say 0."""
         cfg, be = self.cfg, self.backend
-        flush = self.client.flush_with_retry(
-            be.flush_path, attempts=cfg.flush_retries, wait=cfg.flush_retry_wait,
-            params=be.flush_params(cfg.flush_timeout), timeout=cfg.flush_timeout + 10.0, sleep=self.sleep,
-            on_retry=lambda a, m, w: self.ls.flush_retry(case, a, m, w))
-        fkw = dict(flush_attempts=flush.attempts, flush_seconds=round(flush.seconds, 4))
-        if not flush.ok:
-            return {"reason": flush.message, "fkw": fkw}
+        fkw = dict(flush_attempts=0, flush_seconds=0.0)
+        if flush:
+            done = self.client.flush_with_retry(
+                be.flush_path, attempts=cfg.flush_retries, wait=cfg.flush_retry_wait,
+                params=be.flush_params(cfg.flush_timeout), timeout=cfg.flush_timeout + 10.0, sleep=self.sleep,
+                on_retry=lambda a, m, w: self.ls.flush_retry(case, a, m, w))
+            fkw = dict(flush_attempts=done.attempts, flush_seconds=round(done.seconds, 4))
+            if not done.ok:
+                return {"reason": done.message, "fkw": fkw}
         if cfg.cache_hit_rate > 0 and not warmup:
             reason = self._warm_prefix(case, ids)
             if reason:

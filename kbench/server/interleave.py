@@ -339,7 +339,7 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
         else:
             live.append(c)
     ls.run_started(runs["a"].dir, be.name, results["a"].facts, live)
-    ids = {c.case_id: runners["a"].case_ids(c) for c in live}  # the same prompts on both sides
+    ids = {(c.case_id, 0): runners["a"].case_ids(c) for c in live}  # the same prompts on both sides
     done: dict[tuple[str, str], list[dict]] = {(c.case_id, s): [] for c in live for s in SIDES}
     batches: dict[tuple[str, str], list[dict]] = {}  # this round's batches of a case on a side
     rounds_of: dict[str, list[int]] = {c.case_id: [] for c in live}
@@ -354,7 +354,9 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
         return case_id in failed or case_id in decided or case_id in out_of_reach
 
     _warm(runners, SIDES if mode == "two-servers" else ("a",), live, config, ls, results)  # (switch: A is on)
-    read_per_round = k > 1 and mode == "two-servers" and _distinct_servers(runners)  # counters once a round
+    distinct = mode == "two-servers" and _distinct_servers(runners)
+    read_per_round = k > 1 and distinct  # counters once a round
+    flushes = _Flushes(config, mode, distinct)
     opened: dict[tuple[str, str], dict | None] = {}  # (case, side) -> the /metrics snapshot before its batches
     auto = config.repeat_auto
     look, look_at, alpha_spent, plan, first_plan = 0, sequential.first_look(config.alpha), None, None, None
@@ -372,8 +374,12 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
                 continue
             if read_per_round and not batches.get((case.case_id, side)):
                 opened[(case.case_id, side)] = runners[side].snapshot()
-            one = runners[side].timed_batch(case, ids[case.case_id], False, profiling=False,
-                                            counters=not read_per_round)
+            j = len(batches.get((case.case_id, side), [])) if flushes.skipping else 0  # the side's j-th batch
+            if (case.case_id, j) not in ids:  # its own prompts, the same on both sides
+                ids[(case.case_id, j)] = runners["a"].case_ids(case, variant=j)
+            one = runners[side].timed_batch(case, ids[(case.case_id, j)], False, profiling=False,
+                                            counters=not read_per_round,
+                                            flush=flushes.needed(side, case.case_id, j))
             if one.get("reason"):
                 failed[case.case_id] = (side, one)
                 _write_failed(case, runners, runs, results, latest, failed)
@@ -458,6 +464,34 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
     return out
 
 
+class _Flushes:
+    """Which batches of the rounds need a flush. A flush empties the server's prefix cache so that a batch's
+    prompts are prefilled, not served from the cache; it is needed only before prompts the server has seen since
+    its last flush. With --batches-per-round K > 1 each of a side's K batches of a case in a round gets its own
+    prompts (the same on both sides: Runner.case_ids' variant), so a server needs one flush a round, before the
+    first of its batches that repeats a prompt set, instead of one before every batch (on the 2-core CPU
+    machine a flush took about 49 ms, 12 of them a quarter of a round's wall; docs/gate.md). Two server
+    processes (told apart by /metrics) are tracked apart; one server behind both URLs, or one that cannot be told
+    apart, is one server (B's batch after A's same prompts is flushed). Each batch is flushed as before with K = 1,
+    with --cache-hit-rate (its own warming), and when a switch command changes the server."""
+
+    def __init__(self, config: ServerBenchConfig, mode: str, distinct: bool):
+        self.skipping = config.batches_per_round > 1 and not config.cache_hit_rate and mode != "switch"
+        self.distinct = distinct
+        self.seen: dict[str, set | None] = {}  # server -> the (case, prompt set) it prefilled since its flush
+
+    def needed(self, side: str, case_id: str, j: int) -> bool:
+        if not self.skipping:
+            return True
+        server = side if self.distinct else "one"
+        seen = self.seen.get(server)  # None: not flushed yet in the rounds (the warm-up's prompts are there)
+        flush = seen is None or (case_id, j) in seen
+        if flush:
+            seen = self.seen[server] = set()
+        seen.add((case_id, j))
+        return flush
+
+
 def _distinct_servers(runners: dict) -> bool:
     """A and B are two server processes, so that A's /metrics counts only A's batches: both export
     process_start_time_seconds and the two differ. Otherwise (one server behind two URLs, no such metric, no
@@ -502,8 +536,8 @@ def _round_order(n_cases: int, r: int, mode: str, k: int = 1) -> list[tuple[int,
 def _round_value(batches: list[dict]) -> dict:
     """A round's batches on one side as one: each metric the median of its batches (one burst on a busy machine
     does not decide the round), the server's counters (drafts, accepted tokens, cached and prompt tokens) summed
-    over all of them (each batch's are its own: kbench.server.counters), the rest the last batch's; one batch is
-    itself."""
+    over all of them (each batch's are its own: kbench.server.counters), the rest the last batch's (the flushes: the round's, summed); one
+    batch is itself."""
     if len(batches) == 1:
         return batches[0]
     out = dict(batches[-1])
@@ -514,6 +548,10 @@ def _round_value(batches: list[dict]) -> dict:
     counted = [b["counters"] for b in batches if b.get("counters") is not None]
     if counted:
         out["counters"] = ctr.CaseCounters.total(counted)
+    fkws = [b["fkw"] for b in batches if b.get("fkw")]
+    if fkws:  # the round's flushes
+        out["fkw"] = {"flush_attempts": sum(f["flush_attempts"] for f in fkws),
+                      "flush_seconds": round(sum(f["flush_seconds"] or 0.0 for f in fkws), 4)}
     return out
 
 
