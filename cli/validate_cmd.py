@@ -59,7 +59,7 @@ def validate_timer_cmd(kernels, out_file, tolerance, before):
     gaps per call between the graph's nodes (in kbench's figure as in an engine's graph, not in CUPTI's kernel
     times) and kbench against CUPTI's span of the same replays (gaps in both; "same replays": kbench's events
     on the very replays CUPTI profiled, the timer's own error), each harness's wall time, and where kbench's
-    wall went (warm-up, capture, fence, probe replay, settle, sampling) with both walls' ratio (median and
+    wall went (warm-up, capture, fence, probe replays, settle, sampling) with both walls' ratio (median and
     total over the rows).
 
     A row agrees with CUPTI when a one-kernel call is within --tolerance of its kernel's CUPTI time; a call
