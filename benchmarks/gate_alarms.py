@@ -317,6 +317,35 @@ def table(results: list[dict], procedures) -> str:
     return "\n".join(lines)
 
 
+def pair_ratios(r: dict) -> list[float]:
+    """A pair's median B/A latency ratio of each case (its rounds' per-round ratios, their median)."""
+    out = []
+    for m in (r.get("samples") or {}).values():
+        a, b = m.get("latency", {}).get("a", []), m.get("latency", {}).get("b", [])
+        ratios = [y / x for x, y in zip(a, b) if x > 0 and y > 0]
+        if ratios and len(a) == len(b):
+            out.append(statistics.median(ratios))
+    return out
+
+
+def offsets(results: list[dict]) -> str:
+    """Where a pair's answer comes from, per servers and condition: each pair's median B/A latency ratio of each
+    case over all its rounds. On A/A pairs that is the two sides' own offset (0 for one server behind two
+    proxies; two server processes differ), which no count of rounds within a pair averages away; on slowed pairs
+    it is the slowdown as measured, offset included. A/A case medians beyond the gate's 5% are counted."""
+    lines = ["| servers | condition | pairs | median B/A latency per pair and case: p10 to p90 (min to max) "
+             "| A/A beyond +-5% |", "|---|---|---|---|---|"]
+    for servers, cond in sorted({(r.get("servers", "one"), r["condition"]) for r in results}):
+        mine = [r for r in results if r.get("servers", "one") == servers and r["condition"] == cond]
+        xs = [x for r in mine for x in pair_ratios(r)]
+        if not xs:
+            continue
+        beyond = f"{sum(abs(x - 1) > 0.05 for x in xs)} of {len(xs)}" if cond.startswith("aa-") else "-"
+        lines.append(f"| {servers} | {cond} | {len(mine)} | {_pct(xs, 0.1):.2f} to {_pct(xs, 0.9):.2f} "
+                     f"({min(xs):.2f} to {max(xs):.2f}) | {beyond} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=20)
@@ -423,8 +452,8 @@ def main(argv=None) -> int:
         for srv in started:
             srv.stop()
     print(f"\n{len(results)} pairs in {(time.monotonic() - t_start) / 60:.1f} min:\n")
-    print(table(results, procedures))
-    (out / "table.md").write_text(table(results, procedures) + "\n")
+    print(table(results, procedures) + "\n\n" + offsets(results))
+    (out / "table.md").write_text(table(results, procedures) + "\n\n" + offsets(results) + "\n")
     return 0
 
 
@@ -440,5 +469,6 @@ def table_from(path: str, procedures=None) -> str:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--table"]:
         print(table_from(sys.argv[2]))
+        print("\n" + offsets([json.loads(x) for x in Path(sys.argv[2]).read_text().splitlines() if x.strip()]))
         sys.exit(0)
     sys.exit(main())
