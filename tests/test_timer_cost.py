@@ -566,3 +566,25 @@ def test_a_run_whose_fences_were_timed_the_old_way_gates_with_a_timer_warning():
     assert len(w) == 1 and "fence" in w[0] and "queued behind each burst" in w[0]
     same = comparable(Manifest.from_dict(cand), Manifest.from_dict(cand), GATE).warnings
     assert not [x for x in same if "different settings" in x]
+
+
+def test_first_samples_counts_the_rows_whose_first_replays_ran_slow(tmp_path):
+    """benchmarks/first_samples.py (docs/gate.md's GPU table): per run folder, the rows whose second sample is
+    more than 5% above the row's median, and the median first-sample ratio; a folder without runs is one line,
+    exit 2."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = tmp_path / "runs" / "aa1-20261207-000000"
+    run.mkdir(parents=True)
+    rows = [{"samples_us": [120.0, 118.0, 104.0] + [100.0] * 10},  # slow start: 2nd sample 18% above
+            {"samples_us": [103.0, 100.0, 100.0] + [100.0] * 10},  # only the burst's first replay
+            {"samples_us": [100.0] * 12}, {"samples_us": []}]
+    (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "first_samples.py"
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], capture_output=True, text=True)
+    assert p.returncode == 0 and "rows   3  second sample >5% slow:   1  first / median 1.030" in p.stdout, p.stdout
+    bad = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stdout.strip().count("\n") == 0 and "no run folders" in bad.stdout
