@@ -288,6 +288,32 @@ def test_k_batches_a_round_flush_only_before_prompts_the_server_has_seen(two, tm
         assert [(r.case_id, r.flush_attempts) for r in ab.a.rows] == [("bs1-in16-out4", 1), ("bs2-in16-out4", 0)]
 
 
+@pytest.mark.parametrize("distinct", [True, False])
+def test_the_gate_says_when_a_and_b_are_two_processes_on_one_host(two, tmp_path, distinct):
+    """#54: two vLLM CPU processes on one 2-core machine differ pair to pair by up to 28% with nothing changed
+    (docs/gate.md), so a gate of two processes on one host says so below its verdict; one server behind both URLs
+    (or processes /metrics cannot tell apart) does not get the line."""
+    from kbench.gate import run_gate
+
+    a, b = two
+    if distinct:
+        a.faults.metrics_start_time, b.faults.metrics_start_time = 1.0, 2.0
+    ab = run_interleaved(cfg(a, b, tmp_path, batch_sizes=(1,), repeat=7))
+    m = json.loads((ab.a.run_dir / "manifest.json").read_text())["interleave"]
+    assert m["two_processes_one_host"] is distinct
+    said = [w for w in run_gate(ab.a.run_dir, ab.b.run_dir).warnings if "two server processes on one host" in w]
+    assert len(said) == (1 if distinct else 0), said
+
+
+def test_one_host_is_the_same_host_or_both_loopback():
+    from kbench.server.interleave import _one_host
+
+    assert _one_host("http://127.0.0.1:1", "http://localhost:2")
+    assert _one_host("http://10.0.0.5:1", "http://10.0.0.5:2")
+    assert not _one_host("http://10.0.0.5:1", "http://10.0.0.6:1")
+    assert not _one_host("http://127.0.0.1:1", None)
+
+
 def test_one_batch_a_round_is_flushed_as_before(two, tmp_path):
     a, b = two
     a.faults.metrics_start_time, b.faults.metrics_start_time = 1.0, 2.0

@@ -911,6 +911,10 @@ def run_gate(baseline_path: str | Path, candidate_path: str | Path, threshold: f
             case_alpha = {str(c): min(float(v), alpha) for c, v in ca.items() if isinstance(v, (int, float))
                           and 0 < v} if isinstance(ca, dict) else {}
             alpha = looked
+        if pair and pair.get("two_processes_one_host"):
+            warnings.append("A and B are two server processes on one host: their own offset can be as large as a "
+                            "change (two vLLM CPU processes on a 2-core machine: 0.84 to 1.28 B/A pair to pair, "
+                            "docs/gate.md); an A/A of the two, the same setting on both, tells its size on yours")
         ran = pair.get("rounds_run", pair.get("rounds")) if pair else None
         if pair and isinstance(ran, int) and ran < min_rounds(alpha):
             warnings.append(f"the interleaved run has {ran} rounds: the paired test cannot reach alpha "

@@ -452,7 +452,8 @@ def _run(config: ServerBenchConfig, mode: str, cases: list[ServerCase], rounds: 
             if row.status == "ok":
                 append_lines(line_files[s], row.result_line())
             ls.case_finished(c, row, False)
-    out = {"rounds_run": max((len(v) for v in rounds_of.values()), default=0), "stopped": stop}
+    out = {"rounds_run": max((len(v) for v in rounds_of.values()), default=0), "stopped": stop,
+           "two_processes_one_host": bool(distinct and _one_host(config.url, config.url_b))}
     if auto:
         out.update(looks=look, alpha_spent=alpha_spent, rule=sequential.RULE, threshold=config.threshold,
                    planned_rounds=plan.planned if plan else None, first_plan=first_plan,
@@ -490,6 +491,24 @@ class _Flushes:
             seen = self.seen[server] = set()
         seen.add((case_id, j))
         return flush
+
+
+def _one_host(url_a: str, url_b: str | None) -> bool:
+    """Whether both URLs name one machine (the same host, or both loopback): two server processes there share its
+    cores, and their own offset can be as large as a change (docs/gate.md); the gate says so."""
+    import ipaddress
+    import socket
+    from urllib.parse import urlparse
+
+    def where(url: str) -> str:
+        host = (urlparse(url).hostname or "").lower()
+        try:
+            ip = ipaddress.ip_address(socket.gethostbyname(host))
+        except (OSError, ValueError, UnicodeError):
+            return host
+        return "loopback" if ip.is_loopback else str(ip)
+
+    return bool(url_b) and where(url_a) == where(url_b)
 
 
 def _distinct_servers(runners: dict) -> bool:
