@@ -259,14 +259,15 @@ def samples(res) -> dict:
     return out
 
 
+def case_ratios(m: dict) -> list[float]:
+    """One case's per-round B/A latency ratios (samples() of a pair; none when the sides' rounds differ)."""
+    a, b = m.get("latency", {}).get("a", []), m.get("latency", {}).get("b", [])
+    return [y / x for x, y in zip(a, b) if x > 0] if len(a) == len(b) else []
+
+
 def ratio_spread(samples_: dict) -> list[float]:
     """The per-round B/A latency ratios of a pair (every case), for the spread the table reports."""
-    out = []
-    for m in samples_.values():
-        a, b = m.get("latency", {}).get("a", []), m.get("latency", {}).get("b", [])
-        if len(a) == len(b):
-            out += [y / x for x, y in zip(a, b) if x > 0]
-    return out
+    return [x for m in samples_.values() for x in case_ratios(m)]
 
 
 def calibrate(pa, out: Path) -> dict:
@@ -321,9 +322,8 @@ def pair_ratios(r: dict) -> list[float]:
     """A pair's median B/A latency ratio of each case (its rounds' per-round ratios, their median)."""
     out = []
     for m in (r.get("samples") or {}).values():
-        a, b = m.get("latency", {}).get("a", []), m.get("latency", {}).get("b", [])
-        ratios = [y / x for x, y in zip(a, b) if x > 0 and y > 0]
-        if ratios and len(a) == len(b):
+        ratios = [x for x in case_ratios(m) if x > 0]
+        if ratios:
             out.append(statistics.median(ratios))
     return out
 
@@ -354,7 +354,8 @@ def main(argv=None) -> int:
     ap.add_argument("--servers", choices=("one", "two"), default="one",
                     help="one server behind two proxies, or two server processes")
     ap.add_argument("--repeat-plain", type=int, default=5, help="repeats per run of the plain procedure")
-    ap.add_argument("--budget", type=float, default=300, help="auto: server-bench --budget, the run's wall-clock seconds per pair")
+    ap.add_argument("--budget", type=float, default=300,
+                    help="auto: server-bench --budget, the run's wall-clock seconds per pair")
     ap.add_argument("--batches-per-round", type=int, default=3, help="auto: batches per side per round")
     ap.add_argument("--neighbour", choices=("none", "spin", "bursty"), default="none",
                     help="a CPU neighbour through every pair")
@@ -452,23 +453,25 @@ def main(argv=None) -> int:
         for srv in started:
             srv.stop()
     print(f"\n{len(results)} pairs in {(time.monotonic() - t_start) / 60:.1f} min:\n")
-    print(table(results, procedures) + "\n\n" + offsets(results))
-    (out / "table.md").write_text(table(results, procedures) + "\n\n" + offsets(results) + "\n")
+    tables = table(results, procedures) + "\n\n" + offsets(results)
+    print(tables)
+    (out / "table.md").write_text(tables + "\n")
     return 0
 
 
-def table_from(path: str, procedures=None) -> str:
-    """The table of a pairs.jsonl (several runs of this script appended to one)."""
+def load_pairs(path: str) -> list[dict]:
+    """The pairs of a pairs.jsonl (several runs of this script appended to one), older records given today's
+    fields."""
     results = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
     for r in results:
         r.setdefault("servers", "one")
         r.setdefault("verdict_word", "PASS" if r.get("passed") else "FAIL")
-    return table(results, procedures or list(dict.fromkeys(r["procedure"] for r in results)))
+    return results
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--table"]:
-        print(table_from(sys.argv[2]))
-        print("\n" + offsets([json.loads(x) for x in Path(sys.argv[2]).read_text().splitlines() if x.strip()]))
+        pairs = load_pairs(sys.argv[2])
+        print(table(pairs, list(dict.fromkeys(r["procedure"] for r in pairs))) + "\n\n" + offsets(pairs))
         sys.exit(0)
     sys.exit(main())

@@ -345,7 +345,8 @@ class Runner:
         another set of prompts of the same shape (an interleaved round's k-th batch of a side: prompts its server
         has not seen since its last flush, so that batch needs no flush of its own; kbench.server.interleave)."""
         pattern = parse_prompt_pattern(self.cfg.prompt_pattern)
-        seed_key = f"{self.cfg.seed}-{'warmup-' if warmup else ''}{case.case_id}" + (f"-v{variant}" if variant else "")
+        seed_key = f"{self.cfg.seed}-{'warmup-' if warmup else ''}{case.case_id}" + (
+            f"-v{variant}" if variant else "")
         return pattern.ids(random.Random(seed_key), case.batch_size, case.input_len, self.vocab)
 
     def failed_row(self, case: ServerCase, one: dict, warmup: bool = False) -> ServerBenchRow:

@@ -482,6 +482,8 @@ class _Flushes:
         self.seen: dict[str, set | None] = {}  # server -> the (case, prompt set) it prefilled since its flush
 
     def needed(self, side: str, case_id: str, j: int) -> bool:
+        """Whether the side's batch of prompt set ``j`` of the case needs a flush first; records its prompts as
+        what that server has seen (since the flush, when there is one)."""
         if not self.skipping:
             return True
         server = side if self.distinct else "one"
@@ -555,8 +557,8 @@ def _round_order(n_cases: int, r: int, mode: str, k: int = 1) -> list[tuple[int,
 def _round_value(batches: list[dict]) -> dict:
     """A round's batches on one side as one: each metric the median of its batches (one burst on a busy machine
     does not decide the round), the server's counters (drafts, accepted tokens, cached and prompt tokens) summed
-    over all of them (each batch's are its own: kbench.server.counters), the rest the last batch's (the flushes: the round's, summed); one
-    batch is itself."""
+    over all of them (each batch's are its own: kbench.server.counters), and so are the flushes before them; the
+    rest the last batch's; one batch is itself."""
     if len(batches) == 1:
         return batches[0]
     out = dict(batches[-1])
