@@ -314,6 +314,21 @@ def test_one_host_is_the_same_host_or_both_loopback():
     assert not _one_host("http://127.0.0.1:1", None)
 
 
+def test_a_hung_resolver_does_not_hold_the_runs_end(monkeypatch):
+    """_one_host runs once both URLs have answered, at the run's end: a resolver that hangs costs at most its
+    timeout, and two names it could not resolve count as one host only when they are the same name."""
+    import socket
+    import time
+
+    from kbench.server.interleave import _one_host
+
+    monkeypatch.setattr(socket, "gethostbyname", lambda host: time.sleep(30) or "10.0.0.1")
+    t0 = time.monotonic()
+    assert _one_host("http://gpu-a:1", "http://gpu-a:2")
+    assert not _one_host("http://gpu-a:1", "http://gpu-b:2")
+    assert time.monotonic() - t0 < 10
+
+
 def test_one_batch_a_round_is_flushed_as_before(two, tmp_path):
     a, b = two
     a.faults.metrics_start_time, b.faults.metrics_start_time = 1.0, 2.0

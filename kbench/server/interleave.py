@@ -500,14 +500,29 @@ def _one_host(url_a: str, url_b: str | None) -> bool:
     cores, and their own offset can be as large as a change (docs/gate.md); the gate says so."""
     import ipaddress
     import socket
+    import threading
     from urllib.parse import urlparse
+
+    def resolve(host: str, timeout: float = 2.0) -> str | None:
+        """The host's address, or None when the resolver fails or takes longer than ``timeout`` (a daemon
+        thread: a hung resolver never holds the run's end)."""
+        found: list[str] = []
+        t = threading.Thread(target=lambda: found.append(socket.gethostbyname(host)), daemon=True)
+        t.start()
+        t.join(timeout)
+        return found[0] if found else None
 
     def where(url: str) -> str:
         host = (urlparse(url).hostname or "").lower()
+        if host == "localhost":
+            return "loopback"
         try:
-            ip = ipaddress.ip_address(socket.gethostbyname(host))
-        except (OSError, ValueError, UnicodeError):
-            return host
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            try:
+                ip = ipaddress.ip_address(resolve(host) or "")
+            except ValueError:
+                return host
         return "loopback" if ip.is_loopback else str(ip)
 
     return bool(url_b) and where(url_a) == where(url_b)
