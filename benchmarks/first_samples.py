@@ -30,7 +30,20 @@ def main(argv: list[str]) -> int:
             print(f"error: {root}: no run folders (rows.jsonl) in it")
             return 2
         for run in runs:
-            rows = [json.loads(x) for x in (run / "rows.jsonl").read_text().splitlines() if x.strip()]
+            rows = []
+            for i, line in enumerate((run / "rows.jsonl").read_text(errors="replace").splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    row = None
+                samples = row.get("samples_us") if isinstance(row, dict) else None
+                if not isinstance(row, dict) or samples is not None and not (
+                        isinstance(samples, list) and all(isinstance(v, (int, float)) and v > 0 for v in samples)):
+                    print(f"error: {run / 'rows.jsonl'}: rows.jsonl line {i} is not a row (JSON with samples_us)")
+                    return 2
+                rows.append(row)
             slow, n, first = slow_start(rows)
             print(f"{run.name:32s} rows {n:3d}  second sample >5% slow: {slow:3d}  first / median {first:.3f}")
     return 0

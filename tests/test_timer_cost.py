@@ -588,3 +588,7 @@ def test_first_samples_counts_the_rows_whose_first_replays_ran_slow(tmp_path):
     assert p.returncode == 0 and "rows   3  second sample >5% slow:   1  first / median 1.030" in p.stdout, p.stdout
     bad = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stdout.strip().count("\n") == 0 and "no run folders" in bad.stdout
+    (run / "rows.jsonl").write_text('{"samples_us": [1.0, 1.0]}\nnot json\n')
+    torn = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], capture_output=True, text=True)
+    assert torn.returncode == 2 and "Traceback" not in torn.stderr, torn.stderr
+    assert torn.stdout.strip().count("\n") == 0 and "rows.jsonl line 2 is not a row" in torn.stdout, torn.stdout
