@@ -519,3 +519,28 @@ def test_the_benchmark_shows_each_pairs_own_offset_between_the_two_sides():
     assert "| 2 |" in aa_two and "(0.84 to 1.28)" in aa_two and aa_two.endswith("| 2 of 4 |")
     assert next(ln for ln in lines if ln.startswith("| one | aa-quiet")).endswith("| 0 of 2 |")
     assert next(ln for ln in lines if ln.startswith("| two | stretch-25%")).endswith("(0.90 to 1.40) | - |")
+
+
+def test_core_speeds_times_each_core_in_turn_and_refuses_cores_it_cannot_use():
+    """benchmarks/core_speeds.py (docs/gate.md, the pinned servers): one line a block with each core's median loop
+    time and its ratio to the first core, the process's own cores given back after; a core it cannot run on or a
+    core list that is not numbers is one line, exit 2."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "core_speeds.py"
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= 2:
+        p = subprocess.run([sys.executable, str(script), "--cores", f"{cores[0]},{cores[1]}", "--blocks", "2",
+                            "--turns", "2"], capture_output=True, text=True)
+        lines = p.stdout.strip().splitlines()
+        assert p.returncode == 0 and len(lines) == 2, p.stdout + p.stderr
+        pat = rf"block \d: core{cores[0]} +[\d.]+ ms  core{cores[1]} +[\d.]+ ms  core{cores[1]}/core{cores[0]} [\d.]+$"
+        assert all(re.match(pat, ln) for ln in lines), lines
+    for bad in (["--cores", f"{cores[0]},{max(cores) + 64}"], ["--cores", "x"], ["--cores", str(cores[0])]):
+        r = subprocess.run([sys.executable, str(script), *bad], capture_output=True, text=True)
+        assert r.returncode == 2 and r.stdout.startswith("error: ") and r.stdout.count("\n") == 1, (bad, r.stdout)
+        assert "Traceback" not in r.stderr
