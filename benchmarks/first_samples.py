@@ -6,17 +6,20 @@ of a row's first sample to its median (the first replay of each burst after an i
 """
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 
+from kbench.errors import BadInput
+from kbench.runs.store import MANIFEST, load_run
 
-def slow_start(rows: list[dict], margin: float = 0.05) -> tuple[int, int, float]:
-    """(rows with a slow second sample, rows with samples, median first sample / median) of one run's rows."""
-    timed = [r for r in rows if len(r.get("samples_us") or []) > 1]
-    slow = sum(r["samples_us"][1] > (1 + margin) * statistics.median(r["samples_us"]) for r in timed)
-    first = [r["samples_us"][0] / statistics.median(r["samples_us"]) for r in timed]
+
+def slow_start(samples: list[list[float]], margin: float = 0.05) -> tuple[int, int, float]:
+    """(rows with a slow second sample, rows with samples, median first sample / median) of one run's rows'
+    samples."""
+    timed = [list(s) for s in samples if len(s) > 1]
+    slow = sum(s[1] > (1 + margin) * statistics.median(s) for s in timed)
+    first = [s[0] / statistics.median(s) for s in timed]
     return slow, len(timed), statistics.median(first) if first else float("nan")
 
 
@@ -25,26 +28,17 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip().splitlines()[-1].strip())
         return 2
     for root in argv:
-        runs = sorted(p for p in Path(root).iterdir() if (p / "rows.jsonl").is_file()) if Path(root).is_dir() else []
+        runs = sorted(p for p in Path(root).iterdir() if (p / MANIFEST).is_file()) if Path(root).is_dir() else []
         if not runs:
-            print(f"error: {root}: no run folders (rows.jsonl) in it")
+            print(f"error: {root}: no run folders ({MANIFEST}) in it")
             return 2
         for run in runs:
-            rows = []
-            for i, line in enumerate((run / "rows.jsonl").read_text(errors="replace").splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    row = None
-                samples = row.get("samples_us") if isinstance(row, dict) else None
-                if not isinstance(row, dict) or samples is not None and not (
-                        isinstance(samples, list) and all(isinstance(v, (int, float)) and v > 0 for v in samples)):
-                    print(f"error: {run / 'rows.jsonl'}: rows.jsonl line {i} is not a row (JSON with samples_us)")
-                    return 2
-                rows.append(row)
-            slow, n, first = slow_start(rows)
+            try:  # kbench's own reader: its checks, and one line naming the file and line when a row is bad
+                rows = load_run(run).rows
+            except BadInput as e:
+                print(f"error: {e}")
+                return 2
+            slow, n, first = slow_start(rows["samples_us"])
             print(f"{run.name:32s} rows {n:3d}  second sample >5% slow: {slow:3d}  first / median {first:.3f}")
     return 0
 

@@ -571,24 +571,29 @@ def test_a_run_whose_fences_were_timed_the_old_way_gates_with_a_timer_warning():
 def test_first_samples_counts_the_rows_whose_first_replays_ran_slow(tmp_path):
     """benchmarks/first_samples.py (docs/gate.md's GPU table): per run folder, the rows whose second sample is
     more than 5% above the row's median, and the median first-sample ratio; a folder without runs is one line,
-    exit 2."""
-    import json
+    exit 2, and so is a run whose rows kbench's reader refuses (a line that is not JSON, before the last)."""
     import subprocess
     import sys
     from pathlib import Path
 
-    run = tmp_path / "runs" / "aa1-20261207-000000"
-    run.mkdir(parents=True)
-    rows = [{"samples_us": [120.0, 118.0, 104.0] + [100.0] * 10},  # slow start: 2nd sample 18% above
-            {"samples_us": [103.0, 100.0, 100.0] + [100.0] * 10},  # only the burst's first replay
-            {"samples_us": [100.0] * 12}, {"samples_us": []}]
-    (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from gate_synth import CASE_A, timed_row, write_run
+
+    samples = [[120.0, 118.0, 104.0] + [100.0] * 10,  # slow start: 2nd sample 18% above
+               [103.0, 100.0, 100.0] + [100.0] * 10,  # only the burst's first replay
+               [100.0] * 12, []]
+    rows = []
+    for i, s in enumerate(samples):
+        r = timed_row("trtllm-decode", "decode", CASE_A, 100.0, seed=i)
+        r.samples_us, r.num_samples = s, len(s)
+        rows.append(r)
+    run = write_run(tmp_path / "runs" / "aa1-20261207-000000", rows)
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "first_samples.py"
     p = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], capture_output=True, text=True)
     assert p.returncode == 0 and "rows   3  second sample >5% slow:   1  first / median 1.030" in p.stdout, p.stdout
     bad = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stdout.strip().count("\n") == 0 and "no run folders" in bad.stdout
-    (run / "rows.jsonl").write_text('{"samples_us": [1.0, 1.0]}\nnot json\n')
+    journal = (run / "rows.jsonl").read_text().splitlines(keepends=True)
+    (run / "rows.jsonl").write_text(journal[0] + "not json\n" + "".join(journal[1:]))
     torn = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], capture_output=True, text=True)
     assert torn.returncode == 2 and "Traceback" not in torn.stderr, torn.stderr
-    assert torn.stdout.strip().count("\n") == 0 and "rows.jsonl line 2 is not a row" in torn.stdout, torn.stdout
+    assert torn.stdout.strip().count("\n") == 0 and "rows.jsonl: line 2 is not valid JSON" in torn.stdout, torn.stdout
