@@ -497,11 +497,13 @@ class _Flushes:
 
 def _one_host(url_a: str, url_b: str | None) -> bool:
     """Whether both URLs name one machine (the same host, or both loopback): two server processes there share its
-    cores, and their own offset can be as large as a change (docs/gate.md); the gate says so."""
+    cores, and their own offset can be as large as a change (docs/gate.md); the gate says so. The host is the one
+    a request goes to (kbench.server.auth.origin); a URL without one is not taken for any host."""
     import ipaddress
     import socket
     import threading
-    from urllib.parse import urlparse
+
+    from kbench.server.auth import origin
 
     def resolve(host: str, timeout: float = 2.0) -> str | None:
         """The host's address, or None when the resolver fails or takes longer than ``timeout`` (a daemon
@@ -512,8 +514,7 @@ def _one_host(url_a: str, url_b: str | None) -> bool:
         t.join(timeout)
         return found[0] if found else None
 
-    def where(url: str) -> str:
-        host = (urlparse(url).hostname or "").lower()
+    def where(host: str) -> str:
         if host == "localhost":
             return "loopback"
         try:
@@ -525,7 +526,8 @@ def _one_host(url_a: str, url_b: str | None) -> bool:
                 return host
         return "loopback" if ip.is_loopback else str(ip)
 
-    return bool(url_b) and where(url_a) == where(url_b)
+    a, b = origin(url_a), origin(url_b) if url_b else None
+    return bool(a and b) and where(a[1]) == where(b[1])
 
 
 def _distinct_servers(runners: dict) -> bool:
