@@ -91,6 +91,27 @@ def open_regular(path: str | os.PathLike, label: str | None = None,
         yield f
 
 
+@contextlib.contextmanager
+def arrow_file(f: BinaryIO):
+    """The open regular file ``f`` as a file of pyarrow's own (pyarrow.OSFile on the same file, through
+    /proc/self/fd or /dev/fd), closed on leaving; ``f`` itself where the system has neither.
+
+    pyarrow reads with threads of its own. Given a Python file object, they call back into Python to read it, and
+    one still holding it when Python shuts down aborts the process ("terminate called without an active exception",
+    exit -6: apache/arrow#34314). Through its own file, no pyarrow thread runs Python."""
+    import pyarrow as pa
+
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        if os.path.isdir(folder):
+            native = pa.OSFile(f"{folder}/{f.fileno()}")
+            try:
+                yield native
+            finally:
+                native.close()
+            return
+    yield f
+
+
 def read_bytes(path: str | os.PathLike, label: str | None = None, max_bytes: int = MANIFEST_MAX) -> bytes:
     """The whole file, at most max_bytes (a file that grows past it while read is refused too)."""
     label = label or str(path)

@@ -172,6 +172,56 @@ def test_the_journal_read_by_pyarrow_is_the_journal_read_line_by_line(tmp_path, 
         read_journal(typed)
 
 
+def test_arrow_threads_never_call_back_into_python_while_reading_rows(tmp_path, monkeypatch):
+    """pyarrow reads a journal and a rows.parquet with threads of its own. Given a Python file object, those threads
+    call back into Python (read, readinto), and one still holding it when Python shuts down aborts the process
+    ("terminate called without an active exception", exit -6: apache/arrow#34314; a CI run of server-bench ended
+    so, its rows written). So every read of a run's file, by kbench or by pyarrow, happens on the main thread: in
+    blocks (many), with a date-like column (a reader opened, then opened again), and from rows.parquet."""
+    import threading
+
+    from kbench import files
+    from kbench.runs import journal_table
+    from kbench.runs.store import read_tables
+
+    run = gate_synth.write_run(tmp_path / "g", gate_synth.sweep_rows())
+    dated = tmp_path / "dated.jsonl"  # pyarrow takes a date-like text for a timestamp: read again, as text
+    dated.write_text("".join(json.dumps({**json.loads(x), "started": "2026-12-07T19:00:00"}) + "\n"
+                             for x in (run / JOURNAL).read_text().splitlines()))
+    seen = []
+    real = files.open_regular.__wrapped__
+
+    class Watched:
+        def __init__(self, f):
+            self.f = f
+
+        def __getattr__(self, name):
+            got = getattr(self.f, name)
+            if name in ("read", "readinto", "read1", "readinto1", "readline", "readall", "seek", "tell"):
+                def called(*a, **k):
+                    seen.append(threading.current_thread() is threading.main_thread())
+                    return got(*a, **k)
+                return called
+            return got
+
+        def __iter__(self):
+            return iter(self.f)
+
+    def watched(*a, **k):
+        for f in real(*a, **k):
+            yield Watched(f)
+
+    monkeypatch.setattr(files, "open_regular", files.contextlib.contextmanager(watched))
+    monkeypatch.setattr(journal_table, "BLOCK", 4096)  # many blocks: pyarrow reads ahead of the batches taken
+    for path in (run / JOURNAL, dated):
+        seen.clear()
+        assert journal_table.read_table(path, ("samples_us",)) is not None
+        assert seen and all(seen), f"{path.name}: {seen.count(False)} of {len(seen)} reads off the main thread"
+    seen.clear()
+    assert len(read_tables(run)) == len(gate_synth.sweep_rows())
+    assert all(seen), f"rows.parquet: {seen.count(False)} of {len(seen)} reads off the main thread"
+
+
 def test_gate_reads_the_samples_of_a_journal_only_run_from_the_journal(tmp_path):
     """A run that never ended (no rows.parquet) is gated without its samples in memory: the rows that need them
     read them from the journal; the answer is the one its tables give."""

@@ -24,7 +24,7 @@ TEXT = ("measured_at",)  # text columns whose values look like dates (read as te
 
 
 class _Prefix(io.RawIOBase):
-    """The first ``n`` bytes of a binary file."""
+    """The first ``n`` bytes of a binary file (where the system gives pyarrow no file of its own)."""
 
     def __init__(self, f, n: int):
         self.f, self.left = f, n
@@ -38,6 +38,15 @@ class _Prefix(io.RawIOBase):
         n = self.f.readinto(memoryview(b)[: min(len(b), self.left)])
         self.left -= n or 0
         return n or 0
+
+
+def _first(f, n: int):
+    """The first ``n`` bytes of ``f`` as pyarrow reads them: a stream of its own file (kbench.files.arrow_file),
+    read from the start whatever was read of it before."""
+    if hasattr(f, "get_stream"):
+        return f.get_stream(0, n)
+    f.seek(0)
+    return _Prefix(f, n)
 
 
 def whole_lines_end(f, size: int) -> int:
@@ -93,8 +102,9 @@ def read_table(path: Path, list_columns: tuple[str, ...], lists: bool = True, on
         as_text = [c for c in TEXT if c in first]
         # in blocks (the types the first block shows must hold in every block), else whole (each column's type
         # from all its rows, at about twice the memory)
-        got = (_read(f, end, as_text, list_columns, lists, BLOCK, only)
-               or _read(f, end, as_text, list_columns, lists, None, only))
+        with files.arrow_file(f) as af:
+            got = (_read(af, end, as_text, list_columns, lists, BLOCK, only)
+                   or _read(af, end, as_text, list_columns, lists, None, only))
     if got is None:
         return None
     df, kept = got
@@ -110,16 +120,15 @@ def _read(f, end: int, as_text: list[str], list_columns, lists: bool, block: int
     import pyarrow.json as pj
 
     for _ in range(2):  # pyarrow reads a text that looks like a date as a timestamp: such columns again as text
-        f.seek(0)
         opts = pj.ReadOptions(block_size=block or BLOCK, use_threads=True)
         parse = pj.ParseOptions(explicit_schema=pa.schema([(c, pa.string()) for c in as_text]),
                                 unexpected_field_behavior="infer")
         try:
             if block:
-                reader = pj.open_json(_Prefix(f, end), read_options=opts, parse_options=parse)
+                reader = pj.open_json(_first(f, end), read_options=opts, parse_options=parse)
                 schema = reader.schema
             else:
-                table = pj.read_json(_Prefix(f, end), read_options=opts, parse_options=parse)
+                table = pj.read_json(_first(f, end), read_options=opts, parse_options=parse)
                 schema = table.schema
         except (pa.ArrowException, ValueError, OSError):
             return None

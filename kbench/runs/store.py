@@ -779,7 +779,8 @@ def read_tables(run_dir: Path, kind: str = "sweep", lists: bool = True, only=Non
     """The rows of rows.parquet, else of rows.csv (the journal aside). only: the columns to keep (normalize);
     from rows.parquet, only those are read."""
     if (run_dir / PARQUET).exists():
-        with files.open_regular(run_dir / PARQUET, str(run_dir / PARQUET), files.ROWS_MAX) as f:
+        with files.open_regular(run_dir / PARQUET, str(run_dir / PARQUET), files.ROWS_MAX) as pf, \
+                files.arrow_file(pf) as f:
             try:
                 import pyarrow as pa
                 import pyarrow.parquet as pqf
