@@ -26,16 +26,17 @@ class ParquetList:
         want = sorted(set(rows) - set(self._rows))
         if not want:
             return
-        try:
-            start, j = 0, 0
-            for batch in pq.ParquetFile(self.path).iter_batches(batch_size=8192, columns=[self.column]):
-                col = batch.column(0)
-                while j < len(want) and want[j] < start + len(col):
-                    self._rows[want[j]] = col[want[j] - start].as_py()
-                    j += 1
-                start += len(col)
-        except Exception as e:
-            raise BadInput(f"{self.path}: unreadable Parquet ({type(e).__name__})") from None
+        with files.open_regular(self.path, str(self.path), files.ROWS_MAX) as f, files.arrow_file(f) as af:
+            try:
+                start, j = 0, 0
+                for batch in pq.ParquetFile(af).iter_batches(batch_size=8192, columns=[self.column]):
+                    col = batch.column(0)
+                    while j < len(want) and want[j] < start + len(col):
+                        self._rows[want[j]] = col[want[j] - start].as_py()
+                        j += 1
+                    start += len(col)
+            except Exception as e:
+                raise BadInput(f"{self.path}: unreadable Parquet ({type(e).__name__})") from None
 
     def row(self, i: int) -> list[float]:
         if i not in self._rows:
